@@ -1,0 +1,15 @@
+/** Jest runs in ESM mode: the @nestjs/* 12 packages are ESM-only. */
+export default {
+  testEnvironment: 'node',
+  extensionsToTreatAsEsm: ['.ts'],
+  roots: ['<rootDir>/libs', '<rootDir>/apps', '<rootDir>/test'],
+  testMatch: ['**/*.spec.ts', '**/*.e2e-spec.ts'],
+  moduleNameMapper: {
+    '^nest-prompt-orchestrator$': '<rootDir>/libs/orchestrator/src/index.ts',
+    '^(\\.{1,2}/.*)\\.js$': '$1',
+  },
+  transform: {
+    '^.+\\.ts$': ['ts-jest', { useESM: true, tsconfig: '<rootDir>/tsconfig.spec.json' }],
+  },
+  testTimeout: 30000,
+};

@@ -1,0 +1,54 @@
+import { DEFAULT_BREAKER, type BreakerOptions } from '../orchestrator.options.js';
+import { CircuitBreaker, type BreakerSnapshot } from './circuit-breaker.js';
+import { isUpstreamFailure } from './failure-classifier.js';
+
+/**
+ * The breakers of a process, one per upstream name. A breaker's settings are
+ * fixed when it is first used: defaults, then the module's `breaker`, then
+ * the module's `breakers[name]`, then the decorator's own.
+ */
+export class BreakerRegistry {
+  private readonly breakers = new Map<string, CircuitBreaker>();
+
+  constructor(
+    private readonly defaults: BreakerOptions = {},
+    private readonly named: Record<string, BreakerOptions> = {},
+  ) {}
+
+  get(name: string, overrides: BreakerOptions = {}): CircuitBreaker {
+    let breaker = this.breakers.get(name);
+    if (!breaker) {
+      const o = { ...this.defaults, ...this.named[name], ...overrides };
+      breaker = new CircuitBreaker(name, {
+        failureThreshold: o.failureThreshold ?? DEFAULT_BREAKER.failureThreshold,
+        openMs: o.openMs ?? DEFAULT_BREAKER.openMs,
+        maxOpenMultiplier: o.maxOpenMultiplier ?? DEFAULT_BREAKER.maxOpenMultiplier,
+        failureRate: o.failureRate && {
+          thresholdPercent: o.failureRate.thresholdPercent,
+          minimumCalls: o.failureRate.minimumCalls ?? 10,
+          windowMs: o.failureRate.windowMs ?? 10_000,
+        },
+        healthProbe: o.healthProbe,
+        probeIntervalMs: o.probeIntervalMs ?? DEFAULT_BREAKER.probeIntervalMs,
+        probeTimeoutMs: o.probeTimeoutMs ?? DEFAULT_BREAKER.probeTimeoutMs,
+        isFailure: o.isFailure ?? isUpstreamFailure,
+      });
+      this.breakers.set(name, breaker);
+    }
+    return breaker;
+  }
+
+  /** The breaker of that name, if it was ever used. */
+  find(name: string): CircuitBreaker | undefined {
+    return this.breakers.get(name);
+  }
+
+  snapshot(): BreakerSnapshot[] {
+    return [...this.breakers.values()].map((breaker) => breaker.snapshot());
+  }
+
+  shutdown(): void {
+    for (const breaker of this.breakers.values()) breaker.shutdown();
+    this.breakers.clear();
+  }
+}

@@ -1,0 +1,197 @@
+import OpossumBreaker from 'opossum';
+import { CircuitOpenError } from '../core/orchestrator-errors.js';
+
+export type BreakerState = 'closed' | 'open' | 'half_open';
+
+/** Failure-rate opening, as in opossum: open when more than `thresholdPercent` of calls fail in the window. */
+export interface FailureRateOptions {
+  thresholdPercent: number;
+  /** Calls the window must hold before the rate is judged. */
+  minimumCalls: number;
+  windowMs: number;
+}
+
+export interface CircuitBreakerOptions {
+  /** Consecutive failures that open the breaker. */
+  failureThreshold: number;
+  /** First open period; every failed half-open probe doubles it, up to `maxOpenMultiplier` times. */
+  openMs: number;
+  maxOpenMultiplier: number;
+  /** Also open on a failure rate (opossum's own mode); off unless set. */
+  failureRate?: FailureRateOptions;
+  /**
+   * Checked every `probeIntervalMs` while the breaker is open: resolving to
+   * anything but `false` closes it at once, so traffic resumes as soon as the
+   * upstream is healthy instead of after the open period.
+   */
+  healthProbe?: (signal: AbortSignal) => Promise<unknown>;
+  probeIntervalMs: number;
+  probeTimeoutMs: number;
+  /** Which errors count as upstream failures (default: 5xx, connection errors, timeouts). */
+  isFailure: (error: unknown) => boolean;
+}
+
+export interface BreakerSnapshot {
+  name: string;
+  state: BreakerState;
+  consecutiveFailures: number;
+  /** Current open period, after doubling. */
+  openMs: number;
+  /** Epoch ms when the breaker last opened, if it is not closed. */
+  openedAt?: number;
+}
+
+type Action = () => Promise<unknown>;
+
+/**
+ * One upstream's circuit breaker: opossum's state machine (closed / open /
+ * half-open with a single probe) plus what opossum cannot express: opening
+ * after N consecutive failures, doubling the open period after a failed probe,
+ * and closing early once a health probe succeeds.
+ */
+export class CircuitBreaker {
+  private readonly breaker: OpossumBreaker<[Action], unknown>;
+  // opossum reads `options.resetTimeout` each time it opens; its typings do not expose `options`.
+  private readonly live: { resetTimeout: number };
+  private consecutiveFailures = 0;
+  private openedAt?: number;
+  private probeTimer?: ReturnType<typeof setTimeout>;
+  private probeAbort?: AbortController;
+
+  constructor(
+    readonly name: string,
+    private readonly options: CircuitBreakerOptions,
+  ) {
+    const rate = options.failureRate;
+    this.breaker = new OpossumBreaker((action: Action) => action(), {
+      name,
+      // Timeouts are applied (and the call really cancelled) by the caller's pipeline.
+      timeout: false,
+      resetTimeout: options.openMs,
+      // opossum opens when the rate is strictly above the threshold: 100 turns the mode off.
+      errorThresholdPercentage: rate?.thresholdPercent ?? 100,
+      volumeThreshold: rate?.minimumCalls ?? 0,
+      rollingCountTimeout: rate?.windowMs ?? 10_000,
+      errorFilter: (error: unknown) => !options.isFailure(error),
+    });
+    this.live = (this.breaker as unknown as { options: { resetTimeout: number } }).options;
+    this.breaker.on('success', () => {
+      this.consecutiveFailures = 0;
+    });
+    // Registered before opossum decides to reopen after a failed probe, so the
+    // doubled period is in place when its reset timer starts.
+    this.breaker.on('failure', () => this.onFailure());
+    this.breaker.on('open', () => {
+      this.openedAt = Date.now();
+      this.scheduleProbe();
+    });
+    this.breaker.on('close', () => {
+      this.consecutiveFailures = 0;
+      this.openedAt = undefined;
+      this.live.resetTimeout = options.openMs;
+      this.stopProbe();
+    });
+  }
+
+  get state(): BreakerState {
+    if (this.breaker.closed) return 'closed';
+    return this.breaker.halfOpen ? 'half_open' : 'open';
+  }
+
+  /** Throws `CircuitOpenError` unless a call would be let through right now. */
+  assertCallable(): void {
+    if (this.breaker.closed || this.breaker.pendingClose) return;
+    throw new CircuitOpenError(this.name, this.retryAfterSeconds());
+  }
+
+  /** Runs `action` through the breaker; its rejection counts as a failure if `isFailure` says so. */
+  async execute<T>(action: () => Promise<T>): Promise<T> {
+    try {
+      return (await this.breaker.fire(action)) as T;
+    } catch (error) {
+      if ((error as { code?: string } | undefined)?.code === 'EOPENBREAKER') {
+        throw new CircuitOpenError(this.name, this.retryAfterSeconds());
+      }
+      throw error;
+    }
+  }
+
+  /**
+   * Counts a failure that happened after `execute` had already resolved, such
+   * as a stream cut or stalled mid-answer.
+   */
+  recordFailure(error: unknown): void {
+    if (!this.options.isFailure(error)) return;
+    this.onFailure();
+  }
+
+  snapshot(): BreakerSnapshot {
+    return {
+      name: this.name,
+      state: this.state,
+      consecutiveFailures: this.consecutiveFailures,
+      openMs: this.live.resetTimeout,
+      openedAt: this.openedAt,
+    };
+  }
+
+  shutdown(): void {
+    this.stopProbe();
+    this.breaker.shutdown();
+  }
+
+  private onFailure(): void {
+    this.consecutiveFailures++;
+    if (this.breaker.halfOpen) {
+      const doubled = this.live.resetTimeout * 2;
+      this.live.resetTimeout = Math.min(doubled, this.options.openMs * this.options.maxOpenMultiplier);
+      return; // opossum reopens a breaker whose probe failed
+    }
+    if (this.breaker.closed && this.consecutiveFailures >= this.options.failureThreshold) {
+      this.breaker.open();
+    }
+  }
+
+  private retryAfterSeconds(): number {
+    const now = Date.now();
+    const openMs = this.live.resetTimeout;
+    let nextChance = (this.openedAt ?? now) + openMs;
+    if (this.options.healthProbe) nextChance = Math.min(nextChance, now + this.options.probeIntervalMs);
+    return Math.max(1, Math.ceil((nextChance - now) / 1000));
+  }
+
+  private scheduleProbe(): void {
+    const probe = this.options.healthProbe;
+    if (!probe || this.probeTimer || this.breaker.isShutdown) return;
+    this.probeTimer = setTimeout(() => void this.runProbe(probe), this.options.probeIntervalMs);
+    this.probeTimer.unref?.();
+  }
+
+  private async runProbe(probe: (signal: AbortSignal) => Promise<unknown>): Promise<void> {
+    const abort = new AbortController();
+    this.probeAbort = abort;
+    const timer = setTimeout(() => abort.abort(), this.options.probeTimeoutMs);
+    let healthy: boolean;
+    try {
+      healthy = (await probe(abort.signal)) !== false && !abort.signal.aborted;
+    } catch {
+      healthy = false;
+    } finally {
+      clearTimeout(timer);
+    }
+    // A probe that was stopped (breaker closed, reopened or shut down meanwhile) decides nothing.
+    if (this.probeAbort !== abort) return;
+    this.probeAbort = undefined;
+    this.probeTimer = undefined;
+    if (this.breaker.isShutdown || this.breaker.closed) return;
+    if (healthy) this.breaker.close();
+    else this.scheduleProbe();
+  }
+
+  private stopProbe(): void {
+    clearTimeout(this.probeTimer);
+    this.probeTimer = undefined;
+    this.probeAbort?.abort();
+    this.probeAbort = undefined;
+  }
+}

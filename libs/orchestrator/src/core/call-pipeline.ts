@@ -1,0 +1,157 @@
+import { Observable, defer, from, map, mergeMap, of, concat, type ObservableInput, type Subscription } from 'rxjs';
+import type { CircuitBreaker } from '../breaker/circuit-breaker.js';
+import type { ConcurrencyLimiter, ReleaseSlot } from '../concurrency/concurrency-limiter.js';
+import { replayEntry, type AnswerWindow } from '../dedup/answer-window.js';
+import { SingleFlight, type DedupOutcome } from '../dedup/single-flight.js';
+import { withTimeLimits, type TimeLimits } from '../timeout/time-limits.js';
+import { isStreamedResponse, type CallEvent } from './call-events.js';
+
+/** Everything that shapes one call, resolved from decorators and module options. */
+export interface CallPolicy {
+  dedup?: {
+    key: string;
+    /** Where finished answers are kept; absent when answers are not reused. */
+    window?: AnswerWindow;
+    windowMs: number;
+    maxEntryBytes: number;
+    cancelWhenAbandoned: boolean;
+  };
+  breaker?: CircuitBreaker;
+  limiter?: ConcurrencyLimiter;
+  timeLimits?: TimeLimits;
+}
+
+/** The upstream work: receives the call's own AbortSignal, aborted on timeout or cancellation. */
+export type CallWork<T> = (signal: AbortSignal) => Observable<CallEvent<T>>;
+
+export interface StartedCall<T> {
+  /** Absent when the call was not deduplicated. */
+  outcome?: DedupOutcome;
+  events: Observable<CallEvent<T>>;
+}
+
+/**
+ * The order of effects, whatever order the decorators were written in:
+ * dedup first (a joined or cached request uses no slot and never touches the
+ * breaker), then an immediate refusal if the breaker is open, then the
+ * concurrency slot, then the timed call, which is what the breaker measures.
+ */
+export class CallPipeline {
+  private readonly flights = new SingleFlight<unknown>();
+  /** How deduplicated requests were answered since start. */
+  readonly outcomes: Record<DedupOutcome, number> = { miss: 0, joined: 0, cached: 0 };
+
+  /** Calls in flight under a dedup key. */
+  get inFlight(): number {
+    return this.flights.size;
+  }
+
+  async start<T>(policy: CallPolicy, work: CallWork<T>): Promise<StartedCall<T>> {
+    const dedup = policy.dedup;
+    if (!dedup) return { events: guardedCall(policy, work) };
+    const flights = this.flights as SingleFlight<T>;
+    const running = flights.join(dedup.key);
+    if (running) return this.answer('joined', running);
+    if (dedup.window) {
+      const stored = await dedup.window.get<T>(dedup.key);
+      if (stored) return this.answer('cached', from(replayEntry(stored)));
+      // Another request may have started the same call while the window was read.
+      const started = flights.join(dedup.key);
+      if (started) return this.answer('joined', started);
+    }
+    let reachedUpstream = false;
+    const call = guardedCall(policy, work, () => (reachedUpstream = true));
+    const window = dedup.window;
+    const events = flights.lead(dedup.key, call, {
+      cancelWhenAbandoned: () => dedup.cancelWhenAbandoned || !reachedUpstream,
+      maxEntryBytes: dedup.maxEntryBytes,
+      onSuccess: window ? (entry) => window.set(dedup.key, entry, dedup.windowMs) : undefined,
+    });
+    return this.answer('miss', events);
+  }
+
+  private answer<T>(outcome: DedupOutcome, events: Observable<CallEvent<T>>): StartedCall<T> {
+    this.outcomes[outcome]++;
+    return { outcome, events };
+  }
+}
+
+/**
+ * Breaker refusal, concurrency slot, then the timed call through the breaker.
+ * Unsubscribing cancels whatever stage the call is in: it leaves the queue, or
+ * aborts the upstream request through the call's own signal.
+ */
+function guardedCall<T>(policy: CallPolicy, work: CallWork<T>, onUpstream?: () => void): Observable<CallEvent<T>> {
+  const { breaker, limiter, timeLimits } = policy;
+  return new Observable<CallEvent<T>>((subscriber) => {
+    const abort = new AbortController();
+    let release: ReleaseSlot | undefined;
+    let upstream: Subscription | undefined;
+
+    const timedCall = () =>
+      new Promise<void>((resolveFirst, rejectFirst) => {
+        let answered = false;
+        const events = defer(() => work(abort.signal));
+        upstream = (timeLimits ? events.pipe(withTimeLimits<T>(timeLimits)) : events).subscribe({
+          next(event) {
+            if (!answered && event.kind !== 'head') {
+              answered = true;
+              resolveFirst();
+            }
+            subscriber.next(event);
+          },
+          error(error: unknown) {
+            release?.();
+            abort.abort(error);
+            if (!answered) {
+              answered = true;
+              rejectFirst(error);
+            } else {
+              // The breaker already counted this call a success; a stream that breaks later still counts.
+              breaker?.recordFailure(error);
+              subscriber.error(error);
+            }
+          },
+          complete() {
+            release?.();
+            if (!answered) {
+              answered = true;
+              resolveFirst();
+            }
+            subscriber.complete();
+          },
+        });
+      });
+
+    const run = async () => {
+      breaker?.assertCallable();
+      if (limiter) release = await limiter.acquire(abort.signal);
+      if (subscriber.closed) return release?.();
+      onUpstream?.();
+      await (breaker ? breaker.execute(timedCall) : timedCall());
+    };
+    run().catch((error: unknown) => subscriber.error(error));
+
+    return () => {
+      upstream?.unsubscribe();
+      release?.();
+      if (!abort.signal.aborted) abort.abort();
+    };
+  });
+}
+
+/**
+ * Turns what a handler produced (a value, a promise, an Observable of values,
+ * or a `StreamedResponse`) into call events.
+ */
+export function toCallEvents<T>(result: Observable<unknown>): Observable<CallEvent<T>> {
+  return result.pipe(
+    mergeMap((value): ObservableInput<CallEvent<T>> => {
+      if (!isStreamedResponse(value)) return of({ kind: 'value', value: value as T });
+      return concat(
+        of<CallEvent<T>>({ kind: 'head', head: value.head, formatError: value.formatError }),
+        from(value.chunks).pipe(map((chunk): CallEvent<T> => ({ kind: 'chunk', chunk }))),
+      );
+    }),
+  );
+}

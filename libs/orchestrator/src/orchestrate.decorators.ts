@@ -1,0 +1,83 @@
+import { SetMetadata, applyDecorators, createParamDecorator, type ExecutionContext } from '@nestjs/common';
+import {
+  BREAKER_METADATA,
+  CALL_SIGNAL,
+  CONCURRENCY_METADATA,
+  DEDUP_METADATA,
+  TIMEOUT_METADATA,
+} from './orchestrator.constants.js';
+import {
+  normalizeBreaker,
+  normalizeConcurrency,
+  normalizeDedup,
+  normalizeOrchestrate,
+  normalizeTimeout,
+  type OrchestrateOptions,
+} from './orchestrate.options.js';
+import type { BreakerOptions, ConcurrencyOptions, DedupOptions, TimeoutOptions } from './orchestrator.options.js';
+
+/**
+ * Identical concurrent requests share one call; finished answers are reused
+ * for a window. `@Dedup(false)` turns it off for a route of a deduplicated class.
+ *
+ * @example
+ * ```ts
+ * @Post('summaries') @Dedup({ windowMs: 60_000 })
+ * summarize(@Body() body: SummaryRequest) { ... }
+ * ```
+ */
+export const Dedup = (options: boolean | DedupOptions = true) =>
+  SetMetadata(DEDUP_METADATA, normalizeDedup(options, '@Dedup()'));
+
+/**
+ * Guards the route with the named circuit breaker (default: one per controller
+ * class): after consecutive failures, calls are refused at once with 503.
+ *
+ * @example `@CircuitBreaker('payments')` or `@CircuitBreaker({ name: 'payments', failureThreshold: 3 })`
+ */
+export const CircuitBreaker = (nameOrOptions: boolean | string | BreakerOptions = true) =>
+  SetMetadata(BREAKER_METADATA, normalizeBreaker(nameOrOptions, '@CircuitBreaker()'));
+
+/**
+ * Limits calls in flight under a name (default: the controller class), with
+ * a bounded wait queue. `@Concurrency(8)` or `@Concurrency({ name, limit, queueSize, maxWaitMs })`.
+ */
+export const Concurrency = (limitOrOptions: boolean | number | ConcurrencyOptions = true) =>
+  SetMetadata(CONCURRENCY_METADATA, normalizeConcurrency(limitOrOptions, '@Concurrency()'));
+
+/**
+ * Time limit of the upstream call, in ms: total for a plain answer, first
+ * chunk and idle gap for a stream. The call is aborted when it is exceeded.
+ * `@Timeout(5_000)` or `@Timeout({ ms: 30_000, firstChunkMs: 5_000, idleMs: 10_000 })`.
+ */
+export const Timeout = (msOrOptions: number | TimeoutOptions | false) =>
+  SetMetadata(TIMEOUT_METADATA, normalizeTimeout(msOrOptions, '@Timeout()'));
+
+/**
+ * All four in one decorator. Their order of effect is fixed whatever the order
+ * written: dedup, breaker refusal, concurrency slot, timed call.
+ *
+ * @example
+ * ```ts
+ * @Orchestrate({ dedup: true, breaker: 'openai', concurrency: 16, timeout: 30_000 })
+ * ```
+ */
+export const Orchestrate = (options: OrchestrateOptions) => {
+  const o = normalizeOrchestrate(options, '@Orchestrate()');
+  const decorators = [];
+  if (o.dedup !== undefined) decorators.push(SetMetadata(DEDUP_METADATA, o.dedup));
+  if (o.breaker !== undefined) decorators.push(SetMetadata(BREAKER_METADATA, o.breaker));
+  if (o.concurrency !== undefined) decorators.push(SetMetadata(CONCURRENCY_METADATA, o.concurrency));
+  if (o.timeout !== undefined) decorators.push(SetMetadata(TIMEOUT_METADATA, o.timeout));
+  return applyDecorators(...decorators);
+};
+
+/**
+ * Injects the AbortSignal of the current upstream call: pass it to `fetch` so
+ * that a timeout (or the call's cancellation) really stops the request. With
+ * dedup, it belongs to the shared call, not to the one client.
+ */
+export const CallSignal = createParamDecorator((_: unknown, ctx: ExecutionContext): AbortSignal | undefined => {
+  const request = ctx.switchToHttp().getRequest<Record<symbol, AbortSignal | undefined>>();
+  return request[CALL_SIGNAL];
+});

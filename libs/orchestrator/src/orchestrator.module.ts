@@ -1,0 +1,18 @@
+import { Module } from '@nestjs/common';
+import { APP_INTERCEPTOR } from '@nestjs/core';
+import { ConfigurableModuleClass } from './orchestrator.module-definition.js';
+import { OrchestratorInterceptor } from './orchestrator.interceptor.js';
+import { OrchestratorService } from './orchestrator.service.js';
+
+/**
+ * Import once, in the root module: `OrchestratorModule.forRoot()` (zero config)
+ * or `forRoot({ dedup: { windowMs: 60_000 }, breakers: { openai: { healthProbe } } })`,
+ * or `forRootAsync({ useFactory, inject, imports })`. It is global by default and
+ * registers the interceptor that serves `@Dedup`, `@CircuitBreaker`,
+ * `@Concurrency`, `@Timeout` and `@Orchestrate` on every controller.
+ */
+@Module({
+  providers: [OrchestratorService, { provide: APP_INTERCEPTOR, useClass: OrchestratorInterceptor }],
+  exports: [OrchestratorService],
+})
+export class OrchestratorModule extends ConfigurableModuleClass {}
