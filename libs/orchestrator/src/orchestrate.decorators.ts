@@ -5,6 +5,7 @@ import {
   CONCURRENCY_METADATA,
   DEDUP_METADATA,
   TIMEOUT_METADATA,
+  RETRY_METADATA,
 } from './orchestrator.constants.js';
 import {
   normalizeBreaker,
@@ -12,9 +13,10 @@ import {
   normalizeDedup,
   normalizeOrchestrate,
   normalizeTimeout,
+  normalizeRetry,
   type OrchestrateOptions,
 } from './orchestrate.options.js';
-import type { BreakerOptions, ConcurrencyOptions, DedupOptions, TimeoutOptions } from './orchestrator.options.js';
+import type { BreakerOptions, ConcurrencyOptions, DedupOptions, RetryOptions, TimeoutOptions } from './orchestrator.options.js';
 
 /**
  * Identical concurrent requests share one call; finished answers are reused
@@ -54,7 +56,16 @@ export const Timeout = (msOrOptions: number | TimeoutOptions | false) =>
   SetMetadata(TIMEOUT_METADATA, normalizeTimeout(msOrOptions, '@Timeout()'));
 
 /**
- * All four in one decorator. Their order of effect is fixed whatever the order
+ * Retries transient upstream failures (502/503/504, connection errors) before
+ * the first chunk, with exponential back-off and full jitter. Each attempt is
+ * measured by the breaker, and none is made while it is open.
+ * `@Retry(2)` or `@Retry({ retries: 2, baseDelayMs: 200 })`.
+ */
+export const Retry = (retriesOrOptions: boolean | number | RetryOptions = true) =>
+  SetMetadata(RETRY_METADATA, normalizeRetry(retriesOrOptions, '@Retry()'));
+
+/**
+ * All in one decorator. Their order of effect is fixed whatever the order
  * written: dedup, breaker refusal, concurrency slot, timed call.
  *
  * @example
@@ -69,6 +80,7 @@ export const Orchestrate = (options: OrchestrateOptions) => {
   if (o.breaker !== undefined) decorators.push(SetMetadata(BREAKER_METADATA, o.breaker));
   if (o.concurrency !== undefined) decorators.push(SetMetadata(CONCURRENCY_METADATA, o.concurrency));
   if (o.timeout !== undefined) decorators.push(SetMetadata(TIMEOUT_METADATA, o.timeout));
+  if (o.retry !== undefined) decorators.push(SetMetadata(RETRY_METADATA, o.retry));
   return applyDecorators(...decorators);
 };
 

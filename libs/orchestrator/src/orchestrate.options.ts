@@ -4,6 +4,8 @@ import {
   validateConcurrencyOptions,
   validateDedupOptions,
   validateTimeoutOptions,
+  validateRetryOptions,
+  type RetryOptions,
   type BreakerOptions,
   type ConcurrencyOptions,
   type DedupOptions,
@@ -19,6 +21,8 @@ export interface OrchestrateOptions {
   concurrency?: boolean | number | ConcurrencyOptions;
   /** Milliseconds, or the time limits. */
   timeout?: boolean | number | TimeoutOptions;
+  /** Retries of transient failures before the first chunk: a count, or the options. */
+  retry?: boolean | number | RetryOptions;
 }
 
 /** Each capability's options in one shape; `false` = off, `undefined` = not asked for here. */
@@ -27,6 +31,7 @@ export interface NormalizedOrchestrateOptions {
   breaker?: false | BreakerOptions;
   concurrency?: false | ConcurrencyOptions;
   timeout?: false | TimeoutOptions;
+  retry?: false | RetryOptions;
 }
 
 export function normalizeDedup(value: OrchestrateOptions['dedup'], where: string): false | DedupOptions | undefined {
@@ -65,7 +70,15 @@ export function normalizeTimeout(value: OrchestrateOptions['timeout'], where: st
   return options;
 }
 
-const KNOWN = ['dedup', 'breaker', 'concurrency', 'timeout'];
+export function normalizeRetry(value: OrchestrateOptions['retry'], where: string): false | RetryOptions | undefined {
+  if (value === undefined) return undefined;
+  if (value === false) return false;
+  const options = value === true ? {} : typeof value === 'number' ? { retries: value } : value;
+  validateRetryOptions(`${where} retry`, options);
+  return options;
+}
+
+const KNOWN = ['dedup', 'breaker', 'concurrency', 'timeout', 'retry'];
 
 export function normalizeOrchestrate(options: OrchestrateOptions, where: string): NormalizedOrchestrateOptions {
   if (typeof options !== 'object' || options === null) {
@@ -79,5 +92,6 @@ export function normalizeOrchestrate(options: OrchestrateOptions, where: string)
     breaker: normalizeBreaker(options.breaker, where),
     concurrency: normalizeConcurrency(options.concurrency, where),
     timeout: normalizeTimeout(options.timeout, where),
+    retry: normalizeRetry(options.retry, where),
   };
 }

@@ -19,6 +19,7 @@ import {
   DEDUP_HEADER,
   DEDUP_METADATA,
   TIMEOUT_METADATA,
+  RETRY_METADATA,
 } from './orchestrator.constants.js';
 import { OrchestratorService, type ResolvedPolicy } from './orchestrator.service.js';
 
@@ -97,9 +98,10 @@ export class OrchestratorInterceptor implements NestInterceptor {
         breaker: this.reflector.get(BREAKER_METADATA, target as never),
         concurrency: this.reflector.get(CONCURRENCY_METADATA, target as never),
         timeout: this.reflector.get(TIMEOUT_METADATA, target as never),
+        retry: this.reflector.get(RETRY_METADATA, target as never),
       });
       const resolved = this.orchestrator.resolve(read(handler), read(controller), controller.name);
-      const any = resolved.dedup || resolved.breaker || resolved.limiter || resolved.timeLimits;
+      const any = resolved.dedup || resolved.breaker || resolved.limiter || resolved.timeLimits || resolved.retry;
       policy = any ? resolved : null;
       this.policies.set(handler, policy);
     }

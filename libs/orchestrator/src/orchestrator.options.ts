@@ -81,12 +81,25 @@ export interface TimeoutOptions {
   idleMs?: number;
 }
 
+export interface RetryOptions {
+  /** Extra attempts after the first. Default 1. */
+  retries?: number;
+  /** Back-off ceiling of the first retry in ms, doubled per retry, with full jitter. Default 100. */
+  baseDelayMs?: number;
+  /** Default 2 000. */
+  maxDelayMs?: number;
+  /** Which errors are retried. Default: 502/503/504 and connection errors; never timeouts or refusals. */
+  shouldRetry?: (error: unknown) => boolean;
+}
+
 /** Module-wide defaults; decorators on a class or route override them field by field. */
 export interface OrchestratorModuleOptions {
   dedup?: DedupOptions;
   breaker?: BreakerOptions;
   concurrency?: ConcurrencyOptions;
   timeout?: TimeoutOptions;
+  /** Retries of transient upstream failures (off unless a route asks for them). */
+  retry?: RetryOptions;
   /** Settings of named breakers (e.g. a health probe), applied when that breaker is first used. */
   breakers?: Record<string, BreakerOptions>;
   /** Settings of named concurrency limiters. */
@@ -109,6 +122,12 @@ export const DEFAULT_BREAKER = {
   maxOpenMultiplier: 64,
   probeIntervalMs: 500,
   probeTimeoutMs: 2_000,
+} as const;
+
+export const DEFAULT_RETRY = {
+  retries: 1,
+  baseDelayMs: 100,
+  maxDelayMs: 2_000,
 } as const;
 
 export const DEFAULT_CONCURRENCY = {
@@ -151,6 +170,12 @@ const TIMEOUT_FIELDS: Record<keyof TimeoutOptions, Check> = {
   ms: 'positive',
   firstChunkMs: 'positive',
   idleMs: 'positive',
+};
+const RETRY_FIELDS: Record<keyof RetryOptions, Check> = {
+  retries: 'nonNegativeInt',
+  baseDelayMs: 'positive',
+  maxDelayMs: 'positive',
+  shouldRetry: 'function',
 };
 const FAILURE_RATE_FIELDS: Record<string, Check> = {
   thresholdPercent: 'positive',
@@ -245,7 +270,11 @@ export function validateTimeoutOptions(path: string, value: unknown): void {
   }
 }
 
-const MODULE_FIELDS = ['dedup', 'breaker', 'concurrency', 'timeout', 'breakers', 'limits', 'windowStores'];
+export function validateRetryOptions(path: string, value: unknown): void {
+  checkFields(path, value, RETRY_FIELDS);
+}
+
+const MODULE_FIELDS = ['dedup', 'breaker', 'concurrency', 'timeout', 'retry', 'breakers', 'limits', 'windowStores'];
 
 /** Throws `OrchestratorConfigError` naming the first option that cannot work. */
 export function validateModuleOptions(options: unknown): OrchestratorModuleOptions {
@@ -263,6 +292,7 @@ export function validateModuleOptions(options: unknown): OrchestratorModuleOptio
   validateBreakerOptions('breaker', o.breaker);
   validateConcurrencyOptions('concurrency', o.concurrency);
   validateTimeoutOptions('timeout', o.timeout);
+  validateRetryOptions('retry', o.retry);
   for (const [name, breaker] of Object.entries(o.breakers ?? {})) validateBreakerOptions(`breakers.${name}`, breaker);
   for (const [name, limit] of Object.entries(o.limits ?? {})) validateConcurrencyOptions(`limits.${name}`, limit);
   if (o.windowStores !== undefined && !Array.isArray(o.windowStores)) {

@@ -1,6 +1,7 @@
 import { Inject, Injectable, Logger, Optional, type OnModuleDestroy } from '@nestjs/common';
 import { from, lastValueFrom, isObservable, type ObservableInput } from 'rxjs';
 import { BreakerRegistry } from './breaker/breaker.registry.js';
+import { isTransientFailure } from './breaker/failure-classifier.js';
 import type { BreakerSnapshot } from './breaker/circuit-breaker.js';
 import { ConcurrencyRegistry, type LimiterSnapshot } from './concurrency/concurrency.registry.js';
 import { CallPipeline, toCallEvents, type CallPolicy, type CallWork, type StartedCall } from './core/call-pipeline.js';
@@ -10,6 +11,7 @@ import { normalizeOrchestrate, type NormalizedOrchestrateOptions, type Orchestra
 import { MODULE_OPTIONS_TOKEN } from './orchestrator.module-definition.js';
 import {
   DEFAULT_DEDUP,
+  DEFAULT_RETRY,
   validateModuleOptions,
   type DedupOptions,
   type DedupRequest,
@@ -23,6 +25,7 @@ export interface ResolvedPolicy {
   breaker?: CallPolicy['breaker'];
   limiter?: CallPolicy['limiter'];
   timeLimits?: CallPolicy['timeLimits'];
+  retry?: CallPolicy['retry'];
 }
 
 export interface RunOptions extends OrchestrateOptions {
@@ -105,6 +108,7 @@ export class OrchestratorService implements OnModuleDestroy {
         breaker: policy.breaker,
         limiter: policy.limiter,
         timeLimits: policy.timeLimits,
+        retry: policy.retry,
       },
       work,
     );
@@ -129,6 +133,7 @@ export class OrchestratorService implements OnModuleDestroy {
     const breaker = pick('breaker');
     const concurrency = pick('concurrency');
     const timeout = pick('timeout');
+    const retry = pick('retry');
     return {
       dedup: dedup && {
         windowMs: dedup.windowMs ?? DEFAULT_DEDUP.windowMs,
@@ -144,6 +149,12 @@ export class OrchestratorService implements OnModuleDestroy {
         totalMs: timeout.ms,
         firstChunkMs: timeout.firstChunkMs ?? timeout.ms,
         idleMs: timeout.idleMs ?? timeout.ms,
+      },
+      retry: retry && {
+        retries: retry.retries ?? DEFAULT_RETRY.retries,
+        baseDelayMs: retry.baseDelayMs ?? DEFAULT_RETRY.baseDelayMs,
+        maxDelayMs: retry.maxDelayMs ?? DEFAULT_RETRY.maxDelayMs,
+        shouldRetry: retry.shouldRetry ?? isTransientFailure,
       },
     };
   }

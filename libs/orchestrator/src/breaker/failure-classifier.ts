@@ -35,11 +35,26 @@ export function isUpstreamFailure(error: unknown): boolean {
   if (typeof error !== 'object' || error === null) return true;
   const status = statusOf(error);
   if (status !== undefined) return status >= 500;
+  return isConnectionError(error) || (error as { name?: unknown }).name !== 'AbortError';
+}
+
+/**
+ * Failures worth one more try: 502/503/504 and connection errors. Not
+ * timeouts (the caller has already waited the limit) and not other 5xx.
+ */
+export function isTransientFailure(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null || isOrchestratorError(error)) return false;
+  const status = statusOf(error);
+  if (status !== undefined) return status === 502 || status === 503 || status === 504;
+  return isConnectionError(error);
+}
+
+function isConnectionError(error: object): boolean {
   let cause: unknown = error;
   for (let depth = 0; depth < 4 && typeof cause === 'object' && cause !== null; depth++) {
     const code = (cause as { code?: unknown }).code;
     if (typeof code === 'string' && CONNECTION_ERROR_CODES.has(code)) return true;
     cause = (cause as { cause?: unknown }).cause;
   }
-  return (error as { name?: unknown }).name !== 'AbortError';
+  return false;
 }

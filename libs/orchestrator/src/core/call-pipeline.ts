@@ -19,6 +19,15 @@ export interface CallPolicy {
   breaker?: CircuitBreaker;
   limiter?: ConcurrencyLimiter;
   timeLimits?: TimeLimits;
+  retry?: RetryPolicy;
+}
+
+/** Retries of transient failures before the first chunk, each one measured by the breaker. */
+export interface RetryPolicy {
+  retries: number;
+  baseDelayMs: number;
+  maxDelayMs: number;
+  shouldRetry: (error: unknown) => boolean;
 }
 
 /** The upstream work: receives the call's own AbortSignal, aborted on timeout or cancellation. */
@@ -77,19 +86,28 @@ export class CallPipeline {
 }
 
 /**
- * Breaker refusal, concurrency slot, then the timed call through the breaker.
- * Unsubscribing cancels whatever stage the call is in: it leaves the queue, or
- * aborts the upstream request through the call's own signal.
+ * Breaker refusal, concurrency slot, then the timed call through the breaker,
+ * retried (if asked) while it fails before its first chunk. Unsubscribing
+ * cancels whatever stage the call is in: it leaves the queue, or aborts the
+ * upstream request through the attempt's own signal.
  */
 function guardedCall<T>(policy: CallPolicy, work: CallWork<T>, onUpstream?: () => void): Observable<CallEvent<T>> {
-  const { breaker, limiter, timeLimits } = policy;
+  const { breaker, limiter, timeLimits, retry } = policy;
   return new Observable<CallEvent<T>>((subscriber) => {
-    const abort = new AbortController();
+    const cancel = new AbortController();
+    let attemptAbort: AbortController | undefined;
     let release: ReleaseSlot | undefined;
     let upstream: Subscription | undefined;
+    const finish = () => {
+      release?.();
+      attemptAbort?.abort();
+    };
 
-    const timedCall = () =>
+    // Resolves at the first chunk (or value): that, not the whole stream, is what the breaker times.
+    const attempt = () =>
       new Promise<void>((resolveFirst, rejectFirst) => {
+        const abort = new AbortController();
+        attemptAbort = abort;
         let answered = false;
         const events = defer(() => work(abort.signal));
         upstream = (timeLimits ? events.pipe(withTimeLimits<T>(timeLimits)) : events).subscribe({
@@ -101,23 +119,16 @@ function guardedCall<T>(policy: CallPolicy, work: CallWork<T>, onUpstream?: () =
             subscriber.next(event);
           },
           error(error: unknown) {
-            release?.();
             abort.abort(error);
-            if (!answered) {
-              answered = true;
-              rejectFirst(error);
-            } else {
-              // The breaker already counted this call a success; a stream that breaks later still counts.
-              breaker?.recordFailure(error);
-              subscriber.error(error);
-            }
+            if (!answered) return rejectFirst(error);
+            // The breaker already counted this call a success; a stream that breaks later still counts.
+            breaker?.recordFailure(error);
+            finish();
+            subscriber.error(error);
           },
           complete() {
-            release?.();
-            if (!answered) {
-              answered = true;
-              resolveFirst();
-            }
+            finish();
+            if (!answered) resolveFirst();
             subscriber.complete();
           },
         });
@@ -125,18 +136,47 @@ function guardedCall<T>(policy: CallPolicy, work: CallWork<T>, onUpstream?: () =
 
     const run = async () => {
       breaker?.assertCallable();
-      if (limiter) release = await limiter.acquire(abort.signal);
+      if (limiter) release = await limiter.acquire(cancel.signal);
       if (subscriber.closed) return release?.();
       onUpstream?.();
-      await (breaker ? breaker.execute(timedCall) : timedCall());
+      for (let retries = 0; ; retries++) {
+        try {
+          return await (breaker ? breaker.execute(attempt) : attempt());
+        } catch (error) {
+          if (!retry || retries >= retry.retries || !retry.shouldRetry(error) || subscriber.closed) throw error;
+          await backOff(retry, retries, cancel.signal);
+          // Never retry into an open breaker: the refusal is the answer.
+          breaker?.assertCallable();
+        }
+      }
     };
-    run().catch((error: unknown) => subscriber.error(error));
+    run().catch((error: unknown) => {
+      finish();
+      subscriber.error(error);
+    });
 
     return () => {
       upstream?.unsubscribe();
-      release?.();
-      if (!abort.signal.aborted) abort.abort();
+      finish();
+      cancel.abort();
     };
+  });
+}
+
+/** Waits `min(maxDelayMs, baseDelayMs * 2^n)` with full jitter, or until cancelled. */
+function backOff(retry: RetryPolicy, retries: number, signal: AbortSignal): Promise<void> {
+  const ceiling = Math.min(retry.maxDelayMs, retry.baseDelayMs * 2 ** retries);
+  const delay = Math.random() * ceiling;
+  return new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, delay);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
   });
 }
 
