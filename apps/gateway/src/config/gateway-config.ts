@@ -1,0 +1,229 @@
+import { parseArgs } from 'node:util';
+
+export type ProviderKind = 'openai' | 'llama' | 'anthropic';
+export type PlatformKind = 'express' | 'fastify';
+
+/** Everything the gateway is configured with; built from flags, then environment, then defaults. */
+export interface GatewayConfig {
+  provider: ProviderKind;
+  /** Base URL of the provider; fixed for the process, never taken from a request. */
+  upstream: string;
+  host: string;
+  port: number;
+  platform: PlatformKind;
+  /** Upstream calls in flight at once. */
+  concurrency: number;
+  queueSize: number;
+  queueTimeoutMs: number;
+  /** Total time of a plain answer; first-byte and idle-gap limit of a stream. */
+  timeoutMs: number;
+  dedup: boolean;
+  dedupWindowMs: number;
+  breakerFailures: number;
+  breakerOpenMs: number;
+  probeIntervalMs: number;
+  retries: number;
+  maxBodyBytes: number;
+  redisUrl?: string;
+  /** Keys clients must present; empty = pass the client's own key through. */
+  gatewayKeys: string[];
+  /** Key the gateway sends upstream instead of the client's. */
+  providerKey?: string;
+}
+
+interface FlagSpec {
+  env?: string | ((provider: ProviderKind) => string);
+  help: string;
+  value?: string;
+  boolean?: boolean;
+}
+
+const UPSTREAM_ENV: Record<ProviderKind, string> = {
+  openai: 'OPENAI_BASE_URL',
+  llama: 'LLAMA_CPP_URL',
+  anthropic: 'ANTHROPIC_BASE_URL',
+};
+const DEFAULT_UPSTREAM: Record<ProviderKind, string> = {
+  openai: 'https://api.openai.com/v1',
+  llama: 'http://127.0.0.1:8080',
+  anthropic: 'https://api.anthropic.com',
+};
+const PROVIDER_KEY_ENV: Record<ProviderKind, string> = {
+  openai: 'OPENAI_API_KEY',
+  llama: 'LLAMA_API_KEY',
+  anthropic: 'ANTHROPIC_API_KEY',
+};
+
+const FLAGS: Record<string, FlagSpec> = {
+  provider: { env: 'ORCHESTRATOR_PROVIDER', value: 'NAME', help: 'openai | llama | anthropic (default openai)' },
+  upstream: {
+    env: (p) => UPSTREAM_ENV[p],
+    value: 'URL',
+    help: 'provider base URL (env OPENAI_BASE_URL / LLAMA_CPP_URL / ANTHROPIC_BASE_URL by provider)',
+  },
+  host: { env: 'ORCHESTRATOR_HOST', value: 'HOST', help: 'address to listen on (default 127.0.0.1)' },
+  port: { env: 'ORCHESTRATOR_PORT', value: 'PORT', help: 'port to listen on (default 18080; llama-server uses 8080)' },
+  platform: { env: 'ORCHESTRATOR_PLATFORM', value: 'NAME', help: 'express | fastify (default express)' },
+  concurrency: { env: 'ORCHESTRATOR_CONCURRENCY', value: 'N', help: 'upstream calls in flight at once (default 32)' },
+  'queue-size': { env: 'ORCHESTRATOR_QUEUE_SIZE', value: 'N', help: 'requests allowed to wait for a slot (default 1000)' },
+  'queue-timeout': { env: 'ORCHESTRATOR_QUEUE_TIMEOUT_SECS', value: 'SECS', help: 'longest wait for a slot (default 60)' },
+  timeout: {
+    env: 'ORCHESTRATOR_TIMEOUT_SECS',
+    value: 'SECS',
+    help: 'total time of a plain answer; time to first byte and longest gap of a stream (default 60; fractions allowed)',
+  },
+  'dedup-window': { env: 'ORCHESTRATOR_DEDUP_SECS', value: 'SECS', help: 'how long finished answers are reused (default 300)' },
+  'no-dedup': { env: 'ORCHESTRATOR_NO_DEDUP', boolean: true, help: 'turn request deduplication off' },
+  'breaker-failures': {
+    env: 'ORCHESTRATOR_BREAKER_FAILURES',
+    value: 'N',
+    help: 'consecutive upstream failures that open the breaker (default 5)',
+  },
+  'breaker-open': {
+    env: 'ORCHESTRATOR_BREAKER_OPEN_SECS',
+    value: 'SECS',
+    help: 'first open period, doubled per failed probe up to 64x (default 30)',
+  },
+  'probe-interval': {
+    env: 'ORCHESTRATOR_PROBE_INTERVAL_SECS',
+    value: 'SECS',
+    help: "how often the provider's health is checked while the breaker is open (default 0.5)",
+  },
+  retries: { env: 'ORCHESTRATOR_RETRIES', value: 'N', help: 'gateway retries of 502/503/504 and connection errors (default 1)' },
+  'max-body': { env: 'ORCHESTRATOR_MAX_BODY_BYTES', value: 'BYTES', help: 'largest request body accepted (default 10485760)' },
+  redis: { env: 'ORCHESTRATOR_REDIS_URL', value: 'URL', help: 'share the answer window with other replicas through Redis' },
+  'gateway-keys': {
+    env: 'ORCHESTRATOR_GATEWAY_KEYS',
+    value: 'K1,K2',
+    help: "keys clients must present; the provider key then comes from the environment",
+  },
+  help: { boolean: true, help: 'show this help' },
+};
+
+export function helpText(): string {
+  const lines = [
+    'nest-prompt-orchestrator gateway: an OpenAI / Anthropic / llama.cpp proxy with request deduplication,',
+    'circuit breaking, concurrency limits and timeouts. Clients change only their base URL.',
+    '',
+    'Usage: npm start -- [options]',
+    '       e.g. npm start -- --provider llama --upstream http://127.0.0.1:8080 --port 18080',
+    '',
+    'Options (each also read from the environment variable shown):',
+  ];
+  for (const [name, spec] of Object.entries(FLAGS)) {
+    const flag = `--${name}${spec.value ? ` ${spec.value}` : ''}`;
+    const env = typeof spec.env === 'string' ? ` [${spec.env}]` : '';
+    lines.push(`  ${flag.padEnd(26)} ${spec.help}${env}`);
+  }
+  lines.push(
+    '',
+    'Provider keys come from OPENAI_API_KEY, ANTHROPIC_API_KEY or LLAMA_API_KEY; without one, the',
+    "client's own key is passed through. Keys are never logged.",
+  );
+  return lines.join('\n');
+}
+
+/** A configuration problem, reported to the user without a stack trace. */
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+/** Parses flags and environment; throws `ConfigError` naming the first bad value. Returns `undefined` for --help. */
+export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): GatewayConfig | undefined {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    const options = Object.fromEntries(
+      Object.entries(FLAGS).map(([name, spec]) => [name, { type: spec.boolean ? 'boolean' : 'string' } as const]),
+    );
+    values = parseArgs({ args: argv, options, strict: true, allowPositionals: false }).values;
+  } catch (error) {
+    throw new ConfigError(`${(error as Error).message}. Run with --help to list the options.`);
+  }
+  if (values.help) return undefined;
+
+  const provider = (readString(values, env, 'provider') ?? 'openai') as ProviderKind;
+  if (!['openai', 'llama', 'anthropic'].includes(provider)) {
+    throw new ConfigError(`--provider must be openai, llama or anthropic, got "${provider}"`);
+  }
+  const raw = (name: string) => readString(values, env, name, provider);
+  const upstream = parseUrl('upstream', raw('upstream') ?? DEFAULT_UPSTREAM[provider]);
+  const platform = (raw('platform') ?? 'express') as PlatformKind;
+  if (platform !== 'express' && platform !== 'fastify') {
+    throw new ConfigError(`--platform must be express or fastify, got "${platform}"`);
+  }
+  const seconds = (name: string, fallback: number) => Math.round(parseNumber(name, raw(name), fallback, 0.001) * 1000);
+  const integer = (name: string, fallback: number, min: number) => {
+    const n = parseNumber(name, raw(name), fallback, min);
+    if (!Number.isInteger(n)) throw new ConfigError(`--${name} must be a whole number, got "${raw(name)}"`);
+    return n;
+  };
+  const port = integer('port', 18080, 0);
+  if (port > 65535) throw new ConfigError(`--port must be at most 65535, got ${port}`);
+  const redisUrl = raw('redis');
+  if (redisUrl !== undefined) parseUrl('redis', redisUrl, ['redis:', 'rediss:']);
+  const noDedup = values['no-dedup'] === true || isTrue(env.ORCHESTRATOR_NO_DEDUP);
+
+  return {
+    provider,
+    upstream,
+    host: raw('host') ?? '127.0.0.1',
+    port,
+    platform,
+    concurrency: integer('concurrency', 32, 1),
+    queueSize: integer('queue-size', 1000, 0),
+    queueTimeoutMs: seconds('queue-timeout', 60),
+    timeoutMs: seconds('timeout', 60),
+    dedup: !noDedup,
+    dedupWindowMs: seconds('dedup-window', 300),
+    breakerFailures: integer('breaker-failures', 5, 1),
+    breakerOpenMs: seconds('breaker-open', 30),
+    probeIntervalMs: seconds('probe-interval', 0.5),
+    retries: integer('retries', 1, 0),
+    maxBodyBytes: integer('max-body', 10 * 1024 * 1024, 1024),
+    redisUrl,
+    gatewayKeys: (raw('gateway-keys') ?? '')
+      .split(',')
+      .map((k) => k.trim())
+      .filter(Boolean),
+    providerKey: env[PROVIDER_KEY_ENV[provider]] || undefined,
+  };
+}
+
+function readString(
+  values: Record<string, string | boolean | undefined>,
+  env: NodeJS.ProcessEnv,
+  name: string,
+  provider: ProviderKind = 'openai',
+): string | undefined {
+  const flag = values[name];
+  if (typeof flag === 'string') return flag;
+  const spec = FLAGS[name].env;
+  const envName = typeof spec === 'function' ? spec(provider) : spec;
+  const fromEnv = envName ? env[envName] : undefined;
+  return fromEnv === '' ? undefined : fromEnv;
+}
+
+function parseNumber(name: string, raw: string | undefined, fallback: number, min: number): number {
+  if (raw === undefined) return fallback;
+  const n = Number(raw);
+  if (raw.trim() === '' || !Number.isFinite(n)) throw new ConfigError(`--${name} must be a number, got "${raw}"`);
+  if (n < min) throw new ConfigError(`--${name} must be at least ${min}, got ${raw}`);
+  return n;
+}
+
+function parseUrl(name: string, raw: string, protocols = ['http:', 'https:']): string {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new ConfigError(`--${name} must be a URL, got "${raw}"`);
+  }
+  if (!protocols.includes(url.protocol)) {
+    throw new ConfigError(`--${name} must use ${protocols.join(' or ')}, got "${url.protocol}"`);
+  }
+  return url.toString().replace(/\/+$/, '');
+}
+
+function isTrue(value: string | undefined): boolean {
+  return value !== undefined && ['1', 'true', 'yes', 'on'].includes(value.toLowerCase());
+}

@@ -1,0 +1,75 @@
+import { Global, Module, type DynamicModule, type MiddlewareConsumer, type NestModule } from '@nestjs/common';
+import { APP_GUARD } from '@nestjs/core';
+import KeyvRedis from '@keyv/redis';
+import { Keyv } from 'keyv';
+import { OrchestratorModule, type OrchestratorModuleOptions } from 'nest-prompt-orchestrator';
+import type { GatewayConfig } from './config/gateway-config.js';
+import { GatewayService } from './gateway.service.js';
+import { GATEWAY_CONFIG } from './gateway.tokens.js';
+import { BodyValidationGuard } from './http/body-validation.guard.js';
+import { RequestContextMiddleware } from './http/request-context.middleware.js';
+import { AnthropicController } from './routes/anthropic.controller.js';
+import { HealthController } from './routes/health.controller.js';
+import { LlamaController } from './routes/llama.controller.js';
+import { OpenAIController } from './routes/openai.controller.js';
+import { UPSTREAM } from './routes/upstream-route.decorator.js';
+
+/** The gateway's configuration and its upstream client, visible to the orchestrator's options factory. */
+@Global()
+@Module({})
+class GatewayCoreModule {
+  static forRoot(config: GatewayConfig): DynamicModule {
+    return {
+      module: GatewayCoreModule,
+      providers: [{ provide: GATEWAY_CONFIG, useValue: config }, GatewayService],
+      exports: [GATEWAY_CONFIG, GatewayService],
+    };
+  }
+}
+
+/** The CLI's settings as the plugin's module options: the gateway is an ordinary user of the plugin. */
+export function orchestratorOptions(config: GatewayConfig, gateway: GatewayService): OrchestratorModuleOptions {
+  return {
+    // --no-dedup: no request gets a key, so none is deduplicated.
+    dedup: config.dedup ? { windowMs: config.dedupWindowMs } : { key: () => undefined },
+    timeout: { ms: config.timeoutMs },
+    retry: { retries: config.retries },
+    limits: {
+      [UPSTREAM]: { limit: config.concurrency, queueSize: config.queueSize, maxWaitMs: config.queueTimeoutMs },
+    },
+    breakers: {
+      [UPSTREAM]: {
+        failureThreshold: config.breakerFailures,
+        openMs: config.breakerOpenMs,
+        probeIntervalMs: config.probeIntervalMs,
+        probeTimeoutMs: Math.min(2_000, config.timeoutMs),
+        healthProbe: (signal) => gateway.healthProbe(signal),
+      },
+    },
+    windowStores: config.redisUrl
+      ? [new Keyv({ store: new KeyvRedis(config.redisUrl), namespace: 'nest-prompt-orchestrator' })]
+      : undefined,
+  };
+}
+
+@Module({})
+export class GatewayModule implements NestModule {
+  static forRoot(config: GatewayConfig): DynamicModule {
+    return {
+      module: GatewayModule,
+      imports: [
+        GatewayCoreModule.forRoot(config),
+        OrchestratorModule.forRootAsync({
+          inject: [GATEWAY_CONFIG, GatewayService],
+          useFactory: orchestratorOptions,
+        }),
+      ],
+      controllers: [OpenAIController, AnthropicController, LlamaController, HealthController],
+      providers: [{ provide: APP_GUARD, useClass: BodyValidationGuard }],
+    };
+  }
+
+  configure(consumer: MiddlewareConsumer): void {
+    consumer.apply(RequestContextMiddleware).forRoutes('*');
+  }
+}

@@ -1,0 +1,31 @@
+import 'reflect-metadata';
+import { ConfigError, helpText, parseGatewayConfig } from './config/gateway-config.js';
+import { createGateway } from './gateway.factory.js';
+
+async function main(): Promise<void> {
+  let config;
+  try {
+    config = parseGatewayConfig(process.argv.slice(2), process.env);
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      console.error(`gateway: ${error.message}`);
+      process.exit(2);
+    }
+    throw error;
+  }
+  if (!config) {
+    console.log(helpText());
+    return;
+  }
+  const app = await createGateway(config);
+  await app.listen(config.port, config.host);
+  const upstream = new URL(config.upstream);
+  console.log(
+    `gateway listening on http://${config.host}:${config.port} (provider ${config.provider}, upstream ${upstream.origin}${upstream.pathname === '/' ? '' : upstream.pathname})`,
+  );
+}
+
+main().catch((error: unknown) => {
+  console.error(`gateway: failed to start: ${(error as Error)?.message ?? error}`);
+  process.exit(1);
+});

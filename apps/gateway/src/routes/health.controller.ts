@@ -1,0 +1,35 @@
+import { Controller, Get, Inject } from '@nestjs/common';
+import { OrchestratorService } from 'nest-prompt-orchestrator';
+import type { GatewayConfig } from '../config/gateway-config.js';
+import { GATEWAY_CONFIG } from '../gateway.tokens.js';
+import { UPSTREAM } from './upstream-route.decorator.js';
+
+/**
+ * Liveness of the gateway itself, answered at once (it never waits on the
+ * provider), with the upstream's state as the breaker sees it.
+ */
+@Controller()
+export class HealthController {
+  constructor(
+    private readonly orchestrator: OrchestratorService,
+    @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
+  ) {}
+
+  @Get('health')
+  health() {
+    const health = this.orchestrator.health();
+    const breaker = health.breakers.find((b) => b.name === UPSTREAM);
+    const state = breaker?.state ?? 'closed';
+    return {
+      status: 'ok',
+      upstream: {
+        provider: this.config.provider,
+        state: state === 'closed' ? 'available' : state === 'half_open' ? 'recovering' : 'unavailable',
+        breaker: state,
+      },
+      breakers: health.breakers,
+      limiters: health.limiters,
+      dedup: { inFlight: health.inFlight, ...health.dedup },
+    };
+  }
+}
