@@ -41,8 +41,8 @@ export const CircuitBreaker = (nameOrOptions: boolean | string | BreakerOptions 
   SetMetadata(BREAKER_METADATA, normalizeBreaker(nameOrOptions, '@CircuitBreaker()'));
 
 /**
- * Limits calls in flight under a name (default: the controller class), with
- * a bounded wait queue. `@Concurrency(8)` or `@Concurrency({ name, limit, queueSize, maxWaitMs })`.
+ * Limits calls in flight under a name (default: the controller class, or
+ * `Class.method` for a route that sets its own limit), with a bounded wait queue. `@Concurrency(8)` or `@Concurrency({ name, limit, queueSize, maxWaitMs })`.
  */
 export const Concurrency = (limitOrOptions: boolean | number | ConcurrencyOptions = true) =>
   SetMetadata(CONCURRENCY_METADATA, normalizeConcurrency(limitOrOptions, '@Concurrency()'));
@@ -50,9 +50,10 @@ export const Concurrency = (limitOrOptions: boolean | number | ConcurrencyOption
 /**
  * Time limit of the upstream call, in ms: total for a plain answer, first
  * chunk and idle gap for a stream. The call is aborted when it is exceeded.
- * `@Timeout(5_000)` or `@Timeout({ ms: 30_000, firstChunkMs: 5_000, idleMs: 10_000 })`.
+ * `@Timeout(5_000)`, `@Timeout({ ms: 30_000, firstChunkMs: 5_000, idleMs: 10_000 })`, or
+ * `@Timeout(true)` to use the module's `timeout` option.
  */
-export const Timeout = (msOrOptions: number | TimeoutOptions | false) =>
+export const Timeout = (msOrOptions: boolean | number | TimeoutOptions) =>
   SetMetadata(TIMEOUT_METADATA, normalizeTimeout(msOrOptions, '@Timeout()'));
 
 /**

@@ -30,7 +30,7 @@ export interface NormalizedOrchestrateOptions {
   dedup?: false | DedupOptions;
   breaker?: false | BreakerOptions;
   concurrency?: false | ConcurrencyOptions;
-  timeout?: false | TimeoutOptions;
+  timeout?: false | Partial<TimeoutOptions>;
   retry?: false | RetryOptions;
 }
 
@@ -61,12 +61,12 @@ export function normalizeConcurrency(
   return options;
 }
 
-export function normalizeTimeout(value: OrchestrateOptions['timeout'], where: string): false | TimeoutOptions | undefined {
+export function normalizeTimeout(value: OrchestrateOptions['timeout'], where: string): false | Partial<TimeoutOptions> | undefined {
   if (value === undefined) return undefined;
   if (value === false) return false;
-  if (value === true) throw new OrchestratorConfigError(`${where} timeout needs a duration in ms`);
-  const options = typeof value === 'number' ? { ms: value } : value;
-  validateTimeoutOptions(`${where} timeout`, options);
+  // `true` takes the duration from the module's `timeout` option, checked when the route is resolved.
+  const options = value === true ? {} : typeof value === 'number' ? { ms: value } : value;
+  validateTimeoutOptions(`${where} timeout`, options, false);
   return options;
 }
 

@@ -77,7 +77,7 @@ export class OrchestratorInterceptor implements NestInterceptor {
     return from(this.orchestrator.start(policy, key, work)).pipe(
       mergeMap((started) => {
         if (started.outcome) adapter.setHeader(response, DEDUP_HEADER, started.outcome);
-        return deliver(started.events, { raw, clientGone: closeSignal(raw), setHeaders });
+        return deliver(started.events, { raw, setHeaders });
       }),
       catchError((error: unknown) => {
         if (error instanceof ClientClosedError) this.orchestrator.noteClientGone();
@@ -100,22 +100,18 @@ export class OrchestratorInterceptor implements NestInterceptor {
         timeout: this.reflector.get(TIMEOUT_METADATA, target as never),
         retry: this.reflector.get(RETRY_METADATA, target as never),
       });
-      const resolved = this.orchestrator.resolve(read(handler), read(controller), controller.name);
+      const route = read(handler);
+      // A route's own concurrency settings get a limiter of its own (`Class.method`): sharing the
+      // class's would give it whichever limit the first route called happened to create it with.
+      const own = route.concurrency;
+      if (own && own.name === undefined && Object.keys(own).length > 0) {
+        route.concurrency = { ...own, name: `${controller.name}.${handler.name}` };
+      }
+      const resolved = this.orchestrator.resolve(route, read(controller), controller.name);
       const any = resolved.dedup || resolved.breaker || resolved.limiter || resolved.timeLimits || resolved.retry;
       policy = any ? resolved : null;
       this.policies.set(handler, policy);
     }
     return policy;
   }
-}
-
-/** Aborted when the client hangs up before its answer was fully written. */
-function closeSignal(raw: ServerResponse): AbortSignal {
-  const controller = new AbortController();
-  if (raw.destroyed && !raw.writableFinished) controller.abort();
-  else
-    raw.once('close', () => {
-      if (!raw.writableFinished) controller.abort();
-    });
-  return controller.signal;
 }

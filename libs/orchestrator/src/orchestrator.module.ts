@@ -1,6 +1,6 @@
-import { Module } from '@nestjs/common';
+import { Module, type DynamicModule } from '@nestjs/common';
 import { APP_INTERCEPTOR } from '@nestjs/core';
-import { ConfigurableModuleClass } from './orchestrator.module-definition.js';
+import { ConfigurableModuleClass, type OPTIONS_TYPE } from './orchestrator.module-definition.js';
 import { OrchestratorInterceptor } from './orchestrator.interceptor.js';
 import { OrchestratorService } from './orchestrator.service.js';
 
@@ -15,4 +15,9 @@ import { OrchestratorService } from './orchestrator.service.js';
   providers: [OrchestratorService, { provide: APP_INTERCEPTOR, useClass: OrchestratorInterceptor }],
   exports: [OrchestratorService],
 })
-export class OrchestratorModule extends ConfigurableModuleClass {}
+export class OrchestratorModule extends ConfigurableModuleClass {
+  // Nest's generated forRoot reads the keys of its argument: without this default, forRoot() throws.
+  static override forRoot(options: typeof OPTIONS_TYPE = {}): DynamicModule {
+    return super.forRoot(options);
+  }
+}

@@ -60,7 +60,10 @@ export interface BreakerOptions {
 }
 
 export interface ConcurrencyOptions {
-  /** Limiter name: calls under one name share the limit. Default: the controller's class name. */
+  /**
+   * Limiter name: calls under one name share the limit. Default: the controller's class name, or
+   * `Class.method` for a route whose own decorator sets a limit (or other settings).
+   */
   name?: string;
   /** Calls in flight at once. Default 16. */
   limit?: number;
@@ -263,9 +266,9 @@ export function validateConcurrencyOptions(path: string, value: unknown): void {
   checkFields(path, value, CONCURRENCY_FIELDS);
 }
 
-export function validateTimeoutOptions(path: string, value: unknown): void {
+export function validateTimeoutOptions(path: string, value: unknown, requireMs = true): void {
   checkFields(path, value, TIMEOUT_FIELDS);
-  if (value !== undefined && (value as TimeoutOptions).ms === undefined) {
+  if (requireMs && value !== undefined && (value as TimeoutOptions).ms === undefined) {
     throw new OrchestratorConfigError(`${path}.ms is required`);
   }
 }
@@ -293,9 +296,17 @@ export function validateModuleOptions(options: unknown): OrchestratorModuleOptio
   validateConcurrencyOptions('concurrency', o.concurrency);
   validateTimeoutOptions('timeout', o.timeout);
   validateRetryOptions('retry', o.retry);
+  for (const field of ['breakers', 'limits'] as const) {
+    const named: unknown = o[field];
+    if (named !== undefined && (typeof named !== 'object' || named === null || Array.isArray(named))) {
+      throw new OrchestratorConfigError(`${field} must be an object keyed by name, got ${describe(named)}`);
+    }
+  }
   for (const [name, breaker] of Object.entries(o.breakers ?? {})) validateBreakerOptions(`breakers.${name}`, breaker);
   for (const [name, limit] of Object.entries(o.limits ?? {})) validateConcurrencyOptions(`limits.${name}`, limit);
-  if (o.windowStores !== undefined && !Array.isArray(o.windowStores)) {
+  const isStore = (store: unknown) =>
+    typeof store === 'object' && store !== null && typeof (store as { get?: unknown }).get === 'function' && typeof (store as { set?: unknown }).set === 'function';
+  if (o.windowStores !== undefined && !(Array.isArray(o.windowStores) && o.windowStores.every(isStore))) {
     throw new OrchestratorConfigError('windowStores must be an array of Keyv instances');
   }
   return o;

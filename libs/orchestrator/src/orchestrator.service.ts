@@ -12,11 +12,14 @@ import { MODULE_OPTIONS_TOKEN } from './orchestrator.module-definition.js';
 import {
   DEFAULT_DEDUP,
   DEFAULT_RETRY,
+  OrchestratorConfigError,
   validateModuleOptions,
   type DedupOptions,
   type DedupRequest,
   type OrchestratorModuleOptions,
+  type TimeoutOptions,
 } from './orchestrator.options.js';
+import type { TimeLimits } from './timeout/time-limits.js';
 
 /** A route's (or a `run` call's) resolved settings; computed once per route and reused. */
 export interface ResolvedPolicy {
@@ -145,11 +148,7 @@ export class OrchestratorService implements OnModuleDestroy {
       },
       breaker: breaker && this.breakers.get(breaker.name ?? defaultName, breaker),
       limiter: concurrency && this.limiters.get(concurrency.name ?? defaultName, concurrency),
-      timeLimits: timeout && {
-        totalMs: timeout.ms,
-        firstChunkMs: timeout.firstChunkMs ?? timeout.ms,
-        idleMs: timeout.idleMs ?? timeout.ms,
-      },
+      timeLimits: timeout && timeLimitsOf(timeout, defaultName),
       retry: retry && {
         retries: retry.retries ?? DEFAULT_RETRY.retries,
         baseDelayMs: retry.baseDelayMs ?? DEFAULT_RETRY.baseDelayMs,
@@ -192,6 +191,16 @@ export class OrchestratorService implements OnModuleDestroy {
     this.breakers.shutdown();
     await this.window.disconnect().catch(() => undefined);
   }
+}
+
+function timeLimitsOf(timeout: Partial<TimeoutOptions>, where: string): TimeLimits {
+  const ms = timeout.ms;
+  if (ms === undefined) {
+    throw new OrchestratorConfigError(
+      `${where}: timeout has no duration; give one, or set OrchestratorModule.forRoot({ timeout: { ms } })`,
+    );
+  }
+  return { totalMs: ms, firstChunkMs: timeout.firstChunkMs ?? ms, idleMs: timeout.idleMs ?? ms };
 }
 
 function defaultCredential(headers: DedupRequest['headers']): string | undefined {

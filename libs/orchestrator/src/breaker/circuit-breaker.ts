@@ -1,5 +1,5 @@
 import OpossumBreaker from 'opossum';
-import { CircuitOpenError } from '../core/orchestrator-errors.js';
+import { CircuitOpenError, isOrchestratorError } from '../core/orchestrator-errors.js';
 
 export type BreakerState = 'closed' | 'open' | 'half_open';
 
@@ -75,8 +75,9 @@ export class CircuitBreaker {
       errorFilter: (error: unknown) => !options.isFailure(error),
     });
     this.live = (this.breaker as unknown as { options: { resetTimeout: number } }).options;
-    this.breaker.on('success', () => {
-      this.consecutiveFailures = 0;
+    // opossum reports a filtered error as a success; a call its caller abandoned proves nothing either way.
+    this.breaker.on('success', (result: unknown) => {
+      if (!isAbandoned(result)) this.consecutiveFailures = 0;
     });
     // Registered before opossum decides to reopen after a failed probe, so the
     // doubled period is in place when its reset timer starts.
@@ -106,8 +107,17 @@ export class CircuitBreaker {
 
   /** Runs `action` through the breaker; its rejection counts as a failure if `isFailure` says so. */
   async execute<T>(action: () => Promise<T>): Promise<T> {
+    // While not closed, fire() lets only the half-open probe through. If its caller abandons it, reopen
+    // for the current period (before opossum would count the abandonment as a success and close).
+    const probe = this.breaker.closed
+      ? action
+      : () =>
+          action().catch((error: unknown) => {
+            if (isAbandoned(error) && this.breaker.halfOpen) this.breaker.open();
+            throw error;
+          });
     try {
-      return (await this.breaker.fire(action)) as T;
+      return (await this.breaker.fire(probe)) as T;
     } catch (error) {
       if ((error as { code?: string } | undefined)?.code === 'EOPENBREAKER') {
         throw new CircuitOpenError(this.name, this.retryAfterSeconds());
@@ -171,9 +181,11 @@ export class CircuitBreaker {
     const abort = new AbortController();
     this.probeAbort = abort;
     const timer = setTimeout(() => abort.abort(), this.options.probeTimeoutMs);
+    // A probe that ignores its signal must not hang the loop: the abort (timeout or stop) ends the wait.
+    const aborted = new Promise<false>((resolve) => abort.signal.addEventListener('abort', () => resolve(false), { once: true }));
     let healthy: boolean;
     try {
-      healthy = (await probe(abort.signal)) !== false && !abort.signal.aborted;
+      healthy = (await Promise.race([probe(abort.signal), aborted])) !== false && !abort.signal.aborted;
     } catch {
       healthy = false;
     } finally {
@@ -194,4 +206,8 @@ export class CircuitBreaker {
     this.probeAbort?.abort();
     this.probeAbort = undefined;
   }
+}
+
+function isAbandoned(value: unknown): boolean {
+  return isOrchestratorError(value) && value.code === 'client_closed_request';
 }

@@ -53,6 +53,13 @@ export class ConcurrencyLimiter {
     return this.options.limit;
   }
 
+  /** A slot at once if one is free (no promise, no queue), else `undefined`. */
+  tryAcquire(): ReleaseSlot | undefined {
+    if (this.active >= this.options.limit) return undefined;
+    this.active++;
+    return this.releaser();
+  }
+
   /**
    * Resolves with a release function once a slot is free. Rejects with
    * `OverloadedError` when the queue is full, `QueueTimeoutError` after

@@ -5,6 +5,7 @@ import { replayEntry, type AnswerWindow } from '../dedup/answer-window.js';
 import { SingleFlight, type DedupOutcome } from '../dedup/single-flight.js';
 import { withTimeLimits, type TimeLimits } from '../timeout/time-limits.js';
 import { isStreamedResponse, type CallEvent } from './call-events.js';
+import { ClientClosedError } from './orchestrator-errors.js';
 
 /** Everything that shapes one call, resolved from decorators and module options. */
 export interface CallPolicy {
@@ -94,13 +95,18 @@ export class CallPipeline {
 function guardedCall<T>(policy: CallPolicy, work: CallWork<T>, onUpstream?: () => void): Observable<CallEvent<T>> {
   const { breaker, limiter, timeLimits, retry } = policy;
   return new Observable<CallEvent<T>>((subscriber) => {
-    const cancel = new AbortController();
+    // Created only when the call has to wait (queue, back-off): most calls never need it.
+    let cancel: AbortController | undefined;
+    const cancelSignal = () => (cancel ??= new AbortController()).signal;
     let attemptAbort: AbortController | undefined;
     let release: ReleaseSlot | undefined;
     let upstream: Subscription | undefined;
+    let abandonAttempt: (() => void) | undefined;
+    // Once the call has ended there is nothing left to abort (and aborting costs a DOMException per call).
+    let ended = false;
     const finish = () => {
+      ended = true;
       release?.();
-      attemptAbort?.abort();
     };
 
     // Resolves at the first chunk (or value): that, not the whole stream, is what the breaker times.
@@ -108,10 +114,14 @@ function guardedCall<T>(policy: CallPolicy, work: CallWork<T>, onUpstream?: () =
       new Promise<void>((resolveFirst, rejectFirst) => {
         const abort = new AbortController();
         attemptAbort = abort;
+        // The caller left: settle the attempt, or the breaker waits for it (as a half-open probe, forever).
+        abandonAttempt = () => rejectFirst(new ClientClosedError());
         let answered = false;
         const events = defer(() => work(abort.signal));
         upstream = (timeLimits ? events.pipe(withTimeLimits<T>(timeLimits)) : events).subscribe({
           next(event) {
+            // A plain value is the whole answer: the call is over before the caller (who may unsubscribe at once) sees it.
+            if (event.kind === 'value') finish();
             if (!answered && event.kind !== 'head') {
               answered = true;
               resolveFirst();
@@ -136,7 +146,7 @@ function guardedCall<T>(policy: CallPolicy, work: CallWork<T>, onUpstream?: () =
 
     const run = async () => {
       breaker?.assertCallable();
-      if (limiter) release = await limiter.acquire(cancel.signal);
+      if (limiter) release = limiter.tryAcquire() ?? (await limiter.acquire(cancelSignal()));
       if (subscriber.closed) return release?.();
       onUpstream?.();
       for (let retries = 0; ; retries++) {
@@ -144,7 +154,7 @@ function guardedCall<T>(policy: CallPolicy, work: CallWork<T>, onUpstream?: () =
           return await (breaker ? breaker.execute(attempt) : attempt());
         } catch (error) {
           if (!retry || retries >= retry.retries || !retry.shouldRetry(error) || subscriber.closed) throw error;
-          await backOff(retry, retries, cancel.signal);
+          await backOff(retry, retries, cancelSignal());
           // Never retry into an open breaker: the refusal is the answer.
           breaker?.assertCallable();
         }
@@ -156,9 +166,12 @@ function guardedCall<T>(policy: CallPolicy, work: CallWork<T>, onUpstream?: () =
     });
 
     return () => {
+      if (ended) return;
       upstream?.unsubscribe();
       finish();
-      cancel.abort();
+      attemptAbort?.abort();
+      abandonAttempt?.();
+      cancel?.abort();
     };
   });
 }

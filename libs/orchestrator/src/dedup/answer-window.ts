@@ -28,7 +28,8 @@ export class AnswerWindow {
   constructor(private readonly options: AnswerWindowOptions) {
     const stores = options.stores ?? [
       new Keyv({
-        store: new KeyvCacheableMemory({ lruSize: options.maxEntries, useClone: false }),
+        // Keys are already SHA-256 digests: one shard, no second hash per look-up.
+        store: new KeyvCacheableMemory({ lruSize: options.maxEntries, useClone: false, storeHashSize: 1 }),
         serialize: undefined,
         deserialize: undefined,
         namespace: undefined,

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { configure } from 'safe-stable-stringify';
 
 /** What identifies one request for deduplication. */
@@ -30,6 +30,19 @@ export function dedupKey(input: DedupKeyInput): string {
   hash.update('\n');
   hash.update(input.credential ?? '');
   hash.update('\n');
-  hash.update(canonicalJson(input.body) ?? '');
+  hash.update(canonicalBody(input.body));
   return hash.digest('base64url');
+}
+
+/**
+ * A body with no canonical form (nested too deep for the stack, or a throwing
+ * `toJSON`/getter) gets a key of its own: it is not deduplicated, and never
+ * shares an answer with another body.
+ */
+function canonicalBody(body: unknown): string {
+  try {
+    return canonicalJson(body) ?? '';
+  } catch {
+    return `\u0000unserialisable:${randomUUID()}`;
+  }
 }

@@ -45,18 +45,20 @@ export class SingleFlight<T> {
     const onSuccess = options.onSuccess;
     const recorder = onSuccess ? new AnswerRecorder<T>(options.maxEntryBytes) : undefined;
     let written: Promise<void> | undefined;
+    const forget = () => {
+      if (this.flights.get(key) === shared) this.flights.delete(key);
+    };
     const shared: Observable<CallEvent<T>> = call.pipe(
       tap({
         next: (event) => recorder?.record(event),
+        // Before the callers see the error: one that retries at once must start a new call, not join this one.
+        error: forget,
         complete: () => {
           const entry = recorder?.entry();
           if (entry && onSuccess) written = onSuccess(entry);
         },
       }),
       finalize(() => {
-        const forget = () => {
-          if (this.flights.get(key) === shared) this.flights.delete(key);
-        };
         // Until the window holds the answer, late callers still join the finished flight.
         if (written) void written.finally(forget);
         else forget();

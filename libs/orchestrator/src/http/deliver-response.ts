@@ -6,10 +6,8 @@ import type { CallEvent, StreamHead } from '../core/call-events.js';
 import { ClientClosedError } from '../core/orchestrator-errors.js';
 
 export interface DeliveryTarget {
-  /** The Node response under the framework's one, to cut a broken stream. */
+  /** The Node response under the framework's one: watched for the client leaving, cut when a stream breaks. */
   raw: ServerResponse;
-  /** Aborted when the client goes away. */
-  clientGone: AbortSignal;
   setHeaders: (headers: Record<string, string>) => void;
 }
 
@@ -25,13 +23,16 @@ export function deliver<T>(events: Observable<CallEvent<T>>, target: DeliveryTar
     let body: Readable | undefined;
     let subscription: Subscription | undefined;
     const onClientGone = () => {
+      // 'close' also follows a complete answer; only an unfinished one means the client left.
+      if (target.raw.writableFinished) return;
       subscription?.unsubscribe();
       body?.destroy();
       subscriber.error(new ClientClosedError());
     };
-    if (target.clientGone.aborted) return onClientGone();
-    target.clientGone.addEventListener('abort', onClientGone, { once: true });
-    const stopListening = () => target.clientGone.removeEventListener('abort', onClientGone);
+    if (target.raw.destroyed) return onClientGone();
+    // A plain listener, not an AbortSignal: this runs for every request, and signals cost far more.
+    target.raw.once('close', onClientGone);
+    const stopListening = () => target.raw.removeListener('close', onClientGone);
 
     subscription = events.subscribe({
       next(event) {

@@ -1,0 +1,174 @@
+import { describe, expect, it } from '@jest/globals';
+import { dedupKey, type DedupKeyInput } from './dedup-key.js';
+
+const CREDENTIAL = 'Bearer sk-live-0123456789abcdefTENANT-A';
+
+const base: DedupKeyInput = {
+  method: 'POST',
+  url: '/v1/chat/completions',
+  credential: CREDENTIAL,
+  body: {
+    model: 'gpt-4o-mini',
+    temperature: 0.2,
+    messages: [
+      { role: 'system', content: 'Be brief.' },
+      { role: 'user', content: 'Hello' },
+    ],
+    response_format: { type: 'json_object', schema: { a: 1, b: [1, 2, { c: null }] } },
+  },
+};
+
+function deepObject(depth: number): unknown {
+  let value: unknown = { leaf: true };
+  for (let i = 0; i < depth; i++) value = { nested: value };
+  return value;
+}
+
+function deepArray(depth: number): unknown {
+  let value: unknown = [];
+  for (let i = 0; i < depth; i++) value = [value];
+  return value;
+}
+
+describe('dedupKey', () => {
+  it('is stable for the same input', () => {
+    expect(dedupKey(base)).toBe(dedupKey(structuredClone(base)));
+  });
+
+  it('does not depend on the field order of the body, at any depth', () => {
+    const reordered: DedupKeyInput = {
+      credential: CREDENTIAL,
+      url: '/v1/chat/completions',
+      method: 'POST',
+      body: {
+        response_format: { schema: { b: [1, 2, { c: null }], a: 1 }, type: 'json_object' },
+        messages: [
+          { content: 'Be brief.', role: 'system' },
+          { content: 'Hello', role: 'user' },
+        ],
+        temperature: 0.2,
+        model: 'gpt-4o-mini',
+      },
+    };
+    expect(dedupKey(reordered)).toBe(dedupKey(base));
+  });
+
+  it.each<[string, (input: DedupKeyInput) => DedupKeyInput]>([
+    ['the method', (i) => ({ ...i, method: 'PUT' })],
+    ['the url', (i) => ({ ...i, url: '/v1/completions' })],
+    ['the query string', (i) => ({ ...i, url: '/v1/chat/completions?stream=true' })],
+    ['the credential', (i) => ({ ...i, credential: 'Bearer sk-live-0123456789abcdefTENANT-B' })],
+    ['a missing credential', (i) => ({ ...i, credential: undefined })],
+    ['a sampling parameter', (i) => ({ ...i, body: { ...(i.body as object), temperature: 0.3 } })],
+    ['the model', (i) => ({ ...i, body: { ...(i.body as object), model: 'gpt-4o' } })],
+    ['an added field', (i) => ({ ...i, body: { ...(i.body as object), tools: [] } })],
+    [
+      'one message',
+      (i) => ({
+        ...i,
+        body: {
+          ...(i.body as object),
+          messages: [
+            { role: 'system', content: 'Be brief.' },
+            { role: 'user', content: 'Hello!' },
+          ],
+        },
+      }),
+    ],
+    [
+      'the order of messages',
+      (i) => ({
+        ...i,
+        body: {
+          ...(i.body as object),
+          messages: [
+            { role: 'user', content: 'Hello' },
+            { role: 'system', content: 'Be brief.' },
+          ],
+        },
+      }),
+    ],
+    ['a value deep inside', (i) => ({ ...i, body: { ...(i.body as object), response_format: { type: 'json_object', schema: { a: 1, b: [1, 2, { c: 0 }] } } } })],
+    ['a number turned into a string', (i) => ({ ...i, body: { ...(i.body as object), temperature: '0.2' } })],
+  ])('changes when %s changes', (_name, change) => {
+    expect(dedupKey(change(base))).not.toBe(dedupKey(base));
+  });
+
+  it('keeps method, url, credential and body apart (no ambiguity at their borders)', () => {
+    const keys = new Set([
+      dedupKey({ method: 'POST', url: '/a', credential: 'b', body: 'c' }),
+      dedupKey({ method: 'POST', url: '/ab', credential: '', body: 'c' }),
+      dedupKey({ method: 'POST', url: '/a', credential: '', body: 'bc' }),
+      dedupKey({ method: 'POST', url: '/a', credential: 'b', body: undefined }),
+      dedupKey({ method: 'POST', url: '/a', credential: 'b', body: '' }),
+      dedupKey({ method: 'POST', url: '/a', credential: 'b', body: null }),
+      dedupKey({ method: 'POST', url: '/a', credential: 'b', body: {} }),
+      dedupKey({ method: 'POST', url: '/a', credential: 'b', body: [] }),
+    ]);
+    expect(keys.size).toBe(8);
+  });
+
+  it('never contains the credential, nor its parts', () => {
+    const key = dedupKey(base);
+    expect(key).not.toContain(CREDENTIAL);
+    expect(key).not.toContain('sk-live');
+    expect(key).not.toContain('TENANT');
+    expect(key).not.toContain(Buffer.from(CREDENTIAL).toString('base64url').slice(0, 12));
+    // A fixed-size digest: nothing of the input is carried over.
+    expect(key).toMatch(/^[A-Za-z0-9_-]{43}$/);
+  });
+
+  describe('hostile bodies do not throw', () => {
+    it.each<[string, () => unknown]>([
+      ['an object nested 100,000 deep', () => deepObject(100_000)],
+      ['an array nested 100,000 deep (what JSON.parse accepts from a 200 KB body)', () => JSON.parse('['.repeat(100_000) + ']'.repeat(100_000))],
+      ['an array nested 10,000 deep', () => deepArray(10_000)],
+      [
+        'a cycle',
+        () => {
+          const a: Record<string, unknown> = { name: 'a' };
+          a.self = a;
+          a.list = [a, { back: a }];
+          return a;
+        },
+      ],
+      ['a bigint', () => ({ n: 12345678901234567890n, list: [1n, 2n] })],
+      ['a 1 MB string', () => ({ prompt: 'x'.repeat(1024 * 1024) })],
+      ['a 1 MB key', () => ({ ['k'.repeat(1024 * 1024)]: 1 })],
+      ['a toJSON that throws', () => ({ toJSON: () => { throw new Error('no'); } })],
+      ['a getter that throws', () => Object.defineProperty({}, 'boom', { enumerable: true, get: () => { throw new Error('no'); } })],
+      ['symbols and functions', () => ({ [Symbol('s')]: 1, f: () => 1, u: undefined })],
+      ['a null-prototype object', () => Object.assign(Object.create(null), { a: 1 })],
+      ['NaN and infinities', () => ({ a: NaN, b: Infinity, c: -0 })],
+    ])('%s', (_name, makeBody) => {
+      const body = makeBody();
+      let key: string | undefined;
+      expect(() => (key = dedupKey({ method: 'POST', url: '/v1/chat/completions', credential: CREDENTIAL, body }))).not.toThrow();
+      expect(typeof key).toBe('string');
+      expect(key!.length).toBeGreaterThan(0);
+      expect(key).not.toContain('sk-live');
+    });
+
+    it('bigints and cycles still give a stable key that tells bodies apart', () => {
+      const cyclic = () => {
+        const a: Record<string, unknown> = { v: 1 };
+        a.self = a;
+        return a;
+      };
+      const input = (body: unknown): DedupKeyInput => ({ method: 'POST', url: '/x', body });
+      expect(dedupKey(input(cyclic()))).toBe(dedupKey(input(cyclic())));
+      expect(dedupKey(input({ n: 1n }))).toBe(dedupKey(input({ n: 1n })));
+      expect(dedupKey(input({ n: 1n }))).not.toBe(dedupKey(input({ n: 2n })));
+    });
+
+    it('two deep bodies that differ only at the bottom never share a key', () => {
+      const deep = (leaf: string) => {
+        let value: unknown = leaf;
+        for (let i = 0; i < 20_000; i++) value = [value];
+        return value;
+      };
+      const input = (body: unknown): DedupKeyInput => ({ method: 'POST', url: '/x', body });
+      expect(dedupKey(input(deep('a')))).not.toBe(dedupKey(input(deep('b'))));
+    });
+  });
+});
