@@ -1,8 +1,8 @@
-import { Global, Module, type DynamicModule, type MiddlewareConsumer, type NestModule } from '@nestjs/common';
+import { Global, HttpException, Module, type DynamicModule, type MiddlewareConsumer, type NestModule } from '@nestjs/common';
 import { APP_GUARD } from '@nestjs/core';
 import KeyvRedis from '@keyv/redis';
 import { Keyv } from 'keyv';
-import { OrchestratorModule, type OrchestratorModuleOptions } from 'nest-prompt-orchestrator';
+import { OrchestratorModule, isUpstreamFailure, type OrchestratorModuleOptions } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from './config/gateway-config.js';
 import { GatewayService } from './gateway.service.js';
 import { GATEWAY_CONFIG } from './gateway.tokens.js';
@@ -44,6 +44,9 @@ export function orchestratorOptions(config: GatewayConfig, gateway: GatewayServi
         probeIntervalMs: config.probeIntervalMs,
         probeTimeoutMs: Math.min(2_000, config.timeoutMs),
         healthProbe: (signal) => gateway.healthProbe(signal),
+        // The gateway's own refusals (a route this provider lacks: 501; a request it cannot translate: 400)
+        // never reached the provider, so they say nothing about its health.
+        isFailure: (error) => !(error instanceof HttpException) && isUpstreamFailure(error),
       },
     },
     windowStores: config.redisUrl

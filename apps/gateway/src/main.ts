@@ -19,9 +19,12 @@ async function main(): Promise<void> {
   }
   const app = await createGateway(config);
   await app.listen(config.port, config.host);
+  // The bound port, not the requested one: --port 0 picks a free port.
+  const address = app.getHttpServer().address() as { port?: number } | string | null;
+  const port = typeof address === 'object' && address?.port !== undefined ? address.port : config.port;
   const upstream = new URL(config.upstream);
   console.log(
-    `gateway listening on http://${config.host}:${config.port} (provider ${config.provider}, upstream ${upstream.origin}${upstream.pathname === '/' ? '' : upstream.pathname})`,
+    `gateway listening on http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port} (provider ${config.provider}, upstream ${upstream.origin}${upstream.pathname === '/' ? '' : upstream.pathname})`,
   );
 }
 

@@ -1,4 +1,4 @@
-import { HttpException, Injectable, SetMetadata, type CanActivate, type ExecutionContext } from '@nestjs/common';
+import { BadRequestException, HttpException, Injectable, SetMetadata, type CanActivate, type ExecutionContext } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 
 const BODY_VALIDATOR = 'gateway:body-validator';
@@ -34,6 +34,32 @@ export class BodyValidationGuard implements CanActivate {
       );
     }
     validate(request.body);
+    if (nestedDeeperThan(request.body, MAX_DEPTH)) {
+      // Deeper than any real request; serialising it again for the provider would overflow the stack.
+      throw new BadRequestException({
+        error: {
+          message: `The request body is nested more than ${MAX_DEPTH} levels deep.`,
+          type: 'invalid_request_error',
+          param: null,
+          code: 'nested_too_deep',
+        },
+      });
+    }
     return true;
   }
+}
+
+const MAX_DEPTH = 128;
+
+/** Iterative, so that the check itself cannot overflow the stack. */
+function nestedDeeperThan(body: unknown, limit: number): boolean {
+  const stack: Array<[unknown, number]> = [[body, 1]];
+  while (stack.length > 0) {
+    const [value, depth] = stack.pop()!;
+    if (depth > limit) return true;
+    for (const child of Object.values(value as object)) {
+      if (typeof child === 'object' && child !== null) stack.push([child, depth + 1]);
+    }
+  }
+  return false;
 }

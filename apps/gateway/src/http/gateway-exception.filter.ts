@@ -1,6 +1,6 @@
 import { Catch, HttpException, Logger, type ArgumentsHost, type ExceptionFilter } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { ClientClosedError, isOrchestratorError } from 'nest-prompt-orchestrator';
+import { ClientClosedError, isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrator';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { UpstreamHttpError, upstreamMessage } from '../upstream/upstream-client.js';
 
@@ -126,6 +126,10 @@ function describe(exception: unknown, request: IncomingMessage): ErrorInfo {
     (exception as { status?: unknown } | undefined)?.status;
   if (typeof status === 'number' && status >= 400 && status < 500) {
     return fromFrameworkError(exception, status, (exception as Error).message);
+  }
+  // A provider that reset, refused or dropped the connection (after the gateway's own retry): its failure, not ours.
+  if (isTransientFailure(exception)) {
+    return { status: 502, message: 'The provider closed the connection or could not be reached.', param: null, code: 'upstream_connection_error' };
   }
   return { status: 500, message: 'The gateway failed to handle this request.', param: null, code: 'internal_error' };
 }

@@ -18,7 +18,7 @@ export function requireObject(body: unknown): Json {
       null,
       body === undefined || (typeof body === 'object' && body !== null && Object.keys(body).length === 0)
         ? 'The request body must be a JSON object (Content-Type: application/json).'
-        : `The request body must be a JSON object, got ${Array.isArray(body) ? 'an array' : typeof body}.`,
+        : `The request body must be a JSON object, got ${body === null ? 'null' : Array.isArray(body) ? 'an array' : typeof body}.`,
     );
   }
   return body;

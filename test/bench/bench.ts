@@ -1,0 +1,235 @@
+import { copyFile, mkdir, writeFile } from 'node:fs/promises';
+import { cpus } from 'node:os';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { renderTimelineSvg } from './chart.js';
+import { keyCostTable, runKeyCost } from './keycost.js';
+import { closeControlConnections } from './mock-control.js';
+import { overheadTable, runOverhead } from './overhead.js';
+import { repoRoot, requireBuild, stopAllChildren, stopChildrenOnSignals } from './processes.js';
+import { checksTable, scenarioTable } from './report.js';
+import { runScale, scaleTable } from './scale.js';
+import { TIMELINE_SCENARIOS, type TargetChoice, type TimelineScenario } from './scenarios.js';
+import { REFERENCE, describeGatewayDefaults, fmtMs, type TargetCheck } from './targets.js';
+import { runTimeline } from './timeline.js';
+
+const SCENARIOS = [...TIMELINE_SCENARIOS, 'overhead', 'scale', 'keycost'] as const;
+type Scenario = (typeof SCENARIOS)[number];
+
+const USAGE = `Usage: npm run bench -- <scenario> [options]
+
+Scenarios: ${SCENARIOS.join(', ')}, all
+
+Options:
+  --scale F             compress every duration of the timeline by F (latencies, request interval, failure
+                        window, run length, and the gateway --timeout a scenario sets); default 1.
+                        The SDK's own retry back-off is not compressed.
+  --target T            direct | gateway | both (default both) for herd, distinct, outage503, outagehang
+  --out DIR             where JSON results and SVG charts go (default bench-results)
+  --docs                also copy the charts to docs/benchmarks/
+  --strict              exit non-zero when a timing target is missed too (default: count targets only)
+  --duration S          overhead: seconds per measured stretch (default 10 x scale, at least 1)
+  --rounds N            overhead: rounds of a,b,c,d (default 2, at least 2)
+  --connections N       overhead: autocannon connections (default 32)
+  --help                this text
+`;
+
+class UsageError extends Error {}
+
+interface Cli {
+  scenarios: Scenario[];
+  scale: number;
+  target: TargetChoice;
+  out: string;
+  docs: boolean;
+  strict: boolean;
+  durationSec: number;
+  rounds: number;
+  connections: number;
+}
+
+function parseCli(argv: string[]): Cli | undefined {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      options: {
+        scale: { type: 'string', default: '1' },
+        target: { type: 'string', default: 'both' },
+        out: { type: 'string', default: 'bench-results' },
+        docs: { type: 'boolean', default: false },
+        strict: { type: 'boolean', default: false },
+        duration: { type: 'string' },
+        rounds: { type: 'string', default: '2' },
+        connections: { type: 'string', default: '32' },
+        help: { type: 'boolean', default: false },
+      },
+    });
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+  const { values, positionals } = parsed;
+  if (values.help) return undefined;
+  if (positionals.length !== 1) throw new UsageError('name one scenario (or all)');
+  const name = positionals[0];
+  if (name !== 'all' && !(SCENARIOS as readonly string[]).includes(name)) throw new UsageError(`unknown scenario "${name}"`);
+  const scale = Number(values.scale);
+  if (!Number.isFinite(scale) || scale <= 0 || scale > 10) throw new UsageError(`--scale must be a number in (0, 10], got "${values.scale}"`);
+  const target = values.target as TargetChoice;
+  if (!['direct', 'gateway', 'both'].includes(target)) throw new UsageError(`--target must be direct, gateway or both, got "${values.target}"`);
+  const durationSec = values.duration === undefined ? Math.max(1, Math.round(10 * scale)) : Number(values.duration);
+  if (!Number.isFinite(durationSec) || durationSec < 1 || durationSec > 600) throw new UsageError('--duration must be 1..600 seconds');
+  const rounds = Number(values.rounds);
+  if (!Number.isInteger(rounds) || rounds < 2 || rounds > 20) throw new UsageError('--rounds must be a whole number 2..20');
+  const connections = Number(values.connections);
+  if (!Number.isInteger(connections) || connections < 1 || connections > 1000) throw new UsageError('--connections must be 1..1000');
+  return {
+    scenarios: name === 'all' ? [...SCENARIOS] : [name as Scenario],
+    scale,
+    target,
+    out: resolve(values.out ?? 'bench-results'),
+    docs: values.docs ?? false,
+    strict: values.strict ?? false,
+    durationSec,
+    rounds,
+    connections,
+  };
+}
+
+const log = (line: string) => process.stdout.write(`${line}\n`);
+// A reader that went away (e.g. `| head`) must not crash the run and leave it without its clean-up.
+process.stdout.on('error', () => undefined);
+
+function stamp(): string {
+  return new Date().toISOString().replace(/[:.]/g, '-').replace('Z', '');
+}
+
+function machine() {
+  return { node: process.version, platform: process.platform, cpus: cpus().length, cpuModel: cpus()[0]?.model };
+}
+
+async function main(): Promise<number> {
+  let cli: Cli | undefined;
+  try {
+    cli = parseCli(process.argv.slice(2));
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    process.stderr.write(`bench: ${error.message}\n\n${USAGE}`);
+    return 2;
+  }
+  if (!cli) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  requireBuild();
+  stopChildrenOnSignals();
+  await mkdir(cli.out, { recursive: true });
+  const docsDir = join(repoRoot(), 'docs', 'benchmarks');
+  if (cli.docs) await mkdir(docsDir, { recursive: true });
+
+  const allChecks: TargetCheck[] = [];
+  const timings: Array<[string, number]> = [];
+  const written: string[] = [];
+  const runStamp = stamp();
+  const started = performance.now();
+  log(`bench: ${cli.scenarios.join(', ')} at scale ${cli.scale} (node ${process.version}, ${cpus().length} CPUs); results in ${cli.out}`);
+  log(`  ${describeGatewayDefaults()}; every request through the official openai SDK, defaults untouched`);
+  if (cli.scale !== 1) {
+    log(
+      `  scale ${cli.scale}: latencies, request interval, failure window, run length and the gateway --timeout a scenario sets are` +
+        ` multiplied by ${cli.scale}; so are the time targets, except the 2 ms refusal target and targets bounded by delays` +
+        ` --scale does not compress (the SDK's retry back-off, the gateway's own defaults such as its 0.5 s health-probe interval).` +
+        ` Overhead allowances (50 ms, 200 ms) are scaled too, so they are stricter than at scale 1.`,
+    );
+  }
+
+  for (const scenario of cli.scenarios) {
+    const t0 = performance.now();
+    log(`\n-- ${scenario}`);
+    const file = (ext: string) => join(cli.out, `${scenario}-${runStamp}.${ext}`);
+    if ((TIMELINE_SCENARIOS as readonly string[]).includes(scenario)) {
+      const outcome = await runTimeline(scenario as TimelineScenario, cli.scale, cli.target, { log });
+      log('');
+      log(scenarioTable(outcome.result, outcome.metrics));
+      if (outcome.checks.length) log(checksTable(outcome.checks));
+      allChecks.push(...outcome.checks);
+      await writeFile(
+        file('json'),
+        JSON.stringify(
+          {
+            scenario,
+            scale: cli.scale,
+            generatedAt: new Date().toISOString(),
+            machine: machine(),
+            plan: outcome.result.plan,
+            reference: REFERENCE[scenario as TimelineScenario],
+            metrics: outcome.result.runs.map((run, i) => ({ run: run.variant.label, ...outcome.metrics[i] })),
+            checks: outcome.checks,
+            runs: outcome.result.runs,
+          },
+          null,
+          1,
+        ),
+      );
+      const svg = renderTimelineSvg(outcome.result);
+      await writeFile(file('svg'), svg);
+      written.push(file('json'), file('svg'));
+      if (cli.docs) {
+        const target = join(docsDir, `${scenario}.svg`);
+        await copyFile(file('svg'), target);
+        written.push(target);
+      }
+    } else if (scenario === 'overhead') {
+      const result = await runOverhead({ durationSec: cli.durationSec, rounds: cli.rounds, connections: cli.connections, log });
+      log('');
+      log(overheadTable(result));
+      log(checksTable(result.checks));
+      allChecks.push(...result.checks);
+      await writeFile(file('json'), JSON.stringify({ scenario, scale: cli.scale, machine: machine(), ...result }, null, 1));
+      written.push(file('json'));
+    } else if (scenario === 'scale') {
+      const result = await runScale(cli.scale, log);
+      log('');
+      log(scaleTable(result, cli.scale));
+      log(checksTable(result.checks));
+      allChecks.push(...result.checks);
+      await writeFile(file('json'), JSON.stringify({ scenario, scale: cli.scale, machine: machine(), ...result }, null, 1));
+      written.push(file('json'));
+    } else {
+      const result = runKeyCost();
+      log(keyCostTable(result));
+      await writeFile(file('json'), JSON.stringify({ scenario, machine: machine(), ...result }, null, 1));
+      written.push(file('json'));
+    }
+    timings.push([scenario, performance.now() - t0]);
+    log(`   (${scenario} took ${fmtMs(performance.now() - t0)})`);
+  }
+
+  log('\n== summary');
+  if (allChecks.length) log(checksTable(allChecks));
+  const countMissed = allChecks.filter((c) => c.kind === 'count' && !c.pass);
+  const timingMissed = allChecks.filter((c) => c.kind === 'timing' && !c.pass);
+  log(
+    `count targets: ${allChecks.filter((c) => c.kind === 'count').length - countMissed.length} passed, ${countMissed.length} missed` +
+      `; timing targets: ${allChecks.filter((c) => c.kind === 'timing').length - timingMissed.length} passed, ${timingMissed.length} missed` +
+      (cli.strict ? ' (--strict: timing targets enforced)' : ' (reported, not enforced; --strict enforces them)'),
+  );
+  log(`time: ${timings.map(([name, ms]) => `${name} ${fmtMs(ms)}`).join(', ')}; total ${fmtMs(performance.now() - started)}`);
+  log(`files:\n${written.map((f) => `  ${f}`).join('\n')}`);
+  return countMissed.length > 0 || (cli.strict && timingMissed.length > 0) ? 1 : 0;
+}
+
+main()
+  .then(
+    (code) => code,
+    (error: unknown) => {
+      process.stderr.write(`bench: ${(error as Error)?.stack ?? String(error)}\n`);
+      return 1;
+    },
+  )
+  .then(async (code) => {
+    await stopAllChildren();
+    await closeControlConnections();
+    process.exit(code);
+  });

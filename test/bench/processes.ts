@@ -1,0 +1,288 @@
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** The monorepo root, found from this file whether it runs from source (test/bench) or from dist/test/bench. */
+export function repoRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 8; i++) {
+    const manifest = join(dir, 'package.json');
+    if (existsSync(manifest)) {
+      const name = (JSON.parse(readFileSync(manifest, 'utf8')) as { name?: string }).name;
+      if (name === 'nest-prompt-orchestrator-monorepo') return dir;
+    }
+    const parent = dirname(dir);
+    if (parent === dir) break;
+    dir = parent;
+  }
+  throw new Error('cannot find the repository root (package.json of nest-prompt-orchestrator-monorepo)');
+}
+
+/** Compiled entry points the harness starts as child processes. */
+export const ENTRY = {
+  mockProvider: 'dist/apps/mock-provider/src/main.js',
+  gateway: 'dist/apps/gateway/src/main.js',
+  minimalProxy: 'dist/test/bench/minimal-proxy.js',
+  windowMemory: 'dist/test/bench/window-memory.js',
+} as const;
+
+export function requireBuild(): void {
+  const root = repoRoot();
+  const missing = Object.values(ENTRY).filter((entry) => !existsSync(join(root, entry)));
+  if (missing.length > 0) throw new Error(`not built: ${missing.join(', ')} (run npm run build)`);
+}
+
+/** A port that was free a moment ago on 127.0.0.1. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** Settings that would change what the children do if they leaked in from the caller's environment. */
+const ENV_PREFIXES = ['ORCHESTRATOR_', 'MOCK_', 'OPENAI_', 'ANTHROPIC_', 'LLAMA_'];
+
+function childEnv(): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [name, value] of Object.entries(process.env)) {
+    if (!ENV_PREFIXES.some((prefix) => name.startsWith(prefix))) env[name] = value;
+  }
+  return env;
+}
+
+const live = new Set<ChildProcess>();
+let handlersInstalled = false;
+
+function installExitHandlers(): void {
+  if (handlersInstalled) return;
+  handlersInstalled = true;
+  // Last resort: whatever is still running when this process exits is killed by its own pid.
+  process.on('exit', () => {
+    for (const child of live) {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    }
+  });
+}
+
+/** Stops every child this process started and has not stopped yet. */
+export async function stopAllChildren(): Promise<void> {
+  await Promise.all([...live].map((child) => stopChild(child)));
+}
+
+/** Ctrl-C and SIGTERM stop the children before the harness exits. */
+export function stopChildrenOnSignals(): void {
+  installExitHandlers();
+  let stopping = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stopping) process.exit(130);
+    stopping = true;
+    process.stderr.write(`\n${signal}: stopping child processes\n`);
+    void stopAllChildren().finally(() => process.exit(130));
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+}
+
+async function stopChild(child: ChildProcess, graceMs = 5_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) {
+    live.delete(child);
+    return;
+  }
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  }, graceMs);
+  await exited;
+  clearTimeout(timer);
+  live.delete(child);
+}
+
+export interface ChildHandle {
+  readonly name: string;
+  readonly pid: number;
+  /** Base URL the child announced, e.g. http://127.0.0.1:41234 */
+  readonly url: string;
+  /** The last lines the child wrote (stdout and stderr), for error messages. */
+  output(): string;
+  /** CPU time (user + system) the child has used so far, in ms. */
+  cpuMs(): number;
+  stop(): Promise<void>;
+}
+
+const KEEP_LINES = 60;
+
+/**
+ * Starts `node <script> <args>` from the repository root and resolves once a stdout line matches `ready`
+ * (its first capture group is the URL). Rejects, and kills the child, if it exits or takes longer than `timeoutMs`.
+ */
+export function startNodeChild(
+  name: string,
+  script: string,
+  args: string[],
+  ready: RegExp,
+  options: { timeoutMs?: number; nodeArgs?: string[] } = {},
+): Promise<ChildHandle> {
+  installExitHandlers();
+  const root = repoRoot();
+  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), join(root, script), ...args], {
+    cwd: root,
+    env: childEnv(),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  live.add(child);
+  const lines: string[] = [];
+  const remember = (text: string) => {
+    for (const line of text.split('\n')) {
+      if (!line) continue;
+      lines.push(line);
+      if (lines.length > KEEP_LINES) lines.shift();
+    }
+  };
+  const output = () => lines.join('\n');
+
+  return new Promise<ChildHandle>((resolve, reject) => {
+    let settled = false;
+    let stdoutBuffer = '';
+    const fail = (message: string) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      void stopChild(child).finally(() => reject(new Error(`${name}: ${message}\n${output()}`)));
+    };
+    const timer = setTimeout(() => fail(`not ready within ${options.timeoutMs ?? 20_000} ms`), options.timeoutMs ?? 20_000);
+    child.stderr?.setEncoding('utf8').on('data', (text: string) => remember(text));
+    child.stdout?.setEncoding('utf8').on('data', (text: string) => {
+      remember(text);
+      if (settled) return;
+      stdoutBuffer += text;
+      const match = ready.exec(stdoutBuffer);
+      if (!match) {
+        if (stdoutBuffer.length > 65_536) stdoutBuffer = stdoutBuffer.slice(-4096);
+        return;
+      }
+      settled = true;
+      clearTimeout(timer);
+      const pid = child.pid ?? 0;
+      resolve({
+        name,
+        pid,
+        url: match[1] ?? '',
+        output,
+        cpuMs: () => processCpuMs(pid),
+        stop: () => stopChild(child),
+      });
+    });
+    child.once('error', (error) => fail(`could not start: ${error.message}`));
+    child.once('exit', (code, signal) => {
+      live.delete(child);
+      fail(`exited before it was ready (code ${code}, signal ${signal})`);
+    });
+  });
+}
+
+let clockTicks: number | undefined;
+
+function ticksPerSecond(): number {
+  if (clockTicks === undefined) {
+    try {
+      clockTicks = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+    } catch {
+      clockTicks = 100;
+    }
+  }
+  return clockTicks;
+}
+
+/** utime + stime of a process from /proc/<pid>/stat, in ms (Linux). */
+export function processCpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // The command name (field 2) may contain spaces; fields after it are plain numbers.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const utime = Number(fields[11]);
+  const stime = Number(fields[12]);
+  return ((utime + stime) * 1000) / ticksPerSecond();
+}
+
+export function startMockProvider(latencyMs: number): Promise<ChildHandle> {
+  return startNodeChild(
+    'mock-provider',
+    ENTRY.mockProvider,
+    ['--port', '0', '--host', '127.0.0.1', '--latency', String(Math.round(latencyMs)), '--jitter', '0', '--mode', 'ok'],
+    /mock-provider listening on (http:\/\/\S+)/,
+  );
+}
+
+/** Starts the gateway in front of `upstream` on a free port; retries with another port if that one was taken meanwhile. */
+export async function startGateway(upstream: string, flags: readonly string[]): Promise<ChildHandle> {
+  let lastError: unknown;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const port = await freePort();
+    try {
+      return await startNodeChild(
+        'gateway',
+        ENTRY.gateway,
+        ['--provider', 'openai', '--upstream', upstream, '--host', '127.0.0.1', '--port', String(port), ...flags],
+        /gateway listening on (http:\/\/[\d.]+:\d+)/,
+        { timeoutMs: 30_000 },
+      );
+    } catch (error) {
+      lastError = error;
+      if (!String((error as Error).message).includes('EADDRINUSE')) throw error;
+    }
+  }
+  throw lastError;
+}
+
+export function startMinimalProxy(upstream: string): Promise<ChildHandle> {
+  return startNodeChild(
+    'minimal-proxy',
+    ENTRY.minimalProxy,
+    ['--upstream', upstream, '--port', '0'],
+    /minimal-proxy listening on (http:\/\/\S+)/,
+  );
+}
+
+/**
+ * Runs `node [nodeArgs] <script> <args>` to completion and resolves with its stdout. The child is killed
+ * (by its pid) if it runs longer than `timeoutMs`; a non-zero exit rejects with its last output.
+ */
+export function runNodeScript(script: string, args: string[], options: { nodeArgs?: string[]; timeoutMs: number }): Promise<string> {
+  installExitHandlers();
+  const root = repoRoot();
+  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), join(root, script), ...args], {
+    cwd: root,
+    env: childEnv(),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  live.add(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.setEncoding('utf8').on('data', (text: string) => (stdout += text));
+  child.stderr?.setEncoding('utf8').on('data', (text: string) => (stderr = (stderr + text).slice(-8192)));
+  return new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      void stopChild(child, 1_000).finally(() => reject(new Error(`${script}: still running after ${options.timeoutMs} ms, stopped`)));
+    }, options.timeoutMs);
+    child.once('error', (error) => {
+      clearTimeout(timer);
+      live.delete(child);
+      reject(error);
+    });
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      live.delete(child);
+      if (code === 0) resolve(stdout);
+      else reject(new Error(`${script} exited with code ${code} (signal ${signal})\n${stderr}`));
+    });
+  });
+}

@@ -1,0 +1,260 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { ConfigError, helpText, parseGatewayConfig } from '../../apps/gateway/src/config/gateway-config.js';
+import { startMockProvider, type MockProvider } from '../../apps/mock-provider/src/index.js';
+
+/**
+ * The gateway's command line: the parser directly for most cases, and the
+ * built binary (`node dist/apps/gateway/src/main.js`) for what only a real
+ * process shows: --help output, exit code 2 with a message on bad input, and
+ * a real start.
+ */
+
+const ROOT = process.cwd();
+const MAIN = join(ROOT, 'dist/apps/gateway/src/main.js');
+const SOURCES = ['apps/gateway/src', 'apps/mock-provider/src', 'libs/orchestrator/src'];
+const BUILT = [MAIN, join(ROOT, 'libs/orchestrator/dist/index.js')];
+
+const FLAGS = [
+  '--provider',
+  '--upstream',
+  '--host',
+  '--port',
+  '--platform',
+  '--concurrency',
+  '--queue-size',
+  '--queue-timeout',
+  '--timeout',
+  '--dedup-window',
+  '--no-dedup',
+  '--breaker-failures',
+  '--breaker-open',
+  '--probe-interval',
+  '--retries',
+  '--max-body',
+  '--redis',
+  '--gateway-keys',
+  '--help',
+];
+
+function newestSource(dir: string): number {
+  let newest = 0;
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) newest = Math.max(newest, newestSource(path));
+    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.spec.ts')) newest = Math.max(newest, statSync(path).mtimeMs);
+  }
+  return newest;
+}
+
+function buildIsStale(): boolean {
+  if (!BUILT.every((file) => existsSync(file))) return true;
+  const built = Math.min(...BUILT.map((file) => statSync(file).mtimeMs));
+  return SOURCES.some((dir) => newestSource(join(ROOT, dir)) > built);
+}
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function runGateway(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      [MAIN, ...args],
+      { cwd: ROOT, env: { PATH: process.env.PATH, ...env }, timeout: 20_000 },
+      (error, stdout, stderr) => {
+        const code = error ? ((error as { code?: unknown }).code as number | null) : 0;
+        resolve({ code: typeof code === 'number' ? code : null, stdout, stderr });
+      },
+    );
+  });
+}
+
+function configError(argv: string[], env: NodeJS.ProcessEnv = {}): ConfigError {
+  try {
+    parseGatewayConfig(argv, env);
+  } catch (error) {
+    expect(error).toBeInstanceOf(ConfigError);
+    return error as ConfigError;
+  }
+  throw new Error(`expected ${argv.join(' ')} to be refused`);
+}
+
+describe('parseGatewayConfig', () => {
+  it('has working defaults', () => {
+    expect(parseGatewayConfig([], {})).toEqual({
+      provider: 'openai',
+      upstream: 'https://api.openai.com/v1',
+      host: '127.0.0.1',
+      port: 18080,
+      platform: 'express',
+      concurrency: 32,
+      queueSize: 1000,
+      queueTimeoutMs: 60_000,
+      timeoutMs: 60_000,
+      dedup: true,
+      dedupWindowMs: 300_000,
+      breakerFailures: 5,
+      breakerOpenMs: 30_000,
+      probeIntervalMs: 500,
+      retries: 1,
+      maxBodyBytes: 10 * 1024 * 1024,
+      redisUrl: undefined,
+      gatewayKeys: [],
+      providerKey: undefined,
+    });
+  });
+
+  it('reads flags, then the environment; a flag beats its variable', () => {
+    const config = parseGatewayConfig(
+      ['--provider', 'llama', '--port', '9000', '--timeout', '1.5', '--no-dedup', '--gateway-keys', 'k1, k2,'],
+      { LLAMA_CPP_URL: 'http://10.0.0.2:8080/', ORCHESTRATOR_PORT: '1234', ORCHESTRATOR_DEDUP_SECS: '7', LLAMA_API_KEY: 'lk' },
+    )!;
+    expect(config).toMatchObject({
+      provider: 'llama',
+      upstream: 'http://10.0.0.2:8080',
+      port: 9000,
+      timeoutMs: 1500,
+      dedup: false,
+      dedupWindowMs: 7000,
+      gatewayKeys: ['k1', 'k2'],
+      providerKey: 'lk',
+    });
+    expect(parseGatewayConfig(['--provider', 'anthropic'], { ANTHROPIC_API_KEY: 'ak', OPENAI_API_KEY: 'ok' })).toMatchObject({
+      upstream: 'https://api.anthropic.com',
+      providerKey: 'ak',
+    });
+    expect(parseGatewayConfig([], { ORCHESTRATOR_NO_DEDUP: 'true', OPENAI_BASE_URL: 'http://vllm:8000/v1' })).toMatchObject({
+      dedup: false,
+      upstream: 'http://vllm:8000/v1',
+    });
+    expect(parseGatewayConfig(['--redis', 'redis://127.0.0.1:6379'], {})?.redisUrl).toBe('redis://127.0.0.1:6379');
+  });
+
+  it('returns undefined for --help, and the help text names every flag', () => {
+    expect(parseGatewayConfig(['--help'], {})).toBeUndefined();
+    const help = helpText();
+    for (const flag of FLAGS) expect(help).toContain(flag);
+  });
+
+  it.each([
+    [['--bogus'], /--bogus/],
+    [['--port', 'abc'], /--port/],
+    [['--port', '70000'], /--port/],
+    [['--port', '1.5'], /--port/],
+    [['--timeout', '-1'], /--timeout/],
+    [['--timeout=-1'], /--timeout must be at least/],
+    [['--timeout', '0'], /--timeout/],
+    [['--provider', 'nope'], /--provider must be openai, llama or anthropic, got "nope"/],
+    [['--platform', 'koa'], /--platform/],
+    [['--concurrency', '0'], /--concurrency/],
+    [['--upstream', 'not a url'], /--upstream/],
+    [['--upstream', 'ftp://x'], /--upstream/],
+    [['--redis', 'http://127.0.0.1:6379'], /--redis/],
+    [['--max-body', '10'], /--max-body/],
+    [['--retries', 'many'], /--retries/],
+    [['stray-positional'], /stray-positional|positional/i],
+  ])('refuses %j with a message naming the problem', (argv, message) => {
+    expect(configError(argv as string[]).message).toMatch(message);
+  });
+
+  it('refuses bad environment values, naming the flag they stand for', () => {
+    expect(configError([], { ORCHESTRATOR_PORT: 'abc' }).message).toMatch(/--port/);
+    expect(configError([], { ORCHESTRATOR_PROVIDER: 'nope' }).message).toMatch(/--provider/);
+    expect(configError([], { ORCHESTRATOR_TIMEOUT_SECS: '-5' }).message).toMatch(/--timeout/);
+  });
+});
+
+describe('the gateway binary', () => {
+  beforeAll(async () => {
+    if (!buildIsStale()) return;
+    const build = await new Promise<Run>((resolve) => {
+      execFile('npm', ['run', 'build', '--silent'], { cwd: ROOT, timeout: 170_000 }, (error, stdout, stderr) =>
+        resolve({ code: error ? 1 : 0, stdout, stderr }),
+      );
+    });
+    if (build.code !== 0) throw new Error(`npm run build failed:\n${build.stdout}\n${build.stderr}`);
+  }, 180_000);
+
+  it('--help prints every flag and exits 0', async () => {
+    const run = await runGateway(['--help']);
+    expect(run.code).toBe(0);
+    expect(run.stdout.trim()).toBe(helpText());
+    for (const flag of FLAGS) expect(run.stdout).toContain(flag);
+    expect(run.stderr).toBe('');
+  });
+
+  it.each([
+    [['--bogus'], '--bogus'],
+    [['--port', 'abc'], '--port'],
+    [['--timeout', '-1'], '--timeout'],
+    [['--timeout=-1'], '--timeout'],
+    [['--provider', 'nope'], '--provider'],
+  ])('%j exits with code 2 and a message naming %s, without a stack trace', async (args, flag) => {
+    const run = await runGateway(args as string[]);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain(flag);
+    expect(run.stderr).toMatch(/^gateway: /);
+    expect(run.stderr).not.toMatch(/\n\s+at /);
+    expect(run.stdout).toBe('');
+  });
+
+  it('a bad environment value stops start-up the same way', async () => {
+    const run = await runGateway([], { ORCHESTRATOR_PORT: 'abc' });
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain('--port');
+  });
+
+  describe('a real start', () => {
+    let provider: MockProvider;
+    let child: ChildProcess | undefined;
+    beforeAll(async () => {
+      provider = await startMockProvider({ latencyMs: 5 });
+    });
+    afterAll(async () => {
+      if (child && child.exitCode === null) child.kill('SIGKILL');
+      await provider.close();
+    });
+
+    it('listens where it says it does, serves the SDK routes, never logs the provider key, and stops on SIGTERM', async () => {
+      child = spawn(process.execPath, [MAIN, '--port', '0', '--provider', 'llama', '--upstream', provider.url], {
+        cwd: ROOT,
+        env: { PATH: process.env.PATH, LLAMA_API_KEY: 'sk-secret-provider-key' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let stdout = '';
+      let stderr = '';
+      child.stdout!.on('data', (b: Buffer) => (stdout += b.toString()));
+      child.stderr!.on('data', (b: Buffer) => (stderr += b.toString()));
+      const exited = new Promise<number | null>((resolve) => child!.once('exit', (code) => resolve(code)));
+
+      const deadline = Date.now() + 20_000;
+      let url: string | undefined;
+      while (!url) {
+        if (Date.now() > deadline || child.exitCode !== null) throw new Error(`gateway did not start:\n${stdout}\n${stderr}`);
+        url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(stdout)?.[1];
+        await new Promise((resolve) => setTimeout(resolve, 20)); // polling interval
+      }
+      expect(url).not.toMatch(/:0$/);
+      const health = await fetch(`${url}/health`);
+      expect(health.status).toBe(200);
+      expect(await health.json()).toMatchObject({ status: 'ok', upstream: { provider: 'llama', breaker: 'closed' } });
+      const completion = await fetch(`${url}/completion`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ prompt: 'from the binary' }),
+      });
+      expect(await completion.json()).toMatchObject({ content: 'Echo: from the binary', stop: true });
+
+      child.kill('SIGTERM');
+      const code = await exited;
+      expect(code === 0 || code === null).toBe(true);
+      expect(stdout + stderr).not.toContain('sk-secret-provider-key');
+    }, 30_000);
+  });
+});
