@@ -55,8 +55,8 @@ export interface OverheadResult {
 const LABELS: Record<TargetKey, string> = {
   a: '(a) mock provider direct, latency 0',
   b: '(b) minimal undici proxy',
-  c: '(c) gateway express, dedup on',
-  d: '(d) gateway fastify, dedup on',
+  c: '(c) gateway (default platform: fastify), dedup on',
+  d: '(d) gateway on express, dedup on',
 };
 
 /**
@@ -72,11 +72,11 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     children.push(mock);
     const proxy = await startMinimalProxy(mock.url);
     children.push(proxy);
-    const express = await startGateway(mock.url, ['--platform', 'express']);
-    children.push(express);
     const fastify = await startGateway(mock.url, ['--platform', 'fastify']);
     children.push(fastify);
-    const servers: Record<TargetKey, ChildHandle> = { a: mock, b: proxy, c: express, d: fastify };
+    const express = await startGateway(mock.url, ['--platform', 'express']);
+    children.push(express);
+    const servers: Record<TargetKey, ChildHandle> = { a: mock, b: proxy, c: fastify, d: express };
     log(`  overhead: provider ${mock.url}, minimal proxy ${proxy.url}, gateway express ${express.url}, gateway fastify ${fastify.url}`);
 
     let counter = 0;

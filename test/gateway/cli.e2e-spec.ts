@@ -92,7 +92,7 @@ describe('parseGatewayConfig', () => {
       upstream: 'https://api.openai.com/v1',
       host: '127.0.0.1',
       port: 18080,
-      platform: 'express',
+      platform: 'fastify',
       concurrency: 32,
       queueSize: 1000,
       queueTimeoutMs: 60_000,

@@ -338,7 +338,7 @@ describe('CircuitBreaker', () => {
       expect(breaker.state).toBe('open');
     });
 
-    it.each([400, 401, 404, 422, 429])('a %i does not count (and is still rejected to the caller)', async (status) => {
+    it.each([400, 401, 404, 422, 429, 501])('a %i does not count (and is still rejected to the caller)', async (status) => {
       const breaker = makeBreaker({ failureThreshold: 1 });
       for (let i = 0; i < 10; i++) {
         const error = httpError(status);

@@ -25,7 +25,7 @@ function statusOf(error: object): number | undefined {
 }
 
 /**
- * The default failure test of a breaker: upstream timeouts, 5xx answers and
+ * The default failure test of a breaker: upstream timeouts, 5xx answers (but 501) and
  * connection errors count; the caller's own 4xx, refusals, overload answers
  * and a caller hanging up do not. An error with no status and no known code
  * (an exception from the upstream client) counts, since the call did not succeed.
@@ -34,7 +34,8 @@ export function isUpstreamFailure(error: unknown): boolean {
   if (isOrchestratorError(error)) return error.code === 'upstream_timeout';
   if (typeof error !== 'object' || error === null) return true;
   const status = statusOf(error);
-  if (status !== undefined) return status >= 500;
+  // 501 says a feature is missing, not that the upstream is failing.
+  if (status !== undefined) return status >= 500 && status !== 501;
   return isConnectionError(error) || (error as { name?: unknown }).name !== 'AbortError';
 }
 
