@@ -99,10 +99,37 @@ export class CircuitBreaker {
     return this.breaker.halfOpen ? 'half_open' : 'open';
   }
 
+  /** Whether a call would be let through right now (closed, or half-open with its probe not yet taken). */
+  isCallable(): boolean {
+    return this.breaker.closed || this.breaker.pendingClose;
+  }
+
   /** Throws `CircuitOpenError` unless a call would be let through right now. */
   assertCallable(): void {
-    if (this.breaker.closed || this.breaker.pendingClose) return;
+    if (this.isCallable()) return;
     throw new CircuitOpenError(this.name, this.retryAfterSeconds());
+  }
+
+  /**
+   * Resolves once a call would be let through, or after `maxWaitMs`, or when
+   * `signal` aborts, whichever comes first. Only a breaker with a health probe
+   * can close that soon, so one without resolves at once.
+   */
+  waitUntilCallable(maxWaitMs: number, signal?: AbortSignal): Promise<void> {
+    if (this.isCallable() || !this.options.healthProbe || signal?.aborted) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.breaker.removeListener('close', done);
+        this.breaker.removeListener('halfOpen', done);
+        signal?.removeEventListener('abort', done);
+        resolve();
+      };
+      const timer = setTimeout(done, maxWaitMs);
+      this.breaker.on('close', done);
+      this.breaker.on('halfOpen', done);
+      signal?.addEventListener('abort', done, { once: true });
+    });
   }
 
   /** Runs `action` through the breaker; its rejection counts as a failure if `isFailure` says so. */

@@ -3,7 +3,7 @@ import { KeyvCacheableMemory } from 'cacheable';
 import { Keyv } from 'keyv';
 import { Observable, Subject, lastValueFrom, of, type Subscription } from 'rxjs';
 import { CircuitBreaker } from '../breaker/circuit-breaker.js';
-import { isUpstreamFailure } from '../breaker/failure-classifier.js';
+import { isTransientFailure, isUpstreamFailure } from '../breaker/failure-classifier.js';
 import { ConcurrencyLimiter } from '../concurrency/concurrency-limiter.js';
 import { AnswerWindow, type WindowEntry } from '../dedup/answer-window.js';
 import { SingleFlight, type LeadOptions } from '../dedup/single-flight.js';
@@ -525,6 +525,136 @@ describe('CallPipeline', () => {
       expect(pipeline.inFlight).toBe(1);
       expect((await pipeline.start(policy, work)).outcome).toBe('joined');
       expect(work).toHaveBeenCalledTimes(2);
+    });
+  });
+
+  describe('retries', () => {
+    afterEach(() => jest.restoreAllMocks());
+    const FAKE = { doNotFake: ['setImmediate', 'nextTick', 'queueMicrotask'] } as const;
+    const retryPolicy = (retries: number) => ({ retries, baseDelayMs: 100, maxDelayMs: 2_000, shouldRetry: isTransientFailure });
+
+    it('retries a transient failure with a fresh signal per attempt, and delivers the retry\'s answer', async () => {
+      jest.useFakeTimers(FAKE);
+      const { work, calls } = upstream();
+      const watcher = watch((await new CallPipeline().start({ retry: retryPolicy(1) }, work)).events);
+      await flush();
+      calls[0]!.events.error(httpError(503));
+      await jest.advanceTimersByTimeAsync(100); // the first back-off is at most baseDelayMs
+      expect(work).toHaveBeenCalledTimes(2);
+      expect(calls[0]!.signal.aborted).toBe(true);
+      expect(calls[1]!.signal).not.toBe(calls[0]!.signal);
+      calls[1]!.events.next(value('second time lucky'));
+      calls[1]!.events.complete();
+      await flush();
+      expect(watcher.events).toEqual([value('second time lucky')]);
+      expect(watcher.error).toBeUndefined();
+    });
+
+    it('waits a back-off of at most min(maxDelayMs, baseDelayMs * 2^n) before each retry, and stops after `retries`', async () => {
+      jest.useFakeTimers(FAKE);
+      jest.spyOn(Math, 'random').mockReturnValue(0.999);
+      const { work, calls } = upstream();
+      const watcher = watch((await new CallPipeline().start({ retry: retryPolicy(2) }, work)).events);
+      await flush();
+      calls[0]!.events.error(httpError(502));
+      await jest.advanceTimersByTimeAsync(98);
+      expect(work).toHaveBeenCalledTimes(1);
+      await jest.advanceTimersByTimeAsync(2);
+      expect(work).toHaveBeenCalledTimes(2);
+      calls[1]!.events.error(Object.assign(new Error('reset'), { code: 'ECONNRESET' }));
+      await jest.advanceTimersByTimeAsync(198);
+      expect(work).toHaveBeenCalledTimes(2);
+      await jest.advanceTimersByTimeAsync(2);
+      expect(work).toHaveBeenCalledTimes(3);
+      const last = httpError(504);
+      calls[2]!.events.error(last);
+      await jest.advanceTimersByTimeAsync(10_000);
+      expect(work).toHaveBeenCalledTimes(3);
+      expect(watcher.error).toBe(last);
+    });
+
+    it.each<[string, () => unknown]>([
+      ['a timeout', () => new UpstreamTimeoutError('total', 1_000)],
+      ['a 400', () => httpError(400)],
+      ['a 500', () => httpError(500)],
+    ])('does not retry %s', async (_, makeError) => {
+      jest.useFakeTimers(FAKE);
+      const { work, calls } = upstream();
+      const watcher = watch((await new CallPipeline().start({ retry: retryPolicy(3) }, work)).events);
+      await flush();
+      const error = makeError();
+      calls[0]!.events.error(error);
+      await jest.advanceTimersByTimeAsync(10_000);
+      expect(work).toHaveBeenCalledTimes(1);
+      expect(watcher.error).toBe(error);
+    });
+
+    it('never retries once a stream has started', async () => {
+      jest.useFakeTimers(FAKE);
+      const { work, calls } = upstream();
+      const watcher = watch((await new CallPipeline().start({ retry: retryPolicy(3) }, work)).events);
+      await flush();
+      calls[0]!.events.next(HEAD);
+      calls[0]!.events.next(chunk('a'));
+      const cut = Object.assign(new Error('terminated'), { code: 'UND_ERR_SOCKET' });
+      calls[0]!.events.error(cut);
+      await jest.advanceTimersByTimeAsync(10_000);
+      expect(work).toHaveBeenCalledTimes(1);
+      expect(watcher.events).toEqual([HEAD, chunk('a')]);
+      expect(watcher.error).toBe(cut);
+    });
+
+    it('counts every attempt as a breaker failure and never retries into the open breaker', async () => {
+      jest.useFakeTimers(FAKE);
+      const breaker = track(makeBreaker({ failureThreshold: 2 }));
+      const { work, calls } = upstream();
+      const watcher = watch((await new CallPipeline().start({ breaker, retry: retryPolicy(5) }, work)).events);
+      await flush();
+      calls[0]!.events.error(httpError(503));
+      await jest.advanceTimersByTimeAsync(100);
+      expect(breaker.snapshot().consecutiveFailures).toBe(1);
+      calls[1]!.events.error(httpError(503));
+      await jest.advanceTimersByTimeAsync(5_000);
+      expect(breaker.state).toBe('open');
+      expect(work).toHaveBeenCalledTimes(2);
+      expect(watcher.error).toBeInstanceOf(CircuitOpenError);
+    });
+
+    it('with a health probe, a retry waits (within the back-off bound) for the upstream to come back', async () => {
+      jest.useFakeTimers(FAKE);
+      let healthy = false;
+      const breaker = track(makeBreaker({ failureThreshold: 1, probeIntervalMs: 500, healthProbe: async () => healthy }));
+      const { work, calls } = upstream();
+      const watcher = watch((await new CallPipeline().start({ breaker, retry: retryPolicy(1) }, work)).events);
+      await flush();
+      calls[0]!.events.error(httpError(503));
+      await jest.advanceTimersByTimeAsync(200);
+      expect(breaker.state).toBe('open');
+      expect(work).toHaveBeenCalledTimes(1);
+      healthy = true;
+      await jest.advanceTimersByTimeAsync(500);
+      expect(breaker.state).toBe('closed');
+      expect(work).toHaveBeenCalledTimes(2);
+      calls[1]!.events.next(value('back'));
+      calls[1]!.events.complete();
+      await flush();
+      expect(watcher.events).toEqual([value('back')]);
+    });
+
+    it('with a health probe that keeps failing, the retry is refused once the back-off bound has passed', async () => {
+      jest.useFakeTimers(FAKE);
+      jest.spyOn(Math, 'random').mockReturnValue(0.999); // a back-off of 99.9 ms
+      const breaker = track(makeBreaker({ failureThreshold: 1, probeIntervalMs: 500, healthProbe: async () => false }));
+      const { work, calls } = upstream();
+      const watcher = watch((await new CallPipeline().start({ breaker, retry: retryPolicy(1) }, work)).events);
+      await flush();
+      calls[0]!.events.error(httpError(503));
+      // Back-off (about 99 ms), then at most maxDelayMs (2 000 ms) of waiting for the breaker to close.
+      await jest.advanceTimersByTimeAsync(2_090);
+      expect(watcher.error).toBeUndefined();
+      await jest.advanceTimersByTimeAsync(20);
+      expect(watcher.error).toBeInstanceOf(CircuitOpenError);
+      expect(work).toHaveBeenCalledTimes(1);
     });
   });
 

@@ -155,7 +155,9 @@ function guardedCall<T>(policy: CallPolicy, work: CallWork<T>, onUpstream?: () =
         } catch (error) {
           if (!retry || retries >= retry.retries || !retry.shouldRetry(error) || subscriber.closed) throw error;
           await backOff(retry, retries, cancelSignal());
-          // Never retry into an open breaker: the refusal is the answer.
+          // Never retry into an open breaker. One with a health probe may close within the back-off's bound
+          // (the upstream is back): wait that long for it, as the SDKs would have waited before their own retry.
+          await breaker?.waitUntilCallable(retry.maxDelayMs, cancelSignal());
           breaker?.assertCallable();
         }
       }
