@@ -94,37 +94,7 @@ export function uniquePrompt(label: string): string {
   return `${label} ${process.pid}-${Date.now()}-${Math.random().toString(36).slice(2, 10)}`;
 }
 
-export interface RawResponse {
-  status: number;
-  headers: Headers;
-  text: string;
-  json: any;
-}
-
-/** A request with plain fetch, its body read as text and (when it is JSON) parsed. */
-export async function send(
-  url: string,
-  init: { method?: string; headers?: Record<string, string>; body?: string; signal?: AbortSignal } = {},
-): Promise<RawResponse> {
-  const response = await fetch(url, { method: init.method ?? 'GET', headers: init.headers, body: init.body, signal: init.signal });
-  const text = await response.text();
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: response.status, headers: response.headers, text, json };
-}
-
-/** POST a JSON body (already a string, or serialised here). */
-export function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<RawResponse> {
-  return send(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...headers },
-    body: typeof body === 'string' ? body : JSON.stringify(body),
-  });
-}
+export { send, postJson, type RawResponse } from './platforms.js';
 
 /** The `data:` payloads of an SSE body, in order (comment lines and `event:` lines skipped). */
 export function sseData(text: string): string[] {

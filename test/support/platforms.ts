@@ -48,13 +48,21 @@ export async function waitFor(condition: () => boolean, timeoutMs = 10_000, what
   }
 }
 
-export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}, signal?: AbortSignal) {
-  const response = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...headers },
-    body: JSON.stringify(body),
-    signal,
-  });
+export interface RawResponse {
+  status: number;
+  headers: Headers;
+  text: string;
+  // Tests read into the body freely; a failed read fails the test anyway.
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  json: any;
+}
+
+/** A request with plain fetch, its body read as text and (when it is JSON) parsed. */
+export async function send(
+  url: string,
+  init: { method?: string; headers?: Record<string, string>; body?: string; signal?: AbortSignal } = {},
+): Promise<RawResponse> {
+  const response = await fetch(url, { method: init.method ?? 'GET', headers: init.headers, body: init.body, signal: init.signal });
   const text = await response.text();
   let json: unknown;
   try {
@@ -63,4 +71,19 @@ export async function postJson(url: string, body: unknown, headers: Record<strin
     json = undefined;
   }
   return { status: response.status, headers: response.headers, text, json };
+}
+
+/** POST a JSON body (already a string, or serialised here). */
+export function postJson(
+  url: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+  signal?: AbortSignal,
+): Promise<RawResponse> {
+  return send(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+    signal,
+  });
 }

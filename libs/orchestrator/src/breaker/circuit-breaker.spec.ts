@@ -327,6 +327,34 @@ describe('CircuitBreaker', () => {
       expect(healthProbe).toHaveBeenCalledTimes(1);
       expect(breaker.state).toBe('open');
     });
+    it('while the probe sees the upstream down, the open period ends without a live half-open request, doubled', async () => {
+      let healthy = false;
+      const healthProbe = jest.fn(async () => healthy);
+      const breaker = makeBreaker({ openMs: 2_000, healthProbe, probeIntervalMs: 500, maxOpenMultiplier: 4 });
+      await openIt(breaker);
+      await jest.advanceTimersByTimeAsync(2_000);
+      // The half-open probe would have been a paid call into a known-dead upstream: it is skipped.
+      expect(breaker.state).toBe('open');
+      expect(() => breaker.assertCallable()).toThrow(CircuitOpenError);
+      expect(breaker.snapshot().openMs).toBe(4_000);
+      await jest.advanceTimersByTimeAsync(4_000);
+      expect(breaker.state).toBe('open');
+      expect(breaker.snapshot().openMs).toBe(8_000);
+
+      healthy = true;
+      await jest.advanceTimersByTimeAsync(500);
+      expect(breaker.state).toBe('closed');
+      expect(breaker.snapshot().openMs).toBe(2_000);
+    });
+
+    it('a probe that has not yet reported leaves the ordinary half-open request in place', async () => {
+      const healthProbe = jest.fn(() => new Promise<unknown>(() => {}));
+      const breaker = makeBreaker({ openMs: 400, healthProbe, probeIntervalMs: 500, probeTimeoutMs: 2_000 });
+      await openIt(breaker);
+      await jest.advanceTimersByTimeAsync(400);
+      expect(breaker.state).toBe('half_open');
+      expect(() => breaker.assertCallable()).not.toThrow();
+    });
   });
 
   describe('what counts as a failure', () => {

@@ -55,6 +55,8 @@ export class CircuitBreaker {
   private readonly live: { resetTimeout: number };
   private consecutiveFailures = 0;
   private openedAt?: number;
+  /** The last health probe failed (and none has succeeded since). */
+  private upstreamKnownDown = false;
   private probeTimer?: ReturnType<typeof setTimeout>;
   private probeAbort?: AbortController;
 
@@ -89,8 +91,16 @@ export class CircuitBreaker {
     this.breaker.on('close', () => {
       this.consecutiveFailures = 0;
       this.openedAt = undefined;
+      this.upstreamKnownDown = false;
       this.live.resetTimeout = options.openMs;
       this.stopProbe();
+    });
+    // The health probe has just seen the upstream down: a live request sent as the half-open probe would
+    // only fail too (and cost a paid call). Count it as a failed probe without sending it.
+    this.breaker.on('halfOpen', () => {
+      if (!this.upstreamKnownDown) return;
+      this.doubleOpenPeriod();
+      this.breaker.open();
     });
   }
 
@@ -180,13 +190,16 @@ export class CircuitBreaker {
   private onFailure(): void {
     this.consecutiveFailures++;
     if (this.breaker.halfOpen) {
-      const doubled = this.live.resetTimeout * 2;
-      this.live.resetTimeout = Math.min(doubled, this.options.openMs * this.options.maxOpenMultiplier);
+      this.doubleOpenPeriod();
       return; // opossum reopens a breaker whose probe failed
     }
     if (this.breaker.closed && this.consecutiveFailures >= this.options.failureThreshold) {
       this.breaker.open();
     }
+  }
+
+  private doubleOpenPeriod(): void {
+    this.live.resetTimeout = Math.min(this.live.resetTimeout * 2, this.options.openMs * this.options.maxOpenMultiplier);
   }
 
   private retryAfterSeconds(): number {
@@ -223,6 +236,7 @@ export class CircuitBreaker {
     this.probeAbort = undefined;
     this.probeTimer = undefined;
     if (this.breaker.isShutdown || this.breaker.closed) return;
+    this.upstreamKnownDown = !healthy;
     if (healthy) this.breaker.close();
     else this.scheduleProbe();
   }

@@ -529,8 +529,10 @@ describe('CallPipeline', () => {
   });
 
   describe('retries', () => {
-    afterEach(() => jest.restoreAllMocks());
-    const FAKE = { doNotFake: ['setImmediate', 'nextTick', 'queueMicrotask'] } as const;
+    afterEach(() => {
+      jest.restoreAllMocks();
+    });
+    const FAKE = { doNotFake: ['setImmediate', 'nextTick', 'queueMicrotask'] as Array<'setImmediate' | 'nextTick' | 'queueMicrotask'> };
     const retryPolicy = (retries: number) => ({ retries, baseDelayMs: 100, maxDelayMs: 2_000, shouldRetry: isTransientFailure });
 
     it('retries a transient failure with a fresh signal per attempt, and delivers the retry\'s answer', async () => {
