@@ -35,6 +35,8 @@ export interface RunMetrics {
   refusalMax?: number;
   /** p50 of the refusals' last HTTP attempt alone (fetch to response headers), without the SDK's own work. */
   refusalFetchP50?: number;
+  /** p50 round trip of plain fetch to a bare node:http route at the same pace (the machine's floor). */
+  baselineRoundTripP50?: number;
   /** When the gateway's breaker first opened (its /health `openedAt`), minus the start of the failure. */
   breakerOpenedAfterMs?: number;
   /** The same, minus the arrival of the first model call that met the failure instead. */
@@ -87,6 +89,7 @@ export function computeMetrics(run: RunResult): RunMetrics {
     waitMax: waits.length ? Math.max(...waits) : undefined,
     refusalP50: percentile(refusalWaits, 50),
     refusalMax: refusalWaits.length ? Math.max(...refusalWaits) : undefined,
+    baselineRoundTripP50: run.baselineRoundTripsMs ? percentile(run.baselineRoundTripsMs, 50) : undefined,
     refusalFetchP50: percentile(
       refusals.map((r) => {
         const last = r.attemptLog.at(-1);

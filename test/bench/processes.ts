@@ -121,6 +121,19 @@ export interface ChildHandle {
 
 const KEEP_LINES = 60;
 
+/** `node [nodeArgs] <script> <args>` from the repository root, tracked so that it is stopped on exit. */
+function spawnNode(script: string, args: string[], nodeArgs: string[] = []): ChildProcess {
+  installExitHandlers();
+  const root = repoRoot();
+  const child = spawn(process.execPath, [...nodeArgs, join(root, script), ...args], {
+    cwd: root,
+    env: childEnv(),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  live.add(child);
+  return child;
+}
+
 /**
  * Starts `node <script> <args>` from the repository root and resolves once a stdout line matches `ready`
  * (its first capture group is the URL). Rejects, and kills the child, if it exits or takes longer than `timeoutMs`.
@@ -132,14 +145,7 @@ export function startNodeChild(
   ready: RegExp,
   options: { timeoutMs?: number; nodeArgs?: string[] } = {},
 ): Promise<ChildHandle> {
-  installExitHandlers();
-  const root = repoRoot();
-  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), join(root, script), ...args], {
-    cwd: root,
-    env: childEnv(),
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  live.add(child);
+  const child = spawnNode(script, args, options.nodeArgs);
   const lines: string[] = [];
   const remember = (text: string) => {
     for (const line of text.split('\n')) {
@@ -257,14 +263,7 @@ export function startMinimalProxy(upstream: string): Promise<ChildHandle> {
  * (by its pid) if it runs longer than `timeoutMs`; a non-zero exit rejects with its last output.
  */
 export function runNodeScript(script: string, args: string[], options: { nodeArgs?: string[]; timeoutMs: number }): Promise<string> {
-  installExitHandlers();
-  const root = repoRoot();
-  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), join(root, script), ...args], {
-    cwd: root,
-    env: childEnv(),
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  live.add(child);
+  const child = spawnNode(script, args, options.nodeArgs);
   let stdout = '';
   let stderr = '';
   child.stdout?.setEncoding('utf8').on('data', (text: string) => (stdout += text));

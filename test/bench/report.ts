@@ -43,6 +43,7 @@ export function scenarioTable(result: ScenarioResult, metrics: RunMetrics[] = re
     rows.push(
       ['refusal latency p50 (max)', 'refusal', (m) => (m.refusalP50 === undefined ? '-' : `${fmtMs(m.refusalP50)} (${fmtMs(m.refusalMax)})`)],
       ['  p50 of the HTTP attempt alone', 'refusalFetch', (m) => fmtMs(m.refusalFetchP50)],
+      ['  floor: bare Node server round trip p50', 'baseline', (m) => fmtMs(m.baselineRoundTripP50)],
       ['first call into the failure (after its start)', 'firstFailing', (m) => fmtMs(m.firstFailingCallAfterMs)],
       ['breaker opened (after failure start)', 'opened', (m) => fmtMs(m.breakerOpenedAfterMs)],
       ['first refusal (after failure start)', 'firstRefusal', (m) => fmtMs(m.firstRefusalAfterMs)],

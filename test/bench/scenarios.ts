@@ -137,6 +137,11 @@ export interface RunResult {
    * every 250 ms during runs with a failure window (a breaker stays open at least one 0.5 s probe interval).
    */
   breakerOpenings?: number[];
+  /**
+   * Paced load only: round trips of plain fetch to a bare node:http route of the mock provider, half an
+   * interval after each request. The floor any server's answer has on this machine at this pace.
+   */
+  baselineRoundTripsMs?: number[];
 }
 
 export interface RunOptions {
@@ -220,6 +225,20 @@ export async function runVariant(plan: ScenarioPlan, variant: Variant, options: 
         })(plan.failure)
       : Promise.resolve();
 
+    const baselineRoundTripsMs: number[] = [];
+    const baselineTask =
+      load.kind === 'paced'
+        ? (async () => {
+            const count = Math.floor(load.durationMs / load.intervalMs);
+            for (let i = 0; i < count; i++) {
+              await clock.until(i * load.intervalMs + load.intervalMs / 2);
+              const sent = performance.now();
+              await (await fetch(`${mock.url}/__mock/config`)).text();
+              baselineRoundTripsMs.push(performance.now() - sent);
+            }
+          })()
+        : Promise.resolve();
+
     if (load.kind === 'burst') {
       for (const request of burst) requests.push(request.send(clock, abort.signal));
     } else {
@@ -230,6 +249,7 @@ export async function runVariant(plan: ScenarioPlan, variant: Variant, options: 
       }
     }
     await failureTask;
+    await baselineTask;
 
     // Everything still running gets a bounded time to finish, then is aborted and recorded as such.
     const drainLimit = options.drainLimitMs ?? 120_000;
@@ -274,6 +294,7 @@ export async function runVariant(plan: ScenarioPlan, variant: Variant, options: 
       gatewayHealth,
       abortedAtDeadline: records.filter((r) => r.errorCode === 'aborted_by_harness').length,
       breakerOpenings,
+      baselineRoundTripsMs: load.kind === 'paced' ? baselineRoundTripsMs : undefined,
     };
   } finally {
     await Promise.all(children.reverse().map((child) => child.stop()));
