@@ -1,21 +1,31 @@
-export { OrchestratorModule } from './orchestrator.module.js';
-export { OrchestratorService } from './orchestrator.service.js';
-export type { RunOptions, OrchestratorHealth, ResolvedPolicy } from './orchestrator.service.js';
-export { OrchestratorInterceptor } from './orchestrator.interceptor.js';
-export { Dedup, CircuitBreaker, Concurrency, Timeout, Retry, Orchestrate, CallSignal } from './orchestrate.decorators.js';
-export type { OrchestrateOptions } from './orchestrate.options.js';
+// The Nest adapter: the module, its decorators, the injectable service and the interceptor.
+export { OrchestratorModule } from './nest/orchestrator.module.js';
+export type { OrchestratorModuleOptions, OrchestratorModuleExtras } from './nest/orchestrator.module-definition.js';
+export { OrchestratorService } from './nest/orchestrator.service.js';
+export { OrchestratorInterceptor } from './nest/orchestrator.interceptor.js';
+export { Dedup, CircuitBreaker, Concurrency, Timeout, CallTimeout, Retry, Orchestrate, CallSignal } from './nest/orchestrate.decorators.js';
+export { DEDUP_HEADER } from './nest/constants.js';
+export { openAIErrorBody, errorHeaders, orchestratorHttpException, type OpenAIErrorBody } from './nest/http-errors.js';
+
+// The framework-free engine, usable without Nest.
 export {
-  OrchestratorConfigError,
-  type OrchestratorModuleOptions,
-  type DedupOptions,
-  type DedupRequest,
-  type BreakerOptions,
-  type ConcurrencyOptions,
-  type TimeoutOptions,
-  type RetryOptions,
-} from './orchestrator.options.js';
-export { DEDUP_HEADER } from './orchestrator.constants.js';
-export { StreamedResponse, type StreamHead, type CallEvent } from './core/call-events.js';
+  Orchestrator,
+  type OrchestratorOptions,
+  type OrchestratorHooks,
+  type OrchestratorHealth,
+  type RunOptions,
+  type RunCall,
+  type StartedCall,
+} from './core/orchestrator.js';
+export type { OrchestrateOptions, RoutePolicy } from './core/policy.js';
+export type { CallWork } from './core/call.js';
+export { OrchestratorConfigError } from './core/options.js';
+export type { DedupOptions, DedupRequest } from './core/dedup/dedup.options.js';
+export type { BreakerOptions, FailureRateOptions } from './core/breaker/breaker.options.js';
+export type { ConcurrencyOptions } from './core/concurrency/concurrency.options.js';
+export type { TimeoutOptions } from './core/timeout/timeout.options.js';
+export type { RetryOptions } from './core/retry/retry.options.js';
+export { StreamedResponse, type StreamHead, type CallEvent } from './core/events.js';
 export {
   OrchestratorError,
   CircuitOpenError,
@@ -25,19 +35,9 @@ export {
   ClientClosedError,
   isOrchestratorError,
   type OrchestratorErrorCode,
-} from './core/orchestrator-errors.js';
-export { openAIErrorBody, errorHeaders, type OpenAIErrorBody } from './http/error-response.js';
-export { isUpstreamFailure, isTransientFailure } from './breaker/failure-classifier.js';
-export type { BreakerSnapshot, BreakerState } from './breaker/circuit-breaker.js';
-export type { LimiterSnapshot } from './concurrency/concurrency.registry.js';
-export type { DedupOutcome } from './dedup/single-flight.js';
-// Framework-free building blocks, usable without Nest.
-export { CallPipeline, toCallEvents, type CallPolicy, type RetryPolicy, type CallWork, type StartedCall } from './core/call-pipeline.js';
-export { CircuitBreaker as Breaker, type CircuitBreakerOptions } from './breaker/circuit-breaker.js';
-export { BreakerRegistry } from './breaker/breaker.registry.js';
-export { ConcurrencyLimiter, type ConcurrencyLimiterOptions } from './concurrency/concurrency-limiter.js';
-export { ConcurrencyRegistry } from './concurrency/concurrency.registry.js';
-export { SingleFlight } from './dedup/single-flight.js';
-export { AnswerWindow, type WindowEntry } from './dedup/answer-window.js';
-export { dedupKey, type DedupKeyInput } from './dedup/dedup-key.js';
-export { withTimeLimits, type TimeLimits } from './timeout/time-limits.js';
+} from './core/errors.js';
+export { isUpstreamFailure, isTransientFailure } from './core/breaker/failure-classifier.js';
+export type { BreakerSnapshot, BreakerState } from './core/breaker/circuit-breaker.js';
+export type { LimiterSnapshot } from './core/concurrency/concurrency.registry.js';
+export type { DedupOutcome } from './core/dedup/single-flight.js';
+export { dedupKey, type DedupKeyInput } from './core/dedup/dedup-key.js';

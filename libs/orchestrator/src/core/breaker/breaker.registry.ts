@@ -1,0 +1,46 @@
+import { withDefaults } from '../options.js';
+import { BREAKER_FIELDS, FAILURE_RATE_FIELDS, type BreakerOptions } from './breaker.options.js';
+import { CircuitBreaker, type BreakerSnapshot } from './circuit-breaker.js';
+import { isUpstreamFailure } from './failure-classifier.js';
+
+/**
+ * The breakers of a process, one per upstream name. A breaker's settings are
+ * fixed when it is first used: defaults, then the module's `breaker`, then
+ * the module's `breakers[name]`, then the decorator's own.
+ */
+export class BreakerRegistry {
+  private readonly breakers = new Map<string, CircuitBreaker>();
+
+  constructor(
+    private readonly defaults: BreakerOptions = {},
+    private readonly named: Record<string, BreakerOptions> = {},
+  ) {}
+
+  get(name: string, overrides: BreakerOptions = {}): CircuitBreaker {
+    let breaker = this.breakers.get(name);
+    if (!breaker) {
+      const o = withDefaults(BREAKER_FIELDS, this.defaults, this.named[name], overrides);
+      breaker = new CircuitBreaker(name, {
+        ...o,
+        failureRate: o.failureRate && withDefaults(FAILURE_RATE_FIELDS, o.failureRate),
+        isFailure: o.isFailure ?? isUpstreamFailure,
+      });
+      this.breakers.set(name, breaker);
+    }
+    return breaker;
+  }
+
+  /** The breaker of that name, if it was ever used. */
+  find(name: string): CircuitBreaker | undefined {
+    return this.breakers.get(name);
+  }
+
+  snapshot(): BreakerSnapshot[] {
+    return [...this.breakers.values()].map((breaker) => breaker.snapshot());
+  }
+
+  shutdown(): void {
+    for (const breaker of this.breakers.values()) breaker.shutdown();
+    this.breakers.clear();
+  }
+}

@@ -1,0 +1,237 @@
+import OpossumBreaker from 'opossum';
+import { CircuitOpenError, isOrchestratorError } from '../errors.js';
+import type { WithDefaults } from '../options.js';
+import type { BREAKER_FIELDS, BreakerOptions, FAILURE_RATE_FIELDS, FailureRateOptions } from './breaker.options.js';
+
+export type BreakerState = 'closed' | 'open' | 'half_open';
+
+/** A breaker's settings with every default applied (see `BreakerOptions` for each field). */
+export type CircuitBreakerOptions = Omit<WithDefaults<BreakerOptions, typeof BREAKER_FIELDS>, 'name' | 'failureRate' | 'isFailure'> & {
+  failureRate?: WithDefaults<FailureRateOptions, typeof FAILURE_RATE_FIELDS>;
+  isFailure: (error: unknown) => boolean;
+};
+
+export interface BreakerSnapshot {
+  name: string;
+  state: BreakerState;
+  consecutiveFailures: number;
+  /** Current open period, after doubling. */
+  openMs: number;
+  /** Epoch ms when the breaker last opened, if it is not closed. */
+  openedAt?: number;
+}
+
+type Action = () => Promise<unknown>;
+
+/**
+ * One upstream's circuit breaker: opossum's state machine (closed / open /
+ * half-open with a single probe) plus what opossum cannot express: opening
+ * after N consecutive failures, doubling the open period after a failed probe,
+ * and closing early once a health probe succeeds.
+ */
+export class CircuitBreaker {
+  private readonly breaker: OpossumBreaker<[Action], unknown>;
+  /**
+   * The options object given to opossum, which keeps it as `circuit.options` and reads `resetTimeout` from it
+   * each time it opens (its README documents both). The doubled open period is written here.
+   */
+  private readonly opossumOptions: OpossumBreaker.Options<[Action]> & { resetTimeout: number };
+  private consecutiveFailures = 0;
+  private openedAt?: number;
+  /** The last health probe failed (and none has succeeded since). */
+  private upstreamKnownDown = false;
+  private probeTimer?: ReturnType<typeof setTimeout>;
+  private probeAbort?: AbortController;
+
+  constructor(
+    readonly name: string,
+    private readonly options: CircuitBreakerOptions,
+  ) {
+    const rate = options.failureRate;
+    this.opossumOptions = {
+      name,
+      // Timeouts are applied (and the call really cancelled) by the caller's pipeline.
+      timeout: false,
+      resetTimeout: options.openMs,
+      // opossum opens when the rate is strictly above the threshold: 100 turns the mode off.
+      errorThresholdPercentage: rate?.thresholdPercent ?? 100,
+      volumeThreshold: rate?.minimumCalls ?? 0,
+      rollingCountTimeout: rate?.windowMs ?? 10_000,
+      errorFilter: (error: unknown) => !options.isFailure(error),
+    };
+    this.breaker = new OpossumBreaker((action: Action) => action(), this.opossumOptions);
+    // opossum reports a filtered error as a success; a call its caller abandoned proves nothing either way.
+    this.breaker.on('success', (result: unknown) => {
+      if (!isAbandoned(result)) this.consecutiveFailures = 0;
+    });
+    // Registered before opossum decides to reopen after a failed probe, so the
+    // doubled period is in place when its reset timer starts.
+    this.breaker.on('failure', () => this.onFailure());
+    this.breaker.on('open', () => {
+      this.openedAt = Date.now();
+      this.scheduleProbe();
+    });
+    this.breaker.on('close', () => {
+      this.consecutiveFailures = 0;
+      this.openedAt = undefined;
+      this.upstreamKnownDown = false;
+      this.opossumOptions.resetTimeout = options.openMs;
+      this.stopProbe();
+    });
+    // The health probe has just seen the upstream down: a live request sent as the half-open probe would
+    // only fail too (and cost a paid call). Count it as a failed probe without sending it.
+    this.breaker.on('halfOpen', () => {
+      if (!this.upstreamKnownDown) return;
+      this.doubleOpenPeriod();
+      this.breaker.open();
+    });
+  }
+
+  get state(): BreakerState {
+    if (this.breaker.closed) return 'closed';
+    return this.breaker.halfOpen ? 'half_open' : 'open';
+  }
+
+  /** Whether a call would be let through right now (closed, or half-open with its probe not yet taken). */
+  isCallable(): boolean {
+    return this.breaker.closed || this.breaker.pendingClose;
+  }
+
+  /** Throws `CircuitOpenError` unless a call would be let through right now. */
+  assertCallable(): void {
+    if (this.isCallable()) return;
+    throw new CircuitOpenError(this.name, this.retryAfterSeconds());
+  }
+
+  /**
+   * Resolves once a call would be let through, or after `maxWaitMs`, or when
+   * `signal` aborts, whichever comes first. Only a breaker with a health probe
+   * can close that soon, so one without resolves at once.
+   */
+  waitUntilCallable(maxWaitMs: number, signal?: AbortSignal): Promise<void> {
+    if (this.isCallable() || !this.options.healthProbe || signal?.aborted) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.breaker.removeListener('close', done);
+        this.breaker.removeListener('halfOpen', done);
+        signal?.removeEventListener('abort', done);
+        resolve();
+      };
+      const timer = setTimeout(done, maxWaitMs);
+      this.breaker.on('close', done);
+      this.breaker.on('halfOpen', done);
+      signal?.addEventListener('abort', done, { once: true });
+    });
+  }
+
+  /** Runs `action` through the breaker; its rejection counts as a failure if `isFailure` says so. */
+  async execute<T>(action: () => Promise<T>): Promise<T> {
+    // While not closed, fire() lets only the half-open probe through. If its caller abandons it, reopen
+    // for the current period (before opossum would count the abandonment as a success and close).
+    const probe = this.breaker.closed
+      ? action
+      : () =>
+          action().catch((error: unknown) => {
+            if (isAbandoned(error) && this.breaker.halfOpen) this.breaker.open();
+            throw error;
+          });
+    try {
+      return (await this.breaker.fire(probe)) as T;
+    } catch (error) {
+      if ((error as { code?: string } | undefined)?.code === 'EOPENBREAKER') {
+        throw new CircuitOpenError(this.name, this.retryAfterSeconds());
+      }
+      throw error;
+    }
+  }
+
+  /**
+   * Counts a failure that happened after `execute` had already resolved, such
+   * as a stream cut or stalled mid-answer.
+   */
+  recordFailure(error: unknown): void {
+    if (!this.options.isFailure(error)) return;
+    this.onFailure();
+  }
+
+  snapshot(): BreakerSnapshot {
+    return {
+      name: this.name,
+      state: this.state,
+      consecutiveFailures: this.consecutiveFailures,
+      openMs: this.opossumOptions.resetTimeout,
+      openedAt: this.openedAt,
+    };
+  }
+
+  shutdown(): void {
+    this.stopProbe();
+    this.breaker.shutdown();
+  }
+
+  private onFailure(): void {
+    this.consecutiveFailures++;
+    if (this.breaker.halfOpen) {
+      this.doubleOpenPeriod();
+      return; // opossum reopens a breaker whose probe failed
+    }
+    if (this.breaker.closed && this.consecutiveFailures >= this.options.failureThreshold) {
+      this.breaker.open();
+    }
+  }
+
+  private doubleOpenPeriod(): void {
+    this.opossumOptions.resetTimeout = Math.min(this.opossumOptions.resetTimeout * 2, this.options.openMs * this.options.maxOpenMultiplier);
+  }
+
+  private retryAfterSeconds(): number {
+    const now = Date.now();
+    const openMs = this.opossumOptions.resetTimeout;
+    let nextChance = (this.openedAt ?? now) + openMs;
+    if (this.options.healthProbe) nextChance = Math.min(nextChance, now + this.options.probeIntervalMs);
+    return Math.max(1, Math.ceil((nextChance - now) / 1000));
+  }
+
+  private scheduleProbe(): void {
+    const probe = this.options.healthProbe;
+    if (!probe || this.probeTimer || this.breaker.isShutdown) return;
+    this.probeTimer = setTimeout(() => void this.runProbe(probe), this.options.probeIntervalMs);
+    this.probeTimer.unref?.();
+  }
+
+  private async runProbe(probe: (signal: AbortSignal) => Promise<unknown>): Promise<void> {
+    const abort = new AbortController();
+    this.probeAbort = abort;
+    const timer = setTimeout(() => abort.abort(), this.options.probeTimeoutMs);
+    // A probe that ignores its signal must not hang the loop: the abort (timeout or stop) ends the wait.
+    const aborted = new Promise<false>((resolve) => abort.signal.addEventListener('abort', () => resolve(false), { once: true }));
+    let healthy: boolean;
+    try {
+      healthy = (await Promise.race([probe(abort.signal), aborted])) !== false && !abort.signal.aborted;
+    } catch {
+      healthy = false;
+    } finally {
+      clearTimeout(timer);
+    }
+    // A probe that was stopped (breaker closed, reopened or shut down meanwhile) decides nothing.
+    if (this.probeAbort !== abort) return;
+    this.probeAbort = undefined;
+    this.probeTimer = undefined;
+    if (this.breaker.isShutdown || this.breaker.closed) return;
+    this.upstreamKnownDown = !healthy;
+    if (healthy) this.breaker.close();
+    else this.scheduleProbe();
+  }
+
+  private stopProbe(): void {
+    clearTimeout(this.probeTimer);
+    this.probeTimer = undefined;
+    this.probeAbort?.abort();
+    this.probeAbort = undefined;
+  }
+}
+
+function isAbandoned(value: unknown): boolean {
+  return isOrchestratorError(value) && value.code === 'client_closed_request';
+}

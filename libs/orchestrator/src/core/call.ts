@@ -1,0 +1,169 @@
+import { Observable, concat, defer, from, map, mergeMap, of, type ObservableInput, type Subscriber, type Subscription } from 'rxjs';
+import { ClientClosedError } from './errors.js';
+import { isStreamedResponse, type CallEvent } from './events.js';
+import type { RoutePolicy } from './policy.js';
+import type { ReleaseSlot } from './concurrency/concurrency-limiter.js';
+import type { CallControl } from './retry/retry.policy.js';
+import { withTimeLimits } from './timeout/time-limits.js';
+
+/** The upstream work: receives the call's own AbortSignal, aborted on timeout or cancellation. */
+export type CallWork<T> = (signal: AbortSignal) => Observable<CallEvent<T>>;
+
+/** One try at the upstream: its own signal (a timeout aborts this attempt only) and its events. */
+interface Attempt {
+  readonly abort: AbortController;
+  upstream?: Subscription;
+  /** Settles the attempt's promise when the caller leaves, or the breaker would wait for it forever. */
+  readonly abandon: () => void;
+}
+
+/**
+ * Where a guarded call is. Each state carries what can be cancelled in it, so
+ * `cancel()` never has to guess.
+ */
+type CallState =
+  | { readonly kind: 'queued' }
+  | { readonly kind: 'attempting'; readonly attempt: Attempt }
+  | { readonly kind: 'backoff' }
+  | { readonly kind: 'streaming'; readonly attempt: Attempt }
+  | { readonly kind: 'done' };
+
+const QUEUED: CallState = { kind: 'queued' };
+const BACKOFF: CallState = { kind: 'backoff' };
+const DONE: CallState = { kind: 'done' };
+
+/**
+ * Breaker refusal, concurrency slot, then the timed call through the breaker,
+ * retried (if the policy asks) while it fails before its first chunk:
+ *
+ *     slot = limiter.acquire();  retry.execute(() => breaker.execute(() => firstEvent(work)))
+ *
+ * The breaker times an attempt up to its first event (a value, or a stream's
+ * first chunk); a stream that breaks later is reported to it on its own. The
+ * slot is held until the call ends, stream included. Unsubscribing cancels
+ * whatever stage the call is in: it leaves the queue, or aborts the upstream
+ * request through the attempt's own signal.
+ */
+export function guardedCall<T>(policy: RoutePolicy, work: CallWork<T>, onUpstream?: () => void): Observable<CallEvent<T>> {
+  return new Observable<CallEvent<T>>((subscriber) => {
+    const call = new GuardedCall(policy, work, subscriber, onUpstream);
+    call.run().catch((error: unknown) => call.fail(error));
+    return () => call.cancel();
+  });
+}
+
+class GuardedCall<T> implements CallControl {
+  private state: CallState = QUEUED;
+  private release?: ReleaseSlot;
+  // Created only when the call has to wait (queue, back-off): most calls never need it.
+  private cancelController?: AbortController;
+
+  constructor(
+    private readonly policy: RoutePolicy,
+    private readonly work: CallWork<T>,
+    private readonly subscriber: Subscriber<CallEvent<T>>,
+    private readonly onUpstream?: () => void,
+  ) {}
+
+  get cancelled(): boolean {
+    return this.state.kind === 'done';
+  }
+
+  signal(): AbortSignal {
+    return (this.cancelController ??= new AbortController()).signal;
+  }
+
+  async run(): Promise<void> {
+    const { breaker, limiter, retry } = this.policy;
+    breaker?.assertCallable();
+    if (limiter) this.release = limiter.tryAcquire() ?? (await limiter.acquire(this.signal()));
+    // Cancelled while the slot was being granted.
+    if (this.state.kind === 'done') return this.finish();
+    this.onUpstream?.();
+    const attempt = breaker ? () => breaker.execute(() => this.attempt()) : () => this.attempt();
+    if (!retry) return attempt();
+    // Never retry into an open breaker. One with a health probe may close within the back-off's bound
+    // (the upstream is back): wait that long for it, as the SDKs would have waited before their own retry.
+    const waitForBreaker = breaker && ((signal: AbortSignal) => breaker.waitUntilCallable(retry.maxDelayMs, signal));
+    return retry.execute(attempt, this, waitForBreaker);
+  }
+
+  /** Resolves at the first event (a value, or a stream's first chunk): that, not the whole stream, is what the breaker times. */
+  private attempt(): Promise<void> {
+    const { breaker, timeLimits } = this.policy;
+    return new Promise<void>((resolveFirst, rejectFirst) => {
+      const attempt: Attempt = { abort: new AbortController(), abandon: () => rejectFirst(new ClientClosedError()) };
+      this.state = { kind: 'attempting', attempt };
+      let answered = false;
+      const events = defer(() => this.work(attempt.abort.signal));
+      attempt.upstream = (timeLimits ? events.pipe(withTimeLimits<T>(timeLimits)) : events).subscribe({
+        next: (event) => {
+          // A plain value is the whole answer: the call is over before the caller (who may unsubscribe at once) sees it.
+          if (event.kind === 'value') this.finish();
+          if (!answered && event.kind !== 'head') {
+            answered = true;
+            if (this.state.kind === 'attempting') this.state = { kind: 'streaming', attempt };
+            resolveFirst();
+          }
+          this.subscriber.next(event);
+        },
+        error: (error: unknown) => {
+          attempt.abort.abort(error);
+          if (!answered) {
+            if (this.state.kind === 'attempting') this.state = BACKOFF;
+            return rejectFirst(error);
+          }
+          // The breaker already counted this call a success; a stream that breaks later still counts.
+          breaker?.recordFailure(error);
+          this.fail(error);
+        },
+        complete: () => {
+          this.finish();
+          if (!answered) resolveFirst();
+          this.subscriber.complete();
+        },
+      });
+    });
+  }
+
+  fail(error: unknown): void {
+    this.finish();
+    this.subscriber.error(error);
+  }
+
+  /** The caller left. Once the call has ended there is nothing left to abort (and aborting costs a DOMException). */
+  cancel(): void {
+    const state = this.state;
+    if (state.kind === 'done') return;
+    this.finish();
+    if (state.kind === 'attempting' || state.kind === 'streaming') {
+      state.attempt.upstream?.unsubscribe();
+      state.attempt.abort.abort();
+      state.attempt.abandon();
+    }
+    this.cancelController?.abort();
+  }
+
+  private finish(): void {
+    this.state = DONE;
+    const release = this.release;
+    this.release = undefined;
+    release?.();
+  }
+}
+
+/**
+ * Turns what a handler produced (a value, a promise, an Observable of values,
+ * or a `StreamedResponse`) into call events.
+ */
+export function toCallEvents<T>(result: Observable<unknown>): Observable<CallEvent<T>> {
+  return result.pipe(
+    mergeMap((value): ObservableInput<CallEvent<T>> => {
+      if (!isStreamedResponse(value)) return of({ kind: 'value', value: value as T });
+      return concat(
+        of<CallEvent<T>>({ kind: 'head', head: value.head, formatError: value.formatError }),
+        from(value.chunks).pipe(map((chunk): CallEvent<T> => ({ kind: 'chunk', chunk }))),
+      );
+    }),
+  );
+}

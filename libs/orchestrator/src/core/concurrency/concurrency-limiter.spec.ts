@@ -1,0 +1,199 @@
+import { afterEach, beforeEach, describe, expect, it, jest } from '@jest/globals';
+import { OverloadedError, QueueTimeoutError } from '../errors.js';
+import { ConcurrencyLimiter, type ConcurrencyLimiterOptions, type ReleaseSlot } from './concurrency-limiter.js';
+
+function makeLimiter(overrides: Partial<ConcurrencyLimiterOptions> = {}): ConcurrencyLimiter {
+  return new ConcurrencyLimiter('upstream', { limit: 16, queueSize: 100, maxWaitMs: 60_000, retryAfterSeconds: 3, ...overrides });
+}
+
+/** Tracks how one acquire() settled, without awaiting it. */
+interface Tracked {
+  release?: ReleaseSlot;
+  error?: unknown;
+  settled: boolean;
+}
+
+function track(promise: Promise<ReleaseSlot>): Tracked {
+  const tracked: Tracked = { settled: false };
+  promise.then(
+    (release) => {
+      tracked.release = release;
+      tracked.settled = true;
+    },
+    (error: unknown) => {
+      tracked.error = error;
+      tracked.settled = true;
+    },
+  );
+  return tracked;
+}
+
+/** Lets settled promises run their callbacks. */
+const flush = () => jest.advanceTimersByTimeAsync(0);
+
+describe('ConcurrencyLimiter', () => {
+  beforeEach(() => {
+    jest.useFakeTimers();
+  });
+
+  afterEach(() => {
+    jest.useRealTimers();
+  });
+
+  it('with limit 16, grants 16 of 20 acquires, queues 4, and grants them in FIFO order on release', async () => {
+    const limiter = makeLimiter({ limit: 16 });
+    const grantOrder: number[] = [];
+    const calls = Array.from({ length: 20 }, (_, i) => {
+      const promise = limiter.acquire();
+      void promise.then(() => grantOrder.push(i));
+      return track(promise);
+    });
+    await flush();
+
+    expect(calls.filter((c) => c.release).length).toBe(16);
+    expect(calls.filter((c) => c.settled).length).toBe(16);
+    expect(limiter.inFlight).toBe(16);
+    expect(limiter.queued).toBe(4);
+    expect(grantOrder).toEqual(Array.from({ length: 16 }, (_, i) => i));
+
+    // Releasing one slot at a time hands it to the oldest waiter.
+    for (const [released, expectedNext] of [
+      [3, 16],
+      [0, 17],
+      [10, 18],
+      [15, 19],
+    ] as const) {
+      calls[released]!.release!();
+      await flush();
+      expect(grantOrder.at(-1)).toBe(expectedNext);
+      expect(limiter.inFlight).toBe(16);
+    }
+    expect(grantOrder.slice(16)).toEqual([16, 17, 18, 19]);
+    expect(limiter.queued).toBe(0);
+
+    for (const call of calls) call.release!();
+    expect(limiter.inFlight).toBe(0);
+  });
+
+  it('rejects at once with OverloadedError (and Retry-After) when the queue is full', async () => {
+    const limiter = makeLimiter({ limit: 1, queueSize: 2, retryAfterSeconds: 3 });
+    const holder = track(limiter.acquire());
+    const waiters = [track(limiter.acquire()), track(limiter.acquire())];
+    await flush();
+    expect(holder.release).toBeDefined();
+    expect(limiter.queued).toBe(2);
+
+    const refused = track(limiter.acquire());
+    await Promise.resolve();
+    await Promise.resolve();
+    // Settled without any time passing.
+    expect(refused.settled).toBe(true);
+    expect(refused.error).toBeInstanceOf(OverloadedError);
+    expect((refused.error as OverloadedError).retryAfterSeconds).toBe(3);
+    expect((refused.error as OverloadedError).status).toBe(429);
+    expect(limiter.queued).toBe(2);
+    expect(limiter.inFlight).toBe(1);
+    expect(waiters.every((w) => !w.settled)).toBe(true);
+  });
+
+  it('rejects a waiter with QueueTimeoutError after maxWaitMs and removes it from the queue', async () => {
+    const limiter = makeLimiter({ limit: 1, maxWaitMs: 1_000, retryAfterSeconds: 2 });
+    const holder = track(limiter.acquire());
+    const waiter = track(limiter.acquire());
+    await flush();
+    expect(limiter.queued).toBe(1);
+
+    await jest.advanceTimersByTimeAsync(999);
+    expect(waiter.settled).toBe(false);
+    expect(limiter.queued).toBe(1);
+
+    await jest.advanceTimersByTimeAsync(1);
+    expect(waiter.error).toBeInstanceOf(QueueTimeoutError);
+    expect((waiter.error as QueueTimeoutError).retryAfterSeconds).toBe(2);
+    expect((waiter.error as QueueTimeoutError).waitedMs).toBe(1_000);
+    expect(limiter.queued).toBe(0);
+
+    // The expired waiter is not handed the slot later.
+    holder.release!();
+    expect(limiter.inFlight).toBe(0);
+    expect(waiter.release).toBeUndefined();
+    const next = track(limiter.acquire());
+    await flush();
+    expect(next.release).toBeDefined();
+  });
+
+  it('an aborted signal removes the waiter, whose slot is never granted later', async () => {
+    const limiter = makeLimiter({ limit: 1 });
+    const holder = track(limiter.acquire());
+    const controller = new AbortController();
+    const aborted = track(limiter.acquire(controller.signal));
+    const after = track(limiter.acquire());
+    await flush();
+    expect(limiter.queued).toBe(2);
+
+    const reason = new Error('client went away');
+    controller.abort(reason);
+    await flush();
+    expect(limiter.queued).toBe(1);
+    expect(aborted.error).toBe(reason);
+
+    holder.release!();
+    await flush();
+    expect(aborted.release).toBeUndefined();
+    expect(after.release).toBeDefined();
+    expect(limiter.inFlight).toBe(1);
+    expect(limiter.queued).toBe(0);
+
+    // Its maxWait timer was cleared too: nothing fires later.
+    await jest.advanceTimersByTimeAsync(120_000);
+    expect(aborted.release).toBeUndefined();
+    expect(limiter.inFlight).toBe(1);
+  });
+
+  it('an already aborted signal is refused without taking a slot or a place', async () => {
+    const limiter = makeLimiter({ limit: 1 });
+    const controller = new AbortController();
+    controller.abort(new Error('gone'));
+    const refused = track(limiter.acquire(controller.signal));
+    await flush();
+    expect((refused.error as Error).message).toBe('gone');
+    expect(limiter.inFlight).toBe(0);
+    expect(limiter.queued).toBe(0);
+  });
+
+  it('release is idempotent: releasing twice frees one slot (no waiters)', async () => {
+    const limiter = makeLimiter({ limit: 1 });
+    const first = track(limiter.acquire());
+    await flush();
+    first.release!();
+    first.release!();
+    expect(limiter.inFlight).toBe(0);
+
+    const a = track(limiter.acquire());
+    const b = track(limiter.acquire());
+    await flush();
+    expect(a.release).toBeDefined();
+    expect(b.settled).toBe(false);
+    expect(limiter.inFlight).toBe(1);
+    expect(limiter.queued).toBe(1);
+  });
+
+  it('release is idempotent: releasing twice hands over one slot (with waiters)', async () => {
+    const limiter = makeLimiter({ limit: 2 });
+    const r1 = track(limiter.acquire());
+    const r2 = track(limiter.acquire());
+    const w3 = track(limiter.acquire());
+    const w4 = track(limiter.acquire());
+    await flush();
+    expect(limiter.queued).toBe(2);
+
+    r1.release!();
+    r1.release!();
+    await flush();
+    expect(w3.release).toBeDefined();
+    expect(w4.settled).toBe(false);
+    expect(limiter.queued).toBe(1);
+    expect(limiter.inFlight).toBe(2);
+    void r2;
+  });
+});

@@ -1,0 +1,25 @@
+import type { Fields } from '../options.js';
+
+export interface ConcurrencyOptions {
+  /**
+   * Limiter name: calls under one name share the limit. Default: the controller's class name, or
+   * `Class.method` for a route whose own decorator sets a limit (or other settings).
+   */
+  name?: string;
+  /** Calls in flight at once. Default 16. */
+  limit?: number;
+  /** Callers allowed to wait; more are refused at once with 429. Default 1 000. */
+  queueSize?: number;
+  /** Longest wait for a slot in ms, then 429. Default 60 000. */
+  maxWaitMs?: number;
+  /** `Retry-After` seconds sent with an overload refusal. Default 1. */
+  retryAfterSeconds?: number;
+}
+
+export const CONCURRENCY_FIELDS = {
+  name: { check: 'string' },
+  limit: { check: 'positiveInt', default: 16 },
+  queueSize: { check: 'nonNegativeInt', default: 1_000 },
+  maxWaitMs: { check: 'positive', default: 60_000 },
+  retryAfterSeconds: { check: 'positiveInt', default: 1 },
+} as const satisfies Fields<ConcurrencyOptions>;

@@ -1,0 +1,33 @@
+import { withDefaults } from '../options.js';
+import { CONCURRENCY_FIELDS, type ConcurrencyOptions } from './concurrency.options.js';
+import { ConcurrencyLimiter } from './concurrency-limiter.js';
+
+export interface LimiterSnapshot {
+  name: string;
+  limit: number;
+  inFlight: number;
+  queued: number;
+}
+
+/** The concurrency limiters of a process, one per name; settings fixed at first use. */
+export class ConcurrencyRegistry {
+  private readonly limiters = new Map<string, ConcurrencyLimiter>();
+
+  constructor(
+    private readonly defaults: ConcurrencyOptions = {},
+    private readonly named: Record<string, ConcurrencyOptions> = {},
+  ) {}
+
+  get(name: string, overrides: ConcurrencyOptions = {}): ConcurrencyLimiter {
+    let limiter = this.limiters.get(name);
+    if (!limiter) {
+      limiter = new ConcurrencyLimiter(name, withDefaults(CONCURRENCY_FIELDS, this.defaults, this.named[name], overrides));
+      this.limiters.set(name, limiter);
+    }
+    return limiter;
+  }
+
+  snapshot(): LimiterSnapshot[] {
+    return [...this.limiters.values()].map((l) => ({ name: l.name, limit: l.limit, inFlight: l.inFlight, queued: l.queued }));
+  }
+}

@@ -1,0 +1,46 @@
+import type { Fields } from '../options.js';
+
+/** The request as the dedup key function sees it. */
+export interface DedupRequest {
+  method: string;
+  url: string;
+  headers: Record<string, string | string[] | undefined>;
+  body: unknown;
+}
+
+export interface DedupOptions {
+  /** How long a finished answer is reused, in ms. Default 300 000 (5 min). */
+  windowMs?: number;
+  /** Keep finished answers at all; `false` only merges calls in flight. Default true. */
+  cacheAnswers?: boolean;
+  /** Most answers the in-memory window keeps (LRU). Default 10 000. Module-wide only. */
+  maxEntries?: number;
+  /** Answers larger than this many characters are not kept. Default 1 048 576. */
+  maxEntryBytes?: number;
+  /**
+   * Cancel a call once every caller waiting for it has gone. Default false: the
+   * call runs to completion and lands in the window, so a retry is answered
+   * from it. A call still queued for a slot is always cancelled.
+   */
+  cancelWhenAbandoned?: boolean;
+  /**
+   * Replaces the default key (SHA-256 of method, URL, canonical body and the
+   * caller's credential). Return `undefined` to skip deduplication for a request.
+   */
+  key?: (request: DedupRequest) => string | undefined;
+  /**
+   * The caller's identity, hashed into the default key. Default: the
+   * `authorization` header, else `x-api-key`.
+   */
+  credential?: (request: DedupRequest) => string | undefined;
+}
+
+export const DEDUP_FIELDS = {
+  windowMs: { check: 'positive', default: 300_000 },
+  cacheAnswers: { check: 'boolean', default: true },
+  maxEntries: { check: 'positiveInt', default: 10_000 },
+  maxEntryBytes: { check: 'positiveInt', default: 1_048_576 },
+  cancelWhenAbandoned: { check: 'boolean', default: false },
+  key: { check: 'function' },
+  credential: { check: 'function' },
+} as const satisfies Fields<DedupOptions>;

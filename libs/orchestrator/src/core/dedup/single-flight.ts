@@ -1,0 +1,112 @@
+import { NEVER, Observable, ReplaySubject, finalize, of, share, tap } from 'rxjs';
+import type { CallEvent, StreamHead } from '../events.js';
+import { sizeOf, type WindowEntry } from './answer-window.js';
+
+/** How a request was answered, as sent in `x-orchestrator-dedup`. */
+export type DedupOutcome = 'miss' | 'joined' | 'cached';
+
+export interface LeadOptions<T> {
+  /**
+   * Asked when the last caller leaves: `true` cancels the call. A call that
+   * has not reached the upstream yet is always cancelled by the caller; one
+   * that has is kept by default, so that it lands in the window.
+   */
+  cancelWhenAbandoned: () => boolean;
+  /** Answers over this size are not recorded for the window. */
+  maxEntryBytes: number;
+  /** Receives the finished answer (if within bounds); the flight stays joinable until the returned promise settles. */
+  onSuccess?: (entry: WindowEntry<T>) => Promise<void>;
+}
+
+/**
+ * Singleflight over RxJS: one shared call per key, multicast with `share` and a
+ * ReplaySubject connector, so that a caller who joins late still receives every
+ * event from the first one, then the live tail.
+ *
+ * Invariants: a key maps to at most one flight; a flight's entry is removed when
+ * its call ends (success, error or cancellation), and only if the map still holds
+ * that same flight, so a newer flight under the same key is never clobbered.
+ * Errors reach every caller that joined and are never kept.
+ */
+export class SingleFlight<T> {
+  private readonly flights = new Map<string, Observable<CallEvent<T>>>();
+
+  /** Calls in flight; bounded by the number of distinct keys being called right now. */
+  get size(): number {
+    return this.flights.size;
+  }
+
+  join(key: string): Observable<CallEvent<T>> | undefined {
+    return this.flights.get(key);
+  }
+
+  /** Registers `call` as the flight for `key` and returns its shared events. */
+  lead(key: string, call: Observable<CallEvent<T>>, options: LeadOptions<T>): Observable<CallEvent<T>> {
+    const onSuccess = options.onSuccess;
+    const recorder = onSuccess ? new AnswerRecorder<T>(options.maxEntryBytes) : undefined;
+    let written: Promise<void> | undefined;
+    const forget = () => {
+      if (this.flights.get(key) === shared) this.flights.delete(key);
+    };
+    const shared: Observable<CallEvent<T>> = call.pipe(
+      tap({
+        next: (event) => recorder?.record(event),
+        // Before the callers see the error: one that retries at once must start a new call, not join this one.
+        error: forget,
+        complete: () => {
+          const entry = recorder?.entry();
+          if (entry && onSuccess) written = onSuccess(entry);
+        },
+      }),
+      finalize(() => {
+        // Until the window holds the answer, late callers still join the finished flight.
+        if (written) void written.finally(forget);
+        else forget();
+      }),
+      share({
+        connector: () => new ReplaySubject<CallEvent<T>>(),
+        resetOnError: false,
+        resetOnComplete: false,
+        resetOnRefCountZero: () => (options.cancelWhenAbandoned() ? of(true) : NEVER),
+      }),
+    );
+    this.flights.set(key, shared);
+    return shared;
+  }
+}
+
+/** Collects a call's events into a window entry while it runs, until it grows past its bound. */
+class AnswerRecorder<T> {
+  private size = 0;
+  private value?: { value: T };
+  private head?: StreamHead;
+  private chunks: string[] = [];
+  private overflowed = false;
+
+  constructor(private readonly maxBytes: number) {}
+
+  record(event: CallEvent<T>): void {
+    if (this.overflowed) return;
+    if (event.kind === 'value') {
+      this.value = { value: event.value };
+      this.size = sizeOf(event.value);
+    } else if (event.kind === 'head') {
+      this.head = event.head;
+    } else {
+      this.size += event.chunk.length;
+      this.chunks.push(event.chunk);
+    }
+    if (this.size > this.maxBytes) {
+      this.overflowed = true;
+      this.chunks = [];
+      this.value = undefined;
+    }
+  }
+
+  entry(): WindowEntry<T> | undefined {
+    if (this.overflowed) return undefined;
+    if (this.value) return { kind: 'value', value: this.value.value };
+    if (this.head) return { kind: 'stream', head: this.head, chunks: this.chunks };
+    return undefined;
+  }
+}

@@ -1,0 +1,54 @@
+import type { ObservableInput } from 'rxjs';
+
+/** What a streamed answer starts with: everything a late joiner or a replay needs to answer the same way. */
+export interface StreamHead {
+  /** e.g. `text/event-stream`. */
+  contentType: string;
+  /** Extra response headers sent with every copy of the stream. */
+  headers?: Record<string, string>;
+}
+
+/**
+ * A call yields either one value, or a head followed by text chunks. Kept as
+ * plain data so that a finished answer can be stored in (and replayed from) a
+ * shared store such as Redis.
+ */
+export type CallEvent<T> =
+  | { readonly kind: 'value'; readonly value: T }
+  | {
+      readonly kind: 'head';
+      readonly head: StreamHead;
+      /** In-process only (never stored): see `StreamedResponse.formatError`. */
+      readonly formatError?: (error: unknown) => string;
+    }
+  | { readonly kind: 'chunk'; readonly chunk: string };
+
+/**
+ * Return this from a route handler (or from work given to `OrchestratorService`)
+ * to send a streamed answer: every chunk is written to the client as it arrives,
+ * shared with identical requests that join while it runs, and replayed from the
+ * dedup window once finished.
+ *
+ * Keep `chunks` lazy (a cold Observable, an async generator): the upstream call
+ * should start when it is subscribed, so that its time limits cover it.
+ */
+const STREAMED = Symbol.for('nest-prompt-orchestrator.streamed-response');
+
+export class StreamedResponse {
+  // A brand, not `instanceof` alone: two copies of the package (ESM and CommonJS) in one process still agree.
+  readonly [STREAMED] = true;
+
+  constructor(
+    readonly chunks: ObservableInput<string>,
+    readonly head: StreamHead = { contentType: 'text/event-stream; charset=utf-8' },
+    /**
+     * Turns an error raised after the first chunk into a last chunk the client
+     * can see (e.g. an SSE `error` event). Without it, the connection is cut.
+     */
+    readonly formatError?: (error: unknown) => string,
+  ) {}
+}
+
+export function isStreamedResponse(value: unknown): value is StreamedResponse {
+  return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[STREAMED] === true;
+}

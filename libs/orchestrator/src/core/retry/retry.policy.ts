@@ -1,0 +1,59 @@
+import { withDefaults } from '../options.js';
+import { isTransientFailure } from '../breaker/failure-classifier.js';
+import { RETRY_FIELDS, type RetryOptions } from './retry.options.js';
+
+/** What a policy needs to know about the call it runs in: whether it was cancelled, and a signal that says so. */
+export interface CallControl {
+  readonly cancelled: boolean;
+  /** Created on first use: most calls never wait, and never need one. */
+  signal(): AbortSignal;
+}
+
+/**
+ * Retries of transient failures before the first chunk, with exponential
+ * back-off and full jitter. `beforeRetry` runs after each back-off (the
+ * breaker uses it to wait, within the back-off's bound, for a probe to close it).
+ */
+export class RetryPolicy {
+  readonly retries: number;
+  readonly baseDelayMs: number;
+  readonly maxDelayMs: number;
+  readonly shouldRetry: (error: unknown) => boolean;
+
+  constructor(options: RetryOptions = {}) {
+    const o = withDefaults(RETRY_FIELDS, options);
+    this.retries = o.retries;
+    this.baseDelayMs = o.baseDelayMs;
+    this.maxDelayMs = o.maxDelayMs;
+    this.shouldRetry = o.shouldRetry ?? isTransientFailure;
+  }
+
+  async execute<T>(attempt: () => Promise<T>, call: CallControl, beforeRetry?: (signal: AbortSignal) => Promise<void>): Promise<T> {
+    for (let retries = 0; ; retries++) {
+      try {
+        return await attempt();
+      } catch (error) {
+        if (retries >= this.retries || !this.shouldRetry(error) || call.cancelled) throw error;
+        await this.backOff(retries, call.signal());
+        await beforeRetry?.(call.signal());
+      }
+    }
+  }
+
+  /** Waits `min(maxDelayMs, baseDelayMs * 2^n)` with full jitter, or until cancelled. */
+  private backOff(retries: number, signal: AbortSignal): Promise<void> {
+    const delay = Math.random() * Math.min(this.maxDelayMs, this.baseDelayMs * 2 ** retries);
+    return new Promise<void>((resolve, reject) => {
+      if (signal.aborted) return reject(signal.reason);
+      const onAbort = () => {
+        clearTimeout(timer);
+        reject(signal.reason);
+      };
+      const timer = setTimeout(() => {
+        signal.removeEventListener('abort', onAbort);
+        resolve();
+      }, delay);
+      signal.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+}

@@ -1,0 +1,19 @@
+import type { Capability } from '../core/policy.js';
+
+/** Reflect metadata key of each capability's settings on a route or controller. */
+export const METADATA: Readonly<Record<Capability, string>> = {
+  dedup: 'nest-prompt-orchestrator:dedup',
+  breaker: 'nest-prompt-orchestrator:breaker',
+  concurrency: 'nest-prompt-orchestrator:concurrency',
+  timeout: 'nest-prompt-orchestrator:timeout',
+  retry: 'nest-prompt-orchestrator:retry',
+};
+
+/** The request property under which the current call's AbortSignal is found (see `@CallSignal()`). */
+export const CALL_SIGNAL = Symbol.for('nest-prompt-orchestrator.call-signal');
+
+/** Response header telling how dedup answered: `miss`, `joined` or `cached`. */
+export const DEDUP_HEADER = 'x-orchestrator-dedup';
+
+/** DI token of the module's options (`OrchestratorModuleOptions`). */
+export const ORCHESTRATOR_OPTIONS = Symbol.for('nest-prompt-orchestrator.options');

@@ -1,0 +1,120 @@
+import { Injectable, type CallHandler, type ExecutionContext, type NestInterceptor } from '@nestjs/common';
+import { HttpAdapterHost, Reflector } from '@nestjs/core';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Observable, catchError, from, mergeMap, throwError } from 'rxjs';
+import { toCallEvents, type CallWork } from '../core/call.js';
+import { isOrchestratorError, type OrchestratorError } from '../core/errors.js';
+import { CAPABILITIES, type RoutePolicy, type RouteSettings } from '../core/policy.js';
+import { CALL_SIGNAL, DEDUP_HEADER, METADATA } from './constants.js';
+import { deliver } from './deliver-response.js';
+import { errorHeaders, orchestratorHttpException } from './http-errors.js';
+import { OrchestratorService } from './orchestrator.service.js';
+
+type AnyRequest = IncomingMessage & {
+  originalUrl?: string;
+  body?: unknown;
+  raw?: IncomingMessage;
+  [CALL_SIGNAL]?: AbortSignal;
+};
+type AnyResponse = ServerResponse | { raw: ServerResponse };
+
+/**
+ * Applies the route's dedup, breaker, concurrency and timeout settings. It is
+ * registered globally by `OrchestratorModule`, and does nothing (one WeakMap
+ * look-up) on routes without orchestrator decorators.
+ *
+ * To shape the orchestrator's own errors for your API, extend it, override
+ * `throwOrchestratorError`, and give the class to
+ * `OrchestratorModule.forRoot({ ... }, )`'s `interceptor` extra.
+ */
+@Injectable()
+export class OrchestratorInterceptor implements NestInterceptor {
+  // Resolved once per handler: decorators cannot change after start-up.
+  private readonly policies = new WeakMap<object, RoutePolicy | null>();
+
+  constructor(
+    private readonly reflector: Reflector,
+    protected readonly orchestrator: OrchestratorService,
+    private readonly adapterHost: HttpAdapterHost,
+  ) {}
+
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    if (context.getType() !== 'http') return next.handle();
+    const policy = this.policyOf(context);
+    if (!policy) return next.handle();
+
+    const http = context.switchToHttp();
+    const request = http.getRequest<AnyRequest>();
+    const response = http.getResponse<AnyResponse>();
+    const raw = 'raw' in response ? response.raw : response;
+    const adapter = this.adapterHost.httpAdapter;
+    const setHeaders = (headers: Record<string, string>) => {
+      for (const [name, value] of Object.entries(headers)) adapter.setHeader(response, name, value);
+    };
+
+    const key = policy.dedup
+      ? this.orchestrator.requestKey(policy, {
+          method: request.method ?? 'GET',
+          url: request.originalUrl ?? request.url ?? '',
+          headers: request.headers,
+          body: request.body,
+        })
+      : undefined;
+    // The handler runs when `next.handle()` is subscribed, and its parameters are resolved then: the
+    // signal put on the request here is what `@CallSignal()` reads.
+    const work: CallWork<unknown> = (signal) => {
+      request[CALL_SIGNAL] = signal;
+      return toCallEvents(next.handle());
+    };
+
+    return from(this.orchestrator.start(policy, key, work)).pipe(
+      mergeMap((started) => {
+        if (started.outcome) adapter.setHeader(response, DEDUP_HEADER, started.outcome);
+        return deliver(started.events, { raw, setHeaders });
+      }),
+      catchError((error: unknown) => {
+        if (!isOrchestratorError(error)) return throwError(() => error);
+        if (error.code === 'client_closed_request') this.orchestrator.noteClientGone();
+        else if (!raw.headersSent) setHeaders(errorHeaders(error));
+        return throwError(() => this.throwOrchestratorError(error, context));
+      }),
+    );
+  }
+
+  /**
+   * Shapes the orchestrator's own errors (circuit open, overload, queue wait,
+   * timeout, client gone). Their headers (`x-should-retry`, `Retry-After`) are
+   * already set. The default throws an `HttpException` with the error's status
+   * and an OpenAI-shaped body; override it to answer in your API's format, or
+   * rethrow the error for an exception filter of your own.
+   */
+  protected throwOrchestratorError(error: OrchestratorError, _context: ExecutionContext): never {
+    throw orchestratorHttpException(error);
+  }
+
+  /** Override to derive settings some other way; called once per route. */
+  protected policyOf(context: ExecutionContext): RoutePolicy | null {
+    const handler = context.getHandler();
+    let policy = this.policies.get(handler);
+    if (policy === undefined) {
+      policy = this.resolveRoute(context.getClass(), handler);
+      this.policies.set(handler, policy);
+    }
+    return policy;
+  }
+
+  private resolveRoute(controller: { name: string }, handler: { name: string }): RoutePolicy | null {
+    const read = (target: object): RouteSettings =>
+      Object.fromEntries(CAPABILITIES.map((c) => [c, this.reflector.get(METADATA[c], target as never)]));
+    const route = read(handler);
+    // A route's own concurrency settings get a limiter of its own (`Class.method`): sharing the
+    // class's would give it whichever limit the first route called happened to create it with.
+    const own = route.concurrency;
+    if (own && own.name === undefined && Object.keys(own).length > 0) {
+      route.concurrency = { ...own, name: `${controller.name}.${handler.name}` };
+    }
+    const resolved = this.orchestrator.resolve(route, read(controller), controller.name, `${controller.name}.${handler.name}`);
+    const any = resolved.dedup || resolved.breaker || resolved.limiter || resolved.timeLimits || resolved.retry;
+    return any ? resolved : null;
+  }
+}
