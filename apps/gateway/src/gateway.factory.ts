@@ -19,12 +19,14 @@ export async function createGateway(config: GatewayConfig, options: CreateGatewa
     const fastify = await NestFactory.create<NestFastifyApplication>(
       module,
       new FastifyAdapter({ bodyLimit: config.maxBodyBytes }),
-      { logger },
+      // The body's bytes are kept and relayed unchanged where nothing is translated.
+      { logger, rawBody: true },
     );
     app = fastify;
   } else {
     const express = await NestFactory.create<NestExpressApplication>(module, new ExpressAdapter(), {
       bodyParser: false,
+      rawBody: true,
       logger,
     });
     express.useBodyParser('json', { limit: config.maxBodyBytes, type: ['application/json', 'application/*+json'] });

@@ -1,4 +1,4 @@
-import { Global, HttpException, Module, type DynamicModule, type MiddlewareConsumer, type NestModule } from '@nestjs/common';
+import { Global, Module, type DynamicModule, type MiddlewareConsumer, type NestModule } from '@nestjs/common';
 import { APP_GUARD } from '@nestjs/core';
 import KeyvRedis from '@keyv/redis';
 import { Keyv } from 'keyv';
@@ -6,13 +6,16 @@ import { OrchestratorModule, isUpstreamFailure, type OrchestratorModuleOptions }
 import type { GatewayConfig } from './config/gateway-config.js';
 import { GatewayService } from './gateway.service.js';
 import { GATEWAY_CONFIG } from './gateway.tokens.js';
-import { BodyValidationGuard } from './http/body-validation.guard.js';
+import { ApiError } from './http/api-error.js';
+import { GatewayGuard } from './http/gateway.guard.js';
+import { GatewayInterceptor } from './http/gateway.interceptor.js';
+import { contextOf } from './http/request-context.js';
 import { RequestContextMiddleware } from './http/request-context.middleware.js';
 import { AnthropicController } from './routes/anthropic.controller.js';
+import { UPSTREAM } from './routes/gateway-route.decorator.js';
 import { HealthController } from './routes/health.controller.js';
 import { LlamaController } from './routes/llama.controller.js';
 import { OpenAIController } from './routes/openai.controller.js';
-import { UPSTREAM } from './routes/upstream-route.decorator.js';
 
 /** The gateway's configuration and its upstream client, visible to the orchestrator's options factory. */
 @Global()
@@ -30,8 +33,8 @@ class GatewayCoreModule {
 /** The CLI's settings as the plugin's module options: the gateway is an ordinary user of the plugin. */
 export function orchestratorOptions(config: GatewayConfig, gateway: GatewayService): OrchestratorModuleOptions {
   return {
-    // --no-dedup: no request gets a key, so none is deduplicated.
-    dedup: config.dedup ? { windowMs: config.dedupWindowMs } : { key: () => undefined },
+    // The guard computed the key in its one walk over the body (absent with --no-dedup: nothing is deduplicated).
+    dedup: { windowMs: config.dedupWindowMs, key: (request) => contextOf(request.request).dedupKey },
     timeout: { ms: config.timeoutMs },
     retry: { retries: config.retries },
     limits: {
@@ -46,7 +49,7 @@ export function orchestratorOptions(config: GatewayConfig, gateway: GatewayServi
         healthProbe: (signal) => gateway.healthProbe(signal),
         // The gateway's own refusals (a route this provider lacks: 501; a request it cannot translate: 400)
         // never reached the provider, so they say nothing about its health.
-        isFailure: (error) => !(error instanceof HttpException) && isUpstreamFailure(error),
+        isFailure: (error) => !(error instanceof ApiError) && isUpstreamFailure(error),
       },
     },
     windowStores: config.redisUrl
@@ -65,10 +68,11 @@ export class GatewayModule implements NestModule {
         OrchestratorModule.forRootAsync({
           inject: [GATEWAY_CONFIG, GatewayService],
           useFactory: orchestratorOptions,
+          interceptor: GatewayInterceptor,
         }),
       ],
       controllers: [OpenAIController, AnthropicController, LlamaController, HealthController],
-      providers: [{ provide: APP_GUARD, useClass: BodyValidationGuard }],
+      providers: [{ provide: APP_GUARD, useClass: GatewayGuard }],
     };
   }
 

@@ -1,172 +1,71 @@
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
-import { StreamedResponse, isOrchestratorError } from 'nest-prompt-orchestrator';
+import { RawResponse, StreamedResponse, isOrchestratorError } from 'nest-prompt-orchestrator';
 import type { Observable } from 'rxjs';
 import type { GatewayConfig } from './config/gateway-config.js';
 import { GATEWAY_CONFIG } from './gateway.tokens.js';
-import type { RequestContext } from './http/request-context.js';
-import { sseEvent, translateSse, type SseTranslator } from './translate/sse.js';
-import {
-  anthropicRequestToOpenAI,
-  anthropicResponseToOpenAI,
-  anthropicStreamToOpenAI,
-  openAIRequestToAnthropic,
-  openAIResponseToAnthropic,
-  openAIStreamToAnthropic,
-} from './translate/anthropic-openai.js';
+import { clientKey } from './http/gateway.guard.js';
+import { createProvider } from './providers/provider.factory.js';
+import type { ClientApi, Provider } from './providers/provider.js';
+import type { Caller } from './routes/gateway-route.decorator.js';
+import { sseEvent, translateSse } from './translate/sse.js';
 import { UpstreamClient } from './upstream/upstream-client.js';
-import { NotSupportedException } from './http/not-supported.exception.js';
 
 type Json = Record<string, unknown>;
-
-/** Which API the client speaks on a route: decides error shapes and stream error events. */
-export type ClientApi = 'openai' | 'anthropic' | 'llama';
-
-/** What a route hands the service about its caller. */
-export interface CallerInfo {
-  context: RequestContext;
-  /** The shared call's signal (aborted on timeout or cancellation). */
-  signal?: AbortSignal;
-  clientKey?: string;
-  headers: Record<string, string | string[] | undefined>;
-}
-
-export type NativeRoute = '/completion' | '/tokenize' | '/detokenize' | '/apply-template' | '/props';
 
 const SSE = { contentType: 'text/event-stream; charset=utf-8' };
 
 /**
- * Speaks to the configured provider. Routes pass through where the client's
- * API is the provider's, and are translated where they differ (Anthropic
- * client in front of an OpenAI-compatible provider, and the reverse). The
- * upstream address comes from configuration only: no request can change it.
+ * Sends a routed request to the configured provider and answers with what it
+ * sent back. Where the client's API is the provider's, bytes pass through
+ * unchanged both ways; where they differ, the provider's route plan carries
+ * the translation. The upstream address comes from configuration only: no
+ * request can change it.
  */
 @Injectable()
 export class GatewayService implements OnModuleDestroy {
   readonly upstream: UpstreamClient;
-  private readonly v1: string;
+  readonly provider: Provider;
 
-  constructor(@Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig) {
+  constructor(@Inject(GATEWAY_CONFIG) config: GatewayConfig) {
     this.upstream = new UpstreamClient(config.timeoutMs);
-    const base = config.upstream;
-    // OPENAI_BASE_URL conventionally ends in /v1; llama-server and Anthropic are given their root.
-    this.v1 = config.provider === 'openai' ? (base.endsWith('/v1') ? base : `${base}/v1`) : `${base}/v1`;
+    this.provider = createProvider(config);
   }
 
-  chat(body: Json, caller: CallerInfo): Promise<unknown> {
-    if (this.config.provider === 'anthropic') {
-      const includeUsage = (body.stream_options as Json | undefined)?.include_usage === true;
-      return this.call('openai', `${this.v1}/messages`, openAIRequestToAnthropic(body), caller, {
-        response: anthropicResponseToOpenAI,
-        stream: () => anthropicStreamToOpenAI(includeUsage),
-      });
-    }
-    return this.call('openai', `${this.v1}/chat/completions`, body, caller);
-  }
-
-  completions(body: Json, caller: CallerInfo): Promise<unknown> {
-    this.requireOpenAICompatible('/v1/completions');
-    return this.call('openai', `${this.v1}/completions`, body, caller);
-  }
-
-  embeddings(body: Json, caller: CallerInfo): Promise<unknown> {
-    this.requireOpenAICompatible('/v1/embeddings');
-    return this.call('openai', `${this.v1}/embeddings`, body, caller);
-  }
-
-  async models(caller: CallerInfo): Promise<unknown> {
-    const list = (await this.call('openai', `${this.v1}/models`, undefined, caller)) as Json;
-    if (this.config.provider !== 'anthropic') return list;
-    return {
-      object: 'list',
-      data: ((list.data as Json[] | undefined) ?? []).map((m) => ({
-        id: m.id,
-        object: 'model',
-        created: typeof m.created_at === 'string' ? Math.floor(Date.parse(m.created_at) / 1000) : 0,
-        owned_by: 'anthropic',
-      })),
+  async forward(caller: Caller): Promise<RawResponse | StreamedResponse> {
+    const { context } = caller;
+    const plan = this.provider.plan(context.route!);
+    const translation = plan.translation;
+    const body = caller.body;
+    const call = {
+      method: plan.method,
+      url: plan.url,
+      // Unchanged bytes where nothing is translated: no second serialisation, the provider reads what the client sent.
+      body: body === undefined ? undefined : translation?.request ? translation.request(body) : (caller.rawBody ?? body),
+      headers: { 'x-request-id': context.id, ...this.provider.authHeaders({ clientKey: clientKey(caller.headers), headers: caller.headers }) },
+      signal: caller.signal,
+      api: plan.api,
     };
-  }
-
-  messages(body: Json, caller: CallerInfo): Promise<unknown> {
-    if (this.config.provider === 'openai') {
-      return this.call('anthropic', `${this.v1}/chat/completions`, anthropicRequestToOpenAI(body), caller, {
-        response: openAIResponseToAnthropic,
-        stream: openAIStreamToAnthropic,
-      });
+    context.upstreamStartedAt = performance.now();
+    if (body?.stream === true) {
+      const text = await this.upstream.stream(call);
+      context.upstreamAnsweredAt = performance.now();
+      const chunks: Observable<string> = translation?.stream ? translateSse(text, translation.stream(body)) : text;
+      return new StreamedResponse(chunks, SSE, streamErrorEvent(context.api));
     }
-    // Anthropic itself, or llama-server's own Anthropic-compatible route.
-    return this.call('anthropic', `${this.v1}/messages`, body, caller);
-  }
-
-  /** llama.cpp's native routes: only a llama.cpp server has them. */
-  native(route: NativeRoute, body: Json | undefined, caller: CallerInfo): Promise<unknown> {
-    if (this.config.provider !== 'llama') {
-      throw new NotSupportedException(`${route} is a llama.cpp server route; start the gateway with --provider llama to use it.`);
-    }
-    return this.call('llama', `${this.config.upstream}${route}`, body, caller);
+    const bytes = await this.upstream.bytes(call);
+    context.upstreamAnsweredAt = performance.now();
+    if (!translation) return new RawResponse(bytes);
+    const translated = translation.response(JSON.parse(bytes.toString('utf8')) as Json);
+    return new RawResponse(Buffer.from(JSON.stringify(translated)));
   }
 
   /** The breaker's recovery probe: the provider's own health route (llama.cpp) or its model list. */
   healthProbe(signal: AbortSignal): Promise<boolean> {
-    const url = this.config.provider === 'llama' ? `${this.config.upstream}/health` : `${this.v1}/models`;
-    return this.upstream.probe(url, this.authHeaders(undefined, {}), signal);
+    return this.upstream.probe(this.provider.healthUrl(), this.provider.authHeaders({ headers: {} }), signal);
   }
 
   onModuleDestroy(): Promise<void> {
     return this.upstream.close();
-  }
-
-  private requireOpenAICompatible(route: string): void {
-    if (this.config.provider === 'anthropic') {
-      throw new NotSupportedException(`${route} has no Anthropic equivalent; use an OpenAI-compatible or llama provider.`);
-    }
-  }
-
-  private async call(
-    api: ClientApi,
-    url: string,
-    body: Json | undefined,
-    caller: CallerInfo,
-    translate?: { response: (json: Json) => Json; stream: () => SseTranslator },
-  ): Promise<unknown> {
-    const request = {
-      method: body === undefined ? ('GET' as const) : ('POST' as const),
-      url,
-      body,
-      headers: this.authHeaders(caller.clientKey, caller.headers, caller.context.id),
-      signal: caller.signal,
-    };
-    caller.context.upstreamStartedAt = performance.now();
-    if (body?.stream === true) {
-      const text = await this.upstream.stream(request);
-      caller.context.upstreamAnsweredAt = performance.now();
-      const chunks: Observable<string> = translate ? translateSse(text, translate.stream()) : text;
-      return new StreamedResponse(chunks, SSE, streamErrorEvent(api));
-    }
-    const json = (await this.upstream.json(request)) as Json;
-    caller.context.upstreamAnsweredAt = performance.now();
-    return translate ? translate.response(json) : json;
-  }
-
-  private authHeaders(
-    clientKey: string | undefined,
-    incoming: CallerInfo['headers'],
-    requestId?: string,
-  ): Record<string, string> {
-    // With gateway keys, the client's key is the gateway's own and never goes upstream.
-    const key = this.config.providerKey ?? (this.config.gatewayKeys.length > 0 ? undefined : clientKey);
-    const headers: Record<string, string> = {};
-    if (requestId) headers['x-request-id'] = requestId;
-    if (this.config.provider === 'anthropic') {
-      if (key) headers['x-api-key'] = key;
-      const version = incoming['anthropic-version'];
-      headers['anthropic-version'] = typeof version === 'string' ? version : '2023-06-01';
-      const beta = incoming['anthropic-beta'];
-      if (typeof beta === 'string') headers['anthropic-beta'] = beta;
-    } else if (key) {
-      headers.authorization = `Bearer ${key}`;
-    }
-    return headers;
   }
 }
 

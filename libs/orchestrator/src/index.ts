@@ -3,7 +3,17 @@ export { OrchestratorModule } from './nest/orchestrator.module.js';
 export type { OrchestratorModuleOptions, OrchestratorModuleExtras } from './nest/orchestrator.module-definition.js';
 export { OrchestratorService } from './nest/orchestrator.service.js';
 export { OrchestratorInterceptor } from './nest/orchestrator.interceptor.js';
-export { Dedup, CircuitBreaker, Concurrency, Timeout, CallTimeout, Retry, Orchestrate, CallSignal } from './nest/orchestrate.decorators.js';
+export {
+  Dedup,
+  CircuitBreaker,
+  Concurrency,
+  Timeout,
+  CallTimeout,
+  Retry,
+  Orchestrate,
+  CallSignal,
+  callSignalOf,
+} from './nest/orchestrate.decorators.js';
 export { DEDUP_HEADER } from './nest/constants.js';
 export { openAIErrorBody, errorHeaders, orchestratorHttpException, type OpenAIErrorBody } from './nest/http-errors.js';
 
@@ -25,7 +35,7 @@ export type { BreakerOptions, FailureRateOptions } from './core/breaker/breaker.
 export type { ConcurrencyOptions } from './core/concurrency/concurrency.options.js';
 export type { TimeoutOptions } from './core/timeout/timeout.options.js';
 export type { RetryOptions } from './core/retry/retry.options.js';
-export { StreamedResponse, type StreamHead, type CallEvent } from './core/events.js';
+export { StreamedResponse, RawResponse, type StreamHead, type CallEvent } from './core/events.js';
 export {
   OrchestratorError,
   CircuitOpenError,
@@ -40,4 +50,4 @@ export { isUpstreamFailure, isTransientFailure } from './core/breaker/failure-cl
 export type { BreakerSnapshot, BreakerState } from './core/breaker/circuit-breaker.js';
 export type { LimiterSnapshot } from './core/concurrency/concurrency.registry.js';
 export type { DedupOutcome } from './core/dedup/single-flight.js';
-export { dedupKey, type DedupKeyInput } from './core/dedup/dedup-key.js';
+export { dedupKey, BodyTooDeepError, type DedupKeyInput, type DedupKeyOptions } from './core/dedup/dedup-key.js';

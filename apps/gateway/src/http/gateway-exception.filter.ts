@@ -1,15 +1,19 @@
 import { Catch, HttpException, Logger, type ArgumentsHost, type ExceptionFilter } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { ClientClosedError, isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrator';
+import { isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrator';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { UpstreamHttpError, upstreamMessage } from '../upstream/upstream-client.js';
+import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
+import { UpstreamHttpError, UpstreamProtocolError, upstreamMessage } from '../upstream/upstream-client.js';
+import { ApiError } from './api-error.js';
+import { findContext } from './request-context.js';
 
+/** An error as the gateway answers it, before it is written in the client's API format. */
 interface ErrorInfo {
   status: number;
   message: string;
   type?: string;
   param: string | null;
-  code: string | null;
+  code: string | number | null;
   retryAfter?: string;
 }
 
@@ -39,10 +43,12 @@ const ANTHROPIC_TYPE: Record<number, string> = {
 const KEY_LIKE = /\b(sk|pk|rk|key|tok|sess)-[\w*.-]{4,}/gi;
 
 /**
- * Every error the gateway answers with, in the client's API shape (OpenAI, or
- * Anthropic on /v1/messages), with `x-should-retry: false`: the gateway has
- * already applied its own retry policy, so retries happen at one layer only.
- * No stack trace, no credential, no internal detail reaches the client.
+ * Every error the gateway answers with, rendered here and only here, in the
+ * API the client speaks on the route (OpenAI, Anthropic, or llama.cpp's own
+ * routes), with `x-should-retry: false`: the gateway has already applied its
+ * own retry policy, so retries happen at one layer only. A provider error in
+ * the client's own API is relayed as the provider sent it. No stack trace, no
+ * credential, no internal detail reaches the client.
  */
 @Catch()
 export class GatewayExceptionFilter implements ExceptionFilter {
@@ -55,67 +61,84 @@ export class GatewayExceptionFilter implements ExceptionFilter {
     const request = http.getRequest<IncomingMessage & { raw?: IncomingMessage }>();
     const response = http.getResponse<ServerResponse | { raw: ServerResponse }>();
     const raw = 'raw' in response ? response.raw : response;
-    if (exception instanceof HttpException && exception.cause instanceof ClientClosedError) return;
+    if (isOrchestratorError(exception) && exception.code === 'client_closed_request') return;
     if (raw.headersSent) {
       if (!raw.writableEnded) raw.destroy();
       return;
     }
-    const info = describe(exception, request);
-    if (info.status >= 500 && !(exception instanceof HttpException)) {
-      const name = (exception as Error | undefined)?.name ?? 'Error';
-      const requestId = raw.getHeader('x-request-id');
-      this.logger.warn(`request ${String(requestId)} failed with ${info.status} (${name}: ${redact(info.message)})`);
-    }
+    const context = findContext(request);
+    // Express's body parser fails before any middleware ran: the path still says which API the client speaks.
+    const route = context ? undefined : routeAt(request.url ?? '');
+    const api: ClientApi = context?.api ?? (route ? ROUTES[route].api : 'openai');
     const adapter = this.adapterHost.httpAdapter;
-    const anthropic = (request.url ?? '').startsWith('/v1/messages');
     adapter.setHeader(response, 'x-should-retry', 'false');
+
+    if (exception instanceof UpstreamHttpError && exception.api === api && exception.json !== undefined) {
+      // The provider already answered in the client's own format: its status and bytes, unchanged.
+      if (exception.retryAfter) adapter.setHeader(response, 'retry-after', exception.retryAfter);
+      adapter.setHeader(response, 'content-type', exception.contentType ?? 'application/json');
+      const body = redactBytes(exception.body);
+      // Fastify sends a Buffer as it is; Express's adapter would serialise it as JSON, so it is written directly.
+      if (adapter.getType() === 'fastify') adapter.reply(response, body, exception.status);
+      else {
+        raw.statusCode = exception.status;
+        raw.end(body);
+      }
+      return;
+    }
+
+    const info = describe(exception, request);
+    if (info.status >= 500 && !(exception instanceof ApiError) && !(exception instanceof HttpException)) {
+      const name = (exception as Error | undefined)?.name ?? 'Error';
+      this.logger.warn(`request ${String(context?.id)} failed with ${info.status} (${name}: ${redact(info.message)})`);
+    }
     if (info.retryAfter) adapter.setHeader(response, 'retry-after', info.retryAfter);
-    const message = redact(info.message);
-    const body = anthropic
-      ? {
-          type: 'error',
-          error: { type: ANTHROPIC_TYPE[info.status] ?? (info.status >= 500 ? 'api_error' : 'invalid_request_error'), message },
-          request_id: raw.getHeader('x-request-id') ?? null,
-        }
-      : {
-          error: {
-            message,
-            type: info.type ?? OPENAI_TYPE[info.status] ?? (info.status >= 500 ? 'server_error' : 'invalid_request_error'),
-            param: info.param,
-            code: info.code,
-          },
-        };
-    adapter.reply(response, body, info.status);
+    adapter.reply(response, errorBody(api, info, context?.id), info.status);
   }
 }
 
+/** The error body in the client's API: Anthropic's on Anthropic routes, OpenAI's elsewhere (llama.cpp's is OpenAI-shaped). */
+function errorBody(api: ClientApi, info: ErrorInfo, requestId: string | undefined): object {
+  const message = redact(info.message);
+  if (api === 'anthropic') {
+    const type = ANTHROPIC_TYPE[info.status] ?? (info.status >= 500 ? 'api_error' : 'invalid_request_error');
+    return { type: 'error', error: { type, message }, request_id: requestId ?? null };
+  }
+  const type = info.type ?? OPENAI_TYPE[info.status] ?? (info.status >= 500 ? 'server_error' : 'invalid_request_error');
+  return { error: { message, type, param: info.param, code: info.code } };
+}
+
 function describe(exception: unknown, request: IncomingMessage): ErrorInfo {
-  if (exception instanceof UpstreamHttpError) {
-    const error = (exception.body as { error?: Record<string, unknown> } | undefined)?.error;
+  if (exception instanceof ApiError) {
+    return { status: exception.status, message: exception.message, type: exception.type, param: exception.param, code: exception.code };
+  }
+  if (isOrchestratorError(exception)) {
+    const retryAfter = exception.retryAfterSeconds;
     return {
       status: exception.status,
-      message: upstreamMessage(exception.body) ?? `The provider answered ${exception.status}.`,
+      message: exception.message,
+      type: exception.type,
+      param: null,
+      code: exception.code,
+      retryAfter: retryAfter === undefined ? undefined : String(retryAfter),
+    };
+  }
+  if (exception instanceof UpstreamHttpError) {
+    const error = (exception.json as { error?: Record<string, unknown> } | undefined)?.error;
+    return {
+      status: exception.status,
+      message: upstreamMessage(exception.json) ?? `The provider answered ${exception.status}.`,
       type: typeof error?.type === 'string' ? error.type : undefined,
       param: typeof error?.param === 'string' ? error.param : null,
       code: typeof error?.code === 'string' ? error.code : null,
       retryAfter: exception.retryAfter,
     };
   }
+  if (exception instanceof UpstreamProtocolError) {
+    return { status: 502, message: exception.message, param: null, code: null };
+  }
   if (exception instanceof HttpException) {
     const status = exception.getStatus();
-    const body = exception.getResponse();
-    const error = (body as { error?: Record<string, unknown> }).error;
-    if (error && typeof error.message === 'string') {
-      const retryAfter = isOrchestratorError(exception.cause) ? exception.cause.retryAfterSeconds : undefined;
-      return {
-        status,
-        message: error.message,
-        type: typeof error.type === 'string' ? error.type : undefined,
-        param: typeof error.param === 'string' ? error.param : null,
-        code: typeof error.code === 'string' ? error.code : null,
-        retryAfter: retryAfter === undefined ? undefined : String(retryAfter),
-      };
-    }
     if (status === 404) {
       const url = (request.url ?? '').split('?')[0].slice(0, 200);
       return { status, message: `Invalid URL (${request.method} ${url}).`, param: null, code: 'unknown_url' };
@@ -164,4 +187,11 @@ function fromFrameworkError(error: unknown, status: number, fallback: string): E
 
 function redact(message: string): string {
   return message.replace(KEY_LIKE, '[redacted]');
+}
+
+/** The bytes as they are, unless they quote something key-like. */
+function redactBytes(body: Buffer): Buffer {
+  const text = body.toString('utf8');
+  KEY_LIKE.lastIndex = 0;
+  return KEY_LIKE.test(text) ? Buffer.from(redact(text)) : body;
 }

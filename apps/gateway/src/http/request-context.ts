@@ -1,12 +1,19 @@
 import type { IncomingMessage } from 'node:http';
+import type { ClientApi, GatewayRoute } from '../providers/provider.js';
 
 const REQUEST_CONTEXT = Symbol('gateway.request-context');
 
-/** Per-request facts the gateway keeps: its id and the moments that make up `Server-Timing`. */
+/** Per-request facts the gateway keeps, set once and read wherever they are needed. */
 export interface RequestContext {
   id: string;
   /** performance.now() at arrival. */
   startedAt: number;
+  /** The route that matched (set by the guard; absent for a request no route serves). */
+  route?: GatewayRoute;
+  /** The API the client speaks: the format of every error it gets. Until a route matched, OpenAI's. */
+  api: ClientApi;
+  /** The request's dedup key, computed in the same walk as the body's depth check (absent: not deduplicated). */
+  dedupKey?: string;
   /** When this request's own upstream call started (absent if it joined another or was answered from the window). */
   upstreamStartedAt?: number;
   /** When the provider's response headers arrived. */
@@ -25,6 +32,12 @@ export function contextOf(request: unknown): RequestContext {
   const context = r[REQUEST_CONTEXT] ?? r.raw?.[REQUEST_CONTEXT];
   if (!context) throw new Error('request context missing: RequestContextMiddleware did not run');
   return context;
+}
+
+/** The context if the middleware ran (it has not for a request rejected before routing). */
+export function findContext(request: unknown): RequestContext | undefined {
+  const r = request as WithContext;
+  return r[REQUEST_CONTEXT] ?? r.raw?.[REQUEST_CONTEXT];
 }
 
 /** `Server-Timing`: time queued (dedup, breaker check, concurrency slot), time upstream, and total. */

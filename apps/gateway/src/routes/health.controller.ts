@@ -2,7 +2,7 @@ import { Controller, Get, Inject } from '@nestjs/common';
 import { OrchestratorService } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
-import { UPSTREAM } from './upstream-route.decorator.js';
+import { UPSTREAM } from './gateway-route.decorator.js';
 
 /**
  * Liveness of the gateway itself, answered at once (it never waits on the

@@ -1,43 +1,30 @@
-import { Body, Controller, Get, HttpCode, Post, Req } from '@nestjs/common';
-import { CallSignal } from 'nest-prompt-orchestrator';
-import type { IncomingMessage } from 'node:http';
+import { Controller } from '@nestjs/common';
 import { GatewayService } from '../gateway.service.js';
-import { ValidateBody } from '../http/body-validation.guard.js';
-import { callerOf } from './caller.js';
-import { validateChat, validateCompletion, validateEmbeddings } from './request-validation.js';
-import { UpstreamRoute } from './upstream-route.decorator.js';
-
-type Json = Record<string, unknown>;
+import { validateChat, validateCompletion, validateEmbeddings } from '../http/request-validation.js';
+import { CurrentCaller, ProxyRoute, type Caller } from './gateway-route.decorator.js';
 
 /** The OpenAI API: clients (the official SDK included) change only their base URL. */
-@Controller('v1')
-@UpstreamRoute()
+@Controller()
 export class OpenAIController {
   constructor(private readonly gateway: GatewayService) {}
 
-  @Post('chat/completions')
-  @HttpCode(200)
-  @ValidateBody(validateChat)
-  chat(@Body() body: Json, @Req() request: IncomingMessage, @CallSignal() signal?: AbortSignal) {
-    return this.gateway.chat(body, callerOf(request, signal));
+  @ProxyRoute('chat', validateChat)
+  chat(@CurrentCaller() caller: Caller) {
+    return this.gateway.forward(caller);
   }
 
-  @Post('completions')
-  @HttpCode(200)
-  @ValidateBody(validateCompletion)
-  completions(@Body() body: Json, @Req() request: IncomingMessage, @CallSignal() signal?: AbortSignal) {
-    return this.gateway.completions(body, callerOf(request, signal));
+  @ProxyRoute('completions', validateCompletion)
+  completions(@CurrentCaller() caller: Caller) {
+    return this.gateway.forward(caller);
   }
 
-  @Post('embeddings')
-  @HttpCode(200)
-  @ValidateBody(validateEmbeddings)
-  embeddings(@Body() body: Json, @Req() request: IncomingMessage, @CallSignal() signal?: AbortSignal) {
-    return this.gateway.embeddings(body, callerOf(request, signal));
+  @ProxyRoute('embeddings', validateEmbeddings)
+  embeddings(@CurrentCaller() caller: Caller) {
+    return this.gateway.forward(caller);
   }
 
-  @Get('models')
-  models(@Req() request: IncomingMessage, @CallSignal() signal?: AbortSignal) {
-    return this.gateway.models(callerOf(request, signal));
+  @ProxyRoute('models')
+  models(@CurrentCaller() caller: Caller) {
+    return this.gateway.forward(caller);
   }
 }

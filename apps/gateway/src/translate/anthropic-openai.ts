@@ -1,4 +1,4 @@
-import { BadRequestException } from '@nestjs/common';
+import { invalidRequest } from '../http/api-error.js';
 import type { EventSourceMessage } from 'eventsource-parser';
 import { sseEvent, type SseTranslator } from './sse.js';
 
@@ -40,19 +40,13 @@ export function toOpenAIStop(reason: unknown): string | null {
 function textOf(content: unknown, where: string): string {
   if (typeof content === 'string') return content;
   if (content === null || content === undefined) return '';
-  if (!Array.isArray(content)) throw new BadRequestException(invalid(`${where} must be a string or an array of content blocks`, where));
+  if (!Array.isArray(content)) throw invalidRequest(where, `${where} must be a string or an array of content blocks`);
   return content
     .map((part: Json, i) => {
       if (part?.type === 'text' && typeof part.text === 'string') return part.text;
-      throw new BadRequestException(
-        invalid(`${where}[${i}] of type "${String(part?.type)}" cannot be translated for this provider; only text is`, `${where}[${i}]`),
-      );
+      throw invalidRequest(`${where}[${i}]`, `${where}[${i}] of type "${String(part?.type)}" cannot be translated for this provider; only text is`);
     })
     .join('');
-}
-
-function invalid(message: string, param: string) {
-  return { error: { message, type: 'invalid_request_error', param, code: null } };
 }
 
 // ---- Anthropic client -> OpenAI-compatible provider ----
@@ -175,9 +169,7 @@ export function openAIRequestToAnthropic(body: Json): Json {
     if (m.role === 'system' || m.role === 'developer') system.push(text);
     else if (m.role === 'user' || m.role === 'assistant') messages.push({ role: m.role, content: text });
     else {
-      throw new BadRequestException(
-        invalid(`messages[${i}].role "${String(m.role)}" cannot be translated for the anthropic provider`, `messages[${i}].role`),
-      );
+      throw invalidRequest(`messages[${i}].role`, `messages[${i}].role "${String(m.role)}" cannot be translated for the anthropic provider`);
     }
   });
   const request: Json = {

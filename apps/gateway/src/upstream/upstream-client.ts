@@ -1,28 +1,62 @@
 import { Observable } from 'rxjs';
 import { Agent, request, type Dispatcher } from 'undici';
+import type { ClientApi } from '../providers/provider.js';
 
-/** The provider answered with an error status; relayed to the client (reshaped) after the retry policy ran. */
+/** The provider answered with an error status; relayed to the client after the retry policy ran. */
 export class UpstreamHttpError extends Error {
   override name = 'UpstreamHttpError';
+  private parsed?: { value: unknown };
+
   constructor(
     readonly status: number,
-    /** Parsed error body, if it was JSON. */
-    readonly body: unknown,
+    /** The error body as the provider sent it (capped). */
+    readonly body: Buffer,
+    readonly contentType: string | undefined,
+    /** The API the provider answered in: its error format. */
+    readonly api: ClientApi,
     readonly retryAfter?: string,
   ) {
-    super(upstreamMessage(body) ?? `The provider answered ${status}.`);
+    super(`The provider answered ${status}.`);
   }
+
+  /** The body parsed as JSON, or undefined when it is not JSON. */
+  get json(): unknown {
+    if (!this.parsed) {
+      let value: unknown;
+      try {
+        value = JSON.parse(this.body.toString('utf8'));
+      } catch {
+        value = undefined;
+      }
+      this.parsed = { value };
+    }
+    return this.parsed.value;
+  }
+
+  /** The message of an OpenAI-, Anthropic- or llama.cpp-shaped error body. */
+  get upstreamMessage(): string | undefined {
+    return upstreamMessage(this.json);
+  }
+}
+
+/** The provider's 2xx answer was not what the route expects (e.g. not JSON). */
+export class UpstreamProtocolError extends Error {
+  override name = 'UpstreamProtocolError';
+  readonly status = 502;
 }
 
 export interface UpstreamCall {
   method: 'GET' | 'POST';
   url: string;
   headers: Record<string, string>;
-  body?: unknown;
+  /** Bytes sent as they are (a pass-through), or an object serialised once here (a translation). */
+  body?: Buffer | object;
   signal?: AbortSignal;
+  /** The API of the provider's answer on this route. */
+  api: ClientApi;
 }
 
-// An error body is only read to relay its message: more than this is not worth holding.
+// An error body is only relayed or read for its message: more than this is not worth holding.
 const MAX_ERROR_BODY = 64 * 1024;
 
 /**
@@ -38,15 +72,12 @@ export class UpstreamClient {
     this.agent = new Agent({ keepAliveTimeout: 30_000, headersTimeout: backstop, bodyTimeout: backstop, connections: 1024 });
   }
 
-  /** A plain JSON answer. */
-  async json(call: UpstreamCall): Promise<unknown> {
+  /** A plain answer's bytes, as the provider sent them; a body that is not JSON is the provider's failure. */
+  async bytes(call: UpstreamCall): Promise<Buffer> {
     const response = await this.send(call);
-    const text = await response.body.text();
-    try {
-      return JSON.parse(text);
-    } catch {
-      throw new UpstreamHttpError(502, { error: { message: 'The provider sent a body that is not JSON.' } });
-    }
+    const body = Buffer.from(await response.body.arrayBuffer());
+    if (!looksLikeJson(body)) throw new UpstreamProtocolError('The provider sent a body that is not JSON.');
+    return body;
   }
 
   /**
@@ -71,26 +102,37 @@ export class UpstreamClient {
   }
 
   private async send(call: UpstreamCall): Promise<Dispatcher.ResponseData> {
+    const body = call.body === undefined || Buffer.isBuffer(call.body) ? call.body : JSON.stringify(call.body);
     const response = await request(call.url, {
       method: call.method,
-      headers: call.body === undefined ? call.headers : { 'content-type': 'application/json', ...call.headers },
-      body: call.body === undefined ? undefined : JSON.stringify(call.body),
+      headers: body === undefined ? call.headers : { 'content-type': 'application/json', ...call.headers },
+      body,
       signal: call.signal,
       dispatcher: this.agent,
     });
     if (response.statusCode >= 400) {
       const text = await readCapped(response.body, MAX_ERROR_BODY);
-      let body: unknown;
-      try {
-        body = JSON.parse(text);
-      } catch {
-        body = undefined;
-      }
+      const contentType = response.headers['content-type'];
       const retryAfter = response.headers['retry-after'];
-      throw new UpstreamHttpError(response.statusCode, body, typeof retryAfter === 'string' ? retryAfter : undefined);
+      throw new UpstreamHttpError(
+        response.statusCode,
+        text,
+        typeof contentType === 'string' ? contentType : undefined,
+        call.api,
+        typeof retryAfter === 'string' ? retryAfter : undefined,
+      );
     }
     return response;
   }
+}
+
+/** A JSON document starts with `{` or `[` (after whitespace); anything else is not what a JSON route sends. */
+function looksLikeJson(body: Buffer): boolean {
+  for (const byte of body) {
+    if (byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09) continue;
+    return byte === 0x7b || byte === 0x5b;
+  }
+  return false;
 }
 
 function bodyText(body: Dispatcher.ResponseData['body']): Observable<string> {
@@ -112,16 +154,18 @@ function bodyText(body: Dispatcher.ResponseData['body']): Observable<string> {
   });
 }
 
-async function readCapped(body: Dispatcher.ResponseData['body'], max: number): Promise<string> {
-  let text = '';
+async function readCapped(body: Dispatcher.ResponseData['body'], max: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let size = 0;
   for await (const chunk of body) {
-    text += (chunk as Buffer).toString('utf8');
-    if (text.length > max) {
+    chunks.push(chunk as Buffer);
+    size += (chunk as Buffer).length;
+    if (size > max) {
       body.destroy();
-      return text.slice(0, max);
+      return Buffer.concat(chunks).subarray(0, max);
     }
   }
-  return text;
+  return Buffer.concat(chunks);
 }
 
 /** The message of an OpenAI-, Anthropic- or llama.cpp-shaped error body. */

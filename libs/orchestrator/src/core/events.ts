@@ -52,3 +52,27 @@ export class StreamedResponse {
 export function isStreamedResponse(value: unknown): value is StreamedResponse {
   return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[STREAMED] === true;
 }
+
+const RAW = Symbol.for('nest-prompt-orchestrator.raw-response');
+
+/**
+ * Return this from a route handler to answer with bytes that are already
+ * serialised (e.g. a provider's JSON, relayed unchanged): they are written as
+ * they are, shared as they are with every joined caller, and kept in the
+ * window by their exact size. Nothing re-serialises them.
+ */
+export class RawResponse {
+  readonly [RAW] = true;
+
+  constructor(
+    readonly body: Buffer,
+    /** Default `application/json`. */
+    readonly contentType: string = 'application/json',
+    /** Extra response headers sent with every copy. */
+    readonly headers?: Record<string, string>,
+  ) {}
+}
+
+export function isRawResponse(value: unknown): value is RawResponse {
+  return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[RAW] === true;
+}

@@ -2,13 +2,15 @@ import { StreamableFile } from '@nestjs/common';
 import type { ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import { Observable, type Subscription } from 'rxjs';
-import type { CallEvent, StreamHead } from '../core/events.js';
+import { isRawResponse, type CallEvent, type RawResponse, type StreamHead } from '../core/events.js';
 import { ClientClosedError } from '../core/errors.js';
 
 export interface DeliveryTarget {
   /** The Node response under the framework's one: watched for the client leaving, cut when a stream breaks. */
   raw: ServerResponse;
   setHeaders: (headers: Record<string, string>) => void;
+  /** Fastify sends a Buffer as it is; Express's adapter would serialise it as JSON, so it gets a stream. */
+  platform: 'express' | 'fastify' | string;
 }
 
 /**
@@ -38,7 +40,7 @@ export function deliver<T>(events: Observable<CallEvent<T>>, target: DeliveryTar
       next(event) {
         if (event.kind === 'value') {
           stopListening();
-          subscriber.next(event.value);
+          subscriber.next(isRawResponse(event.value) ? rawBody(event.value, target) : event.value);
           subscriber.complete();
         } else if (event.kind === 'head') {
           head = event;
@@ -87,6 +89,13 @@ export function deliver<T>(events: Observable<CallEvent<T>>, target: DeliveryTar
       if (!body) subscription?.unsubscribe();
     };
   });
+}
+
+/** The bytes of a `RawResponse` as the platform sends them unchanged. */
+function rawBody(response: RawResponse, target: DeliveryTarget): unknown {
+  target.setHeaders(response.headers ? { ...response.headers, 'content-type': response.contentType } : { 'content-type': response.contentType });
+  if (target.platform === 'fastify') return response.body;
+  return new StreamableFile(response.body, { type: response.contentType, length: response.body.length });
 }
 
 function streamHeaders(head: StreamHead): Record<string, string> {

@@ -92,7 +92,11 @@ export const Orchestrate = (options: OrchestrateOptions) => {
  * the handler, and Nest resolves handler parameters at that subscription
  * (`next.handle()` defers the handler call), so the parameter sees it.
  */
-export const CallSignal = createParamDecorator((_: unknown, ctx: ExecutionContext): AbortSignal | undefined => {
-  const request = ctx.switchToHttp().getRequest<Record<symbol, AbortSignal | undefined>>();
-  return request[CALL_SIGNAL];
-});
+export const CallSignal = createParamDecorator((_: unknown, ctx: ExecutionContext): AbortSignal | undefined =>
+  callSignalOf(ctx.switchToHttp().getRequest<object>()),
+);
+
+/** What `@CallSignal()` injects, for code that has the request at hand (e.g. a parameter decorator of its own). */
+export function callSignalOf(request: object): AbortSignal | undefined {
+  return (request as Record<symbol, AbortSignal | undefined>)[CALL_SIGNAL];
+}

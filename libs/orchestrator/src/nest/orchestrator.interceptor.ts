@@ -58,6 +58,7 @@ export class OrchestratorInterceptor implements NestInterceptor {
           url: request.originalUrl ?? request.url ?? '',
           headers: request.headers,
           body: request.body,
+          request,
         })
       : undefined;
     // The handler runs when `next.handle()` is subscribed, and its parameters are resolved then: the
@@ -70,12 +71,11 @@ export class OrchestratorInterceptor implements NestInterceptor {
     return from(this.orchestrator.start(policy, key, work)).pipe(
       mergeMap((started) => {
         if (started.outcome) adapter.setHeader(response, DEDUP_HEADER, started.outcome);
-        return deliver(started.events, { raw, setHeaders });
+        return deliver(started.events, { raw, setHeaders, platform: adapter.getType() });
       }),
       catchError((error: unknown) => {
         if (!isOrchestratorError(error)) return throwError(() => error);
         if (error.code === 'client_closed_request') this.orchestrator.noteClientGone();
-        else if (!raw.headersSent) setHeaders(errorHeaders(error));
         return throwError(() => this.throwOrchestratorError(error, context));
       }),
     );
@@ -83,12 +83,17 @@ export class OrchestratorInterceptor implements NestInterceptor {
 
   /**
    * Shapes the orchestrator's own errors (circuit open, overload, queue wait,
-   * timeout, client gone). Their headers (`x-should-retry`, `Retry-After`) are
-   * already set. The default throws an `HttpException` with the error's status
-   * and an OpenAI-shaped body; override it to answer in your API's format, or
-   * rethrow the error for an exception filter of your own.
+   * timeout, client gone). The default sets `x-should-retry: false` and
+   * `Retry-After` (see `errorHeaders`) and throws an `HttpException` with the
+   * error's status and an OpenAI-shaped body. Override it to answer in your
+   * API's format, or rethrow the error for an exception filter of your own.
    */
-  protected throwOrchestratorError(error: OrchestratorError, _context: ExecutionContext): never {
+  protected throwOrchestratorError(error: OrchestratorError, context: ExecutionContext): never {
+    const response = context.switchToHttp().getResponse<AnyResponse>();
+    const raw = 'raw' in response ? response.raw : response;
+    if (!raw.headersSent) {
+      for (const [name, value] of Object.entries(errorHeaders(error))) this.adapterHost.httpAdapter.setHeader(response, name, value);
+    }
     throw orchestratorHttpException(error);
   }
 

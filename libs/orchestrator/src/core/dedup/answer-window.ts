@@ -1,11 +1,12 @@
 import { createCache, type Cache } from 'cache-manager';
 import { KeyvCacheableMemory } from 'cacheable';
 import { Keyv } from 'keyv';
-import type { CallEvent, StreamHead } from '../events.js';
+import { RawResponse, isRawResponse, type CallEvent, type StreamHead } from '../events.js';
 
-/** A finished answer kept for reuse. Plain data, so a shared store (Redis) can hold it. */
+/** A finished answer kept for reuse. Plain data (a `RawResponse` is kept as `bytes`), so a shared store (Redis) can hold it. */
 export type WindowEntry<T> =
   | { kind: 'value'; value: T }
+  | { kind: 'bytes'; body: Buffer; contentType: string; headers?: Record<string, string> }
   | { kind: 'stream'; head: StreamHead; chunks: string[] };
 
 export interface AnswerWindowOptions {
@@ -68,6 +69,7 @@ export class AnswerWindow {
 /** Rebuilds a call's events from a stored answer. */
 export function replayEntry<T>(entry: WindowEntry<T>): CallEvent<T>[] {
   if (entry.kind === 'value') return [{ kind: 'value', value: entry.value }];
+  if (entry.kind === 'bytes') return [{ kind: 'value', value: new RawResponse(entry.body, entry.contentType, entry.headers) as T }];
   const events: CallEvent<T>[] = [{ kind: 'head', head: entry.head }];
   for (const chunk of entry.chunks) events.push({ kind: 'chunk', chunk });
   return events;
@@ -76,6 +78,7 @@ export function replayEntry<T>(entry: WindowEntry<T>): CallEvent<T>[] {
 /** Size in characters of a value once serialised; measured once per upstream call, off the joined path. */
 export function sizeOf(value: unknown): number {
   if (typeof value === 'string') return value.length;
+  if (isRawResponse(value)) return value.body.length;
   if (value === undefined) return 0;
   try {
     return JSON.stringify(value)?.length ?? 0;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { dedupKey, type DedupKeyInput } from './dedup-key.js';
+import { BodyTooDeepError, dedupKey, type DedupKeyInput } from './dedup-key.js';
 
 const CREDENTIAL = 'Bearer sk-live-0123456789abcdefTENANT-A';
 
@@ -170,5 +170,45 @@ describe('dedupKey', () => {
       const input = (body: unknown): DedupKeyInput => ({ method: 'POST', url: '/x', body });
       expect(dedupKey(input(deep('a')))).not.toBe(dedupKey(input(deep('b'))));
     });
+  });
+
+  describe('maxDepth: the key walk doubles as a depth check', () => {
+    const input = (body: unknown): DedupKeyInput => ({ method: 'POST', url: '/x', body });
+
+    it('accepts a body exactly maxDepth levels deep and refuses one level more', () => {
+      expect(typeof dedupKey(input(deepObject(127)), { maxDepth: 128 })).toBe('string'); // 128 objects deep
+      expect(() => dedupKey(input(deepObject(128)), { maxDepth: 128 })).toThrow(BodyTooDeepError);
+      expect(() => dedupKey(input(JSON.parse('['.repeat(200) + ']'.repeat(200))), { maxDepth: 128 })).toThrow(
+        'nested more than 128 levels',
+      );
+    });
+
+    it('without maxDepth, a deep body never throws (it gets a key of its own)', () => {
+      const deep = deepArray(5_000);
+      expect(dedupKey(input(deep))).not.toBe(dedupKey(input(deep)));
+    });
+  });
+
+  it('two bodies share a key exactly when their sorted JSON is the same', () => {
+    const sortDeep = (value: unknown): unknown =>
+      Array.isArray(value)
+        ? value.map(sortDeep)
+        : typeof value === 'object' && value !== null
+          ? Object.fromEntries(Object.keys(value).sort().map((k) => [k, sortDeep((value as Record<string, unknown>)[k])]))
+          : value;
+    let seed = 7;
+    const random = () => ((seed = (seed * 16807) % 2147483647) / 2147483647);
+    const make = (depth: number): unknown => {
+      const r = random();
+      if (depth > 3 || r < 0.3) return [1, -0, 0.1, 'a', 'é"\\n', true, null, '', 2e21][Math.floor(random() * 9)];
+      if (r < 0.6) return Array.from({ length: Math.floor(random() * 3) }, () => make(depth + 1));
+      return Object.fromEntries(Array.from({ length: Math.floor(random() * 3) }, () => [['a', 'b', 'ab', ''][Math.floor(random() * 4)], make(depth + 1)]));
+    };
+    const bodies = Array.from({ length: 400 }, () => make(0));
+    for (let i = 0; i < bodies.length; i++) {
+      const j = (i * 7 + 3) % bodies.length;
+      const same = JSON.stringify(sortDeep(bodies[i])) === JSON.stringify(sortDeep(bodies[j]));
+      expect(dedupKey({ method: 'POST', url: '/x', body: bodies[i] }) === dedupKey({ method: 'POST', url: '/x', body: bodies[j] })).toBe(same);
+    }
   });
 });

@@ -6,6 +6,8 @@ export interface DedupRequest {
   url: string;
   headers: Record<string, string | string[] | undefined>;
   body: unknown;
+  /** The request as the HTTP platform gave it (Express's or Fastify's), for facts an app keeps on it. */
+  request?: object;
 }
 
 export interface DedupOptions {

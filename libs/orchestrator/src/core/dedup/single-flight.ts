@@ -1,5 +1,5 @@
 import { NEVER, Observable, ReplaySubject, finalize, of, share, tap } from 'rxjs';
-import type { CallEvent, StreamHead } from '../events.js';
+import { isRawResponse, type CallEvent, type StreamHead } from '../events.js';
 import { sizeOf, type WindowEntry } from './answer-window.js';
 
 /** How a request was answered, as sent in `x-orchestrator-dedup`. */
@@ -105,7 +105,11 @@ class AnswerRecorder<T> {
 
   entry(): WindowEntry<T> | undefined {
     if (this.overflowed) return undefined;
-    if (this.value) return { kind: 'value', value: this.value.value };
+    if (this.value) {
+      const value = this.value.value;
+      if (!isRawResponse(value)) return { kind: 'value', value };
+      return { kind: 'bytes', body: value.body, contentType: value.contentType, headers: value.headers };
+    }
     if (this.head) return { kind: 'stream', head: this.head, chunks: this.chunks };
     return undefined;
   }

@@ -1,11 +1,6 @@
-import { BadRequestException } from '@nestjs/common';
+import { invalidRequest } from './api-error.js';
 
 type Json = Record<string, unknown>;
-
-/** A 400 whose body names the field at fault (the exception filter reshapes it per API). */
-export function invalidRequest(param: string | null, message: string): BadRequestException {
-  return new BadRequestException({ error: { message, type: 'invalid_request_error', param, code: null } });
-}
 
 function isObject(value: unknown): value is Json {
   return typeof value === 'object' && value !== null && !Array.isArray(value);

@@ -1,0 +1,29 @@
+/**
+ * An error the gateway itself answers with, before it is shaped into the
+ * client API's error format by the exception filter (which alone renders it).
+ * It never reaches the provider, so it never counts against the breaker.
+ */
+export class ApiError extends Error {
+  override name = 'ApiError';
+
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly code: string | null = null,
+    readonly param: string | null = null,
+    /** OpenAI error `type`; the filter derives one from the status when absent. */
+    readonly type?: string,
+  ) {
+    super(message);
+  }
+}
+
+/** A 400 that names the field at fault. */
+export function invalidRequest(param: string | null, message: string): ApiError {
+  return new ApiError(400, message, null, param, 'invalid_request_error');
+}
+
+/** A route the configured provider cannot serve: 501, as llama.cpp answers for disabled endpoints. */
+export function notSupported(message: string): ApiError {
+  return new ApiError(501, message, 'not_supported', null, 'not_supported_error');
+}

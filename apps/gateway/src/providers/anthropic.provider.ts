@@ -1,0 +1,69 @@
+import type { GatewayConfig } from '../config/gateway-config.js';
+import { anthropicResponseToOpenAI, anthropicStreamToOpenAI, openAIRequestToAnthropic } from '../translate/anthropic-openai.js';
+import { Provider, ROUTES, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } from './provider.js';
+
+type Json = Record<string, unknown>;
+
+/**
+ * Anthropic's API. `/v1/messages` passes through; an OpenAI client's chat
+ * completions are translated to messages, and its model list reshaped.
+ */
+export class AnthropicProvider extends Provider {
+  readonly kind = 'anthropic' as const;
+  protected readonly routes: Partial<Record<GatewayRoute, UpstreamPlan>>;
+  private readonly v1: string;
+
+  constructor(config: GatewayConfig) {
+    super(config);
+    this.v1 = `${config.upstream}/v1`;
+    this.routes = {
+      chat: {
+        method: 'POST',
+        url: `${this.v1}/messages`,
+        api: 'anthropic',
+        translation: {
+          request: openAIRequestToAnthropic,
+          response: anthropicResponseToOpenAI,
+          stream: (body) => anthropicStreamToOpenAI((body.stream_options as Json | undefined)?.include_usage === true),
+        },
+      },
+      models: { method: 'GET', url: `${this.v1}/models`, api: 'anthropic', translation: { response: modelsToOpenAI } },
+      messages: { method: 'POST', url: `${this.v1}/messages`, api: 'anthropic' },
+    };
+  }
+
+  healthUrl(): string {
+    return `${this.v1}/models`;
+  }
+
+  authHeaders(auth: UpstreamAuth): Record<string, string> {
+    const headers: Record<string, string> = {};
+    const key = this.upstreamKey(auth);
+    if (key) headers['x-api-key'] = key;
+    const version = auth.headers['anthropic-version'];
+    headers['anthropic-version'] = typeof version === 'string' ? version : '2023-06-01';
+    const beta = auth.headers['anthropic-beta'];
+    if (typeof beta === 'string') headers['anthropic-beta'] = beta;
+    return headers;
+  }
+
+  protected override unsupported(route: GatewayRoute): string {
+    if (route === 'completions' || route === 'embeddings') {
+      return `${ROUTES[route].path} has no Anthropic equivalent; use an OpenAI-compatible or llama provider.`;
+    }
+    return super.unsupported(route);
+  }
+}
+
+/** Anthropic's model list in OpenAI's shape. */
+function modelsToOpenAI(list: Json): Json {
+  return {
+    object: 'list',
+    data: ((list.data as Json[] | undefined) ?? []).map((m) => ({
+      id: m.id,
+      object: 'model',
+      created: typeof m.created_at === 'string' ? Math.floor(Date.parse(m.created_at) / 1000) : 0,
+      owned_by: 'anthropic',
+    })),
+  };
+}

@@ -1,0 +1,40 @@
+import type { GatewayConfig } from '../config/gateway-config.js';
+import { anthropicRequestToOpenAI, openAIResponseToAnthropic, openAIStreamToAnthropic } from '../translate/anthropic-openai.js';
+import { Provider, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } from './provider.js';
+
+/**
+ * Any OpenAI-compatible API (OpenAI itself, vLLM, ...). OpenAI routes pass
+ * through; an Anthropic client's `/v1/messages` is translated to chat completions.
+ */
+export class OpenAIProvider extends Provider {
+  readonly kind = 'openai' as const;
+  protected readonly routes: Partial<Record<GatewayRoute, UpstreamPlan>>;
+  private readonly v1: string;
+
+  constructor(config: GatewayConfig) {
+    super(config);
+    // OPENAI_BASE_URL conventionally ends in /v1.
+    this.v1 = config.upstream.endsWith('/v1') ? config.upstream : `${config.upstream}/v1`;
+    const v1 = this.v1;
+    this.routes = {
+      chat: { method: 'POST', url: `${v1}/chat/completions`, api: 'openai' },
+      completions: { method: 'POST', url: `${v1}/completions`, api: 'openai' },
+      embeddings: { method: 'POST', url: `${v1}/embeddings`, api: 'openai' },
+      models: { method: 'GET', url: `${v1}/models`, api: 'openai' },
+      messages: {
+        method: 'POST',
+        url: `${v1}/chat/completions`,
+        api: 'openai',
+        translation: { request: anthropicRequestToOpenAI, response: openAIResponseToAnthropic, stream: openAIStreamToAnthropic },
+      },
+    };
+  }
+
+  healthUrl(): string {
+    return `${this.v1}/models`;
+  }
+
+  authHeaders(auth: UpstreamAuth): Record<string, string> {
+    return this.bearer(auth);
+  }
+}
