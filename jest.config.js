@@ -3,7 +3,8 @@ export default {
   testEnvironment: 'node',
   extensionsToTreatAsEsm: ['.ts'],
   roots: ['<rootDir>/libs', '<rootDir>/apps', '<rootDir>/test'],
-  testMatch: ['**/*.spec.ts', '**/*.e2e-spec.ts'],
+  // *.slow-spec.ts: the scenario, CLI and memory suites, run by `npm run test:slow` (and by `npm test`).
+  testMatch: ['**/*.spec.ts', '**/*.e2e-spec.ts', '**/*.slow-spec.ts'],
   moduleNameMapper: {
     '^nest-prompt-orchestrator$': '<rootDir>/libs/orchestrator/src/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
