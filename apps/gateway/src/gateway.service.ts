@@ -8,6 +8,7 @@ import { createProvider } from './providers/provider.factory.js';
 import type { ClientApi, Provider } from './providers/provider.js';
 import type { Caller } from './routes/gateway-route.decorator.js';
 import { sseEvent, translateSse } from './translate/sse.js';
+import { UpstreamStreamError, checkStreamEnd } from './upstream/stream-end.js';
 import { UpstreamClient } from './upstream/upstream-client.js';
 
 type Json = Record<string, unknown>;
@@ -49,7 +50,8 @@ export class GatewayService implements OnModuleDestroy {
     if (body?.stream === true) {
       const text = await this.upstream.stream(call);
       context.upstreamAnsweredAt = performance.now();
-      const chunks: Observable<string> = translation?.stream ? translateSse(text, translation.stream(body)) : text;
+      // Translated streams are checked by their translator; a passed-through one is read for its end marker here.
+      const chunks: Observable<string> = translation?.stream ? translateSse(text, translation.stream(body)) : checkStreamEnd(text, plan.api);
       return new StreamedResponse(chunks, SSE, streamErrorEvent(context.api));
     }
     const bytes = await this.upstream.bytes(call);
@@ -76,6 +78,8 @@ export class GatewayService implements OnModuleDestroy {
  */
 export function streamErrorEvent(api: ClientApi): (error: unknown) => string {
   return (error) => {
+    // The provider's own error event already reached the client with the stream.
+    if (error instanceof UpstreamStreamError && error.delivered) return '';
     const timeout = isOrchestratorError(error) && error.code === 'upstream_timeout';
     const message = timeout ? error.message : 'The provider interrupted the stream.';
     if (api === 'anthropic') {

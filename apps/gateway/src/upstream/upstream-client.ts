@@ -72,11 +72,19 @@ export class UpstreamClient {
     this.agent = new Agent({ keepAliveTimeout: 30_000, headersTimeout: backstop, bodyTimeout: backstop, connections: 1024 });
   }
 
-  /** A plain answer's bytes, as the provider sent them; a body that is not JSON is the provider's failure. */
+  /**
+   * A plain answer's bytes, as the provider sent them. A body that is not JSON
+   * is the provider's failure; a 200 whose body is an error object (as
+   * llama-server sends for some failures) is relayed as the error it is, so it
+   * is never kept as an answer.
+   */
   async bytes(call: UpstreamCall): Promise<Buffer> {
     const response = await this.send(call);
     const body = Buffer.from(await response.body.arrayBuffer());
     if (!looksLikeJson(body)) throw new UpstreamProtocolError('The provider sent a body that is not JSON.');
+    if (startsWithErrorField(body)) {
+      throw new UpstreamHttpError(response.statusCode, body, headerOf(response, 'content-type'), call.api);
+    }
     return body;
   }
 
@@ -112,18 +120,23 @@ export class UpstreamClient {
     });
     if (response.statusCode >= 400) {
       const text = await readCapped(response.body, MAX_ERROR_BODY);
-      const contentType = response.headers['content-type'];
-      const retryAfter = response.headers['retry-after'];
-      throw new UpstreamHttpError(
-        response.statusCode,
-        text,
-        typeof contentType === 'string' ? contentType : undefined,
-        call.api,
-        typeof retryAfter === 'string' ? retryAfter : undefined,
-      );
+      throw new UpstreamHttpError(response.statusCode, text, headerOf(response, 'content-type'), call.api, headerOf(response, 'retry-after'));
     }
     return response;
   }
+}
+
+function headerOf(response: Dispatcher.ResponseData, name: string): string | undefined {
+  const value = response.headers[name];
+  return typeof value === 'string' ? value : undefined;
+}
+
+/**
+ * Whether a JSON body's first key is `error`: how every provider here shapes
+ * an error object. Read from the first bytes only, so answers are not parsed.
+ */
+function startsWithErrorField(body: Buffer): boolean {
+  return /^\s*\{\s*"error"\s*:/.test(body.subarray(0, 64).toString('latin1'));
 }
 
 /** A JSON document starts with `{` or `[` (after whitespace); anything else is not what a JSON route sends. */
