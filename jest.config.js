@@ -4,6 +4,10 @@ export default {
   extensionsToTreatAsEsm: ['.ts'],
   roots: ['<rootDir>/libs', '<rootDir>/apps', '<rootDir>/test'],
   testMatch: ['**/*.spec.ts', '**/*.e2e-spec.ts'],
+  // The consumer fixtures are separate apps with their own installs and test setups (npm run test:consumers);
+  // the library's build output is not source.
+  testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/consumers/'],
+  modulePathIgnorePatterns: ['<rootDir>/test/consumers/', '<rootDir>/libs/orchestrator/dist/'],
   moduleNameMapper: {
     '^nest-prompt-orchestrator$': '<rootDir>/libs/orchestrator/src/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
