@@ -41,7 +41,8 @@ export class OrchestratorInterceptor implements NestInterceptor {
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
     if (context.getType() !== 'http') return next.handle();
     const policy = this.policyOf(context);
-    if (!policy) return next.handle();
+    // A route without settings of its own may still call `OrchestratorService.run()`: its refusals are answered the same way.
+    if (!policy) return next.handle().pipe(catchError((error: unknown) => this.rethrow(error, context)));
 
     const http = context.switchToHttp();
     const request = http.getRequest<AnyRequest>();
@@ -73,12 +74,14 @@ export class OrchestratorInterceptor implements NestInterceptor {
         if (started.outcome) adapter.setHeader(response, DEDUP_HEADER, started.outcome);
         return deliver(started.events, { raw, setHeaders, platform: adapter.getType() });
       }),
-      catchError((error: unknown) => {
-        if (!isOrchestratorError(error)) return throwError(() => error);
-        if (error.code === 'client_closed_request') this.orchestrator.noteClientGone();
-        return throwError(() => this.throwOrchestratorError(error, context));
-      }),
+      catchError((error: unknown) => this.rethrow(error, context)),
     );
+  }
+
+  private rethrow(error: unknown, context: ExecutionContext): Observable<never> {
+    if (!isOrchestratorError(error)) return throwError(() => error);
+    if (error.code === 'client_closed_request') this.orchestrator.noteClientGone();
+    return throwError(() => this.throwOrchestratorError(error, context));
   }
 
   /**
