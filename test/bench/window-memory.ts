@@ -100,7 +100,7 @@ async function main(): Promise<void> {
     gcExposed: gc !== undefined,
   };
   process.stdout.write(`${JSON.stringify(report)}\n`);
-  await orchestrator.onModuleDestroy();
+  await orchestrator.close();
 }
 
 main().catch((error: unknown) => {

@@ -1,9 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
-import { join } from 'node:path';
 import { ConfigError, helpText, parseGatewayConfig } from '../../apps/gateway/src/config/gateway-config.js';
 import { startMockProvider, type MockProvider } from '../../apps/mock-provider/src/index.js';
+import { GATEWAY_MAIN, ROOT, ensureBuilt } from '../support/gateway-process.js';
 
 /**
  * The gateway's command line: the parser directly for most cases, and the
@@ -12,10 +11,7 @@ import { startMockProvider, type MockProvider } from '../../apps/mock-provider/s
  * a real start.
  */
 
-const ROOT = process.cwd();
-const MAIN = join(ROOT, 'dist/apps/gateway/src/main.js');
-const SOURCES = ['apps/gateway/src', 'apps/mock-provider/src', 'libs/orchestrator/src'];
-const BUILT = [MAIN, join(ROOT, 'libs/orchestrator/dist/index.js')];
+const MAIN = GATEWAY_MAIN;
 
 const FLAGS = [
   '--provider',
@@ -34,26 +30,15 @@ const FLAGS = [
   '--probe-interval',
   '--retries',
   '--max-body',
+  '--request-timeout',
+  '--max-connections',
+  '--shutdown-grace',
+  '--window-max-bytes',
   '--redis',
+  '--redis-timeout',
   '--gateway-keys',
   '--help',
 ];
-
-function newestSource(dir: string): number {
-  let newest = 0;
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const path = join(dir, entry.name);
-    if (entry.isDirectory()) newest = Math.max(newest, newestSource(path));
-    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.spec.ts')) newest = Math.max(newest, statSync(path).mtimeMs);
-  }
-  return newest;
-}
-
-function buildIsStale(): boolean {
-  if (!BUILT.every((file) => existsSync(file))) return true;
-  const built = Math.min(...BUILT.map((file) => statSync(file).mtimeMs));
-  return SOURCES.some((dir) => newestSource(join(ROOT, dir)) > built);
-}
 
 interface Run {
   code: number | null;
@@ -104,7 +89,12 @@ describe('parseGatewayConfig', () => {
       probeIntervalMs: 500,
       retries: 1,
       maxBodyBytes: 10 * 1024 * 1024,
+      requestTimeoutMs: 30_000,
+      maxConnections: 4096,
+      shutdownGraceMs: 30_000,
+      windowMaxBytes: 256 * 1024 * 1024,
       redisUrl: undefined,
+      redisTimeoutMs: 100,
       gatewayKeys: [],
       providerKey: undefined,
     });
@@ -171,15 +161,7 @@ describe('parseGatewayConfig', () => {
 });
 
 describe('the gateway binary', () => {
-  beforeAll(async () => {
-    if (!buildIsStale()) return;
-    const build = await new Promise<Run>((resolve) => {
-      execFile('npm', ['run', 'build', '--silent'], { cwd: ROOT, timeout: 170_000 }, (error, stdout, stderr) =>
-        resolve({ code: error ? 1 : 0, stdout, stderr }),
-      );
-    });
-    if (build.code !== 0) throw new Error(`npm run build failed:\n${build.stdout}\n${build.stderr}`);
-  }, 180_000);
+  beforeAll(ensureBuilt, 180_000);
 
   it('--help prints every flag and exits 0', async () => {
     const run = await runGateway(['--help']);

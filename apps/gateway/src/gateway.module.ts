@@ -9,6 +9,7 @@ import { GATEWAY_CONFIG } from './gateway.tokens.js';
 import { ApiError } from './http/api-error.js';
 import { GatewayGuard } from './http/gateway.guard.js';
 import { GatewayInterceptor } from './http/gateway.interceptor.js';
+import { Lifecycle } from './http/lifecycle.js';
 import { contextOf } from './http/request-context.js';
 import { RequestContextMiddleware } from './http/request-context.middleware.js';
 import { AnthropicController } from './routes/anthropic.controller.js';
@@ -24,8 +25,8 @@ class GatewayCoreModule {
   static forRoot(config: GatewayConfig): DynamicModule {
     return {
       module: GatewayCoreModule,
-      providers: [{ provide: GATEWAY_CONFIG, useValue: config }, GatewayService],
-      exports: [GATEWAY_CONFIG, GatewayService],
+      providers: [{ provide: GATEWAY_CONFIG, useValue: config }, GatewayService, Lifecycle],
+      exports: [GATEWAY_CONFIG, GatewayService, Lifecycle],
     };
   }
 }
@@ -34,7 +35,12 @@ class GatewayCoreModule {
 export function orchestratorOptions(config: GatewayConfig, gateway: GatewayService): OrchestratorModuleOptions {
   return {
     // The guard computed the key in its one walk over the body (absent with --no-dedup: nothing is deduplicated).
-    dedup: { windowMs: config.dedupWindowMs, key: (request) => contextOf(request.request).dedupKey },
+    dedup: {
+      windowMs: config.dedupWindowMs,
+      maxBytes: config.windowMaxBytes,
+      storeTimeoutMs: config.redisTimeoutMs,
+      key: (request) => contextOf(request.request).dedupKey,
+    },
     timeout: { ms: config.timeoutMs },
     retry: { retries: config.retries },
     limits: {

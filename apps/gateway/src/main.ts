@@ -1,6 +1,6 @@
 import 'reflect-metadata';
 import { ConfigError, helpText, parseGatewayConfig } from './config/gateway-config.js';
-import { createGateway } from './gateway.factory.js';
+import { createGateway, stopGateway } from './gateway.factory.js';
 
 async function main(): Promise<void> {
   let config;
@@ -26,6 +26,25 @@ async function main(): Promise<void> {
   console.log(
     `gateway listening on http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port} (provider ${config.provider}, upstream ${upstream.origin}${upstream.pathname === '/' ? '' : upstream.pathname})`,
   );
+
+  let stopping = false;
+  const stop = (signal: NodeJS.Signals) => {
+    if (stopping) return;
+    stopping = true;
+    console.log(`gateway: ${signal}: no new connections; draining requests in flight (at most ${config.shutdownGraceMs / 1000} s)`);
+    stopGateway(app, config).then(
+      ({ finished, cut }) => {
+        console.log(finished ? 'gateway: drained; stopped' : `gateway: grace period over, ${cut} request(s) cut; stopped`);
+        process.exit(0);
+      },
+      (error: unknown) => {
+        console.error(`gateway: failed to stop cleanly: ${(error as Error)?.message ?? error}`);
+        process.exit(1);
+      },
+    );
+  };
+  process.once('SIGTERM', stop);
+  process.once('SIGINT', stop);
 }
 
 main().catch((error: unknown) => {

@@ -74,11 +74,16 @@ export const EMBEDDING_DIMS = 8;
 export const MAX_EMBEDDING_DIMS = 4096;
 
 export function embeddingFor(input: string, dims = EMBEDDING_DIMS): number[] {
+  const digest = createHash('sha256').update(input).digest();
   const raw: number[] = [];
-  // 16 values per SHA-256 block; blocks beyond the first hash the input with their number.
-  for (let block = 0; raw.length < dims; block++) {
-    const digest = createHash('sha256').update(block === 0 ? input : `${block}:${input}`).digest();
-    for (let i = 0; i < 16 && raw.length < dims; i++) raw.push(digest.readInt16BE(i * 2) / 32768);
+  // The digest gives the first 16 values; a xorshift generator seeded by it gives the rest, cheaply.
+  for (let i = 0; i < 16 && raw.length < dims; i++) raw.push(digest.readInt16BE(i * 2) / 32768);
+  let x = digest.readUInt32BE(0) | 1;
+  while (raw.length < dims) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    raw.push((x | 0) / 2147483648);
   }
   const norm = Math.sqrt(raw.reduce((sum, v) => sum + v * v, 0)) || 1;
   return raw.map((v) => Math.round((v / norm) * 1e6) / 1e6);

@@ -43,6 +43,7 @@ export {
   QueueTimeoutError,
   UpstreamTimeoutError,
   ClientClosedError,
+  ShuttingDownError,
   isOrchestratorError,
   type OrchestratorErrorCode,
 } from './core/errors.js';

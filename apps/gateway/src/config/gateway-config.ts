@@ -24,7 +24,17 @@ export interface GatewayConfig {
   probeIntervalMs: number;
   retries: number;
   maxBodyBytes: number;
+  /** Longest time to receive one request, headers and body (slow or stalled clients are cut). */
+  requestTimeoutMs: number;
+  /** Connections open at once; more are closed at once, so file descriptors are never exhausted. */
+  maxConnections: number;
+  /** After SIGTERM, how long requests and streams in flight may take to finish. */
+  shutdownGraceMs: number;
+  /** Bytes the in-memory answer window keeps at most. */
+  windowMaxBytes: number;
   redisUrl?: string;
+  /** Longest one Redis operation may take before it counts as a failure (and a miss). */
+  redisTimeoutMs: number;
   /** Keys clients must present; empty = pass the client's own key through. */
   gatewayKeys: string[];
   /** Key the gateway sends upstream instead of the client's. */
@@ -91,7 +101,32 @@ const FLAGS: Record<string, FlagSpec> = {
   },
   retries: { env: 'ORCHESTRATOR_RETRIES', value: 'N', help: 'gateway retries of 502/503/504 and connection errors (default 1)' },
   'max-body': { env: 'ORCHESTRATOR_MAX_BODY_BYTES', value: 'BYTES', help: 'largest request body accepted (default 10485760)' },
+  'request-timeout': {
+    env: 'ORCHESTRATOR_REQUEST_TIMEOUT_SECS',
+    value: 'SECS',
+    help: 'longest time to receive one request, headers and body; slower clients are cut (default 30)',
+  },
+  'max-connections': {
+    env: 'ORCHESTRATOR_MAX_CONNECTIONS',
+    value: 'N',
+    help: 'client connections open at once; more are closed at once (default 4096)',
+  },
+  'shutdown-grace': {
+    env: 'ORCHESTRATOR_SHUTDOWN_GRACE_SECS',
+    value: 'SECS',
+    help: 'after SIGTERM, how long requests and streams in flight may take to finish (default 30)',
+  },
+  'window-max-bytes': {
+    env: 'ORCHESTRATOR_WINDOW_MAX_BYTES',
+    value: 'BYTES',
+    help: 'bytes the in-memory answer window keeps at most (default 268435456, 256 MiB)',
+  },
   redis: { env: 'ORCHESTRATOR_REDIS_URL', value: 'URL', help: 'share the answer window with other replicas through Redis' },
+  'redis-timeout': {
+    env: 'ORCHESTRATOR_REDIS_TIMEOUT_SECS',
+    value: 'SECS',
+    help: 'longest one Redis operation may take; slower is a miss, and Redis is skipped until it answers (default 0.1)',
+  },
   'gateway-keys': {
     env: 'ORCHESTRATOR_GATEWAY_KEYS',
     value: 'K1,K2',
@@ -162,6 +197,8 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
   const redisUrl = raw('redis');
   if (redisUrl !== undefined) parseUrl('redis', redisUrl, ['redis:', 'rediss:']);
   const noDedup = values['no-dedup'] === true || isTrue(env.ORCHESTRATOR_NO_DEDUP);
+  const maxBodyBytes = integer('max-body', 10 * 1024 * 1024, 1024);
+  const windowMaxBytes = integer('window-max-bytes', 256 * 1024 * 1024, 1024 * 1024);
 
   return {
     provider,
@@ -179,8 +216,13 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     breakerOpenMs: seconds('breaker-open', 30),
     probeIntervalMs: seconds('probe-interval', 0.5),
     retries: integer('retries', 1, 0),
-    maxBodyBytes: integer('max-body', 10 * 1024 * 1024, 1024),
+    maxBodyBytes,
+    requestTimeoutMs: seconds('request-timeout', 30),
+    maxConnections: integer('max-connections', 4096, 1),
+    shutdownGraceMs: seconds('shutdown-grace', 30),
+    windowMaxBytes,
     redisUrl,
+    redisTimeoutMs: seconds('redis-timeout', 0.1),
     gatewayKeys: (raw('gateway-keys') ?? '')
       .split(',')
       .map((k) => k.trim())

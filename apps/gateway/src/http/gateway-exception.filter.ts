@@ -4,6 +4,7 @@ import { isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrato
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
 import { UpstreamHttpError, UpstreamProtocolError, upstreamMessage } from '../upstream/upstream-client.js';
+import type { GatewayConfig } from '../config/gateway-config.js';
 import { ApiError } from './api-error.js';
 import { findContext } from './request-context.js';
 
@@ -54,7 +55,10 @@ const KEY_LIKE = /\b(sk|pk|rk|key|tok|sess)-[\w*.-]{4,}/gi;
 export class GatewayExceptionFilter implements ExceptionFilter {
   private readonly logger = new Logger('Gateway');
 
-  constructor(private readonly adapterHost: HttpAdapterHost) {}
+  constructor(
+    private readonly adapterHost: HttpAdapterHost,
+    private readonly config: Pick<GatewayConfig, 'maxBodyBytes'>,
+  ) {}
 
   catch(exception: unknown, host: ArgumentsHost): void {
     const http = host.switchToHttp();
@@ -71,7 +75,8 @@ export class GatewayExceptionFilter implements ExceptionFilter {
     const route = context ? undefined : routeAt(request.url ?? '');
     const api: ClientApi = context?.api ?? (route ? ROUTES[route].api : 'openai');
     const adapter = this.adapterHost.httpAdapter;
-    adapter.setHeader(response, 'x-should-retry', 'false');
+    // Retries happen at one layer: here. Only a replica shutting down asks the client to retry (elsewhere).
+    adapter.setHeader(response, 'x-should-retry', String(isOrchestratorError(exception) && exception.retryable));
 
     if (exception instanceof UpstreamHttpError && exception.api === api && exception.json !== undefined) {
       // The provider already answered in the client's own format: its status and bytes, unchanged.
@@ -93,8 +98,40 @@ export class GatewayExceptionFilter implements ExceptionFilter {
       this.logger.warn(`request ${String(context?.id)} failed with ${info.status} (${name}: ${redact(info.message)})`);
     }
     if (info.retryAfter) adapter.setHeader(response, 'retry-after', info.retryAfter);
-    adapter.reply(response, errorBody(api, info, context?.id), info.status);
+    // Nothing more is wanted from this client on this connection: a failed key, a body too large, a replica leaving.
+    if (info.status === 401 || info.status === 413 || info.code === 'shutting_down') adapter.setHeader(response, 'connection', 'close');
+    const reply = () => adapter.reply(response, errorBody(api, info, context?.id), info.status);
+    const rawRequest = (request as { raw?: IncomingMessage }).raw ?? request;
+    // A client still sending a body that is too large would read a reset instead of this 413 (and its SDK would
+    // retry): the rest of the body is read and dropped first, up to a bound.
+    if (info.status === 413 && !rawRequest.complete) drain(rawRequest, Math.max(4 * this.config.maxBodyBytes, 16 * 1024 * 1024)).then(reply, reply);
+    else reply();
   }
+}
+
+/** Reads and drops what is left of a request body, until its end, `maxBytes`, or 10 s. */
+function drain(request: IncomingMessage, maxBytes: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    let received = 0;
+    const done = () => {
+      clearTimeout(timer);
+      request.removeListener('data', onData);
+      request.removeListener('end', done);
+      request.removeListener('close', done);
+      request.removeListener('error', done);
+      resolve();
+    };
+    const onData = (chunk: Buffer) => {
+      received += chunk.length;
+      if (received > maxBytes) done();
+    };
+    const timer = setTimeout(done, 10_000);
+    request.on('data', onData);
+    request.once('end', done);
+    request.once('close', done);
+    request.once('error', done);
+    request.resume();
+  });
 }
 
 /** The error body in the client's API: Anthropic's on Anthropic routes, OpenAI's elsewhere (llama.cpp's is OpenAI-shaped). */

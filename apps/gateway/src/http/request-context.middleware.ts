@@ -1,7 +1,9 @@
 import { Injectable, type NestMiddleware } from '@nestjs/common';
+import { ShuttingDownError } from 'nest-prompt-orchestrator';
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ROUTES, routeAt } from '../providers/provider.js';
+import { Lifecycle } from './lifecycle.js';
 import { attachContext, serverTiming, type RequestContext } from './request-context.js';
 
 // A propagated id is echoed in headers and logs: accept only a short, plain token.
@@ -13,6 +15,8 @@ const REQUEST_ID = /^[\w.:-]{1,128}$/;
  */
 @Injectable()
 export class RequestContextMiddleware implements NestMiddleware {
+  constructor(private readonly lifecycle: Lifecycle) {}
+
   use(request: IncomingMessage & { originalUrl?: string }, response: ServerResponse, next: (error?: unknown) => void): void {
     const incoming = request.headers['x-request-id'];
     const id = typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();
@@ -26,6 +30,9 @@ export class RequestContextMiddleware implements NestMiddleware {
       if (!this.headersSent) this.setHeader('server-timing', serverTiming(context, performance.now()));
       return (writeHead as (...a: unknown[]) => ServerResponse).apply(this, args);
     } as ServerResponse['writeHead'];
+    // A request that arrives on an open connection while the gateway drains: retryable, elsewhere.
+    if (this.lifecycle.isDraining) return next(new ShuttingDownError());
+    this.lifecycle.track(response);
     next();
   }
 }

@@ -105,8 +105,9 @@ export class UpstreamClient {
     return response.statusCode >= 200 && response.statusCode < 300;
   }
 
+  /** Aborts what is still running (the gateway drained its clients first): shutdown never waits on the provider. */
   close(): Promise<void> {
-    return this.agent.close();
+    return this.agent.destroy();
   }
 
   private async send(call: UpstreamCall): Promise<Dispatcher.ResponseData> {

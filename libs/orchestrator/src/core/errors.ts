@@ -14,6 +14,7 @@ export type OrchestratorErrorCode =
   | 'overloaded'
   | 'queue_timeout'
   | 'upstream_timeout'
+  | 'shutting_down'
   | 'client_closed_request';
 
 export abstract class OrchestratorError extends Error {
@@ -25,6 +26,12 @@ export abstract class OrchestratorError extends Error {
   abstract readonly type: string;
   /** Seconds until retrying makes sense; sent as `Retry-After` when set. */
   readonly retryAfterSeconds?: number;
+  /**
+   * Whether the client should try again on its own. Most of these errors say
+   * no (`x-should-retry: false`): the orchestrator already decided. A replica
+   * shutting down says yes: another one will answer.
+   */
+  readonly retryable: boolean = false;
 }
 
 export function isOrchestratorError(value: unknown): value is OrchestratorError {
@@ -91,6 +98,19 @@ export class UpstreamTimeoutError extends OrchestratorError {
           : `The upstream stream stalled for more than ${limitMs} ms.`,
     );
     this.name = 'UpstreamTimeoutError';
+  }
+}
+
+/** The app is shutting down: calls in flight finish, new ones are refused so that the client retries elsewhere. */
+export class ShuttingDownError extends OrchestratorError {
+  readonly code = 'shutting_down' as const;
+  readonly status = 503;
+  readonly type = 'service_unavailable';
+  override readonly retryable = true;
+  override readonly retryAfterSeconds = 1;
+  constructor() {
+    super('This server is shutting down; try again (another instance will answer).');
+    this.name = 'ShuttingDownError';
   }
 }
 

@@ -10,6 +10,7 @@ import { AnswerWindow, replayEntry, type StoreState, type WindowHealth } from '.
 import { DEDUP_FIELDS, type DedupOptions, type DedupRequest } from './dedup/dedup.options.js';
 import { dedupKey } from './dedup/dedup-key.js';
 import { SingleFlight, type DedupOutcome } from './dedup/single-flight.js';
+import { ShuttingDownError } from './errors.js';
 import type { CallEvent } from './events.js';
 import { OrchestratorConfigError, checkFields, describeValue, withDefaults, type Fields } from './options.js';
 import {
@@ -138,6 +139,7 @@ export class Orchestrator {
   private readonly window: AnswerWindow;
   private readonly flights = new SingleFlight<unknown>();
   private clientsGone = 0;
+  private closing = false;
 
   constructor(options?: OrchestratorOptions, hooks: OrchestratorHooks = {}) {
     this.options = validateOrchestratorOptions(options);
@@ -195,6 +197,7 @@ export class Orchestrator {
    * The call starts when `events` is subscribed; unsubscribing leaves it.
    */
   async start<T>(policy: RoutePolicy, key: string | undefined, work: CallWork<T>): Promise<StartedCall<T>> {
+    if (this.closing) throw new ShuttingDownError();
     const dedup = policy.dedup;
     if (!dedup || key === undefined) return { events: guardedCall(policy, work) };
     const flights = this.flights as SingleFlight<T>;
@@ -275,7 +278,19 @@ export class Orchestrator {
     this.clientsGone++;
   }
 
+  /** From now on new calls are refused with `ShuttingDownError`; calls in flight go on. */
+  drain(): void {
+    this.closing = true;
+  }
+
+  /** Whether `drain()` or `close()` was called. */
+  get isClosing(): boolean {
+    return this.closing;
+  }
+
+  /** Refuses new calls, stops the breakers' timers and probes, and closes the window's shared stores. */
   async close(): Promise<void> {
+    this.closing = true;
     this.breakers.shutdown();
     await this.window.disconnect().catch(() => undefined);
   }

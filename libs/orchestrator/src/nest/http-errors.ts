@@ -12,11 +12,14 @@ export function openAIErrorBody(error: OrchestratorError): OpenAIErrorBody {
 
 /**
  * Headers of an error the orchestrator produced. `x-should-retry: false` tells
- * the official SDKs not to retry on their own (retries belong to one layer);
- * `Retry-After` says when trying again makes sense.
+ * the official SDKs not to retry on their own (retries belong to one layer),
+ * except for a server shutting down (`true`); `Retry-After` says when trying
+ * again makes sense.
  */
 export function errorHeaders(error: OrchestratorError): Record<string, string> {
-  const headers: Record<string, string> = { 'x-should-retry': 'false' };
+  const headers: Record<string, string> = { 'x-should-retry': String(error.retryable) };
+  // A replica going away: the retry should open a new connection (to another replica), not reuse this one.
+  if (error.code === 'shutting_down') headers.connection = 'close';
   if (error.retryAfterSeconds !== undefined) headers['retry-after'] = String(error.retryAfterSeconds);
   return headers;
 }

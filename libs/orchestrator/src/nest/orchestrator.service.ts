@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger, Optional, type OnModuleDestroy } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional, type BeforeApplicationShutdown, type OnApplicationShutdown } from '@nestjs/common';
 import { Orchestrator, type OrchestratorOptions } from '../core/orchestrator.js';
 import { ORCHESTRATOR_OPTIONS } from './constants.js';
 
@@ -17,7 +17,7 @@ import { ORCHESTRATOR_OPTIONS } from './constants.js';
  * ```
  */
 @Injectable()
-export class OrchestratorService extends Orchestrator implements OnModuleDestroy {
+export class OrchestratorService extends Orchestrator implements BeforeApplicationShutdown, OnApplicationShutdown {
   private readonly logger = new Logger('Orchestrator');
 
   constructor(@Optional() @Inject(ORCHESTRATOR_OPTIONS) options?: OrchestratorOptions) {
@@ -30,7 +30,17 @@ export class OrchestratorService extends Orchestrator implements OnModuleDestroy
     });
   }
 
-  onModuleDestroy(): Promise<void> {
+  /**
+   * Nest runs this before it closes the HTTP server: requests that arrive from
+   * now on are refused with a retryable 503, while calls in flight finish with
+   * their breakers and limiters intact.
+   */
+  beforeApplicationShutdown(): void {
+    this.drain();
+  }
+
+  /** After the HTTP server is closed: nothing is in flight any more. */
+  onApplicationShutdown(): Promise<void> {
     return this.close();
   }
 }

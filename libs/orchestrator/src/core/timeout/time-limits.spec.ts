@@ -157,4 +157,40 @@ describe('withTimeLimits', () => {
     expect(seen.error).toBe(error);
     expect(jest.getTimerCount()).toBe(0);
   });
+
+  describe('time the process spent busy is not charged to the upstream', () => {
+    it('a timer that fires late (a blocked loop) is extended by its lateness, and an answer that then arrives is in time', async () => {
+      const { subject, source } = drivenSource();
+      const { seen } = observe(source, { totalMs: 1_000, firstChunkMs: 1_000, idleMs: 1_000 });
+      await jest.advanceTimersByTimeAsync(900);
+      // The loop is blocked for 500 ms: the clock moves, no timer can run.
+      jest.setSystemTime(Date.now() + 500);
+      await jest.advanceTimersByTimeAsync(100);
+      expect(seen.error).toBeUndefined();
+      subject.next({ kind: 'value', value: 'answered while the loop was busy' });
+      expect(seen.events).toEqual([{ kind: 'value', value: 'answered while the loop was busy' }]);
+      expect(seen.error).toBeUndefined();
+    });
+
+    it('still expires once the given-back time has passed with nothing from the upstream', async () => {
+      const { source } = drivenSource();
+      const { seen } = observe(source, { totalMs: 1_000, firstChunkMs: 1_000, idleMs: 1_000 });
+      await jest.advanceTimersByTimeAsync(900);
+      jest.setSystemTime(Date.now() + 500);
+      await jest.advanceTimersByTimeAsync(100);
+      expect(seen.error).toBeUndefined();
+      await jest.advanceTimersByTimeAsync(500);
+      expect(seen.error).toBeInstanceOf(UpstreamTimeoutError);
+    });
+
+    it('gives back at most the limit itself: a loop that stays blocked cannot hold a call forever', async () => {
+      const { source } = drivenSource();
+      const { seen } = observe(source, { totalMs: 1_000, firstChunkMs: 1_000, idleMs: 1_000 });
+      for (let i = 0; i < 5 && !seen.error; i++) {
+        jest.setSystemTime(Date.now() + 900);
+        await jest.advanceTimersByTimeAsync(1_000);
+        }
+      expect(seen.error).toBeInstanceOf(UpstreamTimeoutError);
+    });
+  });
 });

@@ -1,0 +1,105 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { connect, type Socket } from 'node:net';
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { PLATFORMS, waitFor } from '../support/platforms.js';
+import { postJson, startGateway, type GatewayUnderTest } from '../support/gateway-harness.js';
+
+const run = promisify(execFile);
+const CLIENT = fileURLToPath(new URL('../support/oversized-client.mjs', import.meta.url));
+
+/**
+ * Slow and abusive connections: a client that drips its headers or body is
+ * cut after --request-timeout, the number of connections is capped, a failed
+ * key closes the connection, and a body over --max-body is answered with a
+ * 413 the client can read (not a reset it would retry).
+ */
+
+const port = (g: GatewayUnderTest) => Number(new URL(g.gatewayUrl).port);
+
+/** A raw connection that records when the server closed it, and what it sent back. */
+function rawConnection(g: GatewayUnderTest) {
+  const socket = connect(port(g), '127.0.0.1');
+  const state = { closedAt: 0, received: '', socket };
+  socket.setNoDelay(true);
+  socket.on('data', (chunk: Buffer) => (state.received += chunk.toString('latin1')));
+  socket.on('close', () => (state.closedAt = performance.now()));
+  socket.on('error', () => undefined);
+  return state;
+}
+
+/** Writes `text` one byte every `gapMs`, for as long as the socket is open. */
+function drip(socket: Socket, text: string, gapMs: number): () => void {
+  let i = 0;
+  const timer = setInterval(() => {
+    if (socket.destroyed || i >= text.length) return clearInterval(timer);
+    socket.write(text[i++]);
+  }, gapMs);
+  return () => clearInterval(timer);
+}
+
+describe.each(PLATFORMS)('slow and abusive connections (%s)', (platform) => {
+  let g: GatewayUnderTest;
+  beforeAll(async () => {
+    g = await startGateway({
+      flags: ['--platform', platform, '--request-timeout', '1', '--max-connections', '60', '--max-body', '65536', '--gateway-keys', 'gk-1'],
+    });
+  });
+  afterAll(() => g?.close());
+
+  const auth = { authorization: 'Bearer gk-1' };
+
+  it('clients dripping a body or their headers are cut after --request-timeout, while real requests are served', async () => {
+    const body = JSON.stringify({ model: 'mock-model', messages: [{ role: 'user', content: 'x'.repeat(500) }] });
+    const started = performance.now();
+    const drippers = Array.from({ length: 20 }, (_, i) => {
+      const connection = rawConnection(g);
+      const head =
+        i % 2 === 0
+          ? `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer gk-1\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n`
+          : '';
+      connection.socket.write(head);
+      const stop = drip(connection.socket, i % 2 === 0 ? body : 'GET /health HTTP/1.1\r\nhost: x\r\nx-slow: ' + 'z'.repeat(200), 100);
+      return { connection, stop };
+    });
+    // Meanwhile a real client is answered at once.
+    const real = await postJson(`${g.gatewayUrl}/v1/chat/completions`, JSON.parse(body), auth);
+    expect(real.status).toBe(200);
+
+    await waitFor(() => drippers.every((d) => d.connection.closedAt > 0), 8_000, 'every dripping connection to be cut');
+    for (const d of drippers) {
+      d.stop();
+      // Cut by the 1 s limit (checked every second), long before the drip (50 s of bytes) would have ended.
+      expect(d.connection.closedAt - started).toBeLessThan(5_000);
+    }
+  }, 20_000);
+
+  it('connections beyond --max-connections are closed at once; the rest keep working', async () => {
+    const idle = Array.from({ length: 80 }, () => rawConnection(g));
+    await waitFor(() => idle.filter((c) => c.closedAt > 0).length >= 20, 5_000, 'the connections over the cap to be closed');
+    const open = idle.filter((c) => c.closedAt === 0).length;
+    expect(open).toBeLessThanOrEqual(60);
+    for (const c of idle) c.socket.destroy();
+    await waitFor(() => idle.every((c) => c.closedAt > 0), 5_000, 'the test connections to close');
+    const after = await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'mock-model', messages: [{ role: 'user', content: 'after' }] }, auth);
+    expect(after.status).toBe(200);
+  });
+
+  it('a request with a wrong key gets its 401 and the connection is closed', async () => {
+    const connection = rawConnection(g);
+    connection.socket.write('GET /v1/models HTTP/1.1\r\nhost: x\r\nauthorization: Bearer wrong\r\n\r\n');
+    await waitFor(() => connection.closedAt > 0, 5_000, 'the server to close the connection');
+    expect(connection.received).toMatch(/^HTTP\/1\.1 401/);
+    expect(connection.received.toLowerCase()).toContain('connection: close');
+  });
+
+  it.each(['fetch', 'sdk'])('a body over --max-body: a %s client in its own process reads a 413 every time (no reset, no retry)', async (client) => {
+    // 20 MB against a 64 KiB limit, 20 times: a gateway that closes before reading the body resets ~1 in 5.
+    const { stdout } = await run(process.execPath, [CLIENT, g.gatewayUrl, '20', '20', client]);
+    const outcome = JSON.parse(stdout) as { statuses: Record<string, number>; errors: Record<string, number>; attempts: number };
+    expect(outcome.errors).toEqual({});
+    expect(outcome.statuses).toEqual({ 413: 20 });
+    expect(outcome.attempts).toBe(20); // the SDK did not retry any of them
+  }, 120_000);
+});

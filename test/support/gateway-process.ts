@@ -1,0 +1,95 @@
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+
+/**
+ * The gateway as its users run it: the built binary (`node dist/apps/gateway/src/main.js`) in a process of its
+ * own, for what only a real process shows (exit codes, signals, its own memory).
+ */
+
+export const ROOT = process.cwd();
+export const GATEWAY_MAIN = join(ROOT, 'dist/apps/gateway/src/main.js');
+const SOURCES = ['apps/gateway/src', 'apps/mock-provider/src', 'libs/orchestrator/src'];
+const BUILT = [GATEWAY_MAIN, join(ROOT, 'libs/orchestrator/dist/esm/index.js')];
+
+function newestSource(dir: string): number {
+  let newest = 0;
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) newest = Math.max(newest, newestSource(path));
+    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.spec.ts')) newest = Math.max(newest, statSync(path).mtimeMs);
+  }
+  return newest;
+}
+
+function buildIsStale(): boolean {
+  if (!BUILT.every((file) => existsSync(file))) return true;
+  const built = Math.min(...BUILT.map((file) => statSync(file).mtimeMs));
+  return SOURCES.some((dir) => newestSource(join(ROOT, dir)) > built);
+}
+
+/** Builds the repository (once, when a source is newer than the build). Call it in a beforeAll with a long timeout. */
+export async function ensureBuilt(): Promise<void> {
+  if (!buildIsStale()) return;
+  await new Promise<void>((resolve, reject) => {
+    execFile('npm', ['run', 'build', '--silent'], { cwd: ROOT, timeout: 170_000 }, (error, stdout, stderr) =>
+      error ? reject(new Error(`npm run build failed:\n${stdout}\n${stderr}`)) : resolve(),
+    );
+  });
+}
+
+export const MOCK_MAIN = join(ROOT, 'dist/apps/mock-provider/src/main.js');
+
+export interface AppProcess {
+  child: ChildProcess;
+  url: string;
+  pid: number;
+  output(): string;
+  /** Resolves with the exit code (or null after a signal). */
+  exited: Promise<number | null>;
+  /** SIGKILL if still running; safe to call twice. */
+  kill(): void;
+}
+
+/** The gateway as a process. */
+export type GatewayProcess = AppProcess;
+
+/** Starts a built app and waits (bounded) for its "listening on http://..." line. */
+async function startApp(main: string, args: string[], env: NodeJS.ProcessEnv): Promise<AppProcess> {
+  const child = spawn(process.execPath, [main, ...args], { cwd: ROOT, env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout!.on('data', (b: Buffer) => (output += b.toString()));
+  child.stderr!.on('data', (b: Buffer) => (output += b.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const kill = () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  };
+  const deadline = Date.now() + 20_000;
+  let url: string | undefined;
+  while (!url) {
+    if (Date.now() > deadline || child.exitCode !== null) {
+      kill();
+      throw new Error(`${main} did not start:\n${output}`);
+    }
+    url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(output)?.[1];
+    if (!url) await new Promise((resolve) => setTimeout(resolve, 20)); // polling interval
+  }
+  return { child, url, pid: child.pid!, output: () => output, exited, kill };
+}
+
+/** Starts the built gateway with `args` (`--port 0` is added). */
+export function startGatewayProcess(args: string[], env: NodeJS.ProcessEnv = {}): Promise<AppProcess> {
+  return startApp(GATEWAY_MAIN, ['--port', '0', ...args], env);
+}
+
+/** Starts the built simulated provider with `args` (`--port 0` is added). */
+export function startMockProcess(args: string[] = []): Promise<AppProcess> {
+  return startApp(MOCK_MAIN, ['--port', '0', ...args], {});
+}
+
+/** Resident set size of a process, in bytes (Linux: /proc). */
+export function rssOf(pid: number): number {
+  const kb = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+  if (!kb) throw new Error(`no VmRSS for process ${pid}`);
+  return Number(kb) * 1024;
+}
