@@ -5,6 +5,7 @@ import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fa
 import type { GatewayConfig } from './config/gateway-config.js';
 import { GatewayModule } from './gateway.module.js';
 import { GatewayExceptionFilter } from './http/gateway-exception.filter.js';
+import { unroutedApi } from './http/request-context.middleware.js';
 
 export interface CreateGatewayOptions {
   logger?: false | LogLevel[] | LoggerService;
@@ -34,7 +35,7 @@ export async function createGateway(config: GatewayConfig, options: CreateGatewa
     express.set('etag', false);
     app = express;
   }
-  app.useGlobalFilters(new GatewayExceptionFilter(app.get(HttpAdapterHost)));
+  app.useGlobalFilters(new GatewayExceptionFilter(app.get(HttpAdapterHost), unroutedApi(config)));
   app.enableShutdownHooks();
   return app;
 }

@@ -29,6 +29,7 @@ export class AnthropicProvider extends Provider {
       },
       models: { method: 'GET', url: `${this.v1}/models`, api: 'anthropic', translation: { response: modelsToOpenAI } },
       messages: { method: 'POST', url: `${this.v1}/messages`, api: 'anthropic' },
+      'count-tokens': { method: 'POST', url: `${this.v1}/messages/count_tokens`, api: 'anthropic' },
     };
   }
 
@@ -50,6 +51,9 @@ export class AnthropicProvider extends Provider {
   protected override unsupported(route: GatewayRoute): string {
     if (route === 'completions' || route === 'embeddings') {
       return `${ROUTES[route].path} has no Anthropic equivalent; use an OpenAI-compatible or llama provider.`;
+    }
+    if (route === 'responses' || route === 'responses-input-tokens') {
+      return `${ROUTES[route].path} (the OpenAI Responses API) is not available with the anthropic provider: use /v1/chat/completions (translated to Messages) or /v1/messages.`;
     }
     return super.unsupported(route);
   }
