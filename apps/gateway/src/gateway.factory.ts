@@ -23,6 +23,7 @@ export async function createGateway(config: GatewayConfig, options: CreateGatewa
       // The body's bytes are kept and relayed unchanged where nothing is translated.
       { logger, rawBody: true },
     );
+    if (config.corsOrigins) fastify.enableCors(corsOptions(config.corsOrigins));
     app = fastify;
   } else {
     const express = await NestFactory.create<NestExpressApplication>(module, new ExpressAdapter(), {
@@ -30,6 +31,8 @@ export async function createGateway(config: GatewayConfig, options: CreateGatewa
       rawBody: true,
       logger,
     });
+    // Before the body parser, so that its refusals (invalid JSON, too large) carry the CORS headers too.
+    if (config.corsOrigins) express.enableCors(corsOptions(config.corsOrigins));
     express.useBodyParser('json', { limit: config.maxBodyBytes, type: ['application/json', 'application/*+json'] });
     express.disable('x-powered-by');
     express.set('etag', false);
@@ -38,4 +41,24 @@ export async function createGateway(config: GatewayConfig, options: CreateGatewa
   app.useGlobalFilters(new GatewayExceptionFilter(app.get(HttpAdapterHost), unroutedApi(config)));
   app.enableShutdownHooks();
   return app;
+}
+
+/** Response headers a browser app may read: how the gateway answered, when to retry, and the id to quote. */
+export const EXPOSED_HEADERS = ['x-orchestrator-dedup', 'retry-after', 'x-request-id', 'x-should-retry', 'server-timing'];
+
+/**
+ * CORS for browser apps: preflights (any path) are answered by the platform
+ * before routing, so before the gateway's key check, as llama-server answers
+ * them before its own. The allowed origin is echoed (with `Vary: Origin`);
+ * requested headers are allowed as asked (a bare `*` would not cover
+ * `Authorization`); no cookies are involved, so no credentials mode.
+ */
+export function corsOptions(origins: string[] | '*') {
+  return {
+    origin: origins === '*' ? true : origins,
+    methods: ['GET', 'HEAD', 'POST', 'DELETE', 'OPTIONS'],
+    exposedHeaders: EXPOSED_HEADERS,
+    maxAge: 600,
+    optionsSuccessStatus: 204,
+  };
 }
