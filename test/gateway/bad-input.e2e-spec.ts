@@ -137,6 +137,18 @@ describe.each(PLATFORMS)('bad input on %s', (platform) => {
     expectAnthropicError(malformed, 400, 'invalid_request_error');
     const notAnObject = await postJson(`${g.gatewayUrl}/v1/messages`, [1, 2]);
     expectAnthropicError(notAnObject, 400, 'invalid_request_error');
+    // What has no counterpart in chat completions is refused by name, never dropped (and never reaches the provider).
+    const before = g.provider.stats().total;
+    for (const [field, extra] of [
+      ['top_k', { top_k: 5 }],
+      ['thinking', { thinking: { type: 'enabled', budget_tokens: 1024 } }],
+      ['tools[0]', { tools: [{ type: 'web_search_20250305', name: 'web_search' }] }],
+    ] as const) {
+      const refused = await postJson(`${g.gatewayUrl}/v1/messages`, { model: 'mock-model', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }], ...extra });
+      expectAnthropicError(refused, 400, 'invalid_request_error');
+      expect(refused.json.error.message).toContain(field);
+    }
+    expect(g.provider.stats().total).toBe(before);
     await expectStillServing();
   });
 

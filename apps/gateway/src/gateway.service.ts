@@ -58,7 +58,8 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     const plan = this.provider.plan(route);
     const translation = plan.translation;
     const body = caller.body;
-    const translated = translation?.request && body !== undefined ? translation.request(requireObject(body)) : undefined;
+    // A translation reads the body, so it needs one: what it cannot translate is a 400 naming the field.
+    const translated = translation?.request ? translation.request(requireObject(body)) : undefined;
     const auth = { clientKey: clientKey(caller.headers), headers: caller.headers };
     const call = {
       method: plan.method,
