@@ -116,11 +116,10 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
   }
 
   /** Dedup scope of a request: who answers behind the URL (checked again now and then), and its conversation id. */
-  dedupScope(headers: IncomingHttpHeaders): string {
-    this.identity.checkSoon(this.provider.authHeaders({ clientKey: clientKey(headers), headers }));
+  async dedupScope(headers: IncomingHttpHeaders): Promise<string> {
+    const identity = await this.identity.fresh(this.provider.authHeaders({ clientKey: clientKey(headers), headers }));
     const forwarded = this.provider.forwardedHeaders(headers);
-    const names = Object.keys(forwarded);
-    return names.length === 0 ? this.identity.current : `${this.identity.current}\n${JSON.stringify(forwarded)}`;
+    return Object.keys(forwarded).length === 0 ? identity : `${identity}\n${JSON.stringify(forwarded)}`;
   }
 
   onModuleDestroy(): Promise<void> {

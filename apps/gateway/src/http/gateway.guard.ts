@@ -35,7 +35,7 @@ export class GatewayGuard implements CanActivate {
     this.keyDigests = config.gatewayKeys.map(digest);
   }
 
-  canActivate(execution: ExecutionContext): boolean {
+  async canActivate(execution: ExecutionContext): Promise<boolean> {
     const request = execution.switchToHttp().getRequest<GatewayRequest>();
     const context = contextOf(request);
     const spec = routeSpecOf(execution.getHandler());
@@ -69,7 +69,9 @@ export class GatewayGuard implements CanActivate {
       }
       spec.validate(request.body);
     }
-    this.walkBody(request, context, ROUTES[spec.route].kind === 'generation');
+    const deduplicated = this.config.dedup && ROUTES[spec.route].kind === 'generation';
+    const scope = deduplicated ? await this.gateway.dedupScope(request.headers) : undefined;
+    this.walkBody(request, context, scope);
     return true;
   }
 
@@ -77,17 +79,17 @@ export class GatewayGuard implements CanActivate {
    * One pass over the body: its depth is bounded, and (on a deduplicated route, with dedup on) its canonical form
    * hashed into the key, with the caller's credential and who answers behind the upstream URL.
    */
-  private walkBody(request: GatewayRequest, context: ReturnType<typeof contextOf>, deduplicated: boolean): void {
+  private walkBody(request: GatewayRequest, context: ReturnType<typeof contextOf>, scope: string | undefined): void {
     const input = {
       method: request.method ?? 'GET',
       url: request.originalUrl ?? request.url ?? '',
       body: request.body,
       credential: credentialOf(request.headers),
-      scope: deduplicated && this.config.dedup ? this.gateway.dedupScope(request.headers) : undefined,
+      scope,
     };
     try {
       const key = dedupKey(input, { maxDepth: MAX_DEPTH });
-      if (deduplicated && this.config.dedup) context.dedupKey = key;
+      if (scope !== undefined) context.dedupKey = key;
     } catch (error) {
       if (!(error instanceof BodyTooDeepError)) throw error;
       throw new ApiError(400, error.message, 'nested_too_deep');

@@ -24,8 +24,8 @@ export interface UpstreamIdentityOptions {
  * request to another model (or the same model with another context size) is
  * another question. For most providers the URL says it all. For a llama.cpp
  * server, a restart can change the model or the context behind the same URL,
- * so the identity is read from its `/props` and read again: when a request
- * finds the last check older than `checkEveryMs`, when the connection to the
+ * so the identity is read from its `/props` and read again: before a request
+ * whose last check is older than `checkEveryMs`, when the connection to the
  * server was lost, when the breaker's health probe sees it back, and whenever a
  * client's own `GET /props` passes through.
  */
@@ -35,6 +35,8 @@ export class UpstreamIdentity {
   private digest: string;
   private checkedAt = Number.NEGATIVE_INFINITY;
   private checking?: Promise<void>;
+  /** Whether the last check got an answer: only then does a request wait for the next one. */
+  private answering = false;
   private readonly checkEveryMs: number;
   private readonly timeoutMs: number;
 
@@ -69,10 +71,17 @@ export class UpstreamIdentity {
     if (read) this.set(read.identity, read.instance);
   }
 
-  /** Checks again if the last check is older than `checkEveryMs`; never waits. */
-  checkSoon(headers: Record<string, string>): void {
-    if (!this.source || this.checking || performance.now() - this.checkedAt < this.checkEveryMs) return;
-    void this.check(headers);
+  /**
+   * The identity for a request's key. When the last check is older than `checkEveryMs`, it is checked again first,
+   * so a request never gets an answer of the model served before a restart it could have seen. It waits only while
+   * the upstream answers (a check takes a millisecond then); an upstream that did not answer the last check is
+   * checked in the background, never holding requests for the check's timeout.
+   */
+  async fresh(headers: Record<string, string>): Promise<string> {
+    if (!this.source || performance.now() - this.checkedAt < this.checkEveryMs) return this.digest;
+    const check = this.check(headers);
+    if (this.answering) await check;
+    return this.digest;
   }
 
   /** Checks now (one check at a time): the server may have restarted. Never throws. */
@@ -82,9 +91,11 @@ export class UpstreamIdentity {
       this.checkedAt = performance.now();
       try {
         const answer = await this.source!.fetch(headers, AbortSignal.timeout(this.timeoutMs));
+        this.answering = answer !== undefined;
         this.observe(answer);
       } catch {
         // Unreachable now: the next request, the health probe or a lost connection asks again.
+        this.answering = false;
         this.checkedAt = Number.NEGATIVE_INFINITY;
       } finally {
         this.checking = undefined;
