@@ -103,3 +103,18 @@ describe.each(PLATFORMS)('CORS on %s', (platform) => {
     });
   });
 });
+
+describe('--cors values', () => {
+  it('takes *, or origins as a browser sends them; anything else stops start-up with a message', async () => {
+    const { parseGatewayConfig, ConfigError } = await import('../../apps/gateway/src/config/gateway-config.js');
+    expect(parseGatewayConfig(['--cors', '*'], {})?.corsOrigins).toBe('*');
+    expect(parseGatewayConfig(['--cors', 'https://a.example, http://localhost:5173/'], {})?.corsOrigins).toEqual([
+      'https://a.example',
+      'http://localhost:5173',
+    ]);
+    expect(parseGatewayConfig([], {})?.corsOrigins).toBeUndefined();
+    for (const bad of ['', 'a.example', 'https://a.example/path', '*,https://a.example', 'ftp://a.example']) {
+      expect(() => parseGatewayConfig(['--cors', bad], {})).toThrow(ConfigError);
+    }
+  });
+});

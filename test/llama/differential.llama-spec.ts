@@ -355,7 +355,8 @@ describe('llama-server with optional features, direct and through the gateway', 
       await observe(p.server.url, { path: '/completion', body: { prompt: 'Hello', n_predict: 2, ...SAMPLING } });
       const direct = await observe(p.server.url, { path: '/metrics' });
       const proxied = await observe(p.gateway.url, { path: '/metrics' });
-      expect(proxied.status).toBe(200);
+      expect(proxied.status).toBe(direct.status);
+      if (!p.server.external) expect(proxied.status).toBe(200);
       expect(proxied.contentType).toBe(direct.contentType);
       const series = (text: string) => text.split('\n').filter((l) => l.startsWith('# TYPE'));
       expect(series(proxied.text)).toEqual(series(direct.text));
@@ -372,7 +373,7 @@ describe('llama-server with optional features, direct and through the gateway', 
       await observe(p.server.url, { method: 'POST', path: '/slots/0?action=restore', body: { filename: 's0.bin' } });
       const erasedProxied = await observe(p.gateway.url, { method: 'POST', path: '/slots/0?action=erase' });
       expect(comparable(erasedProxied)).toEqual(comparable(erasedDirect));
-      expect(JSON.parse(erasedProxied.text).n_erased).toBeGreaterThan(0);
+      if (!p.server.external) expect(JSON.parse(erasedProxied.text).n_erased).toBeGreaterThan(0);
       await compare(p, { name: 'slot save without a filename (a 500)', method: 'POST', path: '/slots/0?action=save', body: {} });
       await compare(p, { name: 'slot save outside the directory', method: 'POST', path: '/slots/0?action=save', body: { filename: '../x.bin' } });
       await compare(p, { name: 'slot: unknown action', method: 'POST', path: '/slots/0?action=nope' });
@@ -412,6 +413,12 @@ describe('llama-server with optional features, direct and through the gateway', 
       const body = { prompt: 'Hello', n_predict: 3, stream: true, ...SAMPLING };
       const started = await observe(p.gateway.url, { path: '/completion', body, headers: { 'x-conversation-id': 'conv-gw' } });
       expect(started.status).toBe(200);
+      // The server marks the buffered stream done just after its last bytes: wait for that before comparing.
+      for (let i = 0; i < 50; i++) {
+        const seen = await observe(p.server.url, { path: '/v1/streams/lookup', body: { conversation_ids: ['conv-gw'] } });
+        if (JSON.parse(seen.text)[0]?.is_done === true) break;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
       const lookup = await compare(p, { name: 'lookup', path: '/v1/streams/lookup', body: { conversation_ids: ['conv-gw'] } });
       expect(JSON.parse(lookup.proxied.text)).toEqual([expect.objectContaining({ conversation_id: 'conv-gw', is_done: true })]);
       const replayed = await compare(p, { name: 'replay', path: '/v1/stream?conv_id=conv-gw' });

@@ -2,7 +2,8 @@ import type { INestApplication } from '@nestjs/common';
 import type { AddressInfo } from 'node:net';
 import { parseGatewayConfig } from '../../apps/gateway/src/config/gateway-config.js';
 import { createGateway } from '../../apps/gateway/src/gateway.factory.js';
-import { startLlamaServer, type LlamaServer, type LlamaServerOptions } from '../support/llama-server.js';
+import { llamaServerAvailable, llamaToolDir, startLlamaServer, type LlamaServer, type LlamaServerOptions } from '../support/llama-server.js';
+import { existsSync } from 'node:fs';
 
 /** Helpers of the suites that run against a real llama-server (`npm run test:llama`). */
 
@@ -36,11 +37,13 @@ export async function gatewayInFront(upstream: string, flags: string[] = []): Pr
 }
 
 /**
- * A server started with extra flags (embeddings, reranking, an API key, ...). With LLAMA_SERVER_URL set, the
- * user's own server stands in for it: whatever that server answers, direct and through the gateway must agree.
+ * A server started with extra flags (embeddings, reranking, an API key, ...) from the llama-server tool. When only
+ * LLAMA_SERVER_URL is there (no tool to start one), the user's own server stands in for it, as it is: whatever it
+ * answers, direct and through the gateway must agree (`server.external` tells the tests which).
  */
 export function featureServer(options: LlamaServerOptions): Promise<LlamaServer> {
-  return startLlamaServer(options);
+  const toolHere = existsSync(llamaToolDir()) && llamaServerAvailable() === undefined;
+  return startLlamaServer({ ...options, allowExternal: !toolHere });
 }
 
 export interface Observed {

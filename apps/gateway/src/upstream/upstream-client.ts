@@ -102,13 +102,6 @@ export class UpstreamClient {
     };
   }
 
-  /** A plain answer's bytes, as the provider sent them; a body that is not JSON is the provider's failure. */
-  async bytes(call: UpstreamCall): Promise<Buffer> {
-    const body = await (await this.open(call)).bytes();
-    if (!looksLikeJson(body)) throw new UpstreamProtocolError('The provider sent a body that is not JSON.');
-    return body;
-  }
-
   /** True when the URL answers 2xx within the signal's time. */
   async probe(url: string, headers: Record<string, string>, signal: AbortSignal): Promise<boolean> {
     const response = await request(url, { method: 'GET', headers, signal, dispatcher: this.agent });
