@@ -100,6 +100,12 @@ const METADATA: Case[] = [
   { name: 'stream replay of an unknown id', path: '/v1/stream?conv_id=nope' },
   { name: 'stream cancel', method: 'DELETE', path: '/v1/stream?conv_id=nope' },
   { name: 'chat control without an id', path: '/v1/chat/completions/control', body: {} },
+  {
+    name: 'audio transcription (an upload) on a model without audio',
+    path: '/v1/audio/transcriptions',
+    body: '--b0\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper\r\n--b0\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\nRIFF\r\n--b0--\r\n',
+    headers: { 'content-type': 'multipart/form-data; boundary=b0' },
+  },
   { name: 'tools (disabled)', path: '/tools' },
   { name: 'tools call (disabled)', path: '/tools', body: { tool: 'x' } },
 ];

@@ -11,6 +11,8 @@ export interface CreateGatewayOptions {
   logger?: false | LogLevel[] | LoggerService;
 }
 
+const MULTIPART = 'multipart/form-data';
+
 /** Builds the gateway app on the configured platform (not yet listening). */
 export async function createGateway(config: GatewayConfig, options: CreateGatewayOptions = {}): Promise<INestApplication> {
   const module = GatewayModule.forRoot(config);
@@ -19,11 +21,20 @@ export async function createGateway(config: GatewayConfig, options: CreateGatewa
   if (config.platform === 'fastify') {
     const fastify = await NestFactory.create<NestFastifyApplication>(
       module,
-      new FastifyAdapter({ bodyLimit: config.maxBodyBytes }),
+      // Multipart bodies are relayed as bytes (below), never parsed here.
+      new FastifyAdapter({ bodyLimit: config.maxBodyBytes, multipart: false } as ConstructorParameters<typeof FastifyAdapter>[0]),
       // The body's bytes are kept and relayed unchanged where nothing is translated.
       { logger, rawBody: true },
     );
     if (config.corsOrigins) fastify.enableCors(corsOptions(config.corsOrigins));
+    // An upload (audio to transcribe) is kept as the bytes the client sent, boundary and all.
+    fastify
+      .getHttpAdapter()
+      .getInstance()
+      .addContentTypeParser(MULTIPART, { parseAs: 'buffer', bodyLimit: config.maxBodyBytes }, (request, body, done) => {
+        (request as unknown as { rawBody?: Buffer }).rawBody = body as Buffer;
+        done(null, body);
+      });
     app = fastify;
   } else {
     const express = await NestFactory.create<NestExpressApplication>(module, new ExpressAdapter(), {
@@ -34,6 +45,8 @@ export async function createGateway(config: GatewayConfig, options: CreateGatewa
     // Before the body parser, so that its refusals (invalid JSON, too large) carry the CORS headers too.
     if (config.corsOrigins) express.enableCors(corsOptions(config.corsOrigins));
     express.useBodyParser('json', { limit: config.maxBodyBytes, type: ['application/json', 'application/*+json'] });
+    // An upload (audio to transcribe) is kept as the bytes the client sent, boundary and all.
+    express.useBodyParser('raw', { limit: config.maxBodyBytes, type: MULTIPART });
     express.disable('x-powered-by');
     express.set('etag', false);
     app = express;

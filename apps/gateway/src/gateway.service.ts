@@ -61,6 +61,8 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     // A translation reads the body, so it needs one: what it cannot translate is a 400 naming the field.
     const translated = translation?.request ? translation.request(requireObject(body)) : undefined;
     const auth = { clientKey: clientKey(caller.headers), headers: caller.headers };
+    // An upload keeps its own Content-Type (the multipart boundary is in it).
+    const uploadType = ROUTES[route].body === 'multipart' ? caller.headers['content-type'] : undefined;
     const call = {
       method: plan.method,
       url: upstreamUrl(plan, caller.params, caller.query),
@@ -68,6 +70,7 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
       body: translated ?? (body === undefined ? undefined : (caller.rawBody ?? (body as object))),
       headers: {
         'x-request-id': context.id,
+        ...(uploadType ? { 'content-type': uploadType } : {}),
         ...this.provider.forwardedHeaders(caller.headers),
         ...this.provider.authHeaders(auth),
       },

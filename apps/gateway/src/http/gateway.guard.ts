@@ -53,22 +53,26 @@ export class GatewayGuard implements CanActivate {
       );
     }
     if (!spec) return true;
+    const upload = ROUTES[spec.route].body === 'multipart';
     if (spec.validate) {
       const type = request.headers['content-type'];
-      // A body must say it is JSON (a browser sends text/plain across origins without asking first: never read as
+      // A body must say what it is (a browser sends text/plain across origins without asking first: never read as
       // JSON); a request with no body at all goes to the provider as it is.
-      const json = type !== undefined && /^application\/(.+\+)?json\b/i.test(type);
+      const expected = upload ? 'multipart/form-data' : 'application/json';
+      const matches = type !== undefined && (upload ? /^multipart\/form-data\b/i : /^application\/(.+\+)?json\b/i).test(type);
       // Said to be JSON but empty: not JSON (as the platforms' own parsers say when they see it).
-      if (json && !hasBody(request)) throw new ApiError(400, 'The request body is empty: it is not valid JSON.', 'invalid_json');
-      if (hasBody(request) && !json) {
+      if (matches && !upload && !hasBody(request)) throw new ApiError(400, 'The request body is empty: it is not valid JSON.', 'invalid_json');
+      if (hasBody(request) && !matches) {
         throw new ApiError(
           415,
-          `Content-Type must be application/json, got ${type ? `"${type.slice(0, 100)}"` : 'none'}.`,
+          `Content-Type must be ${expected}, got ${type ? `"${type.slice(0, 100)}"` : 'none'}.`,
           'unsupported_media_type',
         );
       }
       spec.validate(request.body);
     }
+    // An upload is relayed as bytes: there is no JSON to walk, and nothing to share.
+    if (upload) return true;
     const deduplicated = this.config.dedup && ROUTES[spec.route].kind === 'generation';
     const scope = deduplicated ? await this.gateway.dedupScope(request.headers) : undefined;
     this.walkBody(request, context, scope);

@@ -50,7 +50,16 @@ export function validateJsonBody(body: unknown): unknown {
   return body;
 }
 
+/** An upload: the bytes the client sent (read by the provider, not by the gateway), or no body. */
+export function validateUpload(body: unknown): unknown {
+  if (body !== undefined && !Buffer.isBuffer(body)) {
+    throw invalidRequest(null, 'The request body must be multipart/form-data.');
+  }
+  return body;
+}
+
 /** The body check of a POST route, from its entry in `ROUTES`. */
 export function validateBody(route: GatewayRoute): (body: unknown) => unknown {
-  return ROUTES[route].body === 'json' ? validateJsonBody : validateObjectBody;
+  const body = ROUTES[route].body;
+  return body === 'json' ? validateJsonBody : body === 'multipart' ? validateUpload : validateObjectBody;
 }

@@ -24,6 +24,7 @@ export class OpenAIProvider extends Provider {
       models: { method: 'GET', url: `${v1}/models`, api: 'openai' },
       responses: { method: 'POST', url: `${v1}/responses`, api: 'openai' },
       'responses-input-tokens': { method: 'POST', url: `${v1}/responses/input_tokens`, api: 'openai' },
+      transcriptions: { method: 'POST', url: `${v1}/audio/transcriptions`, api: 'openai' },
       messages: {
         method: 'POST',
         url: `${v1}/chat/completions`,

@@ -20,6 +20,7 @@ export type GatewayRoute =
   | 'responses-input-tokens'
   | 'chat-input-tokens'
   | 'chat-control'
+  | 'transcriptions'
   // Anthropic Messages API
   | 'messages'
   | 'count-tokens'
@@ -66,8 +67,11 @@ export interface RouteInfo {
   method: 'GET' | 'POST' | 'DELETE';
   api: ClientApi;
   kind: RouteKind;
-  /** The request body: a JSON object (default for POST), or any JSON value (`json`: e.g. an array). */
-  body?: 'object' | 'json';
+  /**
+   * The request body: a JSON object (default for POST), any JSON value (`json`: e.g. an array), or an upload
+   * (`multipart`: relayed as the client's bytes with its Content-Type, never read).
+   */
+  body?: 'object' | 'json' | 'multipart';
   /** The answer: JSON (default; anything else from the provider is its failure), or bytes of any content type. */
   answer?: 'json' | 'any';
 }
@@ -94,6 +98,16 @@ export const ROUTES: Readonly<Record<GatewayRoute, RouteInfo>> = {
     kind: 'utility',
   },
   'chat-control': { path: '/v1/chat/completions/control', method: 'POST', api: 'openai', kind: 'action' },
+  // A model call, but an upload's bytes differ on every request (a random multipart boundary): nothing to share.
+  transcriptions: {
+    path: '/v1/audio/transcriptions',
+    aliases: ['/audio/transcriptions'],
+    method: 'POST',
+    api: 'openai',
+    kind: 'utility',
+    body: 'multipart',
+    answer: 'any',
+  },
   messages: { path: '/v1/messages', method: 'POST', api: 'anthropic', kind: 'generation' },
   'count-tokens': { path: '/v1/messages/count_tokens', method: 'POST', api: 'anthropic', kind: 'utility' },
   completion: { path: '/completion', aliases: ['/completions'], method: 'POST', api: 'llama', kind: 'generation' },

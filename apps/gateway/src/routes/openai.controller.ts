@@ -46,4 +46,9 @@ export class OpenAIController {
   chatControl(@CurrentCaller() caller: Caller) {
     return this.gateway.forward(caller);
   }
+
+  @ProxyRoute('transcriptions')
+  transcriptions(@CurrentCaller() caller: Caller) {
+    return this.gateway.forward(caller);
+  }
 }
