@@ -5,6 +5,10 @@ export default {
   roots: ['<rootDir>/libs', '<rootDir>/apps', '<rootDir>/test'],
   // *.slow-spec.ts: the scenario, CLI and memory suites, run by `npm run test:slow` (and by `npm test`).
   testMatch: ['**/*.spec.ts', '**/*.e2e-spec.ts', '**/*.slow-spec.ts'],
+  // The consumer fixtures are separate apps with their own installs and test setups (npm run test:consumers);
+  // the library's build output is not source.
+  testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/consumers/'],
+  modulePathIgnorePatterns: ['<rootDir>/test/consumers/', '<rootDir>/libs/orchestrator/dist/'],
   moduleNameMapper: {
     '^nest-prompt-orchestrator$': '<rootDir>/libs/orchestrator/src/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',

@@ -173,6 +173,18 @@ class SharedBreakerController {
   }
 }
 
+/** A plain route, without decorators, whose handler calls `OrchestratorService.run()`. */
+@Controller('via-service')
+class ViaServiceController {
+  constructor(private readonly orchestrator: OrchestratorService) {}
+
+  @Post()
+  @HttpCode(200)
+  ask(@Body() body: Ask) {
+    return this.orchestrator.run({ breaker: 'shared-upstream' }, () => upstream.call(body));
+  }
+}
+
 const moduleOptions: OrchestratorModuleOptions = {
   concurrency: { limit: 3 },
   timeout: { ms: 50, idleMs: 50 },
@@ -187,6 +199,7 @@ const controllers = [
   OrderedController,
   MixedController,
   SharedBreakerController,
+  ViaServiceController,
 ];
 
 describe.each(PLATFORMS)('composition on %s', (platform) => {
@@ -395,6 +408,14 @@ describe.each(PLATFORMS)('composition on %s', (platform) => {
       const error = await orchestrator.run({ breaker: 'shared-upstream' }, failing).catch((e: unknown) => e);
       expect(isOrchestratorError(error) && error.code).toBe('circuit_open');
       expect(runs).toBe(5);
+
+      // A plain route calling run(): the refusal is a 503 with its headers, as on a decorated route, not a 500.
+      const viaService = await postJson(`${url}/via-service`, { q: 'service' });
+      expect(viaService.status).toBe(503);
+      expect(viaService.json).toMatchObject({ error: { type: 'circuit_open', code: 'circuit_open' } });
+      expect(viaService.headers.get('x-should-retry')).toBe('false');
+      expect(Number(viaService.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+      expect(upstream.calls).toBe(0);
     });
   });
 

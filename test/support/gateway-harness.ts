@@ -1,4 +1,4 @@
-import type { INestApplication, LogLevel } from '@nestjs/common';
+import type { INestApplication, LogLevel, LoggerService } from '@nestjs/common';
 import type { AddressInfo } from 'node:net';
 import { parseGatewayConfig, type GatewayConfig } from '../../apps/gateway/src/config/gateway-config.js';
 import { createGateway } from '../../apps/gateway/src/gateway.factory.js';
@@ -24,7 +24,7 @@ export interface StartOptions {
   mock?: MockProviderOptions;
   /** An already running provider to put the gateway in front of (then close() leaves it running). */
   provider?: MockProvider;
-  logger?: false | LogLevel[];
+  logger?: false | LogLevel[] | LoggerService;
 }
 
 /**

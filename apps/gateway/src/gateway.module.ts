@@ -1,6 +1,6 @@
 import { Global, Module, type DynamicModule, type MiddlewareConsumer, type NestModule } from '@nestjs/common';
 import { APP_GUARD } from '@nestjs/core';
-import KeyvRedis from '@keyv/redis';
+import KeyvRedis, { createClient } from '@keyv/redis';
 import { Keyv } from 'keyv';
 import { OrchestratorModule, type OrchestratorModuleOptions } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from './config/gateway-config.js';
@@ -54,10 +54,25 @@ export function orchestratorOptions(config: GatewayConfig, gateway: GatewayServi
         isFailure: (error) => !(error instanceof ApiError) && gateway.provider.isFailure(error),
       },
     },
-    windowStores: config.redisUrl
-      ? [new Keyv({ store: new KeyvRedis(config.redisUrl), namespace: 'nest-prompt-orchestrator' })]
-      : undefined,
+    windowStores: config.redisUrl ? [redisWindowStore(config.redisUrl)] : undefined,
   };
+}
+
+/**
+ * The answer window's Redis store. Commands fail at once while the connection
+ * is down (no offline queue to pile up in) and reconnection backs off to 2 s;
+ * the window itself bounds every operation and reports the outage.
+ */
+function redisWindowStore(url: string): Keyv {
+  const client = createClient({
+    url,
+    disableOfflineQueue: true,
+    socket: { connectTimeout: 1_000, reconnectStrategy: (retries) => Math.min(100 * 2 ** retries, 2_000) },
+  });
+  // node-redis throws an unhandled 'error' event; the window logs the outage once instead.
+  client.on('error', () => undefined);
+  // The Redis adapter prefixes keys with its namespace; Keyv's own namespace would add the prefix twice.
+  return new Keyv({ store: new KeyvRedis(client, { namespace: 'nest-prompt-orchestrator' }), namespace: undefined });
 }
 
 @Module({})

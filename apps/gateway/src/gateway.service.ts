@@ -10,7 +10,8 @@ import { createProvider } from './providers/provider.factory.js';
 import { ROUTES, type ClientApi, type Provider, type UpstreamPlan } from './providers/provider.js';
 import type { Caller } from './routes/gateway-route.decorator.js';
 import { sseEvent, translateSse } from './translate/sse.js';
-import { UpstreamClient, UpstreamProtocolError, looksLikeJson } from './upstream/upstream-client.js';
+import { UpstreamStreamError, checkStreamEnd } from './upstream/stream-end.js';
+import { UpstreamClient, UpstreamHttpError, UpstreamProtocolError, looksLikeJson, startsWithErrorField } from './upstream/upstream-client.js';
 import { UpstreamIdentity } from './upstream/upstream-identity.js';
 
 type Json = Record<string, unknown>;
@@ -91,8 +92,12 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     if (answer.isEventStream) {
       const text = answer.text();
       if (!translation?.stream) {
-        return new StreamedResponse(text, { contentType: answer.contentType ?? SSE.contentType }, streamErrorEvent(context.api));
+        // A passed-through stream is read for its end marker on the way (its bytes are not changed).
+        const end = ROUTES[route].streamEnd ?? plan.api;
+        const chunks = end === false ? text : checkStreamEnd(text, end);
+        return new StreamedResponse(chunks, { contentType: answer.contentType ?? SSE.contentType }, streamErrorEvent(context.api));
       }
+      // A translated stream is checked by its translator.
       const chunks: Observable<string> = translateSse(text, translation.stream(body as Json));
       return new StreamedResponse(chunks, SSE, streamErrorEvent(context.api));
     }
@@ -101,6 +106,9 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     if (!empty && ROUTES[route].answer !== 'any' && !looksLikeJson(bytes)) {
       throw new UpstreamProtocolError('The provider sent a body that is not JSON.');
     }
+    // A 2xx whose body is an error object (llama-server sends some failures so) is relayed as the error it is, as
+    // the provider sent it, and never kept as an answer.
+    if (startsWithErrorField(bytes)) throw new UpstreamHttpError(answer.status, bytes, answer.contentType, plan.api);
     if (!translation) {
       if (route === 'props') this.identity.observe(parseJson(bytes));
       return new RawResponse(bytes, answer.contentType ?? 'application/json', undefined, answer.status === 200 ? undefined : answer.status);
@@ -153,6 +161,8 @@ function parseJson(bytes: Buffer): unknown {
  */
 export function streamErrorEvent(api: ClientApi): (error: unknown) => string {
   return (error) => {
+    // The provider's own error event already reached the client with the stream.
+    if (error instanceof UpstreamStreamError && error.delivered) return '';
     const timeout = isOrchestratorError(error) && error.code === 'upstream_timeout';
     const message = timeout ? error.message : 'The provider interrupted the stream.';
     if (api === 'anthropic') {

@@ -51,7 +51,7 @@ const FLAGS: readonly FlagSpec[] = [
     flag: 'cut-after',
     env: 'MOCK_CUT_AFTER_CHUNKS',
     kind: 'count',
-    help: `chunks sent before the cut in cutStream mode (default ${DEFAULT_MODE_OPTIONS.cutAfterChunks})`,
+    help: `chunks sent before the cut in cutStream, truncStream and errorStream modes (default ${DEFAULT_MODE_OPTIONS.cutAfterChunks})`,
   },
   {
     flag: 'retry-after',

@@ -70,10 +70,16 @@ export function echoReply(input: string, limit: unknown): EchoReply {
 /** Unit-length vector derived from sha256 of the input, so equal inputs embed equally. */
 export const EMBEDDING_DIMS = 8;
 
-export function embeddingFor(input: string): number[] {
-  const digest = createHash('sha256').update(input).digest();
+/** Most dimensions a request may ask for (OpenAI's `dimensions`): enough for answers of a megabyte and more. */
+export const MAX_EMBEDDING_DIMS = 4096;
+
+export function embeddingFor(input: string, dims = EMBEDDING_DIMS): number[] {
   const raw: number[] = [];
-  for (let i = 0; i < EMBEDDING_DIMS; i++) raw.push(digest.readInt16BE(i * 2) / 32768);
+  // 16 values per SHA-256 block; blocks beyond the first hash the input with their number.
+  for (let block = 0; raw.length < dims; block++) {
+    const digest = createHash('sha256').update(block === 0 ? input : `${block}:${input}`).digest();
+    for (let i = 0; i < 16 && raw.length < dims; i++) raw.push(digest.readInt16BE(i * 2) / 32768);
+  }
   const norm = Math.sqrt(raw.reduce((sum, v) => sum + v * v, 0)) || 1;
   return raw.map((v) => Math.round((v / norm) * 1e6) / 1e6);
 }

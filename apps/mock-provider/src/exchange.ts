@@ -96,13 +96,15 @@ export class Exchange {
 
   /**
    * Writes SSE events spaced by the configured chunk gap (the first goes out at once: latency was already paid).
-   * In cutStream mode the socket is destroyed after `cutAfterChunks` events. Events are produced lazily so a final
-   * event can report timings measured at the moment it is sent.
+   * After `cutAfterChunks` events: cutStream destroys the socket; truncStream ends the response cleanly, without
+   * the stream's end marker; errorStream sends an error event in the API's own format, then ends cleanly. Events are
+   * produced lazily so a final event can report timings measured at the moment it is sent.
    */
   async sendStream(events: Iterable<string>): Promise<void> {
     const { mode, modeOptions, streamChunkDelayMs } = this.config;
     const gap = mode === 'slowStream' ? modeOptions.slowChunkDelayMs : streamChunkDelayMs;
-    const cutAfter = mode === 'cutStream' ? modeOptions.cutAfterChunks : Infinity;
+    const stopsEarly = mode === 'cutStream' || mode === 'truncStream' || mode === 'errorStream';
+    const cutAfter = stopsEarly ? modeOptions.cutAfterChunks : Infinity;
     if (this.aborted) throw new ExchangeAborted();
     this.writeHead(200, {
       'content-type': 'text/event-stream; charset=utf-8',
@@ -111,19 +113,24 @@ export class Exchange {
     });
     let sent = 0;
     for (const event of events) {
-      if (sent >= cutAfter) {
-        this.cut();
-        return;
-      }
+      if (sent >= cutAfter) return this.stopEarly();
       if (sent > 0) await this.wait(gap);
       if (this.aborted) throw new ExchangeAborted();
       this.res.write(event);
       sent++;
     }
-    if (sent >= cutAfter) {
-      // The last event was also the cut point: the client must still see the stream break, not end cleanly.
-      this.cut();
-      return;
+    // The last event was also the stop point: the client must still see the stream break, not end cleanly.
+    if (sent >= cutAfter) return this.stopEarly();
+    this.res.end();
+  }
+
+  private stopEarly(): void {
+    if (this.config.mode === 'cutStream') return this.cut();
+    this.setOutcome('cut');
+    this.finish();
+    if (this.config.mode === 'errorStream') {
+      const error = errorBody(this.family, 'internal', 'The mock provider failed mid-stream (errorStream mode).', this.seq);
+      this.res.write(this.family === 'anthropic' ? `event: error\ndata: ${JSON.stringify(error)}\n\n` : `data: ${JSON.stringify(error)}\n\n`);
     }
     this.res.end();
   }

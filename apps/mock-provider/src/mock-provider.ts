@@ -315,6 +315,11 @@ class MockProviderServer implements MockProvider {
         return;
       }
     }
+    if (mode === 'error200' && record?.stream !== true) {
+      // llama-server answers some failures with a 200 whose body is an error object.
+      exchange.sendJson(200, { error: { code: 500, message: 'The mock provider failed (error200 mode).', type: 'server_error' } });
+      return;
+    }
     await route.handle(exchange, record ?? {});
   }
 

@@ -3,6 +3,7 @@ import {
   countWords,
   echoReply,
   embeddingFor,
+  MAX_EMBEDDING_DIMS,
   embeddingToBase64,
   isRecord,
   lastUserText,
@@ -169,6 +170,10 @@ function validateEmbeddings(body: Record<string, unknown>): string | undefined {
   if (body.encoding_format !== undefined && body.encoding_format !== 'float' && body.encoding_format !== 'base64') {
     return "'encoding_format' must be 'float' or 'base64'.";
   }
+  const dims = body.dimensions;
+  if (dims !== undefined && !(Number.isInteger(dims) && (dims as number) >= 1 && (dims as number) <= MAX_EMBEDDING_DIMS)) {
+    return `'dimensions' must be an integer from 1 to ${MAX_EMBEDDING_DIMS}.`;
+  }
   return undefined;
 }
 
@@ -176,11 +181,12 @@ function embeddings(exchange: Exchange, body: Record<string, unknown>): void {
   const inputs = embeddingInputs(body.input) ?? [];
   // The openai SDK asks for base64 unless told otherwise, and decodes it itself.
   const base64 = body.encoding_format === 'base64';
+  const dims = typeof body.dimensions === 'number' ? body.dimensions : undefined;
   const promptTokens = inputs.reduce((sum, text) => sum + countWords(text), 0);
   exchange.sendJson(200, {
     object: 'list',
     data: inputs.map((text, index) => {
-      const vector = embeddingFor(text);
+      const vector = embeddingFor(text, dims);
       return { object: 'embedding', index, embedding: base64 ? embeddingToBase64(vector) : vector };
     }),
     model: exchange.requestedModel,

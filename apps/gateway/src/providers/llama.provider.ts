@@ -1,5 +1,6 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
+import { UpstreamStreamError } from '../upstream/stream-end.js';
 import { UpstreamHttpError } from '../upstream/upstream-client.js';
 import { Provider, ROUTES, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } from './provider.js';
 
@@ -85,8 +86,16 @@ export class LlamaProvider extends Provider {
   }
 }
 
-/** A llama.cpp error body about the request itself: a handler's 500, or the 503 of a slot check. */
+/**
+ * A llama.cpp error about the request itself: a handler's 500, the 503 of a slot check, or an error event a
+ * stream carried about its request (e.g. a second prompt that overflows the context).
+ */
 function isRequestAnswer(error: unknown): boolean {
+  if (error instanceof UpstreamStreamError) {
+    const event = (error.event as { error?: Json } | undefined)?.error;
+    if (!error.delivered || typeof event !== 'object' || event === null || typeof event.code !== 'number') return false;
+    return event.code < 500 || (event.code === 500 && event.type === 'server_error');
+  }
   if (!(error instanceof UpstreamHttpError) || (error.status !== 500 && error.status !== 503)) return false;
   const body = (error.json as { error?: Json } | undefined)?.error;
   if (typeof body !== 'object' || body === null || body.code !== error.status || typeof body.message !== 'string') return false;

@@ -3,6 +3,7 @@ import { isUpstreamFailure, isTransientFailure } from 'nest-prompt-orchestrator'
 import type { GatewayConfig, ProviderKind } from '../config/gateway-config.js';
 import { notSupported } from '../http/api-error.js';
 import type { SseTranslator } from '../translate/sse.js';
+import type { StreamFormat } from '../upstream/stream-end.js';
 
 type Json = Record<string, unknown>;
 
@@ -74,6 +75,11 @@ export interface RouteInfo {
   body?: 'object' | 'json' | 'multipart';
   /** The answer: JSON (default; anything else from the provider is its failure), or bytes of any content type. */
   answer?: 'json' | 'any';
+  /**
+   * How a passed-through stream of this route ends, which the gateway checks (default: the provider's API on the
+   * route); `false` for a stream whose format the route does not fix (a replay of any route's stream).
+   */
+  streamEnd?: StreamFormat | false;
 }
 
 /** The gateway's routes: the one place that says where each is served, which API it speaks and how it is shaped. */
@@ -82,7 +88,14 @@ export const ROUTES: Readonly<Record<GatewayRoute, RouteInfo>> = {
   completions: { path: '/v1/completions', method: 'POST', api: 'openai', kind: 'generation' },
   embeddings: { path: '/v1/embeddings', method: 'POST', api: 'openai', kind: 'generation' },
   models: { path: '/v1/models', aliases: ['/models'], method: 'GET', api: 'openai', kind: 'metadata' },
-  responses: { path: '/v1/responses', aliases: ['/responses'], method: 'POST', api: 'openai', kind: 'generation' },
+  responses: {
+    path: '/v1/responses',
+    aliases: ['/responses'],
+    method: 'POST',
+    api: 'openai',
+    kind: 'generation',
+    streamEnd: 'responses',
+  },
   'responses-input-tokens': {
     path: '/v1/responses/input_tokens',
     aliases: ['/responses/input_tokens'],
@@ -130,7 +143,7 @@ export const ROUTES: Readonly<Record<GatewayRoute, RouteInfo>> = {
   metrics: { path: '/metrics', method: 'GET', api: 'llama', kind: 'metadata', answer: 'any' },
   'lora-adapters': { path: '/lora-adapters', method: 'GET', api: 'llama', kind: 'metadata' },
   'lora-adapters-update': { path: '/lora-adapters', method: 'POST', api: 'llama', kind: 'action', body: 'json' },
-  'stream-replay': { path: '/v1/stream', method: 'GET', api: 'llama', kind: 'action' },
+  'stream-replay': { path: '/v1/stream', method: 'GET', api: 'llama', kind: 'action', streamEnd: false },
   'stream-cancel': { path: '/v1/stream', method: 'DELETE', api: 'llama', kind: 'action' },
   'streams-lookup': { path: '/v1/streams/lookup', method: 'POST', api: 'llama', kind: 'metadata' },
   tools: { path: '/tools', method: 'GET', api: 'llama', kind: 'metadata' },

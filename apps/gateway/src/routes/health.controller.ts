@@ -20,8 +20,10 @@ export class HealthController {
     const health = this.orchestrator.health();
     const breaker = health.breakers.find((b) => b.name === UPSTREAM);
     const state = breaker?.state ?? 'closed';
+    const store = health.window.store;
     return {
-      status: 'ok',
+      // Degraded: answers keep coming, but from memory only (the shared store is unreachable).
+      status: store?.state === 'degraded' ? 'degraded' : 'ok',
       upstream: {
         provider: this.config.provider,
         state: state === 'closed' ? 'available' : state === 'half_open' ? 'recovering' : 'unavailable',
@@ -30,6 +32,8 @@ export class HealthController {
       breakers: health.breakers,
       limiters: health.limiters,
       dedup: { inFlight: health.inFlight, ...health.dedup },
+      window: { entries: health.window.entries, bytes: health.window.bytes, maxBytes: health.window.maxBytes },
+      store: store ?? null,
     };
   }
 }

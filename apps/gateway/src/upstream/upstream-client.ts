@@ -91,8 +91,7 @@ export class UpstreamClient {
    */
   async open(call: UpstreamCall): Promise<UpstreamAnswer> {
     const response = await this.send(call);
-    const contentType = response.headers['content-type'];
-    const type = typeof contentType === 'string' ? contentType : undefined;
+    const type = headerOf(response, 'content-type');
     return {
       status: response.statusCode,
       contentType: type,
@@ -138,18 +137,23 @@ export class UpstreamClient {
     });
     if (response.statusCode >= 400) {
       const text = await readCapped(response.body, MAX_ERROR_BODY);
-      const contentType = response.headers['content-type'];
-      const retryAfter = response.headers['retry-after'];
-      throw new UpstreamHttpError(
-        response.statusCode,
-        text,
-        typeof contentType === 'string' ? contentType : undefined,
-        call.api,
-        typeof retryAfter === 'string' ? retryAfter : undefined,
-      );
+      throw new UpstreamHttpError(response.statusCode, text, headerOf(response, 'content-type'), call.api, headerOf(response, 'retry-after'));
     }
     return response;
   }
+}
+
+function headerOf(response: Dispatcher.ResponseData, name: string): string | undefined {
+  const value = response.headers[name];
+  return typeof value === 'string' ? value : undefined;
+}
+
+/**
+ * Whether a JSON body's first key is `error`: how every provider here shapes
+ * an error object. Read from the first bytes only, so answers are not parsed.
+ */
+export function startsWithErrorField(body: Buffer): boolean {
+  return /^\s*\{\s*"error"\s*:/.test(body.subarray(0, 64).toString('latin1'));
 }
 
 /** A JSON document starts with `{` or `[` (after whitespace); anything else is not what a JSON route sends. */

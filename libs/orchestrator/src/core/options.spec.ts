@@ -88,6 +88,13 @@ describe('validateModuleOptions', () => {
     expect(error.name).toBe('OrchestratorConfigError');
   });
 
+  it('says when a number came as a string (as environment values do)', () => {
+    const error = configErrorOf(() => validateModuleOptions({ timeout: { ms: '30000' } }));
+    expect(error.message).toContain('timeout.ms must be a positive number, got "30000"');
+    expect(error.message).toContain('Number()');
+    expect(configErrorOf(() => validateModuleOptions({ timeout: { ms: 'soon' } })).message).not.toContain('Number()');
+  });
+
   it('rejects options that are not an object', () => {
     expect(configErrorOf(() => validateModuleOptions('dedup')).message).toContain('options');
     expect(configErrorOf(() => validateModuleOptions([])).message).toContain('options');

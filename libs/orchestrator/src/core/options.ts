@@ -43,6 +43,8 @@ export function describeValue(value: unknown): string {
   }
 }
 
+const NUMERIC: readonly Check[] = ['positiveInt', 'nonNegativeInt', 'positive', 'nonNegative'];
+
 const EXPECTED: Record<Check, string> = {
   positiveInt: 'a positive integer',
   nonNegativeInt: 'an integer >= 0',
@@ -87,7 +89,11 @@ export function checkFields<O>(path: string, value: unknown, fields: Fields<O>):
     const field = table[name];
     if (!field) throw new OrchestratorConfigError(`unknown option ${path}.${name} (known: ${Object.keys(table).join(', ')})`);
     if (fieldValue !== undefined && !passes(fieldValue, field.check)) {
-      throw new OrchestratorConfigError(`${path}.${name} must be ${EXPECTED[field.check]}, got ${describeValue(fieldValue)}`);
+      // Environment variables and config files give strings: say so, as `"30000"` looks right at a glance.
+      const hint = typeof fieldValue === 'string' && NUMERIC.includes(field.check) && fieldValue.trim() !== '' && Number.isFinite(Number(fieldValue))
+        ? ' (a string: convert values read from the environment with Number())'
+        : '';
+      throw new OrchestratorConfigError(`${path}.${name} must be ${EXPECTED[field.check]}, got ${describeValue(fieldValue)}${hint}`);
     }
   }
 }

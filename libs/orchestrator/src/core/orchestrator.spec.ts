@@ -6,7 +6,7 @@ import { CircuitBreaker } from './breaker/circuit-breaker.js';
 import { isTransientFailure, isUpstreamFailure } from './breaker/failure-classifier.js';
 import type { CallWork } from './call.js';
 import { ConcurrencyLimiter } from './concurrency/concurrency-limiter.js';
-import { AnswerWindow, type WindowEntry } from './dedup/answer-window.js';
+import { AnswerWindow, type WindowPayload } from './dedup/answer-window.js';
 import { SingleFlight, type LeadOptions } from './dedup/single-flight.js';
 import { CircuitOpenError, UpstreamTimeoutError } from './errors.js';
 import type { CallEvent } from './events.js';
@@ -15,6 +15,9 @@ import type { RoutePolicy } from './policy.js';
 import { RetryPolicy } from './retry/retry.policy.js';
 import type { RetryOptions } from './retry/retry.options.js';
 import type { TimeLimits } from './timeout/time-limits.js';
+
+const WINDOW_DEFAULTS = { maxEntries: 10_000, maxBytes: 64 * 1024 * 1024, storeTimeoutMs: 100, storeRetryMs: 1_000 };
+const memoryWindow = (maxEntries: number) => new AnswerWindow({ ...WINDOW_DEFAULTS, maxEntries });
 
 /** A policy as these tests build it by hand: parts made in the test, and the dedup key with it. */
 interface CallPolicy {
@@ -141,7 +144,7 @@ describe('CallPipeline', () => {
   describe('dedup: one call per key', () => {
     it('concurrent start() calls with the same key run the work once (miss, joined, joined)', async () => {
       const pipeline = new CallPipeline();
-      const window = new AnswerWindow({ maxEntries: 100 });
+      const window = memoryWindow(100);
       const { work, calls } = upstream();
       const policy: CallPolicy = { dedup: dedup('same', { window }) };
 
@@ -215,7 +218,7 @@ describe('CallPipeline', () => {
 
     it('an error reaches every subscriber, the entry is removed, and the next start() runs the work again', async () => {
       const pipeline = new CallPipeline();
-      const window = new AnswerWindow({ maxEntries: 100 });
+      const window = memoryWindow(100);
       const { work, calls } = upstream();
       const policy: CallPolicy = { dedup: dedup('fails', { window }) };
       const started = [await pipeline.start(policy, work), await pipeline.start(policy, work)];
@@ -245,7 +248,7 @@ describe('CallPipeline', () => {
 
     it('removes the in-flight entry on success (after the window holds the answer)', async () => {
       const pipeline = new CallPipeline();
-      const window = new AnswerWindow({ maxEntries: 100 });
+      const window = memoryWindow(100);
       const { work, calls } = upstream();
       const policy: CallPolicy = { dedup: dedup('ok', { window }) };
       const watcher = watch((await pipeline.start(policy, work)).events);
@@ -255,7 +258,7 @@ describe('CallPipeline', () => {
       expect(watcher.completed).toBe(true);
       await flush();
       expect(pipeline.inFlight).toBe(0);
-      expect(await window.get('ok')).toEqual({ kind: 'value', value: 'done' });
+      expect(await window.get('ok')).toMatchObject({ kind: 'value', value: 'done' });
 
       const cached = await pipeline.start(policy, work);
       expect(cached.outcome).toBe('cached');
@@ -276,7 +279,7 @@ describe('CallPipeline', () => {
 
     it('replays a finished stream from the window as a stream', async () => {
       const pipeline = new CallPipeline();
-      const window = new AnswerWindow({ maxEntries: 100 });
+      const window = memoryWindow(100);
       const { work, calls } = upstream();
       const policy: CallPolicy = { dedup: dedup('sse', { window }) };
       watch((await pipeline.start(policy, work)).events);
@@ -293,7 +296,7 @@ describe('CallPipeline', () => {
 
     it('does not keep an answer larger than maxEntryBytes', async () => {
       const pipeline = new CallPipeline();
-      const window = new AnswerWindow({ maxEntries: 100 });
+      const window = memoryWindow(100);
       const { work, calls } = upstream();
       const policy: CallPolicy = { dedup: dedup('big', { window, maxEntryBytes: 10 }) };
       const watcher = watch((await pipeline.start(policy, work)).events);
@@ -311,7 +314,7 @@ describe('CallPipeline', () => {
   describe('abandonment', () => {
     it('cancelWhenAbandoned=false keeps a started call running after every subscriber left, and its answer lands in the window', async () => {
       const pipeline = new CallPipeline();
-      const window = new AnswerWindow({ maxEntries: 100 });
+      const window = memoryWindow(100);
       const { work, calls } = upstream();
       const policy: CallPolicy = { dedup: dedup('kept', { window, cancelWhenAbandoned: false }) };
       const leader = watch((await pipeline.start(policy, work)).events);
@@ -339,7 +342,7 @@ describe('CallPipeline', () => {
 
     it('cancelWhenAbandoned=true aborts the work once the last subscriber left', async () => {
       const pipeline = new CallPipeline();
-      const window = new AnswerWindow({ maxEntries: 100 });
+      const window = memoryWindow(100);
       const { work, calls } = upstream();
       const policy: CallPolicy = { dedup: dedup('cancelled', { window, cancelWhenAbandoned: true }) };
       const leader = watch((await pipeline.start(policy, work)).events);
@@ -437,7 +440,7 @@ describe('CallPipeline', () => {
     it('a cached answer is served while the breaker is open, and a joined call never touches the breaker or a slot', async () => {
       const breaker = track(makeBreaker());
       const limiter = new ConcurrencyLimiter('upstream', { limit: 1, queueSize: 0, maxWaitMs: 60_000, retryAfterSeconds: 1 });
-      const window = new AnswerWindow({ maxEntries: 100 });
+      const window = memoryWindow(100);
       const pipeline = new CallPipeline();
       const { work, calls } = upstream();
       const policy: CallPolicy = { dedup: dedup('shared', { window }), breaker, limiter };
@@ -547,7 +550,7 @@ describe('CallPipeline', () => {
 
     it('the same, with a window', async () => {
       const pipeline = new CallPipeline();
-      const window = new AnswerWindow({ maxEntries: 100 });
+      const window = memoryWindow(100);
       const { work, calls } = upstream();
       const policy: CallPolicy = { dedup: dedup('retry', { window }) };
       const first = await pipeline.start(policy, work);
@@ -703,7 +706,7 @@ describe('CallPipeline', () => {
     it('100,000 distinct keys leave nothing in flight and at most 1,000 answers in the window', async () => {
       const memory = new KeyvCacheableMemory({ lruSize: 1_000, useClone: false });
       const store = new Keyv({ store: memory, serialize: undefined, deserialize: undefined });
-      const window = new AnswerWindow({ maxEntries: 1_000, stores: [store] });
+      const window = new AnswerWindow({ ...WINDOW_DEFAULTS, maxEntries: 1_000, stores: [store] });
       const pipeline = new CallPipeline();
       const work = jest.fn<CallWork<string>>(() => of(value('answer')));
 
@@ -719,12 +722,12 @@ describe('CallPipeline', () => {
       expect(memory.store.size).toBeLessThanOrEqual(1_000);
       expect(memory.store.size).toBeGreaterThan(0);
       // The newest answers are the ones kept.
-      expect(await window.get('key-99999')).toEqual({ kind: 'value', value: 'answer' });
+      expect(await window.get('key-99999')).toMatchObject({ kind: 'value', value: 'answer' });
       expect(await window.get('key-0')).toBeUndefined();
     }, 120_000);
 
     it('the default in-memory window is bounded by maxEntries too', async () => {
-      const window = new AnswerWindow({ maxEntries: 100 });
+      const window = memoryWindow(100);
       const pipeline = new CallPipeline();
       const work: CallWork<string> = () => of(value('answer'));
       for (let i = 0; i < 5_000; i++) {
@@ -764,7 +767,7 @@ describe('SingleFlight', () => {
     const flights = new SingleFlight<string>();
     let finishWrite!: () => void;
     const written = new Promise<void>((resolve) => (finishWrite = resolve));
-    const stored: WindowEntry<string>[] = [];
+    const stored: WindowPayload<string>[] = [];
     const firstSource = new Subject<Event>();
     const first = flights.lead(
       'k',

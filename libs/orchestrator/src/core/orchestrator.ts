@@ -6,7 +6,7 @@ import type { BreakerSnapshot } from './breaker/circuit-breaker.js';
 import { guardedCall, toCallEvents, type CallWork } from './call.js';
 import { CONCURRENCY_FIELDS, type ConcurrencyOptions } from './concurrency/concurrency.options.js';
 import { ConcurrencyRegistry, type LimiterSnapshot } from './concurrency/concurrency.registry.js';
-import { AnswerWindow, replayEntry } from './dedup/answer-window.js';
+import { AnswerWindow, replayEntry, type StoreState, type WindowHealth } from './dedup/answer-window.js';
 import { DEDUP_FIELDS, type DedupOptions, type DedupRequest } from './dedup/dedup.options.js';
 import { dedupKey } from './dedup/dedup-key.js';
 import { SingleFlight, type DedupOutcome } from './dedup/single-flight.js';
@@ -97,6 +97,8 @@ export interface StartedCall<T> {
 }
 
 export interface OrchestratorHealth {
+  /** The answer window: entries, bytes, and its shared store's state (if it has one). */
+  window: WindowHealth;
   breakers: BreakerSnapshot[];
   limiters: LimiterSnapshot[];
   /** Deduplicated calls in flight. */
@@ -108,8 +110,8 @@ export interface OrchestratorHealth {
 }
 
 export interface OrchestratorHooks {
-  /** A window store failed; the request went on as a miss. */
-  onStoreError?: (error: unknown) => void;
+  /** The shared window store failed (reported once per outage; requests go on as misses) or is back. */
+  onStoreState?: (state: StoreState, error?: unknown) => void;
 }
 
 const POLICY = Symbol.for('nest-prompt-orchestrator.route-policy');
@@ -141,10 +143,17 @@ export class Orchestrator {
     this.options = validateOrchestratorOptions(options);
     this.breakers = new BreakerRegistry(this.options.breaker, this.options.breakers);
     this.limiters = new ConcurrencyRegistry(this.options.concurrency, this.options.limits);
+    const dedup = withDefaults(DEDUP_FIELDS, this.options.dedup);
+    if (dedup.maxEntryBytes > dedup.maxBytes) {
+      throw new OrchestratorConfigError(`dedup.maxEntryBytes (${dedup.maxEntryBytes}) must not exceed dedup.maxBytes (${dedup.maxBytes})`);
+    }
     this.window = new AnswerWindow({
-      maxEntries: withDefaults(DEDUP_FIELDS, this.options.dedup).maxEntries,
+      maxEntries: dedup.maxEntries,
+      maxBytes: dedup.maxBytes,
       stores: this.options.windowStores,
-      onStoreError: hooks.onStoreError,
+      storeTimeoutMs: dedup.storeTimeoutMs,
+      storeRetryMs: dedup.storeRetryMs,
+      onStoreState: hooks.onStoreState,
     });
   }
 
@@ -193,11 +202,14 @@ export class Orchestrator {
     if (running) return this.answer('joined', running);
     const window = dedup.window;
     if (window) {
-      const stored = await window.get<T>(key);
+      let stored = window.getLocal<T>(key);
+      if (!stored && window.hasShared) {
+        stored = await window.getShared<T>(key);
+        // Another request may have started the same call while the shared store was read.
+        const started = stored ? undefined : flights.join(key);
+        if (started) return this.answer('joined', started);
+      }
       if (stored) return this.answer('cached', from(replayEntry(stored)));
-      // Another request may have started the same call while the window was read.
-      const started = flights.join(key);
-      if (started) return this.answer('joined', started);
     }
     let reachedUpstream = false;
     const call = guardedCall(policy, work, () => (reachedUpstream = true));
@@ -249,6 +261,7 @@ export class Orchestrator {
 
   health(): OrchestratorHealth {
     return {
+      window: this.window.health(),
       breakers: this.breakers.snapshot(),
       limiters: this.limiters.snapshot(),
       inFlight: this.flights.size,

@@ -41,7 +41,8 @@ export class OrchestratorInterceptor implements NestInterceptor {
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
     if (context.getType() !== 'http') return next.handle();
     const policy = this.policyOf(context);
-    if (!policy) return next.handle();
+    // A route without settings of its own may still call `OrchestratorService.run()`: its refusals are answered the same way.
+    if (!policy) return next.handle().pipe(catchError((error: unknown) => this.rethrow(error, context)));
 
     const http = context.switchToHttp();
     const request = http.getRequest<AnyRequest>();
@@ -74,12 +75,14 @@ export class OrchestratorInterceptor implements NestInterceptor {
         const setStatus = (status: number) => adapter.status(response, status);
         return deliver(started.events, { raw, setHeaders, setStatus, platform: adapter.getType() });
       }),
-      catchError((error: unknown) => {
-        if (!isOrchestratorError(error)) return throwError(() => error);
-        if (error.code === 'client_closed_request') this.orchestrator.noteClientGone();
-        return throwError(() => this.throwOrchestratorError(error, context));
-      }),
+      catchError((error: unknown) => this.rethrow(error, context)),
     );
+  }
+
+  private rethrow(error: unknown, context: ExecutionContext): Observable<never> {
+    if (!isOrchestratorError(error)) return throwError(() => error);
+    if (error.code === 'client_closed_request') this.orchestrator.noteClientGone();
+    return throwError(() => this.throwOrchestratorError(error, context));
   }
 
   /**

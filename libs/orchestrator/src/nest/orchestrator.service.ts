@@ -22,11 +22,19 @@ export class OrchestratorService extends Orchestrator implements OnModuleDestroy
 
   constructor(@Optional() @Inject(ORCHESTRATOR_OPTIONS) options?: OrchestratorOptions) {
     super(options, {
-      onStoreError: (error) => this.logger.warn(`answer window store failed: ${(error as Error)?.message ?? error}`),
+      // Once per outage and once on recovery: a dead store must not flood the log.
+      onStoreState: (state, error) =>
+        state === 'degraded'
+          ? this.logger.warn(`answer window store unavailable (${describe(error)}); answering from memory until it is back`)
+          : this.logger.log('answer window store reachable again; sharing answers resumes'),
     });
   }
 
   onModuleDestroy(): Promise<void> {
     return this.close();
   }
+}
+
+function describe(error: unknown): string {
+  return ((error as Error | undefined)?.message ?? String(error)).slice(0, 200);
 }

@@ -1,73 +1,202 @@
 import { createCache, type Cache } from 'cache-manager';
-import { KeyvCacheableMemory } from 'cacheable';
-import { Keyv } from 'keyv';
+import type { Keyv } from 'keyv';
+import { LRUCache } from 'lru-cache';
 import { RawResponse, isRawResponse, type CallEvent, type StreamHead } from '../events.js';
 
-/** A finished answer kept for reuse. Plain data (a `RawResponse` is kept as `bytes`), so a shared store (Redis) can hold it. */
-export type WindowEntry<T> =
+/** A finished answer as recorded. Plain data (a `RawResponse` is kept as `bytes`), so a shared store (Redis) can hold it. */
+export type WindowPayload<T> =
   | { kind: 'value'; value: T }
   | { kind: 'bytes'; body: Buffer; contentType: string; headers?: Record<string, string>; status?: number }
   | { kind: 'stream'; head: StreamHead; chunks: string[] };
 
+/** A finished answer kept for reuse, with when it was stored and until when it is reused. */
+export type WindowEntry<T> = WindowPayload<T> & {
+  /** Epoch ms when the answer was stored: its age is what `Age` and `max-age` speak of. */
+  storedAt: number;
+  /** Epoch ms after which it is no longer reused. */
+  expiresAt: number;
+};
+
+/** A shared store's state: `ok`, or `degraded` (skipped, and tried again now and then) after a failure or a slow answer. */
+export type StoreState = 'ok' | 'degraded';
+
 export interface AnswerWindowOptions {
-  /** Most entries the in-memory store keeps (least recently used go first). */
+  /** Most entries the in-memory tier keeps (least recently used go first). */
   maxEntries: number;
-  /** Keyv stores to use instead of the in-memory one, e.g. a Redis store shared by replicas. */
+  /** Bytes the in-memory tier keeps at most, measured on what each entry holds. */
+  maxBytes: number;
+  /** Keyv stores shared with other replicas (e.g. Redis), behind the in-memory tier. */
   stores?: Keyv[];
-  /** Called when the store fails; the request then goes on as a miss. */
-  onStoreError?: (error: unknown) => void;
+  /** Longest any shared-store operation may take; a slower one counts as a failure (and as a miss). */
+  storeTimeoutMs: number;
+  /** While degraded, how often the shared store is tried again. */
+  storeRetryMs: number;
+  /** The shared store failed (once per outage), or is reachable again. */
+  onStoreState?: (state: StoreState, error?: unknown) => void;
 }
 
+export interface WindowHealth {
+  entries: number;
+  bytes: number;
+  maxBytes: number;
+  /** The shared store's state; absent when there is none. */
+  store?: { state: StoreState; since: number; error?: string };
+}
+
+// Bookkeeping an entry costs beyond its payload (object headers, the LRU's node, the key): counted so that
+// a budget of many tiny answers is not underestimated.
+const ENTRY_OVERHEAD = 256;
+const CHUNK_OVERHEAD = 32;
+
 /**
- * The window of recent successful answers, on cache-manager. In memory by
- * default, bounded by entry count through an LRU; values are stored as they
- * are (no serialisation, no clone) since nothing mutates them.
+ * The window of recent successful answers: a synchronous in-memory LRU
+ * bounded in entries and in bytes, and (optionally) shared stores behind it
+ * through cache-manager. The in-memory tier is lru-cache rather than
+ * cache-manager's own memory store because only lru-cache bounds the total
+ * size; a look-up that hits it costs no promise.
+ *
+ * A shared store never holds a request up: every operation is bounded by
+ * `storeTimeoutMs`, a failure is a miss, and after one the store is skipped
+ * (degraded) and tried again every `storeRetryMs` until it answers.
  */
 export class AnswerWindow {
-  private readonly cache: Cache;
+  private readonly memory: LRUCache<string, WindowEntry<unknown>>;
+  private readonly shared?: Cache;
+  private store?: { state: StoreState; since: number; error?: string; retry?: ReturnType<typeof setTimeout> };
 
   constructor(private readonly options: AnswerWindowOptions) {
-    const stores = options.stores ?? [
-      new Keyv({
-        // Keys are already SHA-256 digests: one shard, no second hash per look-up.
-        store: new KeyvCacheableMemory({ lruSize: options.maxEntries, useClone: false, storeHashSize: 1 }),
-        serialize: undefined,
-        deserialize: undefined,
-        namespace: undefined,
-      }),
-    ];
-    this.cache = createCache({ stores });
+    this.memory = new LRUCache<string, WindowEntry<unknown>>({
+      max: options.maxEntries,
+      maxSize: options.maxBytes,
+      sizeCalculation: entrySize,
+    });
+    if (options.stores?.length) {
+      // Keyv and cache-manager both turn a store failure into a quiet miss. Keyv is told to throw, and
+      // cache-manager's events carry the error, so that a dead store is noticed (and skipped) instead.
+      for (const store of options.stores) {
+        store.throwOnErrors = true;
+        store.on('error', (error: unknown) => this.degrade(error));
+      }
+      const shared = createCache({ stores: options.stores });
+      for (const event of ['get', 'set', 'clear'] as const) {
+        shared.on(event, (info: { error?: unknown }) => {
+          if (info.error !== undefined) this.degrade(info.error);
+        });
+      }
+      this.shared = shared;
+      this.store = { state: 'ok', since: Date.now() };
+    }
   }
 
+  /** The stored answer, from memory only: no promise, no I/O. */
+  getLocal<T>(key: string): WindowEntry<T> | undefined {
+    const entry = this.memory.get(key) as WindowEntry<T> | undefined;
+    if (entry && entry.expiresAt <= Date.now()) {
+      this.memory.delete(key);
+      return undefined;
+    }
+    return entry;
+  }
+
+  /** Whether a look-up may find more than memory holds (a shared store that is not degraded). */
+  get hasShared(): boolean {
+    return this.store?.state === 'ok';
+  }
+
+  /** The stored answer from the shared store (within its time bound), kept in memory too for the next look-up. */
+  async getShared<T>(key: string): Promise<WindowEntry<T> | undefined> {
+    const entry = await this.sharedOp((cache) => cache.get<WindowEntry<T>>(key));
+    if (!entry || typeof entry.expiresAt !== 'number' || entry.expiresAt <= Date.now()) return undefined;
+    this.memory.set(key, entry, { ttl: entry.expiresAt - Date.now() });
+    return entry;
+  }
+
+  /** Memory first, then the shared store. */
   async get<T>(key: string): Promise<WindowEntry<T> | undefined> {
+    return this.getLocal<T>(key) ?? (this.hasShared ? this.getShared<T>(key) : undefined);
+  }
+
+  /** Keeps the answer for `ttlMs` in memory and in the shared store; a store failure is reported, not thrown. */
+  async set<T>(key: string, payload: WindowPayload<T>, ttlMs: number): Promise<void> {
+    const storedAt = Date.now();
+    const entry: WindowEntry<T> = { ...payload, storedAt, expiresAt: storedAt + ttlMs };
+    this.memory.set(key, entry, { ttl: ttlMs });
+    if (this.hasShared) await this.sharedOp((cache) => cache.set(key, entry, ttlMs));
+  }
+
+  health(): WindowHealth {
+    const store = this.store && { state: this.store.state, since: this.store.since, error: this.store.error };
+    return { entries: this.memory.size, bytes: this.memory.calculatedSize, maxBytes: this.options.maxBytes, store };
+  }
+
+  async clear(): Promise<void> {
+    this.memory.clear();
+    if (this.hasShared) await this.sharedOp((cache) => cache.clear());
+  }
+
+  /** Closes the shared stores, within the store time bound: a frozen store never holds shutdown up. */
+  async disconnect(): Promise<void> {
+    clearTimeout(this.store?.retry);
+    if (this.shared) await withTimeout(this.shared.disconnect(), this.options.storeTimeoutMs * 10).catch(() => undefined);
+  }
+
+  private async sharedOp<R>(op: (cache: Cache) => Promise<R>): Promise<R | undefined> {
+    if (!this.shared || this.store?.state !== 'ok') return undefined;
     try {
-      return (await this.cache.get<WindowEntry<T>>(key)) ?? undefined;
+      return await withTimeout(op(this.shared), this.options.storeTimeoutMs);
     } catch (error) {
-      this.options.onStoreError?.(error);
+      this.degrade(error);
       return undefined;
     }
   }
 
-  /** Keeps the answer for `ttlMs`; a store failure is reported, not thrown. */
-  async set<T>(key: string, entry: WindowEntry<T>, ttlMs: number): Promise<void> {
+  private degrade(error: unknown): void {
+    const store = this.store;
+    if (!store || store.state === 'degraded') return;
+    this.store = { state: 'degraded', since: Date.now(), error: describe(error) };
+    this.options.onStoreState?.('degraded', error);
+    this.scheduleRetry();
+  }
+
+  private scheduleRetry(): void {
+    const store = this.store!;
+    store.retry = setTimeout(() => void this.retry(), this.options.storeRetryMs);
+    store.retry.unref?.();
+  }
+
+  /** One bounded look-up: an answer (even "not found") means the store is back. */
+  private async retry(): Promise<void> {
     try {
-      await this.cache.set(key, entry, ttlMs);
+      // Straight to the stores: cache-manager would turn a failure into a miss.
+      const stores = this.options.stores!;
+      await withTimeout(Promise.all(stores.map((store) => store.get('nest-prompt-orchestrator:probe'))), this.options.storeTimeoutMs);
     } catch (error) {
-      this.options.onStoreError?.(error);
+      this.store!.error = describe(error);
+      return this.scheduleRetry();
     }
+    this.store = { state: 'ok', since: Date.now() };
+    this.options.onStoreState?.('ok');
   }
+}
 
-  async clear(): Promise<void> {
-    await this.cache.clear();
-  }
-
-  async disconnect(): Promise<void> {
-    await this.cache.disconnect();
+/** Bytes an entry holds, as the in-memory budget counts them. */
+export function entrySize(entry: WindowPayload<unknown>): number {
+  switch (entry.kind) {
+    case 'bytes':
+      return ENTRY_OVERHEAD + entry.body.length;
+    case 'stream': {
+      let size = ENTRY_OVERHEAD;
+      // A string holds at most 2 bytes per UTF-16 unit; SSE text is nearly always one byte per unit.
+      for (const chunk of entry.chunks) size += CHUNK_OVERHEAD + chunk.length;
+      return size;
+    }
+    case 'value':
+      return ENTRY_OVERHEAD + sizeOf(entry.value);
   }
 }
 
 /** Rebuilds a call's events from a stored answer. */
-export function replayEntry<T>(entry: WindowEntry<T>): CallEvent<T>[] {
+export function replayEntry<T>(entry: WindowPayload<T>): CallEvent<T>[] {
   if (entry.kind === 'value') return [{ kind: 'value', value: entry.value }];
   if (entry.kind === 'bytes') return [{ kind: 'value', value: new RawResponse(entry.body, entry.contentType, entry.headers, entry.status) as T }];
   const events: CallEvent<T>[] = [{ kind: 'head', head: entry.head }];
@@ -75,7 +204,7 @@ export function replayEntry<T>(entry: WindowEntry<T>): CallEvent<T>[] {
   return events;
 }
 
-/** Size in characters of a value once serialised; measured once per upstream call, off the joined path. */
+/** Size of a value as the window counts it: its bytes, or its length once serialised; measured once per upstream call. */
 export function sizeOf(value: unknown): number {
   if (typeof value === 'string') return value.length;
   if (isRawResponse(value)) return value.body.length;
@@ -85,4 +214,26 @@ export function sizeOf(value: unknown): number {
   } catch {
     return Number.POSITIVE_INFINITY; // not serialisable: never stored
   }
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+    timer.unref?.();
+    promise.then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (error: unknown) => {
+        clearTimeout(timer);
+        reject(error);
+      },
+    );
+  });
+}
+
+function describe(error: unknown): string {
+  const message = (error as Error | undefined)?.message ?? String(error);
+  return message.slice(0, 200);
 }

@@ -17,7 +17,19 @@ export interface DedupOptions {
   cacheAnswers?: boolean;
   /** Most answers the in-memory window keeps (LRU). Default 10 000. Module-wide only. */
   maxEntries?: number;
-  /** Answers larger than this many characters are not kept. Default 1 048 576. */
+  /**
+   * Bytes the in-memory window keeps at most, counted on what the answers hold
+   * (least recently used go first). Default 268 435 456 (256 MiB). Module-wide only.
+   */
+  maxBytes?: number;
+  /**
+   * Longest a shared window store (`windowStores`, e.g. Redis) may take for one
+   * operation; slower is a failure, and the request goes on as a miss. Default 100 ms. Module-wide only.
+   */
+  storeTimeoutMs?: number;
+  /** After a shared store failed, how often it is tried again (it is skipped meanwhile). Default 1 000 ms. Module-wide only. */
+  storeRetryMs?: number;
+  /** Answers larger than this many bytes are not kept. Default 1 048 576. */
   maxEntryBytes?: number;
   /**
    * Cancel a call once every caller waiting for it has gone. Default false: the
@@ -41,6 +53,9 @@ export const DEDUP_FIELDS = {
   windowMs: { check: 'positive', default: 300_000 },
   cacheAnswers: { check: 'boolean', default: true },
   maxEntries: { check: 'positiveInt', default: 10_000 },
+  maxBytes: { check: 'positiveInt', default: 256 * 1024 * 1024 },
+  storeTimeoutMs: { check: 'positive', default: 100 },
+  storeRetryMs: { check: 'positive', default: 1_000 },
   maxEntryBytes: { check: 'positiveInt', default: 1_048_576 },
   cancelWhenAbandoned: { check: 'boolean', default: false },
   key: { check: 'function' },

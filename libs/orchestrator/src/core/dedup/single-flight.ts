@@ -1,6 +1,6 @@
 import { NEVER, Observable, ReplaySubject, finalize, of, share, tap } from 'rxjs';
 import { isRawResponse, type CallEvent, type StreamHead } from '../events.js';
-import { sizeOf, type WindowEntry } from './answer-window.js';
+import { sizeOf, type WindowPayload } from './answer-window.js';
 
 /** How a request was answered, as sent in `x-orchestrator-dedup`. */
 export type DedupOutcome = 'miss' | 'joined' | 'cached';
@@ -15,7 +15,7 @@ export interface LeadOptions<T> {
   /** Answers over this size are not recorded for the window. */
   maxEntryBytes: number;
   /** Receives the finished answer (if within bounds); the flight stays joinable until the returned promise settles. */
-  onSuccess?: (entry: WindowEntry<T>) => Promise<void>;
+  onSuccess?: (entry: WindowPayload<T>) => Promise<void>;
 }
 
 /**
@@ -103,7 +103,7 @@ class AnswerRecorder<T> {
     }
   }
 
-  entry(): WindowEntry<T> | undefined {
+  entry(): WindowPayload<T> | undefined {
     if (this.overflowed) return undefined;
     if (this.value) {
       const value = this.value.value;

@@ -1,0 +1,89 @@
+import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
+import { ExampleModule } from '../../apps/example/src/example.module.js';
+import { RatesFeed } from '../../apps/example/src/rates-feed.js';
+import { send, startApp, waitFor, type RunningApp } from '../support/platforms.js';
+
+describe('the exchange-rates example', () => {
+  let running: RunningApp;
+  let feed: RatesFeed;
+  const get = (path: string) => send(`${running.url}${path}`);
+  const setMode = (mode: string) =>
+    send(`${running.url}/feed/mode`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ mode }) });
+
+  beforeEach(async () => {
+    running = await startApp('express', { imports: [ExampleModule] });
+    feed = running.app.get(RatesFeed);
+    feed.latencyMs = 300;
+  });
+  afterEach(async () => {
+    feed.mode = 'ok';
+    await running.close();
+  });
+
+  it('answers 50 identical requests with one feed call, then from the window', async () => {
+    const answers = await Promise.all(Array.from({ length: 50 }, () => get('/rates/EUR')));
+    expect(answers.every((a) => a.status === 200)).toBe(true);
+    expect(new Set(answers.map((a) => a.text)).size).toBe(1);
+    const outcomes = answers.map((a) => a.headers.get('x-orchestrator-dedup'));
+    expect(outcomes.filter((o) => o === 'miss')).toHaveLength(1);
+    expect(outcomes.every((o) => o === 'miss' || o === 'joined' || o === 'cached')).toBe(true);
+    const again = await get('/rates/EUR');
+    expect(again.headers.get('x-orchestrator-dedup')).toBe('cached');
+    expect(again.json.rates.USD).toBeGreaterThan(0);
+    expect((await get('/feed')).json.calls).toBe(1);
+  });
+
+  it('converts through OrchestratorService.run(): conversions from one currency share a feed call', async () => {
+    const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => get(`/convert?from=EUR&to=USD&amount=${i + 1}`)));
+    expect(answers.map((a) => a.status)).toEqual(Array(20).fill(200));
+    const rate = answers[0].json.converted;
+    expect(answers[9].json.converted).toBeCloseTo(rate * 10, 1);
+    expect(feed.stats().calls).toBe(1);
+    expect((await get('/convert?from=EUR&to=XXX&amount=1')).status).toBe(400);
+  });
+
+  it('survives a feed outage: 5 failures open the breaker, refusals are immediate, the health probe lets traffic resume', async () => {
+    expect((await setMode('down')).status).toBe(200);
+    for (const base of ['EUR', 'USD', 'GBP', 'JPY', 'CHF']) expect((await get(`/rates/${base}`)).status).toBe(502);
+    const started = Date.now();
+    const refused = await get('/rates/EUR');
+    expect(Date.now() - started).toBeLessThan(1_000);
+    expect(refused.status).toBe(503);
+    expect(refused.headers.get('x-should-retry')).toBe('false');
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect((await get('/convert?from=EUR&to=USD&amount=1')).status).toBe(503); // same breaker for run()
+    expect(feed.stats().calls).toBe(5);
+
+    await setMode('ok');
+    const recovered = Date.now();
+    let status = (await get('/rates/EUR')).status;
+    while (status !== 200 && Date.now() - recovered < 5_000) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      status = (await get('/rates/EUR')).status;
+    }
+    expect(status).toBe(200);
+    expect(Date.now() - recovered).toBeLessThan(2_000); // the health probe runs every 500 ms, not after the 30 s open period
+  });
+
+  it('cancels a hung feed call after the 2 s timeout', async () => {
+    await setMode('hang');
+    const started = Date.now();
+    const answer = await get('/rates/JPY');
+    expect(answer.status).toBe(504);
+    expect(answer.json.error.code).toBe('upstream_timeout');
+    expect(Date.now() - started).toBeLessThan(4_000);
+    await waitFor(() => feed.stats().aborted === 1, 2_000, 'the feed call to be aborted');
+    expect(feed.stats().inFlight).toBe(0);
+  });
+
+  it('keeps 4 feed calls in flight, 20 waiting, and answers the rest 429 at once', async () => {
+    feed.latencyMs = 500;
+    const bases = Array.from({ length: 30 }, (_, i) => `C${String(i).padStart(2, '0')}`);
+    const answers = await Promise.all(bases.map((base) => get(`/rates/${base}`)));
+    const statuses = answers.map((a) => a.status);
+    expect(statuses.filter((s) => s === 200)).toHaveLength(24);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(6);
+    expect(answers.find((a) => a.status === 429)?.headers.get('retry-after')).toBeTruthy();
+    expect(feed.stats().maxInFlight).toBe(4);
+  });
+});

@@ -1,0 +1,195 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import type { LoggerService } from '@nestjs/common';
+import OpenAI from 'openai';
+import { PLATFORMS, waitFor } from '../support/platforms.js';
+import { postJson, send, startGateway, uniquePrompt, type GatewayUnderTest } from '../support/gateway-harness.js';
+import { redisServerMissing, startOwnedRedis, type OwnedRedis } from '../support/redis-server.js';
+import { startMockProvider, type MockProvider } from '../../apps/mock-provider/src/index.js';
+
+/**
+ * The gateway with --redis in front of a Redis server this suite owns (its own
+ * process and port): killed, frozen and restarted under it. Whatever Redis
+ * does, requests are answered, in bounded time, from memory; the outage is
+ * logged once and shown in /health; sharing resumes when Redis is back.
+ */
+
+/** A logger that keeps what the gateway says, to count outage lines. */
+class CapturingLogger implements LoggerService {
+  readonly lines: string[] = [];
+  log(message: unknown) {
+    this.lines.push(`log ${String(message)}`);
+  }
+  warn(message: unknown) {
+    this.lines.push(`warn ${String(message)}`);
+  }
+  error(message: unknown) {
+    this.lines.push(`error ${String(message)}`);
+  }
+  count(pattern: RegExp): number {
+    return this.lines.filter((line) => pattern.test(line)).length;
+  }
+}
+
+const OUTAGE = /answer window store unavailable/;
+const RECOVERY = /answer window store reachable again/;
+
+const chat = (prompt: string) => ({ model: 'mock-model', messages: [{ role: 'user', content: prompt }] });
+const HEADERS = { authorization: 'Bearer sk-redis-outage' };
+
+/** A chat request through the gateway, timed. */
+async function timedChat(gateway: GatewayUnderTest, prompt: string) {
+  const started = performance.now();
+  const response = await postJson(`${gateway.gatewayUrl}/v1/chat/completions`, chat(prompt), HEADERS);
+  return { response, ms: performance.now() - started };
+}
+
+async function health(gateway: GatewayUnderTest) {
+  return (await send(`${gateway.gatewayUrl}/health`)).json;
+}
+
+/** Until A's flight is forgotten, i.e. its answer is written to the window (memory, and Redis when it is up). */
+async function untilWritten(gateway: GatewayUnderTest): Promise<void> {
+  await until(async () => (await health(gateway)).dedup.inFlight === 0, 'the answer to be written');
+}
+
+/** Polls an async condition (no fixed sleeps) for up to 10 s. */
+async function until(condition: () => Promise<boolean>, what: string): Promise<void> {
+  for (const deadline = Date.now() + 10_000; !(await condition()); ) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+describe.each(PLATFORMS)('Redis faults under the gateway (%s)', (platform) => {
+  let redis: OwnedRedis;
+  let provider: MockProvider;
+  const gateways: GatewayUnderTest[] = [];
+  let logger: CapturingLogger;
+
+  beforeAll(async () => {
+    const missing = redisServerMissing();
+    if (missing) throw new Error(missing);
+    provider = await startMockProvider({ latencyMs: 5 });
+  });
+  afterAll(async () => {
+    await provider?.close();
+  });
+  afterEach(async () => {
+    for (const gateway of gateways.splice(0)) await gateway.close();
+    await redis?.close();
+  });
+
+  async function gateway(url: string, withLogger = false): Promise<GatewayUnderTest> {
+    if (withLogger) logger = new CapturingLogger();
+    const started = await startGateway({
+      flags: ['--platform', platform, '--redis', url, '--dedup-window', '120'],
+      provider,
+      logger: withLogger ? logger : false,
+    });
+    gateways.push(started);
+    return started;
+  }
+
+  it('Redis down at start: the gateway starts, answers from memory, says degraded once, and shares again once Redis is up', async () => {
+    redis = await startOwnedRedis();
+    await redis.kill();
+    const a = await gateway(redis.url, true);
+
+    for (let i = 0; i < 5; i++) {
+      const { response, ms } = await timedChat(a, uniquePrompt('down at start'));
+      expect(response.status).toBe(200);
+      expect(ms).toBeLessThan(2_000);
+    }
+    const repeat = uniquePrompt('repeat while down');
+    await timedChat(a, repeat);
+    expect((await timedChat(a, repeat)).response.headers.get('x-orchestrator-dedup')).toBe('cached'); // from memory
+
+    const degraded = await health(a);
+    expect(degraded.status).toBe('degraded');
+    expect(degraded.store).toMatchObject({ state: 'degraded', error: expect.any(String) });
+    expect(logger.count(OUTAGE)).toBe(1);
+    expect(logger.count(RECOVERY)).toBe(0);
+
+    await redis.restart();
+    await waitFor(() => logger.count(RECOVERY) === 1, 10_000, 'the recovery line');
+    expect((await health(a)).status).toBe('ok');
+    expect(logger.count(OUTAGE)).toBe(1);
+
+    // Sharing resumes: an answer A stores now is found by another replica.
+    const b = await gateway(redis.url);
+    const prompt = uniquePrompt('after recovery');
+    expect((await timedChat(a, prompt)).response.headers.get('x-orchestrator-dedup')).toBe('miss');
+    await untilWritten(a);
+    expect((await timedChat(b, prompt)).response.headers.get('x-orchestrator-dedup')).toBe('cached');
+  }, 60_000);
+
+  // Nest's logger is one per process, so with two replicas here the log is checked in the one-replica cases.
+  it('Redis killed mid-run: requests keep succeeding in bounded time, and sharing resumes after a restart', async () => {
+    redis = await startOwnedRedis();
+    const a = await gateway(redis.url);
+    const b = await gateway(redis.url);
+    const shared = uniquePrompt('before the kill');
+    await timedChat(a, shared);
+    await untilWritten(a);
+    expect((await timedChat(b, shared)).response.headers.get('x-orchestrator-dedup')).toBe('cached');
+
+    await redis.kill();
+    const results = await Promise.all(Array.from({ length: 40 }, (_, i) => timedChat(i % 2 ? a : b, uniquePrompt(`killed ${i}`))));
+    for (const { response, ms } of results) {
+      expect(response.status).toBe(200);
+      expect(ms).toBeLessThan(2_000);
+    }
+    for (const replica of [a, b]) expect((await health(replica)).store.state).toBe('degraded');
+
+    await redis.restart();
+    for (const replica of [a, b]) await until(async () => (await health(replica)).store.state === 'ok', 'both replicas to see Redis back');
+    const prompt = uniquePrompt('after the restart');
+    await timedChat(a, prompt);
+    await untilWritten(a);
+    expect((await timedChat(b, prompt)).response.headers.get('x-orchestrator-dedup')).toBe('cached');
+  }, 60_000);
+
+  it('Redis frozen (SIGSTOP): no request waits on it; 100 concurrent requests through the official SDK are all answered', async () => {
+    redis = await startOwnedRedis();
+    const a = await gateway(redis.url, true);
+    await timedChat(a, uniquePrompt('warm'));
+    redis.freeze();
+    const client = new OpenAI({ baseURL: `${a.gatewayUrl}/v1`, apiKey: 'sk-redis-outage', maxRetries: 0, timeout: 10_000 });
+    const started = performance.now();
+    const answers = await Promise.all(
+      Array.from({ length: 100 }, (_, i) => client.chat.completions.create(chat(uniquePrompt(`frozen ${i}`)) as OpenAI.ChatCompletionCreateParamsNonStreaming)),
+    );
+    expect(answers).toHaveLength(100);
+    expect(performance.now() - started).toBeLessThan(5_000);
+    expect((await health(a)).store.state).toBe('degraded');
+    expect(logger.count(OUTAGE)).toBe(1);
+
+    redis.thaw();
+    await waitFor(() => logger.count(RECOVERY) === 1, 10_000, 'the recovery line');
+  }, 60_000);
+
+  it('Redis refusing auth: answered from memory, reported degraded with the reason', async () => {
+    redis = await startOwnedRedis({ requirePassword: 'right-password' });
+    const wrong = redis.url.replace('right-password', 'wrong-password');
+    const a = await gateway(wrong, true);
+    const { response, ms } = await timedChat(a, uniquePrompt('auth refused'));
+    expect(response.status).toBe(200);
+    expect(ms).toBeLessThan(2_000);
+    const state = await health(a);
+    expect(state.status).toBe('degraded');
+    expect(JSON.stringify(state)).not.toContain('wrong-password');
+    expect(logger.count(OUTAGE)).toBe(1);
+    expect(logger.lines.join('\n')).not.toContain('wrong-password');
+  }, 30_000);
+
+  it('shutdown completes while Redis is frozen', async () => {
+    redis = await startOwnedRedis();
+    const a = await gateway(redis.url);
+    await timedChat(a, uniquePrompt('before freeze'));
+    redis.freeze();
+    const started = performance.now();
+    await gateways.splice(gateways.indexOf(a), 1)[0].close();
+    expect(performance.now() - started).toBeLessThan(5_000);
+    redis.thaw();
+  }, 30_000);
+});
