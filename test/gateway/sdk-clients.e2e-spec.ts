@@ -207,12 +207,77 @@ describe('official SDKs, the Vercel AI SDK and LangChain through the gateway (si
       expect(counted.input_tokens).toBe(3);
     });
 
-    it('the Responses API answers 501 naming the alternatives, and the SDK does not retry it', async () => {
-      await expect(openai(g).responses.create({ model: 'mock-model', input: 'hi' })).rejects.toMatchObject({
-        status: 501,
-        message: expect.stringContaining('/v1/chat/completions'),
-      });
+    it('openai: the Responses API (translated through chat completions to Messages): plain, streamed, a function tool round trip', async () => {
+      const client = openai(g);
+      const before = g.provider.stats().byRoute['/v1/messages'] ?? 0;
+      const prompt = uniquePrompt('responses on anthropic');
+      const plain = await client.responses.create({ model: 'mock-model', input: prompt, instructions: 'be brief' });
+      expect(plain.output_text).toBe(`Echo: ${prompt}`);
+      expect(plain.status).toBe('completed');
+      expect(plain.usage).toMatchObject({ input_tokens: expect.any(Number), output_tokens: expect.any(Number) });
+
+      const events: string[] = [];
+      let text = '';
+      for await (const event of await client.responses.create({ model: 'mock-model', input: `${prompt} streamed`, stream: true })) {
+        events.push(event.type);
+        if (event.type === 'response.output_text.delta') text += event.delta;
+      }
+      expect(text).toBe(`Echo: ${prompt} streamed`);
+      expect(events[0]).toBe('response.created');
+      expect(events.at(-1)).toBe('response.completed');
+      const helper = await client.responses.stream({ model: 'mock-model', input: `${prompt} helper` }).finalResponse();
+      expect(helper.output_text).toBe(`Echo: ${prompt} helper`);
+
+      const tools: OpenAI.Responses.FunctionTool[] = [
+        { type: 'function', name: 'get_weather', parameters: WEATHER as unknown as Record<string, unknown>, strict: true },
+      ];
+      for (const stream of [false, true]) {
+        const asked = stream
+          ? await client.responses.stream({ model: 'mock-model', input: prompt, tools }).finalResponse()
+          : await client.responses.create({ model: 'mock-model', input: prompt, tools });
+        const call = asked.output.find((o) => o.type === 'function_call') as OpenAI.Responses.ResponseFunctionToolCall;
+        expect(JSON.parse(call.arguments)).toEqual({ city: prompt });
+        const answered = await client.responses.create({
+          model: 'mock-model',
+          tools,
+          input: [{ role: 'user', content: prompt }, call, { type: 'function_call_output', call_id: call.call_id, output: 'hail' }],
+        });
+        expect(answered.output_text).toBe('Echo: hail');
+      }
+      expect(g.provider.stats().byRoute['/v1/messages']).toBe(before + 7);
       expect(g.provider.stats().byRoute['/v1/responses']).toBeUndefined();
+    });
+
+    it("Vercel AI SDK: the default (Responses) model works in front of Anthropic, tool loop included", async () => {
+      const model = createOpenAI({ baseURL: `${g.gatewayUrl}/v1`, apiKey: KEY })('mock-model');
+      const prompt = uniquePrompt('vercel on anthropic');
+      expect((await generateText({ model, prompt })).text).toBe(`Echo: ${prompt}`);
+      let collected = '';
+      for await (const delta of streamText({ model, prompt: `${prompt} streamed` }).textStream) collected += delta;
+      expect(collected).toBe(`Echo: ${prompt} streamed`);
+      const looped = await generateText({
+        model,
+        prompt: `${prompt} tools`,
+        tools: {
+          get_weather: tool({
+            description: 'Weather of a city',
+            inputSchema: jsonSchema<{ city: string }>(WEATHER as never),
+            execute: async () => 'foggy',
+          }),
+        },
+        stopWhen: stepCountIs(3),
+      });
+      expect(looped.text.replace(/"/g, '')).toBe('Echo: foggy');
+    });
+
+    it('what the Responses API asks that chat completions cannot carry is a 400 naming it', async () => {
+      await expect(
+        openai(g).responses.create({ model: 'mock-model', input: 'hi', tools: [{ type: 'web_search' } as never] }),
+      ).rejects.toMatchObject({ status: 400, message: expect.stringContaining('tools[0]') });
+      await expect(openai(g).responses.create({ model: 'mock-model', input: 'hi', previous_response_id: 'resp_1' })).rejects.toMatchObject({
+        status: 400,
+        message: expect.stringContaining('previous_response_id'),
+      });
     });
   });
 });
