@@ -2,7 +2,7 @@ import { Global, Module, type DynamicModule, type MiddlewareConsumer, type NestM
 import { APP_GUARD } from '@nestjs/core';
 import KeyvRedis, { createClient } from '@keyv/redis';
 import { Keyv } from 'keyv';
-import { OrchestratorModule, isUpstreamFailure, type OrchestratorModuleOptions } from 'nest-prompt-orchestrator';
+import { OrchestratorModule, type OrchestratorModuleOptions } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from './config/gateway-config.js';
 import { GatewayService } from './gateway.service.js';
 import { GATEWAY_CONFIG } from './gateway.tokens.js';
@@ -42,7 +42,8 @@ export function orchestratorOptions(config: GatewayConfig, gateway: GatewayServi
       key: (request) => contextOf(request.request).dedupKey,
     },
     timeout: { ms: config.timeoutMs },
-    retry: { retries: config.retries },
+    // A provider's answer about one request (llama.cpp answers some client mistakes with a 500) is not retried.
+    retry: { retries: config.retries, shouldRetry: (error) => gateway.provider.shouldRetry(error) },
     limits: {
       [UPSTREAM]: { limit: config.concurrency, queueSize: config.queueSize, maxWaitMs: config.queueTimeoutMs },
     },
@@ -55,7 +56,8 @@ export function orchestratorOptions(config: GatewayConfig, gateway: GatewayServi
         healthProbe: (signal) => gateway.healthProbe(signal),
         // The gateway's own refusals (a route this provider lacks: 501; a request it cannot translate: 400)
         // never reached the provider, so they say nothing about its health.
-        isFailure: (error) => !(error instanceof ApiError) && isUpstreamFailure(error),
+        // and neither does the provider's answer about one request (see Provider.isFailure).
+        isFailure: (error) => !(error instanceof ApiError) && gateway.provider.isFailure(error),
       },
     },
     windowStores: config.redisUrl ? [redisWindowStore(config.redisUrl)] : undefined,

@@ -1,15 +1,18 @@
-import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
-import { RawResponse, StreamedResponse, isOrchestratorError } from 'nest-prompt-orchestrator';
+import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
+import { RawResponse, StreamedResponse, isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrator';
+import type { IncomingHttpHeaders } from 'node:http';
 import type { Observable } from 'rxjs';
 import type { GatewayConfig } from './config/gateway-config.js';
 import { GATEWAY_CONFIG } from './gateway.tokens.js';
-import { clientKey } from './http/gateway.guard.js';
+import { clientKey } from './http/credentials.js';
+import { requireObject } from './http/request-validation.js';
 import { createProvider } from './providers/provider.factory.js';
-import type { ClientApi, Provider } from './providers/provider.js';
+import { ROUTES, type ClientApi, type Provider, type UpstreamPlan } from './providers/provider.js';
 import type { Caller } from './routes/gateway-route.decorator.js';
 import { sseEvent, translateSse } from './translate/sse.js';
 import { UpstreamStreamError, checkStreamEnd } from './upstream/stream-end.js';
-import { UpstreamClient } from './upstream/upstream-client.js';
+import { UpstreamClient, UpstreamHttpError, UpstreamProtocolError, looksLikeJson, startsWithErrorField } from './upstream/upstream-client.js';
+import { UpstreamIdentity } from './upstream/upstream-identity.js';
 
 type Json = Record<string, unknown>;
 
@@ -18,56 +21,136 @@ const SSE = { contentType: 'text/event-stream; charset=utf-8' };
 /**
  * Sends a routed request to the configured provider and answers with what it
  * sent back. Where the client's API is the provider's, bytes pass through
- * unchanged both ways; where they differ, the provider's route plan carries
- * the translation. The upstream address comes from configuration only: no
- * request can change it.
+ * unchanged both ways (status and content type included); where they differ,
+ * the provider's route plan carries the translation. Whether an answer is a
+ * stream is the provider's to say (its Content-Type), as for a direct client.
+ * The upstream address comes from configuration only: no request can change it.
  */
 @Injectable()
-export class GatewayService implements OnModuleDestroy {
+export class GatewayService implements OnModuleInit, OnModuleDestroy {
   readonly upstream: UpstreamClient;
   readonly provider: Provider;
+  /** Who answers behind the upstream URL; part of every dedup key. */
+  readonly identity: UpstreamIdentity;
 
   constructor(@Inject(GATEWAY_CONFIG) config: GatewayConfig) {
     this.upstream = new UpstreamClient(config.timeoutMs);
     this.provider = createProvider(config);
+    const identityUrl = this.provider.identityUrl();
+    this.identity = new UpstreamIdentity(
+      config.upstream,
+      identityUrl === undefined
+        ? undefined
+        : {
+            fetch: (headers, signal) => this.upstream.getJson(identityUrl, headers, signal),
+            read: (answer) => this.provider.identityOf(answer),
+          },
+    );
+  }
+
+  onModuleInit(): void {
+    // Learned in the background: start-up never waits on the provider.
+    void this.identity.check(this.provider.authHeaders({ headers: {} }));
   }
 
   async forward(caller: Caller): Promise<RawResponse | StreamedResponse> {
     const { context } = caller;
-    const plan = this.provider.plan(context.route!);
+    const route = context.route!;
+    const plan = this.provider.plan(route);
     const translation = plan.translation;
     const body = caller.body;
+    // A translation reads the body, so it needs one: what it cannot translate is a 400 naming the field.
+    const translated = translation?.request ? translation.request(requireObject(body)) : undefined;
+    const auth = { clientKey: clientKey(caller.headers), headers: caller.headers };
+    // An upload keeps its own Content-Type (the multipart boundary is in it).
+    const uploadType = ROUTES[route].body === 'multipart' ? caller.headers['content-type'] : undefined;
     const call = {
       method: plan.method,
-      url: plan.url,
+      url: upstreamUrl(plan, caller.params, caller.query),
       // Unchanged bytes where nothing is translated: no second serialisation, the provider reads what the client sent.
-      body: body === undefined ? undefined : translation?.request ? translation.request(body) : (caller.rawBody ?? body),
-      headers: { 'x-request-id': context.id, ...this.provider.authHeaders({ clientKey: clientKey(caller.headers), headers: caller.headers }) },
+      body: translated ?? (body === undefined ? undefined : (caller.rawBody ?? (body as object))),
+      headers: {
+        'x-request-id': context.id,
+        ...(uploadType ? { 'content-type': uploadType } : {}),
+        ...this.provider.forwardedHeaders(caller.headers),
+        ...this.provider.authHeaders(auth),
+      },
       signal: caller.signal,
       api: plan.api,
     };
     context.upstreamStartedAt = performance.now();
-    if (body?.stream === true) {
-      const text = await this.upstream.stream(call);
-      context.upstreamAnsweredAt = performance.now();
-      // Translated streams are checked by their translator; a passed-through one is read for its end marker here.
-      const chunks: Observable<string> = translation?.stream ? translateSse(text, translation.stream(body)) : checkStreamEnd(text, plan.api);
+    let answer;
+    try {
+      answer = await this.upstream.open(call);
+    } catch (error) {
+      // A lost connection may be a restart: the model behind the URL may have changed.
+      if (isTransientFailure(error) && !(error as { status?: unknown }).status) void this.identity.check(this.provider.authHeaders(auth));
+      throw error;
+    }
+    context.upstreamAnsweredAt = performance.now();
+
+    if (answer.isEventStream) {
+      const text = answer.text();
+      if (!translation?.stream) {
+        // A passed-through stream is read for its end marker on the way (its bytes are not changed).
+        const end = ROUTES[route].streamEnd ?? plan.api;
+        const chunks = end === false ? text : checkStreamEnd(text, end);
+        return new StreamedResponse(chunks, { contentType: answer.contentType ?? SSE.contentType }, streamErrorEvent(context.api));
+      }
+      // A translated stream is checked by its translator.
+      const chunks: Observable<string> = translateSse(text, translation.stream(body as Json));
       return new StreamedResponse(chunks, SSE, streamErrorEvent(context.api));
     }
-    const bytes = await this.upstream.bytes(call);
-    context.upstreamAnsweredAt = performance.now();
-    if (!translation) return new RawResponse(bytes);
-    const translated = translation.response(JSON.parse(bytes.toString('utf8')) as Json);
-    return new RawResponse(Buffer.from(JSON.stringify(translated)));
+    const bytes = await answer.bytes();
+    const empty = bytes.length === 0 && answer.status === 204;
+    if (!empty && ROUTES[route].answer !== 'any' && !looksLikeJson(bytes)) {
+      throw new UpstreamProtocolError('The provider sent a body that is not JSON.');
+    }
+    // A 2xx whose body is an error object (llama-server sends some failures so) is relayed as the error it is, as
+    // the provider sent it, and never kept as an answer.
+    if (startsWithErrorField(bytes)) throw new UpstreamHttpError(answer.status, bytes, answer.contentType, plan.api);
+    if (!translation) {
+      if (route === 'props') this.identity.observe(parseJson(bytes));
+      return new RawResponse(bytes, answer.contentType ?? 'application/json', undefined, answer.status === 200 ? undefined : answer.status);
+    }
+    const json = parseJson(bytes);
+    if (typeof json !== 'object' || json === null) throw new UpstreamProtocolError('The provider sent a body that is not a JSON object.');
+    return new RawResponse(Buffer.from(JSON.stringify(translation.response(json as Json))));
   }
 
   /** The breaker's recovery probe: the provider's own health route (llama.cpp) or its model list. */
-  healthProbe(signal: AbortSignal): Promise<boolean> {
-    return this.upstream.probe(this.provider.healthUrl(), this.provider.authHeaders({ headers: {} }), signal);
+  async healthProbe(signal: AbortSignal): Promise<boolean> {
+    const up = await this.upstream.probe(this.provider.healthUrl(), this.provider.authHeaders({ headers: {} }), signal);
+    // Back after an outage: it may have come back with another model.
+    if (up) void this.identity.check(this.provider.authHeaders({ headers: {} }));
+    return up;
+  }
+
+  /** Dedup scope of a request: who answers behind the URL (checked again now and then), and its conversation id. */
+  async dedupScope(headers: IncomingHttpHeaders): Promise<string> {
+    const identity = await this.identity.fresh(this.provider.authHeaders({ clientKey: clientKey(headers), headers }));
+    const forwarded = this.provider.forwardedHeaders(headers);
+    return Object.keys(forwarded).length === 0 ? identity : `${identity}\n${JSON.stringify(forwarded)}`;
   }
 
   onModuleDestroy(): Promise<void> {
     return this.upstream.close();
+  }
+}
+
+/** The provider's URL for a route: its fixed path, `:param` segments filled in (escaped), the client's query string. */
+export function upstreamUrl(plan: UpstreamPlan, params: Record<string, string>, query: string): string {
+  const url = plan.url.replace(/:([A-Za-z_]+)/g, (match, name: string) =>
+    params[name] === undefined ? match : encodeURIComponent(params[name]),
+  );
+  return url + query;
+}
+
+function parseJson(bytes: Buffer): unknown {
+  try {
+    return JSON.parse(bytes.toString('utf8'));
+  } catch {
+    return undefined;
   }
 }
 

@@ -39,6 +39,8 @@ export interface GatewayConfig {
   gatewayKeys: string[];
   /** Key the gateway sends upstream instead of the client's. */
   providerKey?: string;
+  /** Browser origins allowed by CORS: a list, `'*'` (any: each request's Origin is echoed), or undefined (off). */
+  corsOrigins?: string[] | '*';
 }
 
 interface FlagSpec {
@@ -132,6 +134,11 @@ const FLAGS: Record<string, FlagSpec> = {
     value: 'K1,K2',
     help: "keys clients must present; the provider key then comes from the environment",
   },
+  cors: {
+    env: 'ORCHESTRATOR_CORS_ORIGINS',
+    value: 'ORIGINS',
+    help: 'let browser apps from these origins call the gateway: a comma list, or * for any (default: off)',
+  },
   help: { boolean: true, help: 'show this help' },
 };
 
@@ -154,6 +161,10 @@ export function helpText(): string {
     '',
     'Provider keys come from OPENAI_API_KEY, ANTHROPIC_API_KEY or LLAMA_API_KEY; without one, the',
     "client's own key is passed through. Keys are never logged.",
+    '',
+    'CORS is off unless --cors is given (llama-server itself allows any origin by default; the gateway',
+    'may hold a paid provider key, so browsers are let in only when asked). With --cors, preflights are',
+    'answered before any key check, and x-orchestrator-dedup, Retry-After and x-request-id are exposed.',
   );
   return lines.join('\n');
 }
@@ -228,6 +239,7 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
       .map((k) => k.trim())
       .filter(Boolean),
     providerKey: env[PROVIDER_KEY_ENV[provider]] || undefined,
+    corsOrigins: parseOrigins(raw('cors')),
   };
 }
 
@@ -264,6 +276,32 @@ function parseUrl(name: string, raw: string, protocols = ['http:', 'https:']): s
     throw new ConfigError(`--${name} must use ${protocols.join(' or ')}, got "${url.protocol}"`);
   }
   return url.toString().replace(/\/+$/, '');
+}
+
+/** `*`, or a comma list of origins (`scheme://host[:port]`, as a browser sends them). */
+function parseOrigins(raw: string | undefined): string[] | '*' | undefined {
+  if (raw === undefined) return undefined;
+  const items = raw
+    .split(',')
+    .map((o) => o.trim())
+    .filter(Boolean);
+  if (items.length === 0) throw new ConfigError('--cors must be * or a comma list of origins, got nothing');
+  if (items.includes('*')) {
+    if (items.length > 1) throw new ConfigError('--cors takes * alone, or a list of origins, not both');
+    return '*';
+  }
+  for (const origin of items) {
+    let url: URL | undefined;
+    try {
+      url = new URL(origin);
+    } catch {
+      url = undefined;
+    }
+    if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.origin !== origin.replace(/\/$/, '')) {
+      throw new ConfigError(`--cors origins look like https://app.example.com (scheme, host, optional port), got "${origin}"`);
+    }
+  }
+  return items.map((o) => o.replace(/\/$/, ''));
 }
 
 function isTrue(value: string | undefined): boolean {

@@ -27,6 +27,18 @@ const OPENAI_TYPE: Record<number, string> = {
   415: 'invalid_request_error',
   429: 'rate_limit_error',
 };
+// llama.cpp's own types, by status (its server's `format_error_response`).
+const LLAMA_TYPE: Record<number, string> = {
+  400: 'invalid_request_error',
+  401: 'authentication_error',
+  403: 'permission_error',
+  404: 'not_found_error',
+  413: 'invalid_request_error',
+  415: 'invalid_request_error',
+  429: 'unavailable_error',
+  501: 'not_supported_error',
+  503: 'unavailable_error',
+};
 const ANTHROPIC_TYPE: Record<number, string> = {
   400: 'invalid_request_error',
   401: 'authentication_error',
@@ -58,6 +70,8 @@ export class GatewayExceptionFilter implements ExceptionFilter {
   constructor(
     private readonly adapterHost: HttpAdapterHost,
     private readonly config: Pick<GatewayConfig, 'maxBodyBytes'>,
+    /** The API of a path no route serves: llama.cpp's in front of a llama.cpp server, else OpenAI's. */
+    private readonly defaultApi: ClientApi = 'openai',
   ) {}
 
   catch(exception: unknown, host: ArgumentsHost): void {
@@ -73,7 +87,7 @@ export class GatewayExceptionFilter implements ExceptionFilter {
     const context = findContext(request);
     // Express's body parser fails before any middleware ran: the path still says which API the client speaks.
     const route = context ? undefined : routeAt(request.url ?? '');
-    const api: ClientApi = context?.api ?? (route ? ROUTES[route].api : 'openai');
+    const api: ClientApi = context?.api ?? (route ? ROUTES[route].api : this.defaultApi);
     const adapter = this.adapterHost.httpAdapter;
     // Retries happen at one layer: here. Only a replica shutting down asks the client to retry (elsewhere).
     adapter.setHeader(response, 'x-should-retry', String(isOrchestratorError(exception) && exception.retryable));
@@ -134,12 +148,19 @@ function drain(request: IncomingMessage, maxBytes: number): Promise<void> {
   });
 }
 
-/** The error body in the client's API: Anthropic's on Anthropic routes, OpenAI's elsewhere (llama.cpp's is OpenAI-shaped). */
+/**
+ * The error body in the client's API: Anthropic's on Anthropic routes, llama.cpp's on llama.cpp's own routes
+ * (`code` is the HTTP status, no `param`), OpenAI's elsewhere.
+ */
 function errorBody(api: ClientApi, info: ErrorInfo, requestId: string | undefined): object {
   const message = redact(info.message);
   if (api === 'anthropic') {
     const type = ANTHROPIC_TYPE[info.status] ?? (info.status >= 500 ? 'api_error' : 'invalid_request_error');
     return { type: 'error', error: { type, message }, request_id: requestId ?? null };
+  }
+  if (api === 'llama') {
+    const type = LLAMA_TYPE[info.status] ?? (info.status >= 500 ? 'server_error' : 'invalid_request_error');
+    return { error: { code: info.status, message, type } };
   }
   const type = info.type ?? OPENAI_TYPE[info.status] ?? (info.status >= 500 ? 'server_error' : 'invalid_request_error');
   return { error: { message, type, param: info.param, code: info.code } };

@@ -4,9 +4,11 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
+import { GatewayService } from '../gateway.service.js';
 import { ROUTES } from '../providers/provider.js';
 import { routeSpecOf } from '../routes/gateway-route.decorator.js';
 import { ApiError } from './api-error.js';
+import { clientKey, credentialOf } from './credentials.js';
 import { contextOf } from './request-context.js';
 
 // Deeper than any real request; serialising it again for the provider would overflow the stack.
@@ -26,11 +28,14 @@ type GatewayRequest = IncomingMessage & { body?: unknown; originalUrl?: string; 
 export class GatewayGuard implements CanActivate {
   private readonly keyDigests: Buffer[];
 
-  constructor(@Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig) {
+  constructor(
+    @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
+    private readonly gateway: GatewayService,
+  ) {
     this.keyDigests = config.gatewayKeys.map(digest);
   }
 
-  canActivate(execution: ExecutionContext): boolean {
+  async canActivate(execution: ExecutionContext): Promise<boolean> {
     const request = execution.switchToHttp().getRequest<GatewayRequest>();
     const context = contextOf(request);
     const spec = routeSpecOf(execution.getHandler());
@@ -48,32 +53,47 @@ export class GatewayGuard implements CanActivate {
       );
     }
     if (!spec) return true;
+    const upload = ROUTES[spec.route].body === 'multipart';
     if (spec.validate) {
       const type = request.headers['content-type'];
-      if (!type || !/^application\/(.+\+)?json\b/i.test(type)) {
+      // A body must say what it is (a browser sends text/plain across origins without asking first: never read as
+      // JSON); a request with no body at all goes to the provider as it is.
+      const expected = upload ? 'multipart/form-data' : 'application/json';
+      const matches = type !== undefined && (upload ? /^multipart\/form-data\b/i : /^application\/(.+\+)?json\b/i).test(type);
+      // Said to be JSON but empty: not JSON (as the platforms' own parsers say when they see it).
+      if (matches && !upload && !hasBody(request)) throw new ApiError(400, 'The request body is empty: it is not valid JSON.', 'invalid_json');
+      if (hasBody(request) && !matches) {
         throw new ApiError(
           415,
-          `Content-Type must be application/json, got ${type ? `"${type.slice(0, 100)}"` : 'none'}.`,
+          `Content-Type must be ${expected}, got ${type ? `"${type.slice(0, 100)}"` : 'none'}.`,
           'unsupported_media_type',
         );
       }
       spec.validate(request.body);
     }
-    this.walkBody(request, context);
+    // An upload is relayed as bytes: there is no JSON to walk, and nothing to share.
+    if (upload) return true;
+    const deduplicated = this.config.dedup && ROUTES[spec.route].kind === 'generation';
+    const scope = deduplicated ? await this.gateway.dedupScope(request.headers) : undefined;
+    this.walkBody(request, context, scope);
     return true;
   }
 
-  /** One pass over the body: its depth is bounded, and (with dedup on) its canonical form hashed into the key. */
-  private walkBody(request: GatewayRequest, context: ReturnType<typeof contextOf>): void {
+  /**
+   * One pass over the body: its depth is bounded, and (on a deduplicated route, with dedup on) its canonical form
+   * hashed into the key, with the caller's credential and who answers behind the upstream URL.
+   */
+  private walkBody(request: GatewayRequest, context: ReturnType<typeof contextOf>, scope: string | undefined): void {
     const input = {
       method: request.method ?? 'GET',
       url: request.originalUrl ?? request.url ?? '',
       body: request.body,
       credential: credentialOf(request.headers),
+      scope,
     };
     try {
       const key = dedupKey(input, { maxDepth: MAX_DEPTH });
-      if (this.config.dedup) context.dedupKey = key;
+      if (scope !== undefined) context.dedupKey = key;
     } catch (error) {
       if (!(error instanceof BodyTooDeepError)) throw error;
       throw new ApiError(400, error.message, 'nested_too_deep');
@@ -88,20 +108,11 @@ export class GatewayGuard implements CanActivate {
   }
 }
 
-/** The key a client sent, from `Authorization: Bearer` or `x-api-key`. */
-export function clientKey(headers: IncomingMessage['headers']): string | undefined {
-  const authorization = headers.authorization;
-  if (typeof authorization === 'string' && authorization.toLowerCase().startsWith('bearer ')) {
-    return authorization.slice(7).trim() || undefined;
-  }
-  const apiKey = headers['x-api-key'];
-  return typeof apiKey === 'string' && apiKey ? apiKey : undefined;
-}
-
-/** The caller's identity in the dedup key: the `authorization` header, else `x-api-key` (as the plugin's default). */
-function credentialOf(headers: IncomingMessage['headers']): string | undefined {
-  const value = headers.authorization ?? headers['x-api-key'];
-  return Array.isArray(value) ? value.join(',') : value;
+/** Whether a request carries a body (a length above 0, or chunks). */
+function hasBody(request: IncomingMessage): boolean {
+  const length = request.headers['content-length'];
+  if (length !== undefined) return length !== '0';
+  return request.headers['transfer-encoding'] !== undefined;
 }
 
 function digest(key: string): Buffer {

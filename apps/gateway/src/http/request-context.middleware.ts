@@ -1,8 +1,10 @@
-import { Injectable, type NestMiddleware } from '@nestjs/common';
+import { Inject, Injectable, type NestMiddleware } from '@nestjs/common';
 import { ShuttingDownError } from 'nest-prompt-orchestrator';
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { ROUTES, routeAt } from '../providers/provider.js';
+import type { GatewayConfig } from '../config/gateway-config.js';
+import { GATEWAY_CONFIG } from '../gateway.tokens.js';
+import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
 import { Lifecycle } from './lifecycle.js';
 import { attachContext, serverTiming, type RequestContext } from './request-context.js';
 
@@ -15,14 +17,21 @@ const REQUEST_ID = /^[\w.:-]{1,128}$/;
  */
 @Injectable()
 export class RequestContextMiddleware implements NestMiddleware {
-  constructor(private readonly lifecycle: Lifecycle) {}
+  private readonly defaultApi: ClientApi;
+
+  constructor(
+    @Inject(GATEWAY_CONFIG) config: GatewayConfig,
+    private readonly lifecycle: Lifecycle,
+  ) {
+    this.defaultApi = unroutedApi(config);
+  }
 
   use(request: IncomingMessage & { originalUrl?: string }, response: ServerResponse, next: (error?: unknown) => void): void {
     const incoming = request.headers['x-request-id'];
     const id = typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();
     // Until a route matches, the API its path names: a body the parser rejects is still answered in it.
     const route = routeAt(request.originalUrl ?? request.url ?? '');
-    const context: RequestContext = { id, startedAt: performance.now(), api: route ? ROUTES[route].api : 'openai' };
+    const context: RequestContext = { id, startedAt: performance.now(), api: route ? ROUTES[route].api : this.defaultApi };
     attachContext(request, context);
     response.setHeader('x-request-id', id);
     const writeHead = response.writeHead;
@@ -35,4 +44,9 @@ export class RequestContextMiddleware implements NestMiddleware {
     this.lifecycle.track(response);
     next();
   }
+}
+
+/** The API of a request no route serves (a 404): llama.cpp's in front of a llama.cpp server, else OpenAI's. */
+export function unroutedApi(config: GatewayConfig): ClientApi {
+  return config.provider === 'llama' ? 'llama' : 'openai';
 }

@@ -1,12 +1,15 @@
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { anthropicResponseToOpenAI, anthropicStreamToOpenAI, openAIRequestToAnthropic } from '../translate/anthropic-openai.js';
+import { chatResponseToResponses, chatStreamToResponses, responsesRequestToChat } from '../translate/responses-chat.js';
+import { pipeTranslators } from '../translate/sse.js';
 import { Provider, ROUTES, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } from './provider.js';
 
 type Json = Record<string, unknown>;
 
 /**
  * Anthropic's API. `/v1/messages` passes through; an OpenAI client's chat
- * completions are translated to messages, and its model list reshaped.
+ * completions (and Responses API requests, through chat completions) are
+ * translated to messages, and its model list reshaped.
  */
 export class AnthropicProvider extends Provider {
   readonly kind = 'anthropic' as const;
@@ -29,6 +32,18 @@ export class AnthropicProvider extends Provider {
       },
       models: { method: 'GET', url: `${this.v1}/models`, api: 'anthropic', translation: { response: modelsToOpenAI } },
       messages: { method: 'POST', url: `${this.v1}/messages`, api: 'anthropic' },
+      'count-tokens': { method: 'POST', url: `${this.v1}/messages/count_tokens`, api: 'anthropic' },
+      // The Responses API through chat completions: two translations in a row.
+      responses: {
+        method: 'POST',
+        url: `${this.v1}/messages`,
+        api: 'anthropic',
+        translation: {
+          request: (body) => openAIRequestToAnthropic(responsesRequestToChat(body)),
+          response: (json) => chatResponseToResponses(anthropicResponseToOpenAI(json)),
+          stream: () => pipeTranslators(anthropicStreamToOpenAI(true), chatStreamToResponses()),
+        },
+      },
     };
   }
 
@@ -50,6 +65,9 @@ export class AnthropicProvider extends Provider {
   protected override unsupported(route: GatewayRoute): string {
     if (route === 'completions' || route === 'embeddings') {
       return `${ROUTES[route].path} has no Anthropic equivalent; use an OpenAI-compatible or llama provider.`;
+    }
+    if (route === 'responses-input-tokens') {
+      return `${ROUTES[route].path} is not available with the anthropic provider: use /v1/messages/count_tokens.`;
     }
     return super.unsupported(route);
   }

@@ -4,7 +4,8 @@ import { Provider, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } fro
 
 /**
  * Any OpenAI-compatible API (OpenAI itself, vLLM, ...). OpenAI routes pass
- * through; an Anthropic client's `/v1/messages` is translated to chat completions.
+ * through (the Responses API included); an Anthropic client's `/v1/messages`
+ * is translated to chat completions, tools included.
  */
 export class OpenAIProvider extends Provider {
   readonly kind = 'openai' as const;
@@ -21,6 +22,9 @@ export class OpenAIProvider extends Provider {
       completions: { method: 'POST', url: `${v1}/completions`, api: 'openai' },
       embeddings: { method: 'POST', url: `${v1}/embeddings`, api: 'openai' },
       models: { method: 'GET', url: `${v1}/models`, api: 'openai' },
+      responses: { method: 'POST', url: `${v1}/responses`, api: 'openai' },
+      'responses-input-tokens': { method: 'POST', url: `${v1}/responses/input_tokens`, api: 'openai' },
+      transcriptions: { method: 'POST', url: `${v1}/audio/transcriptions`, api: 'openai' },
       messages: {
         method: 'POST',
         url: `${v1}/chat/completions`,
@@ -36,5 +40,12 @@ export class OpenAIProvider extends Provider {
 
   authHeaders(auth: UpstreamAuth): Record<string, string> {
     return this.bearer(auth);
+  }
+
+  protected override unsupported(route: GatewayRoute): string {
+    if (route === 'count-tokens') {
+      return '/v1/messages/count_tokens has no equivalent on an OpenAI-compatible provider; the usage of a /v1/messages answer reports its input_tokens.';
+    }
+    return super.unsupported(route);
   }
 }

@@ -1,7 +1,9 @@
 import type { IncomingHttpHeaders } from 'node:http';
+import { isUpstreamFailure, isTransientFailure } from 'nest-prompt-orchestrator';
 import type { GatewayConfig, ProviderKind } from '../config/gateway-config.js';
 import { notSupported } from '../http/api-error.js';
 import type { SseTranslator } from '../translate/sse.js';
+import type { StreamFormat } from '../upstream/stream-end.js';
 
 type Json = Record<string, unknown>;
 
@@ -10,55 +12,181 @@ export type ClientApi = 'openai' | 'anthropic' | 'llama';
 
 /** The gateway's routes, by name; each controller method serves one. */
 export type GatewayRoute =
+  // OpenAI API (the last three are llama-server's own additions to it)
   | 'chat'
   | 'completions'
   | 'embeddings'
   | 'models'
+  | 'responses'
+  | 'responses-input-tokens'
+  | 'chat-input-tokens'
+  | 'chat-control'
+  | 'transcriptions'
+  // Anthropic Messages API
   | 'messages'
+  | 'count-tokens'
+  // llama.cpp server's own routes
   | 'completion'
+  | 'infill'
+  | 'embedding'
+  | 'rerank'
   | 'tokenize'
   | 'detokenize'
   | 'apply-template'
-  | 'props';
+  | 'props'
+  | 'props-update'
+  | 'slots'
+  | 'slot-action'
+  | 'metrics'
+  | 'lora-adapters'
+  | 'lora-adapters-update'
+  | 'stream-replay'
+  | 'stream-cancel'
+  | 'streams-lookup'
+  | 'tools'
+  | 'tools-call';
+
+/**
+ * What a route does, which decides how the gateway shapes it:
+ * - `generation`: a model call. Deduplicated (identical requests share one call, finished answers are reused from
+ *   the window), breaker, concurrency slot, timeout, retries.
+ * - `utility`: a cheap call that depends on the model (tokenize, count tokens): as generation, but never answered
+ *   from the window.
+ * - `metadata`: a read of the server's state (props, models, slots, metrics): always asked afresh, never deduplicated,
+ *   never queued behind model calls; breaker, timeout and retries.
+ * - `action`: changes the server's state (slot save, LoRA scales, cancelling a stream): sent once, as it is
+ *   (breaker and timeout only; never deduplicated, queued or retried).
+ */
+export type RouteKind = 'generation' | 'utility' | 'metadata' | 'action';
 
 /** Where a route is served, with which method, and the API its clients speak (the format of every error they get). */
 export interface RouteInfo {
+  /** The route's path at the gateway and, by default, at the provider. May hold `:param` segments. */
   path: string;
-  method: 'GET' | 'POST';
+  /** Other paths llama-server serves the same route at (the gateway serves them too). */
+  aliases?: readonly string[];
+  method: 'GET' | 'POST' | 'DELETE';
   api: ClientApi;
+  kind: RouteKind;
+  /**
+   * The request body: a JSON object (default for POST), any JSON value (`json`: e.g. an array), or an upload
+   * (`multipart`: relayed as the client's bytes with its Content-Type, never read).
+   */
+  body?: 'object' | 'json' | 'multipart';
+  /** The answer: JSON (default; anything else from the provider is its failure), or bytes of any content type. */
+  answer?: 'json' | 'any';
+  /**
+   * How a passed-through stream of this route ends, which the gateway checks (default: the provider's API on the
+   * route); `false` for a stream whose format the route does not fix (a replay of any route's stream).
+   */
+  streamEnd?: StreamFormat | false;
 }
 
-/** The gateway's routes: the one place that says which API each speaks. */
+/** The gateway's routes: the one place that says where each is served, which API it speaks and how it is shaped. */
 export const ROUTES: Readonly<Record<GatewayRoute, RouteInfo>> = {
-  chat: { path: '/v1/chat/completions', method: 'POST', api: 'openai' },
-  completions: { path: '/v1/completions', method: 'POST', api: 'openai' },
-  embeddings: { path: '/v1/embeddings', method: 'POST', api: 'openai' },
-  models: { path: '/v1/models', method: 'GET', api: 'openai' },
-  messages: { path: '/v1/messages', method: 'POST', api: 'anthropic' },
-  completion: { path: '/completion', method: 'POST', api: 'llama' },
-  tokenize: { path: '/tokenize', method: 'POST', api: 'llama' },
-  detokenize: { path: '/detokenize', method: 'POST', api: 'llama' },
-  'apply-template': { path: '/apply-template', method: 'POST', api: 'llama' },
-  props: { path: '/props', method: 'GET', api: 'llama' },
+  chat: { path: '/v1/chat/completions', aliases: ['/chat/completions'], method: 'POST', api: 'openai', kind: 'generation' },
+  completions: { path: '/v1/completions', method: 'POST', api: 'openai', kind: 'generation' },
+  embeddings: { path: '/v1/embeddings', method: 'POST', api: 'openai', kind: 'generation' },
+  models: { path: '/v1/models', aliases: ['/models'], method: 'GET', api: 'openai', kind: 'metadata' },
+  responses: {
+    path: '/v1/responses',
+    aliases: ['/responses'],
+    method: 'POST',
+    api: 'openai',
+    kind: 'generation',
+    streamEnd: 'responses',
+  },
+  'responses-input-tokens': {
+    path: '/v1/responses/input_tokens',
+    aliases: ['/responses/input_tokens'],
+    method: 'POST',
+    api: 'openai',
+    kind: 'utility',
+  },
+  'chat-input-tokens': {
+    path: '/v1/chat/completions/input_tokens',
+    aliases: ['/chat/completions/input_tokens'],
+    method: 'POST',
+    api: 'openai',
+    kind: 'utility',
+  },
+  'chat-control': { path: '/v1/chat/completions/control', method: 'POST', api: 'openai', kind: 'action' },
+  // A model call, but an upload's bytes differ on every request (a random multipart boundary): nothing to share.
+  transcriptions: {
+    path: '/v1/audio/transcriptions',
+    aliases: ['/audio/transcriptions'],
+    method: 'POST',
+    api: 'openai',
+    kind: 'utility',
+    body: 'multipart',
+    answer: 'any',
+  },
+  messages: { path: '/v1/messages', method: 'POST', api: 'anthropic', kind: 'generation' },
+  'count-tokens': { path: '/v1/messages/count_tokens', method: 'POST', api: 'anthropic', kind: 'utility' },
+  completion: { path: '/completion', aliases: ['/completions'], method: 'POST', api: 'llama', kind: 'generation' },
+  infill: { path: '/infill', method: 'POST', api: 'llama', kind: 'generation' },
+  embedding: { path: '/embedding', aliases: ['/embeddings'], method: 'POST', api: 'llama', kind: 'generation' },
+  rerank: {
+    path: '/v1/rerank',
+    aliases: ['/rerank', '/reranking', '/v1/reranking'],
+    method: 'POST',
+    api: 'llama',
+    kind: 'generation',
+  },
+  tokenize: { path: '/tokenize', method: 'POST', api: 'llama', kind: 'utility' },
+  detokenize: { path: '/detokenize', method: 'POST', api: 'llama', kind: 'utility' },
+  'apply-template': { path: '/apply-template', method: 'POST', api: 'llama', kind: 'utility' },
+  props: { path: '/props', method: 'GET', api: 'llama', kind: 'metadata' },
+  'props-update': { path: '/props', method: 'POST', api: 'llama', kind: 'action' },
+  slots: { path: '/slots', method: 'GET', api: 'llama', kind: 'metadata' },
+  'slot-action': { path: '/slots/:id_slot', method: 'POST', api: 'llama', kind: 'action' },
+  metrics: { path: '/metrics', method: 'GET', api: 'llama', kind: 'metadata', answer: 'any' },
+  'lora-adapters': { path: '/lora-adapters', method: 'GET', api: 'llama', kind: 'metadata' },
+  'lora-adapters-update': { path: '/lora-adapters', method: 'POST', api: 'llama', kind: 'action', body: 'json' },
+  'stream-replay': { path: '/v1/stream', method: 'GET', api: 'llama', kind: 'action', streamEnd: false },
+  'stream-cancel': { path: '/v1/stream', method: 'DELETE', api: 'llama', kind: 'action' },
+  'streams-lookup': { path: '/v1/streams/lookup', method: 'POST', api: 'llama', kind: 'metadata' },
+  tools: { path: '/tools', method: 'GET', api: 'llama', kind: 'metadata' },
+  'tools-call': { path: '/tools', method: 'POST', api: 'llama', kind: 'action' },
 };
 
-const ROUTE_BY_PATH = new Map(Object.entries(ROUTES).map(([name, info]) => [info.path, name as GatewayRoute]));
+/** Every path a route is served at: its own and its aliases. */
+export function routePaths(route: GatewayRoute): string[] {
+  const { path, aliases = [] } = ROUTES[route];
+  return [path, ...aliases];
+}
+
+const ROUTE_BY_PATH = new Map<string, GatewayRoute[]>();
+const PATTERNS: Array<{ pattern: RegExp; route: GatewayRoute }> = [];
+for (const route of Object.keys(ROUTES) as GatewayRoute[]) {
+  for (const path of routePaths(route)) {
+    if (path.includes('/:')) {
+      PATTERNS.push({ pattern: new RegExp(`^${path.replace(/:[^/]+/g, '[^/]+')}$`), route });
+    } else {
+      ROUTE_BY_PATH.set(path, [...(ROUTE_BY_PATH.get(path) ?? []), route]);
+    }
+  }
+}
 
 /**
  * The route a URL names, for a request that failed before routing (a body
  * that is not JSON, or too large): its error is still owed in the route's API.
+ * Routes that share a path (GET and POST /props) share their API.
  */
 export function routeAt(url: string): GatewayRoute | undefined {
   const query = url.indexOf('?');
-  return ROUTE_BY_PATH.get(query === -1 ? url : url.slice(0, query));
+  const path = query === -1 ? url : url.slice(0, query);
+  return ROUTE_BY_PATH.get(path)?.[0] ?? PATTERNS.find((p) => p.pattern.test(path))?.route;
 }
 
-/** llama.cpp's own routes: only a llama.cpp server has them. */
-export const NATIVE_ROUTES: readonly GatewayRoute[] = ['completion', 'tokenize', 'detokenize', 'apply-template', 'props'];
+/** The routes only a llama.cpp server has (the OpenAI-shaped ones among them included). */
+export const LLAMA_ONLY_ROUTES: readonly GatewayRoute[] = (Object.keys(ROUTES) as GatewayRoute[]).filter(
+  (route) => ROUTES[route].api === 'llama' || route === 'chat-input-tokens' || route === 'chat-control',
+);
 
 /** Changes between the client's API and the provider's, one route's worth. */
 export interface Translation {
-  /** The request body for the provider (absent: sent as the client sent it). */
+  /** The request body for the provider (absent: sent as the client sent it). Throws a 400 naming what it cannot translate. */
   request?(body: Json): Json;
   response(json: Json): Json;
   /** A translator for one stream (it keeps per-stream state). */
@@ -67,7 +195,8 @@ export interface Translation {
 
 /** How one client route reaches the provider. */
 export interface UpstreamPlan {
-  method: 'GET' | 'POST';
+  method: 'GET' | 'POST' | 'DELETE';
+  /** The provider's URL for the route; `:param` segments are filled from the client's path, escaped. */
   url: string;
   /** The API the provider answers this route in: the format of its errors and stream events. */
   api: ClientApi;
@@ -84,8 +213,9 @@ export interface UpstreamAuth {
 
 /**
  * One kind of upstream: its routes (passed through, translated, or 501), its
- * health check and its authentication. The gateway service is the same for
- * every provider; what differs lives here.
+ * health check, its authentication, and what in its answers is the upstream's
+ * failure rather than one request's. The gateway service is the same for every
+ * provider; what differs lives here.
  */
 export abstract class Provider {
   abstract readonly kind: ProviderKind;
@@ -112,11 +242,39 @@ export abstract class Provider {
     return this.routes[route] !== undefined;
   }
 
+  /** Client request headers, besides credentials, that change what the provider does and so travel with the request. */
+  forwardedHeaders(_headers: IncomingHttpHeaders): Record<string, string> {
+    return {};
+  }
+
+  /**
+   * Where the upstream says which model it serves and how (absent: the upstream URL identifies it well enough),
+   * and the identity read from that answer. Identity is part of every dedup key.
+   */
+  identityUrl(): string | undefined {
+    return undefined;
+  }
+
+  identityOf(_answer: Json): { identity: string; instance?: string } | undefined {
+    return undefined;
+  }
+
+  /** Whether an error is the upstream's failure (counted by the breaker), not one request's mistake. */
+  isFailure(error: unknown): boolean {
+    return isUpstreamFailure(error);
+  }
+
+  /** Whether the gateway tries once more (502/503/504, connection errors). */
+  shouldRetry(error: unknown): boolean {
+    return isTransientFailure(error);
+  }
+
   protected unsupported(route: GatewayRoute): string {
-    if (NATIVE_ROUTES.includes(route)) {
-      return `${ROUTES[route].path} is a llama.cpp server route; start the gateway with --provider llama to use it.`;
+    const { path } = ROUTES[route];
+    if (LLAMA_ONLY_ROUTES.includes(route)) {
+      return `${path} is a llama.cpp server route; start the gateway with --provider llama to use it.`;
     }
-    return `${ROUTES[route].path} is not served by the ${this.kind} provider.`;
+    return `${path} is not served by the ${this.kind} provider.`;
   }
 
   /** The key sent upstream: the gateway's own provider key, or the client's when no gateway keys are configured. */

@@ -1,6 +1,5 @@
 import { Controller } from '@nestjs/common';
 import { GatewayService } from '../gateway.service.js';
-import { validateMessages } from '../http/request-validation.js';
 import { CurrentCaller, ProxyRoute, type Caller } from './gateway-route.decorator.js';
 
 /** The Anthropic Messages API. */
@@ -8,8 +7,13 @@ import { CurrentCaller, ProxyRoute, type Caller } from './gateway-route.decorato
 export class AnthropicController {
   constructor(private readonly gateway: GatewayService) {}
 
-  @ProxyRoute('messages', validateMessages)
+  @ProxyRoute('messages')
   messages(@CurrentCaller() caller: Caller) {
+    return this.gateway.forward(caller);
+  }
+
+  @ProxyRoute('count-tokens')
+  countTokens(@CurrentCaller() caller: Caller) {
     return this.gateway.forward(caller);
   }
 }

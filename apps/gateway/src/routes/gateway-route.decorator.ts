@@ -1,8 +1,9 @@
-import { Get, HttpCode, Post, SetMetadata, applyDecorators, createParamDecorator, type ExecutionContext } from '@nestjs/common';
-import { Orchestrate, callSignalOf } from 'nest-prompt-orchestrator';
+import { Delete, Get, HttpCode, Post, SetMetadata, applyDecorators, createParamDecorator, type ExecutionContext } from '@nestjs/common';
+import { Orchestrate, callSignalOf, type OrchestrateOptions } from 'nest-prompt-orchestrator';
 import type { IncomingMessage } from 'node:http';
 import { contextOf, type RequestContext } from '../http/request-context.js';
-import { ROUTES, type GatewayRoute } from '../providers/provider.js';
+import { validateBody } from '../http/request-validation.js';
+import { ROUTES, routePaths, type GatewayRoute, type RouteKind } from '../providers/provider.js';
 
 /** The breaker and concurrency limiter every model route shares: there is one upstream. */
 export const UPSTREAM = 'upstream';
@@ -21,18 +22,31 @@ export function routeSpecOf(handler: object): RouteSpec | undefined {
 }
 
 /**
- * A route that calls the provider, at its path in `ROUTES`: the status, what
- * the guard needs (the route, its body check), and the shaping every model
- * route gets: dedup, breaker refusal, a concurrency slot, the timed call and
- * the gateway's bounded retries, with values from the CLI.
+ * How each kind of route is shaped (see `RouteKind`): only generation routes
+ * are deduplicated; metadata and actions never wait behind model calls for a
+ * concurrency slot; actions are sent once, never retried.
+ */
+export const SHAPING: Readonly<Record<RouteKind, OrchestrateOptions>> = {
+  generation: { dedup: true, breaker: UPSTREAM, concurrency: { name: UPSTREAM }, timeout: true, retry: true },
+  utility: { dedup: false, breaker: UPSTREAM, concurrency: { name: UPSTREAM }, timeout: true, retry: true },
+  metadata: { dedup: false, breaker: UPSTREAM, concurrency: false, timeout: true, retry: true },
+  action: { dedup: false, breaker: UPSTREAM, concurrency: false, timeout: true, retry: false },
+};
+
+const METHOD = { GET: Get, POST: Post, DELETE: Delete } as const;
+
+/**
+ * A route that calls the provider, at its paths in `ROUTES` (aliases
+ * included): the status, what the guard needs (the route, its body check),
+ * and the shaping its kind gets, with values from the CLI.
  */
 export function ProxyRoute(route: GatewayRoute, validate?: (body: unknown) => unknown) {
-  const { path, method } = ROUTES[route];
+  const { method, kind } = ROUTES[route];
   return applyDecorators(
-    method === 'GET' ? Get(path) : Post(path),
+    METHOD[method](routePaths(route)),
     HttpCode(200),
-    SetMetadata(ROUTE, { route, validate } satisfies RouteSpec),
-    Orchestrate({ dedup: true, breaker: UPSTREAM, concurrency: { name: UPSTREAM }, timeout: true, retry: true }),
+    SetMetadata(ROUTE, { route, validate: validate ?? (method === 'POST' ? validateBody(route) : undefined) } satisfies RouteSpec),
+    Orchestrate(SHAPING[kind]),
   );
 }
 
@@ -42,22 +56,35 @@ export interface Caller {
   /** The shared call's signal (aborted on timeout or cancellation). */
   signal?: AbortSignal;
   headers: IncomingMessage['headers'];
-  /** The parsed JSON body of a POST route. */
-  body?: Record<string, unknown>;
+  /** The parsed JSON body of a POST route (absent when the request had none). */
+  body?: unknown;
   /** The body's bytes as the client sent them, relayed unchanged where nothing is translated. */
   rawBody?: Buffer;
+  /** The route's path parameters (e.g. `id_slot`). */
+  params: Record<string, string>;
+  /** The query string as the client sent it, with its `?` (or empty). */
+  query: string;
 }
 
-type GatewayRequest = IncomingMessage & { body?: Record<string, unknown>; rawBody?: Buffer };
+type GatewayRequest = IncomingMessage & {
+  body?: unknown;
+  rawBody?: Buffer;
+  params?: Record<string, string>;
+  originalUrl?: string;
+};
 
 /** The `Caller` of a proxied route. */
 export const CurrentCaller = createParamDecorator((_: unknown, ctx: ExecutionContext): Caller => {
   const request = ctx.switchToHttp().getRequest<GatewayRequest>();
+  const url = request.originalUrl ?? request.url ?? '';
+  const query = url.indexOf('?');
   return {
     context: contextOf(request),
     signal: callSignalOf(request),
     headers: request.headers,
     body: request.body,
     rawBody: request.rawBody,
+    params: request.params ?? {},
+    query: query === -1 ? '' : url.slice(query),
   };
 });

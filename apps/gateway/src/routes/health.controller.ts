@@ -15,7 +15,7 @@ export class HealthController {
     @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
   ) {}
 
-  @Get('health')
+  @Get(['health', 'v1/health'])
   health() {
     const health = this.orchestrator.health();
     const breaker = health.breakers.find((b) => b.name === UPSTREAM);

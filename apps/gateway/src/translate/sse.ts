@@ -53,3 +53,29 @@ export function translateSse(text: Observable<string>, translator: SseTranslator
     return () => subscription.unsubscribe();
   });
 }
+
+/** Two translations in a row (e.g. Anthropic -> chat completions -> Responses): the first one's events feed the second. */
+export function pipeTranslators(first: SseTranslator, second: SseTranslator): SseTranslator {
+  let out = '';
+  const parser = createParser({
+    onEvent: (message) => {
+      out += second.onEvent(message);
+    },
+  });
+  const through = (text: string) => {
+    parser.feed(text);
+    const result = out;
+    out = '';
+    return result;
+  };
+  return {
+    onEvent: (message) => through(first.onEvent(message)),
+    onEnd() {
+      const end = first.onEnd();
+      if (end instanceof Error) return end;
+      const text = through(end);
+      const last = second.onEnd();
+      return last instanceof Error ? last : text + last;
+    },
+  };
+}

@@ -16,19 +16,33 @@ export class UpstreamStreamError extends Error {
     message: string,
     /** The provider's own error event already went to the client with the stream: nothing more is to be written. */
     readonly delivered: boolean,
+    /** That error event's data, parsed (e.g. llama.cpp's `{"error":{"code":400,...}}` about the request itself). */
+    readonly event?: unknown,
   ) {
     super(message);
   }
 }
+
+/**
+ * How a stream ends: an API's own end marker, or `responses` (the OpenAI Responses API: a `response.completed` or
+ * `response.incomplete` event, no `[DONE]`).
+ */
+export type StreamFormat = ClientApi | 'responses';
 
 type Verdict = 'end' | 'error' | undefined;
 
 /** Reads the events of one stream in the given API: after each, whether the stream is complete, failed, or neither. */
 type EndCheck = () => (event: EventSourceMessage) => Verdict;
 
-const END_CHECKS: Record<ClientApi, EndCheck> = {
+const END_CHECKS: Record<StreamFormat, EndCheck> = {
   // OpenAI (and llama-server's /v1 routes): `data: [DONE]`; an error comes as a data object with `error`.
   openai: () => (event) => (event.data === '[DONE]' ? 'end' : hasErrorField(event.data) ? 'error' : undefined),
+  // The Responses API: `response.completed` (or `response.incomplete`, capped); `error` or `response.failed` is an error.
+  responses: () => (event) => {
+    const type = event.event ?? (parse(event.data) as { type?: unknown } | undefined)?.type;
+    if (type === 'error' || type === 'response.failed' || hasErrorField(event.data)) return 'error';
+    return type === 'response.completed' || type === 'response.incomplete' ? 'end' : undefined;
+  },
   // Anthropic: `message_stop`; an error comes as `event: error`.
   anthropic: () => (event) => (event.event === 'error' ? 'error' : event.event === 'message_stop' || isType(event.data, 'message_stop') ? 'end' : undefined),
   // llama.cpp's native routes: every prompt's last chunk says `"stop": true`; an error comes as a data object with `error`.
@@ -53,20 +67,23 @@ const END_CHECKS: Record<ClientApi, EndCheck> = {
  * a stream that completes without its API's end marker, or that carries an
  * error event, fails with `UpstreamStreamError` instead of ending cleanly.
  */
-export function checkStreamEnd(text: Observable<string>, api: ClientApi): Observable<string> {
+export function checkStreamEnd(text: Observable<string>, format: StreamFormat): Observable<string> {
   return new Observable<string>((subscriber) => {
-    const check = END_CHECKS[api]();
+    const check = END_CHECKS[format]();
     let verdict: Verdict;
+    let errorEvent: unknown;
     const parser = createParser({
       onEvent: (event) => {
-        if (verdict !== 'error') verdict = check(event);
+        if (verdict === 'error') return;
+        verdict = check(event);
+        if (verdict === 'error') errorEvent = parse(event.data);
       },
     });
     const subscription = text.subscribe({
       next(chunk) {
         subscriber.next(chunk);
         parser.feed(chunk);
-        if (verdict === 'error') subscriber.error(new UpstreamStreamError('The provider sent an error in the stream.', true));
+        if (verdict === 'error') subscriber.error(new UpstreamStreamError('The provider sent an error in the stream.', true, errorEvent));
       },
       error: (error: unknown) => subscriber.error(error),
       complete() {

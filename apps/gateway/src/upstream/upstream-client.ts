@@ -46,7 +46,7 @@ export class UpstreamProtocolError extends Error {
 }
 
 export interface UpstreamCall {
-  method: 'GET' | 'POST';
+  method: 'GET' | 'POST' | 'DELETE';
   url: string;
   headers: Record<string, string>;
   /** Bytes sent as they are (a pass-through), or an object serialised once here (a translation). */
@@ -54,6 +54,19 @@ export interface UpstreamCall {
   signal?: AbortSignal;
   /** The API of the provider's answer on this route. */
   api: ClientApi;
+}
+
+/** A 2xx answer whose headers are in; its body is read either as a stream of text or as bytes. */
+export interface UpstreamAnswer {
+  status: number;
+  /** The provider's Content-Type, as it sent it. */
+  contentType: string | undefined;
+  /** True for `text/event-stream`: the answer is a stream, whatever the request said. */
+  isEventStream: boolean;
+  /** The body as text, as it arrives. */
+  text(): Observable<string>;
+  /** The whole body. */
+  bytes(): Promise<Buffer>;
 }
 
 // An error body is only relayed or read for its message: more than this is not worth holding.
@@ -73,29 +86,19 @@ export class UpstreamClient {
   }
 
   /**
-   * A plain answer's bytes, as the provider sent them. A body that is not JSON
-   * is the provider's failure; a 200 whose body is an error object (as
-   * llama-server sends for some failures) is relayed as the error it is, so it
-   * is never kept as an answer.
+   * Sends the call and resolves once the provider's headers are in; a status of
+   * 400 or more rejects here (with its body), before anything reaches the client.
    */
-  async bytes(call: UpstreamCall): Promise<Buffer> {
+  async open(call: UpstreamCall): Promise<UpstreamAnswer> {
     const response = await this.send(call);
-    const body = Buffer.from(await response.body.arrayBuffer());
-    if (!looksLikeJson(body)) throw new UpstreamProtocolError('The provider sent a body that is not JSON.');
-    if (startsWithErrorField(body)) {
-      throw new UpstreamHttpError(response.statusCode, body, headerOf(response, 'content-type'), call.api);
-    }
-    return body;
-  }
-
-  /**
-   * A streamed answer: resolves once the provider's headers are in (a non-2xx
-   * status rejects here, before anything reaches the client), then yields the
-   * body as text, as it arrives.
-   */
-  async stream(call: UpstreamCall): Promise<Observable<string>> {
-    const response = await this.send(call);
-    return bodyText(response.body);
+    const type = headerOf(response, 'content-type');
+    return {
+      status: response.statusCode,
+      contentType: type,
+      isEventStream: type !== undefined && /^text\/event-stream\b/i.test(type),
+      text: () => bodyText(response.body),
+      bytes: async () => Buffer.from(await response.body.arrayBuffer()),
+    };
   }
 
   /** True when the URL answers 2xx within the signal's time. */
@@ -103,6 +106,20 @@ export class UpstreamClient {
     const response = await request(url, { method: 'GET', headers, signal, dispatcher: this.agent });
     await response.body.dump();
     return response.statusCode >= 200 && response.statusCode < 300;
+  }
+
+  /** A small JSON answer of a GET (e.g. llama-server's /props), or undefined when there is none. */
+  async getJson(url: string, headers: Record<string, string>, signal: AbortSignal): Promise<unknown> {
+    const response = await request(url, { method: 'GET', headers, signal, dispatcher: this.agent });
+    if (response.statusCode !== 200) {
+      await response.body.dump();
+      return undefined;
+    }
+    try {
+      return await response.body.json();
+    } catch {
+      return undefined;
+    }
   }
 
   /** Aborts what is still running (the gateway drained its clients first): shutdown never waits on the provider. */
@@ -136,12 +153,12 @@ function headerOf(response: Dispatcher.ResponseData, name: string): string | und
  * Whether a JSON body's first key is `error`: how every provider here shapes
  * an error object. Read from the first bytes only, so answers are not parsed.
  */
-function startsWithErrorField(body: Buffer): boolean {
+export function startsWithErrorField(body: Buffer): boolean {
   return /^\s*\{\s*"error"\s*:/.test(body.subarray(0, 64).toString('latin1'));
 }
 
 /** A JSON document starts with `{` or `[` (after whitespace); anything else is not what a JSON route sends. */
-function looksLikeJson(body: Buffer): boolean {
+export function looksLikeJson(body: Buffer): boolean {
   for (const byte of body) {
     if (byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09) continue;
     return byte === 0x7b || byte === 0x5b;

@@ -70,6 +70,8 @@ export class RawResponse {
     readonly contentType: string = 'application/json',
     /** Extra response headers sent with every copy. */
     readonly headers?: Record<string, string>,
+    /** The HTTP status to answer with (default: the route's own, e.g. 200), e.g. a provider's 204 relayed. */
+    readonly status?: number,
   ) {}
 }
 

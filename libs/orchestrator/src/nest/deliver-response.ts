@@ -9,6 +9,8 @@ export interface DeliveryTarget {
   /** The Node response under the framework's one: watched for the client leaving, cut when a stream breaks. */
   raw: ServerResponse;
   setHeaders: (headers: Record<string, string>) => void;
+  /** Sets the response's status (a `RawResponse` that carries one). */
+  setStatus?: (status: number) => void;
   /** Fastify sends a Buffer as it is; Express's adapter would serialise it as JSON, so it gets a stream. */
   platform: 'express' | 'fastify' | string;
 }
@@ -93,6 +95,7 @@ export function deliver<T>(events: Observable<CallEvent<T>>, target: DeliveryTar
 
 /** The bytes of a `RawResponse` as the platform sends them unchanged. */
 function rawBody(response: RawResponse, target: DeliveryTarget): unknown {
+  if (response.status !== undefined) target.setStatus?.(response.status);
   target.setHeaders(response.headers ? { ...response.headers, 'content-type': response.contentType } : { 'content-type': response.contentType });
   if (target.platform === 'fastify') return response.body;
   return new StreamableFile(response.body, { type: response.contentType, length: response.body.length });

@@ -72,7 +72,8 @@ export class OrchestratorInterceptor implements NestInterceptor {
     return from(this.orchestrator.start(policy, key, work)).pipe(
       mergeMap((started) => {
         if (started.outcome) adapter.setHeader(response, DEDUP_HEADER, started.outcome);
-        return deliver(started.events, { raw, setHeaders, platform: adapter.getType() });
+        const setStatus = (status: number) => adapter.status(response, status);
+        return deliver(started.events, { raw, setHeaders, setStatus, platform: adapter.getType() });
       }),
       catchError((error: unknown) => this.rethrow(error, context)),
     );

@@ -6,7 +6,7 @@ import { RawResponse, isRawResponse, type CallEvent, type StreamHead } from '../
 /** A finished answer as recorded. Plain data (a `RawResponse` is kept as `bytes`), so a shared store (Redis) can hold it. */
 export type WindowPayload<T> =
   | { kind: 'value'; value: T }
-  | { kind: 'bytes'; body: Buffer; contentType: string; headers?: Record<string, string> }
+  | { kind: 'bytes'; body: Buffer; contentType: string; headers?: Record<string, string>; status?: number }
   | { kind: 'stream'; head: StreamHead; chunks: string[] };
 
 /** A finished answer kept for reuse, with when it was stored and until when it is reused. */
@@ -198,7 +198,7 @@ export function entrySize(entry: WindowPayload<unknown>): number {
 /** Rebuilds a call's events from a stored answer. */
 export function replayEntry<T>(entry: WindowPayload<T>): CallEvent<T>[] {
   if (entry.kind === 'value') return [{ kind: 'value', value: entry.value }];
-  if (entry.kind === 'bytes') return [{ kind: 'value', value: new RawResponse(entry.body, entry.contentType, entry.headers) as T }];
+  if (entry.kind === 'bytes') return [{ kind: 'value', value: new RawResponse(entry.body, entry.contentType, entry.headers, entry.status) as T }];
   const events: CallEvent<T>[] = [{ kind: 'head', head: entry.head }];
   for (const chunk of entry.chunks) events.push({ kind: 'chunk', chunk });
   return events;

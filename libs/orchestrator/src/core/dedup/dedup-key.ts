@@ -12,6 +12,11 @@ export interface DedupKeyInput {
    * into the key, never stored, so two tenants never share an answer.
    */
   credential?: string;
+  /**
+   * Anything outside the request that changes the answer, e.g. which model the
+   * upstream serves right now: the same request to another model is another question.
+   */
+  scope?: string;
 }
 
 export interface DedupKeyOptions {
@@ -36,7 +41,7 @@ const DEFAULT_WALK_DEPTH = 1_000;
 
 /**
  * SHA-256 over the canonical form of everything that can change the answer:
- * method, URL, credential and the body with its object keys sorted at every
+ * method, URL, credential, scope and the body with its object keys sorted at every
  * depth, in one walk over the body. A body with no canonical form (too deep
  * without `maxDepth`, a throwing `toJSON` or getter) gets a key of its own:
  * it is not deduplicated, and never shares an answer with another body.
@@ -44,6 +49,7 @@ const DEFAULT_WALK_DEPTH = 1_000;
 export function dedupKey(input: DedupKeyInput, options: DedupKeyOptions = {}): string {
   const hash = createHash('sha256');
   hash.update(`${input.method}\n${input.url}\n${input.credential ?? ''}\n`);
+  if (input.scope !== undefined) hash.update(`scope:${input.scope}\n`);
   hash.update(canonicalBody(input.body, options.maxDepth));
   return hash.digest('base64url');
 }

@@ -108,7 +108,7 @@ class AnswerRecorder<T> {
     if (this.value) {
       const value = this.value.value;
       if (!isRawResponse(value)) return { kind: 'value', value };
-      return { kind: 'bytes', body: value.body, contentType: value.contentType, headers: value.headers };
+      return { kind: 'bytes', body: value.body, contentType: value.contentType, headers: value.headers, status: value.status };
     }
     if (this.head) return { kind: 'stream', head: this.head, chunks: this.chunks };
     return undefined;
