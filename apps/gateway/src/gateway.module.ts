@@ -40,12 +40,22 @@ export function orchestratorOptions(config: GatewayConfig, gateway: GatewayServi
       maxBytes: config.windowMaxBytes,
       storeTimeoutMs: config.redisTimeoutMs,
       key: (request) => contextOf(request.request).dedupKey,
+      // --no-window-for-sampled: answers that are meant to vary are shared while in flight, never replayed.
+      store: config.windowForSampled ? undefined : (request) => !isSampled(request.body),
     },
+    // The guard derived who the caller is from the credentials it presented: one identity for key, queue and breaker.
+    tenant: (request) => contextOf(request.request).identity,
     timeout: { ms: config.timeoutMs },
     // A provider's answer about one request (llama.cpp answers some client mistakes with a 500) is not retried.
     retry: { retries: config.retries, shouldRetry: (error) => gateway.provider.shouldRetry(error) },
     limits: {
-      [UPSTREAM]: { limit: config.concurrency, queueSize: config.queueSize, maxWaitMs: config.queueTimeoutMs },
+      [UPSTREAM]: {
+        limit: config.concurrency,
+        queueSize: config.queueSize,
+        maxWaitMs: config.queueTimeoutMs,
+        perTenantLimit: config.tenantConcurrency,
+        fairQueue: config.fairQueue,
+      },
     },
     breakers: {
       [UPSTREAM]: {
@@ -62,6 +72,19 @@ export function orchestratorOptions(config: GatewayConfig, gateway: GatewayServi
     },
     windowStores: config.redisUrl ? [redisWindowStore(config.redisUrl)] : undefined,
   };
+}
+
+/**
+ * Whether a generation request asks for an answer that is meant to vary:
+ * sampled (a temperature above 0, which is every provider's default when none
+ * is given) without a seed, or several choices at once.
+ */
+export function isSampled(body: unknown): boolean {
+  if (typeof body !== 'object' || body === null) return false;
+  const { temperature, seed, n } = body as { temperature?: unknown; seed?: unknown; n?: unknown };
+  if (typeof n === 'number' && n > 1) return true;
+  if (seed !== undefined && seed !== null) return false;
+  return temperature === undefined || temperature === null || (typeof temperature === 'number' && temperature > 0);
 }
 
 /**

@@ -72,8 +72,9 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
       headers: {
         'x-request-id': context.id,
         ...(uploadType ? { 'content-type': uploadType } : {}),
-        ...this.provider.forwardedHeaders(caller.headers),
         ...this.provider.authHeaders(auth),
+        // After the credentials: the client's own answer-changing headers (an API version) override a default.
+        ...this.provider.forwardedHeaders(caller.headers),
       },
       signal: caller.signal,
       api: plan.api,

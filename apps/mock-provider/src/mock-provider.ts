@@ -28,6 +28,9 @@ import type { RouteDefinition } from './route-definition.js';
 import { findRoute, HEALTH_PATHS } from './routes.js';
 
 export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
+
+/** A request whose body holds this is answered with a 500 (in its API's format). */
+export const FAIL_MARKER = 'mock:fail-500';
 export const DEFAULT_CALL_LOG_LIMIT = 100_000;
 const CONTROL_BODY_LIMIT = 1024 * 1024;
 const CONTROL_PREFIX = '/__mock/';
@@ -54,10 +57,23 @@ function initialOutcome(mode: MockMode): MockOutcome {
     case 'hang':
     case 'reset':
     case 'error503':
+    case 'error429':
       return mode;
     default:
       return 'ok';
   }
+}
+
+/** Request headers kept in the call log: the ones that change an answer or its billing; never a credential. */
+export const RECORDED_HEADERS = ['openai-organization', 'openai-project', 'anthropic-version', 'anthropic-beta', 'x-request-id', 'x-conversation-id'];
+
+function recordedHeaders(req: IncomingMessage): { headers?: Record<string, string> } {
+  let headers: Record<string, string> | undefined;
+  for (const name of RECORDED_HEADERS) {
+    const value = req.headers[name];
+    if (typeof value === 'string') (headers ??= {})[name] = value;
+  }
+  return headers ? { headers } : {};
 }
 
 function credentialHash(req: IncomingMessage): string | undefined {
@@ -213,6 +229,7 @@ class MockProviderServer implements MockProvider {
         outcome: initialOutcome(config.mode),
         ...(facts.model === undefined ? {} : { model: facts.model }),
         ...(authHash === undefined ? {} : { authHash }),
+        ...recordedHeaders(req),
       },
       facts.isHealthCheck,
     );
@@ -286,6 +303,11 @@ class MockProviderServer implements MockProvider {
       exchange.hangUp('reset');
       return;
     }
+    if (mode === 'error429') {
+      const retry = modeOptions.retryAfterSeconds;
+      exchange.sendError('rate_limited', 'The mock provider is in error429 mode.', retry === null ? {} : { 'retry-after': String(retry) });
+      return;
+    }
     if (mode === 'error503') {
       const retry = modeOptions.retryAfterSeconds;
       exchange.sendError(
@@ -315,6 +337,15 @@ class MockProviderServer implements MockProvider {
         return;
       }
     }
+    // Markers in a request make that one request misbehave, whatever the mode: the way a provider fails one
+    // request it cannot serve (a 500) or takes long over one (a long generation), while others are answered.
+    const marked = record === undefined ? '' : JSON.stringify(record);
+    if (marked.includes(FAIL_MARKER)) {
+      exchange.sendError('internal', 'The mock provider failed this request (mock:fail-500 in its body).');
+      return;
+    }
+    const slow = /mock:slow-(\d{1,6})/.exec(marked);
+    if (slow) await exchange.wait(Number(slow[1]));
     if (mode === 'error200' && record?.stream !== true) {
       // llama-server answers some failures with a 200 whose body is an error object.
       exchange.sendJson(200, { error: { code: 500, message: 'The mock provider failed (error200 mode).', type: 'server_error' } });

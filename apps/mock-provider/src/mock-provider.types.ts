@@ -1,5 +1,5 @@
 /** Failure modes the mock can be switched into at run time. */
-export const MOCK_MODES = ['ok', 'error503', 'hang', 'reset', 'slowStream', 'cutStream', 'truncStream', 'errorStream', 'error200'] as const;
+export const MOCK_MODES = ['ok', 'error503', 'hang', 'reset', 'slowStream', 'cutStream', 'truncStream', 'errorStream', 'error200', 'error429'] as const;
 
 export type MockMode = (typeof MOCK_MODES)[number];
 
@@ -64,7 +64,7 @@ export interface MockConfig {
  * What the mock did with a request. `client_closed` means the client went away before the answer was complete;
  * a hung request keeps `hang` whether the client gave up or the mock dropped it.
  */
-export type MockOutcome = 'ok' | 'error503' | 'hang' | 'reset' | 'cut' | 'bad_request' | 'client_closed';
+export type MockOutcome = 'ok' | 'error503' | 'error429' | 'hang' | 'reset' | 'cut' | 'bad_request' | 'client_closed';
 
 export interface MockCall {
   /** 1-based, restarts at 1 after `reset()`. Answer ids carry it (`chatcmpl-mock-17`, `msg_mock_17`, ...). */
@@ -84,6 +84,8 @@ export interface MockCall {
   model?: string;
   /** First 12 hex chars of sha256 of the credential (Authorization without its `Bearer ` prefix, else x-api-key). */
   authHash?: string;
+  /** Request headers that change an answer or its billing, as received (never credentials): see `RECORDED_HEADERS`. */
+  headers?: Record<string, string>;
 }
 
 export interface MockStats {

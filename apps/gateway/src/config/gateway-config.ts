@@ -13,12 +13,18 @@ export interface GatewayConfig {
   platform: PlatformKind;
   /** Upstream calls in flight at once. */
   concurrency: number;
+  /** Upstream calls one tenant may have in flight at once (undefined: no cap of its own). */
+  tenantConcurrency?: number;
+  /** The wait queue is shared in turn across tenants (on unless --no-fair-queue). */
+  fairQueue: boolean;
   queueSize: number;
   queueTimeoutMs: number;
   /** Total time of a plain answer; first-byte and idle-gap limit of a stream. */
   timeoutMs: number;
   dedup: boolean;
   dedupWindowMs: number;
+  /** Answers to sampled requests (meant to vary) are kept in the window too (on unless --no-window-for-sampled). */
+  windowForSampled: boolean;
   breakerFailures: number;
   breakerOpenMs: number;
   probeIntervalMs: number;
@@ -77,6 +83,16 @@ const FLAGS: Record<string, FlagSpec> = {
   port: { env: 'ORCHESTRATOR_PORT', value: 'PORT', help: 'port to listen on (default 18080; llama-server uses 8080)' },
   platform: { env: 'ORCHESTRATOR_PLATFORM', value: 'NAME', help: 'fastify | express (default fastify: less CPU per request)' },
   concurrency: { env: 'ORCHESTRATOR_CONCURRENCY', value: 'N', help: 'upstream calls in flight at once (default 32)' },
+  'tenant-concurrency': {
+    env: 'ORCHESTRATOR_TENANT_CONCURRENCY',
+    value: 'N',
+    help: 'upstream calls one key may have in flight at once (default: no cap of its own; the queue is shared fairly either way)',
+  },
+  'no-fair-queue': {
+    env: 'ORCHESTRATOR_NO_FAIR_QUEUE',
+    boolean: true,
+    help: 'serve the wait queue first come, first served instead of in turn across keys',
+  },
   'queue-size': { env: 'ORCHESTRATOR_QUEUE_SIZE', value: 'N', help: 'requests allowed to wait for a slot (default 1000)' },
   'queue-timeout': { env: 'ORCHESTRATOR_QUEUE_TIMEOUT_SECS', value: 'SECS', help: 'longest wait for a slot (default 60)' },
   timeout: {
@@ -86,6 +102,11 @@ const FLAGS: Record<string, FlagSpec> = {
   },
   'dedup-window': { env: 'ORCHESTRATOR_DEDUP_SECS', value: 'SECS', help: 'how long finished answers are reused (default 300)' },
   'no-dedup': { env: 'ORCHESTRATOR_NO_DEDUP', boolean: true, help: 'turn request deduplication off' },
+  'no-window-for-sampled': {
+    env: 'ORCHESTRATOR_NO_WINDOW_FOR_SAMPLED',
+    boolean: true,
+    help: 'never replay answers meant to vary (temperature > 0 or unset, no seed; or n > 1); identical ones in flight are still shared',
+  },
   'breaker-failures': {
     env: 'ORCHESTRATOR_BREAKER_FAILURES',
     value: 'N',
@@ -218,10 +239,13 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     port,
     platform,
     concurrency: integer('concurrency', 32, 1),
+    tenantConcurrency: raw('tenant-concurrency') === undefined ? undefined : integer('tenant-concurrency', 1, 1),
+    fairQueue: !(values['no-fair-queue'] === true || isTrue(env.ORCHESTRATOR_NO_FAIR_QUEUE)),
     queueSize: integer('queue-size', 1000, 0),
     queueTimeoutMs: seconds('queue-timeout', 60),
     timeoutMs: seconds('timeout', 60),
     dedup: !noDedup,
+    windowForSampled: !(values['no-window-for-sampled'] === true || isTrue(env.ORCHESTRATOR_NO_WINDOW_FOR_SAMPLED)),
     dedupWindowMs: seconds('dedup-window', 300),
     breakerFailures: integer('breaker-failures', 5, 1),
     breakerOpenMs: seconds('breaker-open', 30),

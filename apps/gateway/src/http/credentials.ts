@@ -10,8 +10,16 @@ export function clientKey(headers: IncomingMessage['headers']): string | undefin
   return typeof apiKey === 'string' && apiKey ? apiKey : undefined;
 }
 
-/** The caller's identity in the dedup key: the `authorization` header, else `x-api-key` (as the plugin's default). */
-export function credentialOf(headers: IncomingMessage['headers']): string | undefined {
-  const value = headers.authorization ?? headers['x-api-key'];
-  return Array.isArray(value) ? value.join(',') : value;
+/**
+ * The caller's identity, derived once per request: every credential it
+ * presents (`authorization`, whatever its scheme, and `x-api-key`), the gateway
+ * key it was let in with included. Two callers that differ in either never
+ * share an answer; the identity is hashed before any use (key, fair share,
+ * failure attribution), never kept as it is.
+ */
+export function identityOf(headers: IncomingMessage['headers']): string | undefined {
+  const authorization = headers.authorization;
+  const apiKey = headers['x-api-key'];
+  if (authorization === undefined && apiKey === undefined) return undefined;
+  return `authorization=${String(authorization ?? '')}\nx-api-key=${String(apiKey ?? '')}`;
 }

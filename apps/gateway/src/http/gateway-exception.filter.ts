@@ -89,8 +89,10 @@ export class GatewayExceptionFilter implements ExceptionFilter {
     const route = context ? undefined : routeAt(request.url ?? '');
     const api: ClientApi = context?.api ?? (route ? ROUTES[route].api : this.defaultApi);
     const adapter = this.adapterHost.httpAdapter;
-    // Retries happen at one layer: here. Only a replica shutting down asks the client to retry (elsewhere).
-    adapter.setHeader(response, 'x-should-retry', String(isOrchestratorError(exception) && exception.retryable));
+    // Retries happen at one layer: here. Only a replica shutting down (retry elsewhere) and a provider's rate
+    // limit (back off as it says) are left to the client to retry.
+    const retryable = isOrchestratorError(exception) ? exception.retryable : exception instanceof UpstreamHttpError && exception.status === 429;
+    adapter.setHeader(response, 'x-should-retry', String(retryable));
 
     if (exception instanceof UpstreamHttpError && exception.api === api && exception.json !== undefined) {
       // The provider already answered in the client's own format: its status and bytes, unchanged.

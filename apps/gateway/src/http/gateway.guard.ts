@@ -8,7 +8,7 @@ import { GatewayService } from '../gateway.service.js';
 import { ROUTES } from '../providers/provider.js';
 import { routeSpecOf } from '../routes/gateway-route.decorator.js';
 import { ApiError } from './api-error.js';
-import { clientKey, credentialOf } from './credentials.js';
+import { clientKey, identityOf } from './credentials.js';
 import { contextOf } from './request-context.js';
 
 // Deeper than any real request; serialising it again for the provider would overflow the stack.
@@ -42,6 +42,7 @@ export class GatewayGuard implements CanActivate {
     if (spec) {
       context.route = spec.route;
       context.api = ROUTES[spec.route].api;
+      context.identity = identityOf(request.headers);
     }
     if (this.keyDigests.length > 0 && !this.presentsGatewayKey(request)) {
       throw new ApiError(
@@ -88,7 +89,7 @@ export class GatewayGuard implements CanActivate {
       method: request.method ?? 'GET',
       url: request.originalUrl ?? request.url ?? '',
       body: request.body,
-      credential: credentialOf(request.headers),
+      credential: context.identity,
       scope,
     };
     try {

@@ -1,3 +1,4 @@
+import type { IncomingHttpHeaders } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { anthropicResponseToOpenAI, anthropicStreamToOpenAI, openAIRequestToAnthropic } from '../translate/anthropic-openai.js';
 import { chatResponseToResponses, chatStreamToResponses, responsesRequestToChat } from '../translate/responses-chat.js';
@@ -5,6 +6,9 @@ import { pipeTranslators } from '../translate/sse.js';
 import { Provider, ROUTES, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } from './provider.js';
 
 type Json = Record<string, unknown>;
+
+/** What the Anthropic API is called with when the client does not say. */
+const ANTHROPIC_VERSION = '2023-06-01';
 
 /**
  * Anthropic's API. `/v1/messages` passes through; an OpenAI client's chat
@@ -52,14 +56,19 @@ export class AnthropicProvider extends Provider {
   }
 
   authHeaders(auth: UpstreamAuth): Record<string, string> {
-    const headers: Record<string, string> = {};
     const key = this.upstreamKey(auth);
-    if (key) headers['x-api-key'] = key;
-    const version = auth.headers['anthropic-version'];
-    headers['anthropic-version'] = typeof version === 'string' ? version : '2023-06-01';
-    const beta = auth.headers['anthropic-beta'];
-    if (typeof beta === 'string') headers['anthropic-beta'] = beta;
-    return headers;
+    // The version is required on every call, the health probe's included.
+    return { ...(key ? { 'x-api-key': key } : {}), 'anthropic-version': ANTHROPIC_VERSION };
+  }
+
+  /** The API version and beta features the client asked for change the answer: they travel, and are in the key. */
+  override forwardedHeaders(headers: IncomingHttpHeaders): Record<string, string> {
+    const forwarded: Record<string, string> = {};
+    const version = headers['anthropic-version'];
+    forwarded['anthropic-version'] = typeof version === 'string' ? version : ANTHROPIC_VERSION;
+    const beta = headers['anthropic-beta'];
+    if (typeof beta === 'string') forwarded['anthropic-beta'] = beta;
+    return forwarded;
   }
 
   protected override unsupported(route: GatewayRoute): string {

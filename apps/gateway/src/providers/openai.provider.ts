@@ -1,3 +1,4 @@
+import type { IncomingHttpHeaders } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { anthropicRequestToOpenAI, openAIResponseToAnthropic, openAIStreamToAnthropic } from '../translate/anthropic-openai.js';
 import { Provider, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } from './provider.js';
@@ -40,6 +41,16 @@ export class OpenAIProvider extends Provider {
 
   authHeaders(auth: UpstreamAuth): Record<string, string> {
     return this.bearer(auth);
+  }
+
+  /** The organisation and project a call is billed to (and whose settings apply): they travel, and are in the key. */
+  override forwardedHeaders(headers: IncomingHttpHeaders): Record<string, string> {
+    const forwarded: Record<string, string> = {};
+    for (const name of ['openai-organization', 'openai-project'] as const) {
+      const value = headers[name];
+      if (typeof value === 'string') forwarded[name] = value;
+    }
+    return forwarded;
   }
 
   protected override unsupported(route: GatewayRoute): string {

@@ -1,6 +1,7 @@
 import { Observable, concat, defer, from, map, mergeMap, of, type ObservableInput, type Subscriber, type Subscription } from 'rxjs';
 import { ClientClosedError } from './errors.js';
 import { isStreamedResponse, type CallEvent } from './events.js';
+import type { CallSource } from './breaker/failure-attribution.js';
 import type { RoutePolicy } from './policy.js';
 import type { ReleaseSlot } from './concurrency/concurrency-limiter.js';
 import type { CallControl } from './retry/retry.policy.js';
@@ -44,12 +45,31 @@ const DONE: CallState = { kind: 'done' };
  * whatever stage the call is in: it leaves the queue, or aborts the upstream
  * request through the attempt's own signal.
  */
-export function guardedCall<T>(policy: RoutePolicy, work: CallWork<T>, onUpstream?: () => void): Observable<CallEvent<T>> {
+export function guardedCall<T>(policy: RoutePolicy, work: CallWork<T>, options: GuardedCallOptions = {}): Observable<CallEvent<T>> {
   return new Observable<CallEvent<T>>((subscriber) => {
-    const call = new GuardedCall(policy, work, subscriber, onUpstream);
+    const call = new GuardedCall(policy, work, subscriber, options);
+    if (options.handle) options.handle.detach = () => call.detach();
     call.run().catch((error: unknown) => call.fail(error));
     return () => call.cancel();
   });
+}
+
+export interface GuardedCallOptions {
+  /** Who the call is for: its tenant waits in that tenant's line, and its failures are attributed (see `FailureAttribution`). */
+  source?: CallSource;
+  /** Told when the call leaves the queue for the upstream. */
+  onUpstream?: () => void;
+  /** Filled in on subscription: lets the caller move the running call out of the callers' slots. */
+  handle?: CallHandle;
+}
+
+export interface CallHandle {
+  /**
+   * Every caller left and the call is to keep running: its slot moves to the
+   * limiter's detached budget. False when it cannot keep running (it has not
+   * reached the upstream, or the budget is full): it is to be cancelled.
+   */
+  detach?: () => boolean;
 }
 
 class GuardedCall<T> implements CallControl {
@@ -62,7 +82,7 @@ class GuardedCall<T> implements CallControl {
     private readonly policy: RoutePolicy,
     private readonly work: CallWork<T>,
     private readonly subscriber: Subscriber<CallEvent<T>>,
-    private readonly onUpstream?: () => void,
+    private readonly options: GuardedCallOptions,
   ) {}
 
   get cancelled(): boolean {
@@ -75,12 +95,13 @@ class GuardedCall<T> implements CallControl {
 
   async run(): Promise<void> {
     const { breaker, limiter, retry } = this.policy;
+    const source = this.options.source;
     breaker?.assertCallable();
-    if (limiter) this.release = limiter.tryAcquire() ?? (await limiter.acquire(this.signal()));
+    if (limiter) this.release = limiter.tryAcquire(source?.tenant) ?? (await limiter.acquire(this.signal(), source?.tenant));
     // Cancelled while the slot was being granted.
     if (this.state.kind === 'done') return this.finish();
-    this.onUpstream?.();
-    const attempt = breaker ? () => breaker.execute(() => this.attempt()) : () => this.attempt();
+    this.options.onUpstream?.();
+    const attempt = breaker ? () => breaker.execute(() => this.attempt(), source) : () => this.attempt();
     if (!retry) return attempt();
     // Never retry into an open breaker. One with a health probe may close within the back-off's bound
     // (the upstream is back): wait that long for it, as the SDKs would have waited before their own retry.
@@ -114,7 +135,7 @@ class GuardedCall<T> implements CallControl {
             return rejectFirst(error);
           }
           // The breaker already counted this call a success; a stream that breaks later still counts.
-          breaker?.recordFailure(error);
+          breaker?.recordFailure(error, this.options.source);
           this.fail(error);
         },
         complete: () => {
@@ -124,6 +145,19 @@ class GuardedCall<T> implements CallControl {
         },
       });
     });
+  }
+
+  /** See `CallHandle.detach`. */
+  detach(): boolean {
+    const state = this.state.kind;
+    if (state === 'done') return true;
+    if (state !== 'attempting' && state !== 'streaming') return false;
+    const limiter = this.policy.limiter;
+    if (!limiter || !this.release) return true;
+    const detached = limiter.detach(this.release);
+    if (!detached) return false;
+    this.release = detached;
+    return true;
   }
 
   fail(error: unknown): void {

@@ -49,7 +49,7 @@ class CallPipeline {
       retry: retry && new RetryPolicy(retry),
       dedup: dedup && { ...settings, cacheAnswers: dedup.window !== undefined, maxEntries: 10_000 } as RoutePolicy['dedup'],
     };
-    return this.orchestrator.start(route, key, work);
+    return this.orchestrator.start(route, { key }, work);
   }
 }
 
@@ -363,7 +363,7 @@ describe('CallPipeline', () => {
 
     it('a call still waiting for a concurrency slot is cancelled when abandoned and never runs its work', async () => {
       const pipeline = new CallPipeline();
-      const limiter = new ConcurrencyLimiter('upstream', { limit: 1, queueSize: 10, maxWaitMs: 60_000, retryAfterSeconds: 1 });
+      const limiter = new ConcurrencyLimiter('upstream', { limit: 1, queueSize: 10, maxWaitMs: 60_000, retryAfterSeconds: 1, detachedLimit: 1, fairQueue: true });
       const hold = await limiter.acquire();
       const { work } = upstream();
       const policy: CallPolicy = { dedup: dedup('queued', { cancelWhenAbandoned: false }), limiter };
@@ -419,7 +419,7 @@ describe('CallPipeline', () => {
     it('an open breaker refuses before a concurrency slot is taken', async () => {
       const breaker = track(makeBreaker());
       await openBreaker(breaker);
-      const limiter = new ConcurrencyLimiter('upstream', { limit: 2, queueSize: 10, maxWaitMs: 60_000, retryAfterSeconds: 1 });
+      const limiter = new ConcurrencyLimiter('upstream', { limit: 2, queueSize: 10, maxWaitMs: 60_000, retryAfterSeconds: 1, detachedLimit: 1, fairQueue: true });
       const acquire = jest.spyOn(limiter, 'acquire');
       const pipeline = new CallPipeline();
       const { work } = upstream();
@@ -439,7 +439,7 @@ describe('CallPipeline', () => {
 
     it('a cached answer is served while the breaker is open, and a joined call never touches the breaker or a slot', async () => {
       const breaker = track(makeBreaker());
-      const limiter = new ConcurrencyLimiter('upstream', { limit: 1, queueSize: 0, maxWaitMs: 60_000, retryAfterSeconds: 1 });
+      const limiter = new ConcurrencyLimiter('upstream', { limit: 1, queueSize: 0, maxWaitMs: 60_000, retryAfterSeconds: 1, detachedLimit: 1, fairQueue: true });
       const window = memoryWindow(100);
       const pipeline = new CallPipeline();
       const { work, calls } = upstream();
@@ -470,7 +470,7 @@ describe('CallPipeline', () => {
     it('a timeout aborts the work through its AbortSignal and counts as a breaker failure', async () => {
       jest.useFakeTimers({ doNotFake: ['setImmediate', 'nextTick', 'queueMicrotask'] });
       const breaker = track(makeBreaker());
-      const limiter = new ConcurrencyLimiter('upstream', { limit: 1, queueSize: 10, maxWaitMs: 60_000, retryAfterSeconds: 1 });
+      const limiter = new ConcurrencyLimiter('upstream', { limit: 1, queueSize: 10, maxWaitMs: 60_000, retryAfterSeconds: 1, detachedLimit: 1, fairQueue: true });
       const pipeline = new CallPipeline();
       const { work, calls } = upstream();
       const policy: CallPolicy = { breaker, limiter, timeLimits: { totalMs: 1_000, firstChunkMs: 1_000, idleMs: 1_000 } };

@@ -1,9 +1,10 @@
 import type { Keyv } from 'keyv';
+import { createHash } from 'node:crypto';
 import { Observable, from, isObservable, lastValueFrom, type ObservableInput } from 'rxjs';
 import { BreakerRegistry } from './breaker/breaker.registry.js';
 import { checkBreakerOptions, type BreakerOptions } from './breaker/breaker.options.js';
 import type { BreakerSnapshot } from './breaker/circuit-breaker.js';
-import { guardedCall, toCallEvents, type CallWork } from './call.js';
+import { guardedCall, toCallEvents, type CallHandle, type CallWork } from './call.js';
 import { CONCURRENCY_FIELDS, type ConcurrencyOptions } from './concurrency/concurrency.options.js';
 import { ConcurrencyRegistry, type LimiterSnapshot } from './concurrency/concurrency.registry.js';
 import { AnswerWindow, replayEntry, type StoreState, type WindowHealth } from './dedup/answer-window.js';
@@ -40,6 +41,14 @@ export interface OrchestratorOptions {
   limits?: Record<string, ConcurrencyOptions>;
   /** Keyv stores for the answer window, e.g. `[new Keyv(new KeyvRedis(url))]` to share it across replicas. */
   windowStores?: Keyv[];
+  /**
+   * Who a request is for, when the app tells callers apart by something else
+   * than their credentials (a user a guard attached, a session, an
+   * `x-tenant-id` header). Default: the `authorization`, `x-api-key` and
+   * `cookie` headers together, so callers that differ in any of them never
+   * share an answer. The identity is hashed before use.
+   */
+  tenant?: (request: DedupRequest) => string | undefined;
 }
 
 const MODULE_FIELDS = {
@@ -51,6 +60,7 @@ const MODULE_FIELDS = {
   breakers: { check: 'object' },
   limits: { check: 'object' },
   windowStores: { check: 'array' },
+  tenant: { check: 'function' },
 } as const satisfies Fields<OrchestratorOptions>;
 
 /** Throws `OrchestratorConfigError` naming the first option that cannot work. */
@@ -81,19 +91,42 @@ export function validateOrchestratorOptions(options: unknown): OrchestratorOptio
 export interface RunOptions extends OrchestrateOptions {
   /** Dedup key of this call (required for dedup; hash whatever identifies the answer, tenant included). */
   key?: string;
+  /** Who the call is for (any stable string): its fair share of the queue, and whose failure it is. */
+  tenant?: string;
   /** Stop waiting when this aborts: the call itself goes on for whoever else joined it. */
   signal?: AbortSignal;
 }
 
-/** Per-call facts `run` needs alongside a reusable policy. */
-export interface RunCall {
+/** What one call asks of the window, from the caller's `Cache-Control` (or its own say). */
+export interface Reuse {
+  /** A fresh answer: not from the window, not joined to a call in flight (`no-cache`). */
+  noCache?: boolean;
+  /** This call's answer is not kept in the window (`no-store`). */
+  noStore?: boolean;
+  /** A stored answer older than this is not used (`max-age`). */
+  maxAgeMs?: number;
+}
+
+/** One call's facts, beside its route's policy. */
+export interface CallRequest {
+  /** Dedup key (tenant included); without it nothing is shared. */
   key?: string;
+  /** The caller's tenant (already hashed, see `tenantOf`): its line in the queue, and whose failure it is. */
+  tenant?: string;
+  reuse?: Reuse;
+}
+
+/** Per-call facts `run` needs alongside a reusable policy. */
+export interface RunCall extends CallRequest {
+  /** Stop waiting when this aborts: the call itself goes on for whoever else joined it. */
   signal?: AbortSignal;
 }
 
 export interface StartedCall<T> {
   /** Absent when the call was not deduplicated. */
   outcome?: DedupOutcome;
+  /** How old a `cached` answer is, in whole seconds (the `Age` header). */
+  ageSeconds?: number;
   events: Observable<CallEvent<T>>;
 }
 
@@ -193,31 +226,43 @@ export class Orchestrator {
 
   /**
    * Starts a call under a policy; the low-level entry point of the Nest
-   * interceptor. `key` undefined (or a policy without dedup) skips dedup.
-   * The call starts when `events` is subscribed; unsubscribing leaves it.
+   * interceptor. Without a `key` (or under a policy without dedup) nothing is
+   * shared. The call starts when `events` is subscribed; unsubscribing leaves it.
    */
-  async start<T>(policy: RoutePolicy, key: string | undefined, work: CallWork<T>): Promise<StartedCall<T>> {
+  async start<T>(policy: RoutePolicy, call: CallRequest, work: CallWork<T>): Promise<StartedCall<T>> {
     if (this.closing) throw new ShuttingDownError();
+    const { key, tenant, reuse } = call;
+    const source = { key, tenant };
     const dedup = policy.dedup;
-    if (!dedup || key === undefined) return { events: guardedCall(policy, work) };
+    if (!dedup || key === undefined) return { events: guardedCall(policy, work, { source }) };
     const flights = this.flights as SingleFlight<T>;
-    const running = flights.join(key);
-    if (running) return this.answer('joined', running);
-    const window = dedup.window;
-    if (window) {
-      let stored = window.getLocal<T>(key);
-      if (!stored && window.hasShared) {
-        stored = await window.getShared<T>(key);
-        // Another request may have started the same call while the shared store was read.
-        const started = stored ? undefined : flights.join(key);
-        if (started) return this.answer('joined', started);
+    // no-cache: a fresh answer, neither joined nor from the window (it then replaces what the window holds).
+    if (!reuse?.noCache) {
+      const running = flights.join(key);
+      if (running) return this.answer('joined', running);
+      const window = dedup.window;
+      if (window) {
+        let stored = window.getLocal<T>(key);
+        if (!stored && window.hasShared) {
+          stored = await window.getShared<T>(key);
+          // Another request may have started the same call while the shared store was read.
+          const started = stored ? undefined : flights.join(key);
+          if (started) return this.answer('joined', started);
+        }
+        const age = stored && Date.now() - stored.storedAt;
+        if (stored && !(reuse?.maxAgeMs !== undefined && age! > reuse.maxAgeMs)) {
+          return { ...this.answer('cached', from(replayEntry(stored))), ageSeconds: Math.max(0, Math.floor(age! / 1000)) };
+        }
       }
-      if (stored) return this.answer('cached', from(replayEntry(stored)));
     }
     let reachedUpstream = false;
-    const call = guardedCall(policy, work, () => (reachedUpstream = true));
-    const events = flights.lead(key, call, {
-      cancelWhenAbandoned: () => dedup.cancelWhenAbandoned || !reachedUpstream,
+    const handle: CallHandle = {};
+    const guarded = guardedCall(policy, work, { source, onUpstream: () => (reachedUpstream = true), handle });
+    const window = reuse?.noStore ? undefined : dedup.window;
+    const events = flights.lead(key, guarded, {
+      // Every caller gone: a call that has not reached the upstream is dropped; one that has keeps running for the
+      // window (unless the route says not to) in the limiter's detached budget, or is cancelled when that is full.
+      cancelWhenAbandoned: () => dedup.cancelWhenAbandoned || !reachedUpstream || !(handle.detach?.() ?? true),
       maxEntryBytes: dedup.maxEntryBytes,
       onSuccess: window ? (entry) => window.set(key, entry, dedup.windowMs) : undefined,
     });
@@ -239,27 +284,34 @@ export class Orchestrator {
     let policy: RoutePolicy;
     if (isRoutePolicy(policyOrOptions)) policy = policyOrOptions;
     else {
-      const { key, signal, ...capabilities } = policyOrOptions;
+      const { key, tenant, signal, ...capabilities } = policyOrOptions;
       policy = this.resolve(normalizeOrchestrate(capabilities, 'run()'), undefined, 'default', 'run()');
-      call = { key, signal };
+      call = { key, tenant, signal };
     }
-    const started = await this.start<T>(policy, call.key, (signal) => toCallEvents<T>(from(observeWork(work, signal))));
+    const started = await this.start<T>(policy, call, (signal) => toCallEvents<T>(from(observeWork(work, signal))));
     const event = await lastValueFrom(leaveOnAbort(started.events, call.signal));
     if (event.kind !== 'value') throw new TypeError('run() work must produce a plain value, not a stream');
     return event.value;
   }
 
-  /** The dedup key of an HTTP request under a route's policy; `undefined` skips dedup. */
-  requestKey(policy: RoutePolicy, request: DedupRequest): string | undefined {
+  /**
+   * The caller's identity, derived once per request: `options.tenant` (an app's
+   * own: a user from a guard, a session, a header), else the credentials the
+   * request carries (`authorization`, `x-api-key` and `cookie` together). It
+   * is hashed (never kept or shown as it was), then used for the dedup key,
+   * the fair share of the concurrency queue, and attributing failures.
+   */
+  tenantOf(request: DedupRequest): string | undefined {
+    const identity = this.options.tenant ? this.options.tenant(request) : defaultIdentity(request.headers);
+    return identity === undefined || identity === '' ? undefined : hashIdentity(identity);
+  }
+
+  /** The dedup key of an HTTP request under a route's policy, for a caller whose tenant is known; `undefined` skips dedup. */
+  requestKey(policy: RoutePolicy, request: DedupRequest, tenant: string | undefined): string | undefined {
     const dedup = policy.dedup;
     if (!dedup) return undefined;
     if (dedup.key) return dedup.key(request);
-    return dedupKey({
-      method: request.method,
-      url: request.url,
-      body: request.body,
-      credential: dedup.credential ? dedup.credential(request) : defaultCredential(request.headers),
-    });
+    return dedupKey({ method: request.method, url: request.url, body: request.body, credential: tenant });
   }
 
   health(): OrchestratorHealth {
@@ -271,6 +323,11 @@ export class Orchestrator {
       dedup: { ...this.outcomes },
       clientsGone: this.clientsGone,
     };
+  }
+
+  /** Whether the app says who a request is for (`options.tenant`), rather than relying on its credentials. */
+  get hasTenantResolver(): boolean {
+    return this.options.tenant !== undefined;
   }
 
   /** Counts a client that hung up before its answer was written (for `health()`). */
@@ -305,9 +362,22 @@ export function isRoutePolicy(value: unknown): value is RoutePolicy {
   return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[POLICY] === true;
 }
 
-function defaultCredential(headers: DedupRequest['headers']): string | undefined {
-  const value = headers.authorization ?? headers['x-api-key'];
-  return Array.isArray(value) ? value.join(',') : value;
+// Every header that commonly tells callers apart. Over-isolating costs only shared answers; under-isolating leaks them.
+const IDENTITY_HEADERS = ['authorization', 'x-api-key', 'cookie'] as const;
+
+function defaultIdentity(headers: DedupRequest['headers']): string | undefined {
+  let identity: string | undefined;
+  for (const name of IDENTITY_HEADERS) {
+    const value = headers[name];
+    if (value === undefined) continue;
+    identity = `${identity ?? ''}${name}=${Array.isArray(value) ? value.join(',') : value}\n`;
+  }
+  return identity;
+}
+
+/** A short, stable, one-way form of an identity: safe to keep in memory maps, logs and metrics. */
+export function hashIdentity(identity: string): string {
+  return createHash('sha256').update(identity).digest('base64url').slice(0, 22);
 }
 
 function observeWork<T>(work: (signal: AbortSignal) => Promise<T> | ObservableInput<T>, signal: AbortSignal) {

@@ -3,7 +3,9 @@ import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Observable, catchError, from, mergeMap, throwError } from 'rxjs';
 import { toCallEvents, type CallWork } from '../core/call.js';
+import type { DedupRequest } from '../core/dedup/dedup.options.js';
 import { isOrchestratorError, type OrchestratorError } from '../core/errors.js';
+import type { CallRequest, Reuse } from '../core/orchestrator.js';
 import { CAPABILITIES, type RoutePolicy, type RouteSettings } from '../core/policy.js';
 import { CALL_SIGNAL, DEDUP_HEADER, METADATA } from './constants.js';
 import { deliver } from './deliver-response.js';
@@ -53,15 +55,20 @@ export class OrchestratorInterceptor implements NestInterceptor {
       for (const [name, value] of Object.entries(headers)) adapter.setHeader(response, name, value);
     };
 
-    const key = policy.dedup
-      ? this.orchestrator.requestKey(policy, {
-          method: request.method ?? 'GET',
-          url: request.originalUrl ?? request.url ?? '',
-          headers: request.headers,
-          body: request.body,
-          request,
-        })
-      : undefined;
+    const described: DedupRequest = {
+      method: request.method ?? 'GET',
+      url: request.originalUrl ?? request.url ?? '',
+      headers: request.headers,
+      body: request.body,
+      request,
+    };
+    const tenant = this.orchestrator.tenantOf(described);
+    const dedup = policy.dedup;
+    const call: CallRequest = { tenant };
+    if (dedup) {
+      call.key = this.orchestrator.requestKey(policy, described, tenant);
+      call.reuse = reuseOf(dedup.honorCacheControl ? request.headers['cache-control'] : undefined, dedup.store?.(described) ?? true);
+    }
     // The handler runs when `next.handle()` is subscribed, and its parameters are resolved then: the
     // signal put on the request here is what `@CallSignal()` reads.
     const work: CallWork<unknown> = (signal) => {
@@ -69,9 +76,10 @@ export class OrchestratorInterceptor implements NestInterceptor {
       return toCallEvents(next.handle());
     };
 
-    return from(this.orchestrator.start(policy, key, work)).pipe(
+    return from(this.orchestrator.start(policy, call, work)).pipe(
       mergeMap((started) => {
         if (started.outcome) adapter.setHeader(response, DEDUP_HEADER, started.outcome);
+        if (started.ageSeconds !== undefined) adapter.setHeader(response, 'age', String(started.ageSeconds));
         const setStatus = (status: number) => adapter.status(response, status);
         return deliver(started.events, { raw, setHeaders, setStatus, platform: adapter.getType() });
       }),
@@ -123,7 +131,32 @@ export class OrchestratorInterceptor implements NestInterceptor {
       route.concurrency = { ...own, name: `${controller.name}.${handler.name}` };
     }
     const resolved = this.orchestrator.resolve(route, read(controller), controller.name, `${controller.name}.${handler.name}`);
+    if (resolved.dedup && !resolved.dedup.key) this.orchestrator.noteDedupRoute();
     const any = resolved.dedup || resolved.breaker || resolved.limiter || resolved.timeLimits || resolved.retry;
     return any ? resolved : null;
   }
+}
+
+/**
+ * What a request's `Cache-Control` asks of the window (RFC 9111's request
+ * directives that apply to a shared answer): `no-cache` and `max-age=0` want a
+ * fresh answer, `no-store` wants this one not kept, `max-age=N` accepts a
+ * stored one at most N s old. Anything else is ignored.
+ */
+export function reuseOf(cacheControl: string | string[] | undefined, storable: boolean): Reuse | undefined {
+  if (cacheControl === undefined) return storable ? undefined : { noStore: true };
+  const reuse: Reuse = storable ? {} : { noStore: true };
+  for (const directive of (Array.isArray(cacheControl) ? cacheControl.join(',') : cacheControl).toLowerCase().split(',')) {
+    const [name, value] = directive.trim().split('=', 2);
+    if (name === 'no-cache') reuse.noCache = true;
+    else if (name === 'no-store') reuse.noStore = true;
+    else if (name === 'max-age') {
+      const seconds = Number(value?.replace(/"/g, ''));
+      if (Number.isInteger(seconds) && seconds >= 0) {
+        if (seconds === 0) reuse.noCache = true;
+        else reuse.maxAgeMs = seconds * 1000;
+      }
+    }
+  }
+  return reuse;
 }

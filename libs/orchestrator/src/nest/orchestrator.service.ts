@@ -30,6 +30,22 @@ export class OrchestratorService extends Orchestrator implements BeforeApplicati
     });
   }
 
+  private toldAboutTenants = false;
+
+  /**
+   * Says once, when the first deduplicated route is used, what tells callers
+   * apart when the app has not said (a route whose users differ otherwise
+   * would share their answers).
+   */
+  noteDedupRoute(): void {
+    if (this.toldAboutTenants || this.hasTenantResolver) return;
+    this.toldAboutTenants = true;
+    this.logger.log(
+      'deduplicated routes tell callers apart by their authorization, x-api-key and cookie headers only; ' +
+        'if your users differ otherwise (a user a guard attached, an x-tenant-id header), set OrchestratorModule.forRoot({ tenant })',
+    );
+  }
+
   /**
    * Nest runs this before it closes the HTTP server: requests that arrive from
    * now on are refused with a retryable 503, while calls in flight finish with

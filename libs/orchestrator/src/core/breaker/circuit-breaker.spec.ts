@@ -487,4 +487,64 @@ describe('CircuitBreaker', () => {
       expect(healthProbe).toHaveBeenCalledTimes(1);
     });
   });
+
+  describe('failures are attributed before they count', () => {
+    const failAs = (breaker: CircuitBreaker, tenant: string, key = `${tenant}-${Math.random()}`) =>
+      breaker.execute(() => Promise.reject(httpError(500)), { tenant, key }).catch((error: unknown) => error);
+    const succeedAs = (breaker: CircuitBreaker, tenant: string) => breaker.execute(() => Promise.resolve('ok'), { tenant, key: `${tenant}-ok` });
+
+    it("one tenant's failures while another is answered never count: the breaker stays closed", async () => {
+      const breaker = makeBreaker();
+      await succeedAs(breaker, 'good');
+      for (let i = 0; i < 20; i++) {
+        await failAs(breaker, 'bad');
+        await succeedAs(breaker, 'good');
+      }
+      // Even a run of the bad tenant's failures with the good one only idle: its failures are its own.
+      for (let i = 0; i < 20; i++) await failAs(breaker, 'bad');
+      expect(breaker.state).toBe('closed');
+    });
+
+    it('one tenant failing with others active lately: the health probe decides (healthy: stays closed)', async () => {
+      const healthProbe = jest.fn(async () => true);
+      const breaker = makeBreaker({ healthProbe });
+      await succeedAs(breaker, 'good');
+      await jest.advanceTimersByTimeAsync(1_000);
+      // A fresh run of failures from one tenant, nobody succeeding since it began (it could be an outage).
+      await failAs(breaker, 'bad', 'k1');
+      await failAs(breaker, 'bad', 'k2');
+      await jest.advanceTimersByTimeAsync(10);
+      for (let i = 0; i < 3; i++) await failAs(breaker, 'bad', `k${3 + i}`);
+      expect(breaker.state).toBe('closed');
+      await jest.advanceTimersByTimeAsync(0);
+      expect(healthProbe).toHaveBeenCalledTimes(1);
+      expect(breaker.state).toBe('closed');
+      expect(breaker.snapshot().consecutiveFailures).toBe(0);
+    });
+
+    it('... and when the probe sees the upstream down, it opens', async () => {
+      const healthProbe = jest.fn(async () => false);
+      const breaker = makeBreaker({ healthProbe });
+      await succeedAs(breaker, 'good');
+      await jest.advanceTimersByTimeAsync(1_000);
+      for (let i = 0; i < 5; i++) await failAs(breaker, 'bad', `k${i}`);
+      await jest.advanceTimersByTimeAsync(0);
+      expect(healthProbe).toHaveBeenCalled();
+      expect(breaker.state).toBe('open');
+    });
+
+    it('failures from two tenants open it at once, without asking the probe', async () => {
+      const healthProbe = jest.fn(async () => true);
+      const breaker = makeBreaker({ healthProbe });
+      for (let i = 0; i < 5; i++) await failAs(breaker, i % 2 ? 'a' : 'b');
+      expect(breaker.state).toBe('open');
+      expect(healthProbe).not.toHaveBeenCalled();
+    });
+
+    it('failures of calls without a tenant count as before', async () => {
+      const breaker = makeBreaker();
+      for (let i = 0; i < 5; i++) await fail(breaker);
+      expect(breaker.state).toBe('open');
+    });
+  });
 });

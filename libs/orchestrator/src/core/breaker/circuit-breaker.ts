@@ -1,6 +1,7 @@
 import OpossumBreaker from 'opossum';
 import { CircuitOpenError, isOrchestratorError } from '../errors.js';
 import type { WithDefaults } from '../options.js';
+import { FailureAttribution, type CallSource } from './failure-attribution.js';
 import type { BREAKER_FIELDS, BreakerOptions, FAILURE_RATE_FIELDS, FailureRateOptions } from './breaker.options.js';
 
 export type BreakerState = 'closed' | 'open' | 'half_open';
@@ -23,6 +24,9 @@ export interface BreakerSnapshot {
 
 type Action = () => Promise<unknown>;
 
+/** How recently another tenant must have called for one tenant's failures to need the health probe's confirmation. */
+const ATTRIBUTION_WINDOW_MS = 30_000;
+
 /**
  * One upstream's circuit breaker: opossum's state machine (closed / open /
  * half-open with a single probe) plus what opossum cannot express: opening
@@ -30,13 +34,18 @@ type Action = () => Promise<unknown>;
  * and closing early once a health probe succeeds.
  */
 export class CircuitBreaker {
-  private readonly breaker: OpossumBreaker<[Action], unknown>;
+  private readonly breaker: OpossumBreaker<[Action, CallSource?], unknown>;
   /**
    * The options object given to opossum, which keeps it as `circuit.options` and reads `resetTimeout` from it
    * each time it opens (its README documents both). The doubled open period is written here.
    */
-  private readonly opossumOptions: OpossumBreaker.Options<[Action]> & { resetTimeout: number };
+  private readonly opossumOptions: OpossumBreaker.Options<[Action, CallSource?]> & { resetTimeout: number };
   private consecutiveFailures = 0;
+  private readonly attribution = new FailureAttribution();
+  /** Tenants whose failures make up the current run of consecutive failures. */
+  private readonly streakTenants = new Set<string | undefined>();
+  /** A health probe deciding whether one tenant's failures are the upstream's (see `openOrConfirm`). */
+  private confirming?: Promise<void>;
   private openedAt?: number;
   /** The last health probe failed (and none has succeeded since). */
   private upstreamKnownDown = false;
@@ -57,16 +66,22 @@ export class CircuitBreaker {
       errorThresholdPercentage: rate?.thresholdPercent ?? 100,
       volumeThreshold: rate?.minimumCalls ?? 0,
       rollingCountTimeout: rate?.windowMs ?? 10_000,
-      errorFilter: (error: unknown) => !options.isFailure(error),
+      // Not a failure of the upstream: not one by its kind (a 4xx, a refusal), or one request's or one tenant's own.
+      // opossum calls it with fire()'s arguments after the error (its typings show only the error).
+      errorFilter: ((error: unknown, _action: Action, source?: CallSource) =>
+        !options.isFailure(error) || !this.attribution.isUpstreams(source)) as (error: unknown) => boolean,
     };
-    this.breaker = new OpossumBreaker((action: Action) => action(), this.opossumOptions);
+    // The source rides along as fire()'s second argument so that errorFilter sees it; the action ignores it.
+    this.breaker = new OpossumBreaker((action: Action, _source?: CallSource) => action(), this.opossumOptions);
     // opossum reports a filtered error as a success; a call its caller abandoned proves nothing either way.
     this.breaker.on('success', (result: unknown) => {
-      if (!isAbandoned(result)) this.consecutiveFailures = 0;
+      if (isAbandoned(result)) return;
+      this.consecutiveFailures = 0;
+      this.streakTenants.clear();
     });
     // Registered before opossum decides to reopen after a failed probe, so the
     // doubled period is in place when its reset timer starts.
-    this.breaker.on('failure', () => this.onFailure());
+    this.breaker.on('failure', (_error: unknown, _latency: number, args: [Action, CallSource?]) => this.onFailure(args[1]));
     this.breaker.on('open', () => {
       this.openedAt = Date.now();
       this.scheduleProbe();
@@ -125,8 +140,12 @@ export class CircuitBreaker {
     });
   }
 
-  /** Runs `action` through the breaker; its rejection counts as a failure if `isFailure` says so. */
-  async execute<T>(action: () => Promise<T>): Promise<T> {
+  /**
+   * Runs `action` through the breaker; its rejection counts as a failure if
+   * `isFailure` says so and it is the upstream's, not `source`'s (see
+   * `FailureAttribution`).
+   */
+  async execute<T>(action: () => Promise<T>, source?: CallSource): Promise<T> {
     // While not closed, fire() lets only the half-open probe through. If its caller abandons it, reopen
     // for the current period (before opossum would count the abandonment as a success and close).
     const probe = this.breaker.closed
@@ -136,8 +155,11 @@ export class CircuitBreaker {
             if (isAbandoned(error) && this.breaker.halfOpen) this.breaker.open();
             throw error;
           });
+    this.attribution.seen(source);
     try {
-      return (await this.breaker.fire(probe)) as T;
+      const result = (await this.breaker.fire(probe, source)) as T;
+      this.attribution.succeeded(source);
+      return result;
     } catch (error) {
       if ((error as { code?: string } | undefined)?.code === 'EOPENBREAKER') {
         throw new CircuitOpenError(this.name, this.retryAfterSeconds());
@@ -150,9 +172,9 @@ export class CircuitBreaker {
    * Counts a failure that happened after `execute` had already resolved, such
    * as a stream cut or stalled mid-answer.
    */
-  recordFailure(error: unknown): void {
-    if (!this.options.isFailure(error)) return;
-    this.onFailure();
+  recordFailure(error: unknown, source?: CallSource): void {
+    if (!this.options.isFailure(error) || !this.attribution.isUpstreams(source)) return;
+    this.onFailure(source);
   }
 
   snapshot(): BreakerSnapshot {
@@ -170,15 +192,14 @@ export class CircuitBreaker {
     this.breaker.shutdown();
   }
 
-  private onFailure(): void {
+  private onFailure(source?: CallSource): void {
     this.consecutiveFailures++;
+    this.streakTenants.add(source?.tenant);
     if (this.breaker.halfOpen) {
       this.doubleOpenPeriod();
       return; // opossum reopens a breaker whose probe failed
     }
-    if (this.breaker.closed && this.consecutiveFailures >= this.options.failureThreshold) {
-      this.breaker.open();
-    }
+    if (this.breaker.closed && this.consecutiveFailures >= this.options.failureThreshold) this.openOrConfirm();
   }
 
   private doubleOpenPeriod(): void {
@@ -203,17 +224,7 @@ export class CircuitBreaker {
   private async runProbe(probe: (signal: AbortSignal) => Promise<unknown>): Promise<void> {
     const abort = new AbortController();
     this.probeAbort = abort;
-    const timer = setTimeout(() => abort.abort(), this.options.probeTimeoutMs);
-    // A probe that ignores its signal must not hang the loop: the abort (timeout or stop) ends the wait.
-    const aborted = new Promise<false>((resolve) => abort.signal.addEventListener('abort', () => resolve(false), { once: true }));
-    let healthy: boolean;
-    try {
-      healthy = (await Promise.race([probe(abort.signal), aborted])) !== false && !abort.signal.aborted;
-    } catch {
-      healthy = false;
-    } finally {
-      clearTimeout(timer);
-    }
+    const healthy = await this.probeOnce(probe, abort);
     // A probe that was stopped (breaker closed, reopened or shut down meanwhile) decides nothing.
     if (this.probeAbort !== abort) return;
     this.probeAbort = undefined;
@@ -222,6 +233,46 @@ export class CircuitBreaker {
     this.upstreamKnownDown = !healthy;
     if (healthy) this.breaker.close();
     else this.scheduleProbe();
+  }
+
+  /** One run of the health probe, bounded by `probeTimeoutMs` (and by `abort`): whether the upstream answered. */
+  private async probeOnce(probe: (signal: AbortSignal) => Promise<unknown>, abort = new AbortController()): Promise<boolean> {
+    const timer = setTimeout(() => abort.abort(), this.options.probeTimeoutMs);
+    // A probe that ignores its signal must not hang the loop: the abort (timeout or stop) ends the wait.
+    const aborted = new Promise<false>((resolve) => abort.signal.addEventListener('abort', () => resolve(false), { once: true }));
+    try {
+      return (await Promise.race([probe(abort.signal), aborted])) !== false && !abort.signal.aborted;
+    } catch {
+      return false;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /**
+   * The threshold is reached. Failures from one tenant only, while other
+   * tenants were active lately, may be that tenant's own (its prompts fail,
+   * its generations run long): the health probe decides, and the breaker opens
+   * only if it sees the upstream down. Otherwise (several tenants failing, or
+   * nobody else around to protect, or no probe), it opens now.
+   */
+  private openOrConfirm(): void {
+    const probe = this.options.healthProbe;
+    const only = this.streakTenants.size === 1 ? this.streakTenants.values().next().value : undefined;
+    if (!probe || only === undefined || !this.attribution.othersActiveSince(only, Date.now() - ATTRIBUTION_WINDOW_MS)) {
+      this.breaker.open();
+      return;
+    }
+    if (this.confirming) return;
+    this.confirming = this.probeOnce(probe).then((healthy) => {
+      this.confirming = undefined;
+      if (!this.breaker.closed) return;
+      if (healthy) {
+        // That tenant's trouble, not the upstream's: the count starts over.
+        this.consecutiveFailures = 0;
+        this.streakTenants.clear();
+      } else if (this.consecutiveFailures >= this.options.failureThreshold) this.breaker.open();
+    });
   }
 
   private stopProbe(): void {

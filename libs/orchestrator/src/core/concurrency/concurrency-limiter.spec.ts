@@ -3,7 +3,7 @@ import { OverloadedError, QueueTimeoutError } from '../errors.js';
 import { ConcurrencyLimiter, type ConcurrencyLimiterOptions, type ReleaseSlot } from './concurrency-limiter.js';
 
 function makeLimiter(overrides: Partial<ConcurrencyLimiterOptions> = {}): ConcurrencyLimiter {
-  return new ConcurrencyLimiter('upstream', { limit: 16, queueSize: 100, maxWaitMs: 60_000, retryAfterSeconds: 3, ...overrides });
+  return new ConcurrencyLimiter('upstream', { limit: 16, queueSize: 100, maxWaitMs: 60_000, retryAfterSeconds: 3, detachedLimit: 4, fairQueue: true, ...overrides });
 }
 
 /** Tracks how one acquire() settled, without awaiting it. */
@@ -195,5 +195,77 @@ describe('ConcurrencyLimiter', () => {
     expect(limiter.queued).toBe(1);
     expect(limiter.inFlight).toBe(2);
     void r2;
+  });
+});
+
+describe('ConcurrencyLimiter: tenants and detached calls', () => {
+  const granted: string[] = [];
+  // Every wait is aborted at the end of its test: none is left to time out later.
+  let leave = new AbortController();
+  afterEach(() => {
+    leave.abort();
+    leave = new AbortController();
+  });
+  const waitFor = (limiter: ConcurrencyLimiter, tenant: string, label: string) => {
+    const waiting = limiter.acquire(leave.signal, tenant).then((release) => {
+      granted.push(label);
+      return release;
+    });
+    waiting.catch(() => undefined);
+    return waiting;
+  };
+  const settle = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+  it('shares freed slots in turn across tenants: a flood from one tenant delays another by one turn, not by its backlog', async () => {
+    granted.length = 0;
+    const limiter = makeLimiter({ limit: 1 });
+    const first = limiter.tryAcquire('flood')!;
+    const flood = Array.from({ length: 10 }, (_, i) => waitFor(limiter, 'flood', `flood${i}`));
+    const light = waitFor(limiter, 'light', 'light0');
+    first();
+    await settle();
+    expect(granted).toEqual(['flood0']);
+    (await flood[0])();
+    await settle();
+    // The light tenant's only request comes next, ahead of nine more from the flood.
+    expect(granted).toEqual(['flood0', 'light0']);
+    (await light)();
+    await settle();
+    expect(granted.at(-1)).toBe('flood1');
+  });
+
+  it('perTenantLimit: a tenant never holds more slots than that, and its waiters let others pass', async () => {
+    granted.length = 0;
+    const limiter = makeLimiter({ limit: 4, perTenantLimit: 2 });
+    const a1 = limiter.tryAcquire('a')!;
+    limiter.tryAcquire('a');
+    expect(limiter.tryAcquire('a')).toBeUndefined();
+    const queuedA = waitFor(limiter, 'a', 'a3');
+    expect(limiter.tryAcquire('b')).toBeDefined();
+    await settle();
+    expect(granted).toEqual([]);
+    expect(limiter.inFlight).toBe(3);
+    a1();
+    await settle();
+    expect(granted).toEqual(['a3']);
+    await queuedA;
+  });
+
+  it('detach moves a slot to the detached budget (a waiter gets it), and refuses past detachedLimit', async () => {
+    granted.length = 0;
+    const limiter = makeLimiter({ limit: 1, detachedLimit: 1 });
+    const held = limiter.tryAcquire('gone')!;
+    const live = waitFor(limiter, 'live', 'live');
+    const detached = limiter.detach(held);
+    expect(detached).toBeDefined();
+    await settle();
+    expect(granted).toEqual(['live']);
+    expect(limiter.detachedInFlight).toBe(1);
+    const liveRelease = await live;
+    expect(limiter.detach(liveRelease)).toBeUndefined(); // the budget is full: that call must be cancelled
+    expect(limiter.inFlight).toBe(1); // and it still holds its slot until then
+    detached!();
+    detached!();
+    expect(limiter.detachedInFlight).toBe(0);
   });
 });

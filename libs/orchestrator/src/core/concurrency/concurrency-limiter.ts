@@ -3,32 +3,49 @@ import type { WithDefaults } from '../options.js';
 import type { CONCURRENCY_FIELDS, ConcurrencyOptions } from './concurrency.options.js';
 
 /** A limiter's settings with every default applied (see `ConcurrencyOptions` for each field). */
-export type ConcurrencyLimiterOptions = Omit<WithDefaults<ConcurrencyOptions, typeof CONCURRENCY_FIELDS>, 'name'>;
+export type ConcurrencyLimiterOptions = Omit<WithDefaults<ConcurrencyOptions, typeof CONCURRENCY_FIELDS>, 'name' | 'detachedLimit'> & {
+  detachedLimit: number;
+};
 
 /** Gives a slot back; calling it twice is harmless. */
 export type ReleaseSlot = () => void;
 
 interface Waiter {
+  tenant: string;
   grant: (release: ReleaseSlot) => void;
-  refuse: (error: Error) => void;
   timer?: ReturnType<typeof setTimeout>;
   onAbort?: () => void;
   signal?: AbortSignal;
 }
 
 /**
- * A counting semaphore with a bounded FIFO queue, a maximum wait and abortable
- * waits. Written here because the usual libraries (p-limit, cockatiel's bulkhead,
- * opossum's capacity) lack either the wait bound, the abort, or keep their
- * refusals out of the breaker's failure count.
+ * A counting semaphore with a bounded wait queue shared fairly across tenants,
+ * a maximum wait and abortable waits. Written here because the usual libraries
+ * (p-limit, cockatiel's bulkhead, opossum's capacity) lack either the wait
+ * bound, the abort, the fairness, or keep their refusals out of the breaker's
+ * failure count.
  *
- * Invariant: `active <= limit`, and a waiter is in `queue` until it is granted,
- * times out or is aborted, whichever comes first; exactly one of them happens.
+ * Fairness: each tenant waits in its own FIFO line, and a freed slot goes to
+ * the next tenant in turn (round robin), so a tenant that floods the queue
+ * delays the others by one slot turn, not by its whole backlog. With
+ * `perTenantLimit`, a tenant never holds more slots than that.
+ *
+ * Detached calls (every caller gone, the call kept running so that its answer
+ * lands in the window) move out of the callers' slots into a small budget of
+ * their own (`detachedLimit`): work nobody waits for never blocks a live caller.
+ *
+ * Invariants: `active <= limit`; `detached <= detachedLimit`; a waiter is in
+ * its tenant's line until it is granted, times out or is aborted, whichever
+ * comes first, and exactly one of them happens.
  */
 export class ConcurrencyLimiter {
   private active = 0;
-  // A Set keeps insertion order (FIFO) and removes an aborted waiter in O(1).
-  private readonly queue = new Set<Waiter>();
+  private detached = 0;
+  private waiting = 0;
+  /** Each tenant's line, in turn order: the tenant served last moves to the back. */
+  private readonly lines = new Map<string, Set<Waiter>>();
+  /** Slots held per tenant, kept only when there is a per-tenant limit. */
+  private readonly held = new Map<string, number>();
 
   constructor(
     readonly name: string,
@@ -40,40 +57,40 @@ export class ConcurrencyLimiter {
   }
 
   get queued(): number {
-    return this.queue.size;
+    return this.waiting;
   }
 
   get limit(): number {
     return this.options.limit;
   }
 
-  /** A slot at once if one is free (no promise, no queue), else `undefined`. */
-  tryAcquire(): ReleaseSlot | undefined {
-    if (this.active >= this.options.limit) return undefined;
-    this.active++;
-    return this.releaser();
+  /** Calls running with no caller left, in their own budget. */
+  get detachedInFlight(): number {
+    return this.detached;
+  }
+
+  /** A slot at once if one is free for this tenant (no promise, no queue), else `undefined`. */
+  tryAcquire(tenant = ''): ReleaseSlot | undefined {
+    if (!this.options.fairQueue) tenant = '';
+    if (this.active >= this.options.limit || !this.underTenantLimit(tenant)) return undefined;
+    return this.take(tenant);
   }
 
   /**
-   * Resolves with a release function once a slot is free. Rejects with
-   * `OverloadedError` when the queue is full, `QueueTimeoutError` after
-   * `maxWaitMs`, or the signal's reason when the caller aborts while waiting.
+   * Resolves with a release function once a slot is free for this tenant.
+   * Rejects with `OverloadedError` when the queue is full, `QueueTimeoutError`
+   * after `maxWaitMs`, or the signal's reason when the caller aborts while waiting.
    */
-  acquire(signal?: AbortSignal): Promise<ReleaseSlot> {
+  acquire(signal?: AbortSignal, tenant = ''): Promise<ReleaseSlot> {
     if (signal?.aborted) return Promise.reject(signal.reason);
-    if (this.active < this.options.limit) {
-      this.active++;
-      return Promise.resolve(this.releaser());
-    }
-    if (this.queue.size >= this.options.queueSize) {
+    if (!this.options.fairQueue) tenant = '';
+    const now = this.tryAcquire(tenant);
+    if (now) return Promise.resolve(now);
+    if (this.waiting >= this.options.queueSize) {
       return Promise.reject(new OverloadedError(this.name, this.options.retryAfterSeconds));
     }
     return new Promise<ReleaseSlot>((resolve, reject) => {
-      const waiter: Waiter = {
-        grant: resolve,
-        refuse: reject,
-        signal,
-      };
+      const waiter: Waiter = { tenant, grant: resolve, signal };
       waiter.timer = setTimeout(() => {
         this.leave(waiter);
         reject(new QueueTimeoutError(this.name, this.options.maxWaitMs, this.options.retryAfterSeconds));
@@ -85,32 +102,79 @@ export class ConcurrencyLimiter {
         };
         signal.addEventListener('abort', waiter.onAbort, { once: true });
       }
-      this.queue.add(waiter);
+      let line = this.lines.get(tenant);
+      if (!line) this.lines.set(tenant, (line = new Set()));
+      line.add(waiter);
+      this.waiting++;
     });
   }
 
-  private releaser(): ReleaseSlot {
+  /**
+   * Moves a held slot into the detached budget (the caller's slot goes to
+   * whoever waits). Returns the release of the detached slot, or `undefined`
+   * when the budget is full: the call should then be cancelled.
+   */
+  detach(release: ReleaseSlot): ReleaseSlot | undefined {
+    if (this.detached >= this.options.detachedLimit) return undefined;
+    this.detached++;
+    release();
     let released = false;
     return () => {
       if (released) return;
       released = true;
-      this.handOver();
+      this.detached--;
     };
   }
 
-  /** A slot was given back: pass it straight to the oldest waiter, or free it. */
-  private handOver(): void {
-    const next = this.queue.values().next();
-    if (next.done) {
+  private take(tenant: string): ReleaseSlot {
+    this.active++;
+    if (this.options.perTenantLimit !== undefined) this.held.set(tenant, (this.held.get(tenant) ?? 0) + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
       this.active--;
-      return;
+      if (this.options.perTenantLimit !== undefined) {
+        const held = (this.held.get(tenant) ?? 1) - 1;
+        if (held === 0) this.held.delete(tenant);
+        else this.held.set(tenant, held);
+      }
+      this.pump();
+    };
+  }
+
+  private underTenantLimit(tenant: string): boolean {
+    const cap = this.options.perTenantLimit;
+    return cap === undefined || (this.held.get(tenant) ?? 0) < cap;
+  }
+
+  /** Gives free slots to the next tenants in turn whose limit allows one more. */
+  private pump(): void {
+    while (this.active < this.options.limit && this.waiting > 0) {
+      let next: Waiter | undefined;
+      for (const [tenant, line] of this.lines) {
+        if (!this.underTenantLimit(tenant)) continue;
+        next = line.values().next().value;
+        break;
+      }
+      if (!next) return;
+      this.leave(next);
+      // Served: to the back of the turn order.
+      const line = this.lines.get(next.tenant);
+      if (line) {
+        this.lines.delete(next.tenant);
+        this.lines.set(next.tenant, line);
+      }
+      next.grant(this.take(next.tenant));
     }
-    this.leave(next.value);
-    next.value.grant(this.releaser());
   }
 
   private leave(waiter: Waiter): void {
-    this.queue.delete(waiter);
+    const line = this.lines.get(waiter.tenant);
+    if (line?.delete(waiter)) {
+      this.waiting--;
+      if (line.size === 0) this.lines.delete(waiter.tenant);
+    }
     clearTimeout(waiter.timer);
     if (waiter.onAbort) waiter.signal?.removeEventListener('abort', waiter.onAbort);
   }

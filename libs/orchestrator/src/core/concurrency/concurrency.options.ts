@@ -14,6 +14,19 @@ export interface ConcurrencyOptions {
   maxWaitMs?: number;
   /** `Retry-After` seconds sent with an overload refusal. Default 1. */
   retryAfterSeconds?: number;
+  /**
+   * Slots one tenant may hold at once (the tenant is `dedup.tenant`'s identity).
+   * Default: no cap of its own; the wait queue is shared fairly across tenants either way.
+   */
+  perTenantLimit?: number;
+  /** Share the wait queue across tenants in turn (true), or serve it first come, first served (false). Default true. */
+  fairQueue?: boolean;
+  /**
+   * Calls kept running after every caller left (so their answer lands in the
+   * window) run in a budget of their own, apart from the callers' slots; past it,
+   * an abandoned call is cancelled. Default: a quarter of `limit`, at least 1.
+   */
+  detachedLimit?: number;
 }
 
 export const CONCURRENCY_FIELDS = {
@@ -22,4 +35,7 @@ export const CONCURRENCY_FIELDS = {
   queueSize: { check: 'nonNegativeInt', default: 1_000 },
   maxWaitMs: { check: 'positive', default: 60_000 },
   retryAfterSeconds: { check: 'positiveInt', default: 1 },
+  perTenantLimit: { check: 'positiveInt' },
+  fairQueue: { check: 'boolean', default: true },
+  detachedLimit: { check: 'nonNegativeInt' },
 } as const satisfies Fields<ConcurrencyOptions>;

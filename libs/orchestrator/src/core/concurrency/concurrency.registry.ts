@@ -7,6 +7,8 @@ export interface LimiterSnapshot {
   limit: number;
   inFlight: number;
   queued: number;
+  /** Calls still running with no caller left (in their own budget). */
+  detached: number;
 }
 
 /** The concurrency limiters of a process, one per name; settings fixed at first use. */
@@ -21,13 +23,20 @@ export class ConcurrencyRegistry {
   get(name: string, overrides: ConcurrencyOptions = {}): ConcurrencyLimiter {
     let limiter = this.limiters.get(name);
     if (!limiter) {
-      limiter = new ConcurrencyLimiter(name, withDefaults(CONCURRENCY_FIELDS, this.defaults, this.named[name], overrides));
+      const o = withDefaults(CONCURRENCY_FIELDS, this.defaults, this.named[name], overrides);
+      limiter = new ConcurrencyLimiter(name, { ...o, detachedLimit: o.detachedLimit ?? Math.max(1, Math.ceil(o.limit / 4)) });
       this.limiters.set(name, limiter);
     }
     return limiter;
   }
 
   snapshot(): LimiterSnapshot[] {
-    return [...this.limiters.values()].map((l) => ({ name: l.name, limit: l.limit, inFlight: l.inFlight, queued: l.queued }));
+    return [...this.limiters.values()].map((l) => ({
+      name: l.name,
+      limit: l.limit,
+      inFlight: l.inFlight,
+      queued: l.queued,
+      detached: l.detachedInFlight,
+    }));
   }
 }

@@ -39,14 +39,22 @@ export interface DedupOptions {
   cancelWhenAbandoned?: boolean;
   /**
    * Replaces the default key (SHA-256 of method, URL, canonical body and the
-   * caller's credential). Return `undefined` to skip deduplication for a request.
+   * caller's tenant, see the module's `tenant` option). Return `undefined` to
+   * skip deduplication for a request. Put the tenant in it yourself.
    */
   key?: (request: DedupRequest) => string | undefined;
   /**
-   * The caller's identity, hashed into the default key. Default: the
-   * `authorization` header, else `x-api-key`.
+   * Whether a request's answer may be kept in the window (it is still shared
+   * with identical requests in flight), e.g. not for sampled generations a
+   * user expects to vary. Default: every answer is kept.
    */
-  credential?: (request: DedupRequest) => string | undefined;
+  store?: (request: DedupRequest) => boolean;
+  /**
+   * Let callers steer reuse with `Cache-Control`: `no-cache` (a fresh answer),
+   * `no-store` (not kept), `max-age=N` (a stored answer at most N s old). A
+   * cached answer carries `Age`. Default true.
+   */
+  honorCacheControl?: boolean;
 }
 
 export const DEDUP_FIELDS = {
@@ -59,5 +67,6 @@ export const DEDUP_FIELDS = {
   maxEntryBytes: { check: 'positiveInt', default: 1_048_576 },
   cancelWhenAbandoned: { check: 'boolean', default: false },
   key: { check: 'function' },
-  credential: { check: 'function' },
+  store: { check: 'function' },
+  honorCacheControl: { check: 'boolean', default: true },
 } as const satisfies Fields<DedupOptions>;

@@ -34,15 +34,18 @@ export class RetryPolicy {
         return await attempt();
       } catch (error) {
         if (retries >= this.retries || !this.shouldRetry(error) || call.cancelled) throw error;
-        await this.backOff(retries, call.signal());
+        // The upstream said when to come back: sooner is pointless, and later than our bound is the client's call.
+        const asked = retryAfterMsOf(error);
+        if (asked !== undefined && asked > this.maxDelayMs) throw error;
+        await this.backOff(retries, call.signal(), asked);
         await beforeRetry?.(call.signal());
       }
     }
   }
 
-  /** Waits `min(maxDelayMs, baseDelayMs * 2^n)` with full jitter, or until cancelled. */
-  private backOff(retries: number, signal: AbortSignal): Promise<void> {
-    const delay = Math.random() * Math.min(this.maxDelayMs, this.baseDelayMs * 2 ** retries);
+  /** Waits `min(maxDelayMs, baseDelayMs * 2^n)` with full jitter (at least what the upstream asked), or until cancelled. */
+  private backOff(retries: number, signal: AbortSignal, atLeastMs = 0): Promise<void> {
+    const delay = Math.max(atLeastMs, Math.random() * Math.min(this.maxDelayMs, this.baseDelayMs * 2 ** retries));
     return new Promise<void>((resolve, reject) => {
       if (signal.aborted) return reject(signal.reason);
       const onAbort = () => {
@@ -56,4 +59,18 @@ export class RetryPolicy {
       signal.addEventListener('abort', onAbort, { once: true });
     });
   }
+}
+
+/**
+ * How long an error says to wait before trying again: its `retryAfterMs`, or
+ * its `retryAfter` (seconds, or an HTTP date, as the `Retry-After` header).
+ */
+export function retryAfterMsOf(error: unknown): number | undefined {
+  const e = error as { retryAfterMs?: unknown; retryAfter?: unknown } | undefined;
+  if (typeof e?.retryAfterMs === 'number' && Number.isFinite(e.retryAfterMs)) return Math.max(0, e.retryAfterMs);
+  if (typeof e?.retryAfter !== 'string' || e.retryAfter.trim() === '') return undefined;
+  const seconds = Number(e.retryAfter);
+  if (Number.isFinite(seconds)) return Math.max(0, seconds * 1000);
+  const date = Date.parse(e.retryAfter);
+  return Number.isNaN(date) ? undefined : Math.max(0, date - Date.now());
 }

@@ -1,0 +1,207 @@
+import { afterEach, describe, expect, it } from '@jest/globals';
+import OpenAI from 'openai';
+import { PLATFORMS, waitFor } from '../support/platforms.js';
+import { countingFetch, postJson, send, startGateway, uniquePrompt, type GatewayUnderTest } from '../support/gateway-harness.js';
+
+/**
+ * One gateway, several keys: a tenant whose own requests fail cannot open the
+ * breaker for the others; credentials and answer-changing headers keep
+ * answers apart; abandoned work and floods do not starve a live tenant; a
+ * provider's rate limit stays retryable by the SDK.
+ */
+
+const chat = (content: string) => ({ model: 'mock-model', messages: [{ role: 'user', content }] });
+const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
+
+describe.each(PLATFORMS)('tenants (%s)', (platform) => {
+  let g: GatewayUnderTest | undefined;
+  afterEach(async () => {
+    await g?.close();
+    g = undefined;
+  });
+  const start = async (flags: string[] = [], mock = {}) => {
+    g = await startGateway({ flags: ['--platform', platform, ...flags], mock });
+    return g;
+  };
+  const breakerState = async (gateway: GatewayUnderTest) => (await send(`${gateway.gatewayUrl}/health`)).json.upstream.breaker as string;
+
+  describe('failures are attributed before they count', () => {
+    it.each([
+      ['500s on its own prompts', [] as string[], (i: number) => `mock:fail-500 poison ${i}`, 500],
+      ['its own generations running past --timeout', ['--timeout', '0.3'], (i: number) => `mock:slow-2000 long ${i}`, 504],
+    ])('a tenant getting %s never opens the breaker for another: the victim keeps >= 99%% answered', async (_what, flags, prompt, status) => {
+      const gateway = await start(['--retries', '0', ...flags]);
+      // The victim is being served when the bad tenant arrives (with nobody else around, one tenant's failures
+      // cannot be told from an outage, and do open the breaker: the next test).
+      const victim = (i: number) => postJson(`${gateway.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt(`healthy ${i}`)), bearer('sk-victim'));
+      for (let i = 0; i < 3; i++) expect((await victim(-1 - i)).status).toBe(200);
+      let stop = false;
+      const badStatuses: number[] = [];
+      let n = 0;
+      // Eight loops of the bad tenant's requests, each different.
+      const bad = Array.from({ length: 8 }, async () => {
+        while (!stop) {
+          const r = await postJson(`${gateway.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt(prompt(n++))), bearer('sk-bad-tenant'));
+          badStatuses.push(r.status);
+        }
+      });
+      let answered = 0;
+      const victimRequests = 150;
+      for (let i = 0; i < victimRequests; i++) if ((await victim(i)).status === 200) answered++;
+      stop = true;
+      await Promise.all(bad);
+      expect(badStatuses.length).toBeGreaterThan(8);
+      // The bad tenant got its own errors, never a refusal.
+      expect([...new Set(badStatuses)]).toEqual([status]);
+      expect(answered / victimRequests).toBeGreaterThanOrEqual(0.99);
+      expect(await breakerState(gateway)).toBe('closed');
+    }, 60_000);
+
+    it('an outage seen by one tenant only (no one else succeeding) still opens the breaker after 5 calls', async () => {
+      const gateway = await start(['--retries', '0']);
+      gateway.provider.setMode('error503');
+      const before = gateway.provider.stats().total;
+      const statuses: number[] = [];
+      for (let i = 0; i < 12; i++) {
+        statuses.push((await postJson(`${gateway.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt(`outage ${i}`)), bearer('sk-only'))).status);
+      }
+      expect(gateway.provider.stats().total - before).toBe(5);
+      expect(statuses.filter((s) => s === 503)).toHaveLength(12);
+      expect(await breakerState(gateway)).not.toBe('closed');
+    });
+  });
+
+  describe('one identity, and the headers that change an answer', () => {
+    it('the same Basic authorization with different x-api-key values: two calls, two answers', async () => {
+      const gateway = await start();
+      const prompt = uniquePrompt('basic');
+      const headers = (key: string) => ({ authorization: 'Basic aW5ncmVzczpzZWNyZXQ=', 'x-api-key': key });
+      const a = await postJson(`${gateway.gatewayUrl}/v1/chat/completions`, chat(prompt), headers('sk-a'));
+      const b = await postJson(`${gateway.gatewayUrl}/v1/chat/completions`, chat(prompt), headers('sk-b'));
+      expect(a.headers.get('x-orchestrator-dedup')).toBe('miss');
+      expect(b.headers.get('x-orchestrator-dedup')).toBe('miss');
+      expect(b.json.id).not.toBe(a.json.id);
+    });
+
+    it('with --gateway-keys and the provider key from the environment, one gateway key never gets another\'s answer', async () => {
+      g = await startGateway({ flags: ['--platform', platform, '--gateway-keys', 'gk-1,gk-2'], env: { OPENAI_API_KEY: 'sk-provider' } });
+      const prompt = uniquePrompt('gateway keys');
+      const one = await postJson(`${g.gatewayUrl}/v1/chat/completions`, chat(prompt), bearer('gk-1'));
+      const two = await postJson(`${g.gatewayUrl}/v1/chat/completions`, chat(prompt), bearer('gk-2'));
+      const oneAgain = await postJson(`${g.gatewayUrl}/v1/chat/completions`, chat(prompt), bearer('gk-1'));
+      expect([one, two, oneAgain].map((r) => r.headers.get('x-orchestrator-dedup'))).toEqual(['miss', 'miss', 'cached']);
+      expect(two.json.id).not.toBe(one.json.id);
+    });
+
+    it('OpenAI-Organization and OpenAI-Project are forwarded, and a different project is a different answer', async () => {
+      const gateway = await start();
+      const prompt = uniquePrompt('projects');
+      const client = (project: string) =>
+        new OpenAI({ baseURL: `${gateway.gatewayUrl}/v1`, apiKey: 'sk-org', organization: 'org-1', project, maxRetries: 0 });
+      const a = await client('proj-a').chat.completions.create(chat(prompt) as OpenAI.ChatCompletionCreateParamsNonStreaming);
+      const b = await client('proj-b').chat.completions.create(chat(prompt) as OpenAI.ChatCompletionCreateParamsNonStreaming);
+      expect(b.id).not.toBe(a.id);
+      const headers = gateway.provider.calls().map((c) => c.headers);
+      expect(headers).toEqual(
+        expect.arrayContaining([
+          expect.objectContaining({ 'openai-organization': 'org-1', 'openai-project': 'proj-a' }),
+          expect.objectContaining({ 'openai-organization': 'org-1', 'openai-project': 'proj-b' }),
+        ]),
+      );
+    });
+
+    it('anthropic-beta and anthropic-version are in the key (--provider anthropic)', async () => {
+      const gateway = await start(['--provider', 'anthropic']);
+      const body = { model: 'claude-mock', max_tokens: 20, messages: [{ role: 'user', content: uniquePrompt('beta') }] };
+      const plain = await postJson(`${gateway.gatewayUrl}/v1/messages`, body, { 'x-api-key': 'sk-ant' });
+      const beta = await postJson(`${gateway.gatewayUrl}/v1/messages`, body, { 'x-api-key': 'sk-ant', 'anthropic-beta': 'tools-2024-04-04' });
+      const version = await postJson(`${gateway.gatewayUrl}/v1/messages`, body, { 'x-api-key': 'sk-ant', 'anthropic-version': '2024-01-01' });
+      expect([plain, beta, version].map((r) => r.headers.get('x-orchestrator-dedup'))).toEqual(['miss', 'miss', 'miss']);
+      const betas = gateway.provider.calls().map((c) => c.headers?.['anthropic-beta']);
+      expect(betas).toContain('tools-2024-04-04');
+    });
+  });
+
+  describe('a fair share of the provider', () => {
+    it('abandoned streams move to a small detached budget: a live tenant\'s first byte is not held up by them', async () => {
+      // 4 slots, a detached budget of 1: 4 long streams (about 4 s each) whose clients leave after the first chunk.
+      const gateway = await start(['--concurrency', '4'], { latencyMs: 5, streamChunkDelayMs: 200 });
+      const longPrompt = (i: number) => uniquePrompt(`abandoned ${i} ` + 'word '.repeat(20));
+      const controllers = Array.from({ length: 4 }, () => new AbortController());
+      await Promise.all(
+        controllers.map(async (controller, i) => {
+          const response = await fetch(`${gateway.gatewayUrl}/v1/chat/completions`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', ...bearer('sk-leaver') },
+            body: JSON.stringify({ ...chat(longPrompt(i)), stream: true }),
+            signal: controller.signal,
+          });
+          const reader = response.body!.getReader();
+          await reader.read();
+          controller.abort();
+        }),
+      );
+      await waitFor(() => gateway.provider.stats().inFlight <= 1, 5_000, 'the abandoned streams over the budget to be cancelled');
+      const started = performance.now();
+      const live = await postJson(`${gateway.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt('live')), bearer('sk-live'));
+      expect(live.status).toBe(200);
+      expect(performance.now() - started).toBeLessThan(2_000); // a stream takes ~4 s: the live call did not wait for one
+      const limiter = (await send(`${gateway.gatewayUrl}/health`)).json.limiters.find((l: { name: string }) => l.name === 'upstream');
+      expect(limiter.detached).toBeLessThanOrEqual(1);
+    }, 30_000);
+
+    it('a flood from one tenant delays another by a turn, not by the whole backlog', async () => {
+      const gateway = await start(['--concurrency', '2'], { latencyMs: 150 });
+      const order: string[] = [];
+      const flood = Array.from({ length: 30 }, (_, i) =>
+        postJson(`${gateway.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt(`flood ${i}`)), bearer('sk-flood')).then(() => order.push('flood')),
+      );
+      await waitFor(() => gateway.provider.stats().total >= 2, 5_000, 'the flood to take both slots');
+      const light = postJson(`${gateway.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt('light')), bearer('sk-light')).then((r) => {
+        order.push('light');
+        return r;
+      });
+      expect((await light).status).toBe(200);
+      await Promise.all(flood);
+      // In turn: at most the two in flight and the next two finish before it, not thirty.
+      expect(order.indexOf('light')).toBeLessThanOrEqual(4);
+    }, 30_000);
+  });
+
+  describe('rate limits stay retryable', () => {
+    it('a provider 429 reaches the SDK with its Retry-After and without x-should-retry: false, and the SDK retries it', async () => {
+      const gateway = await start();
+      gateway.provider.setMode('error429', { retryAfterSeconds: 0 });
+      const raw = await postJson(`${gateway.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt('limited')), bearer('sk-429'));
+      expect(raw.status).toBe(429);
+      expect(raw.headers.get('retry-after')).toBe('0');
+      expect(raw.headers.get('x-should-retry')).not.toBe('false');
+
+      const counting = countingFetch();
+      const client = new OpenAI({ baseURL: `${gateway.gatewayUrl}/v1`, apiKey: 'sk-429', fetch: counting.fetch, maxRetries: 2 });
+      const before = gateway.provider.stats().total;
+      const error = await client.chat.completions.create(chat(uniquePrompt('sdk limited')) as OpenAI.ChatCompletionCreateParamsNonStreaming).catch((e: unknown) => e);
+      expect((error as { status?: number }).status).toBe(429);
+      expect(counting.attempts()).toBe(3); // the SDK's own retries
+      expect(gateway.provider.stats().total - before).toBe(3); // one call per attempt: the gateway did not retry too
+      expect(await breakerState(gateway)).toBe('closed');
+    });
+
+    it('the gateway\'s own retry waits what a 503\'s Retry-After asks, and leaves a longer wait to the client', async () => {
+      const gateway = await start(['--retries', '1']);
+      gateway.provider.setMode('error503', { retryAfterSeconds: 1 });
+      const before = gateway.provider.calls().length;
+      await postJson(`${gateway.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt('retry after 1')), bearer('sk-503'));
+      const calls = gateway.provider.calls().slice(before);
+      expect(calls).toHaveLength(2);
+      expect(calls[1].receivedAt - calls[0].receivedAt).toBeGreaterThanOrEqual(1_000);
+
+      gateway.provider.setMode('error503', { retryAfterSeconds: 30 });
+      const beforeLong = gateway.provider.stats().total;
+      const long = await postJson(`${gateway.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt('retry after 30')), bearer('sk-503'));
+      expect(long.status).toBe(503);
+      expect(long.headers.get('retry-after')).toBe('30');
+      expect(gateway.provider.stats().total - beforeLong).toBe(1);
+    });
+  });
+});
