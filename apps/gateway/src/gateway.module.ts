@@ -1,11 +1,10 @@
 import { Global, Module, type DynamicModule, type MiddlewareConsumer, type NestModule } from '@nestjs/common';
 import { APP_GUARD } from '@nestjs/core';
-import KeyvRedis, { createClient } from '@keyv/redis';
-import { Keyv } from 'keyv';
 import { OrchestratorModule, type OrchestratorModuleOptions } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from './config/gateway-config.js';
 import { GatewayService } from './gateway.service.js';
 import { GATEWAY_CONFIG } from './gateway.tokens.js';
+import { SharedState } from './shared-state/shared-state.js';
 import { ApiError } from './http/api-error.js';
 import { GatewayGuard } from './http/gateway.guard.js';
 import { GatewayInterceptor } from './http/gateway.interceptor.js';
@@ -25,14 +24,14 @@ class GatewayCoreModule {
   static forRoot(config: GatewayConfig): DynamicModule {
     return {
       module: GatewayCoreModule,
-      providers: [{ provide: GATEWAY_CONFIG, useValue: config }, GatewayService, Lifecycle],
-      exports: [GATEWAY_CONFIG, GatewayService, Lifecycle],
+      providers: [{ provide: GATEWAY_CONFIG, useValue: config }, GatewayService, Lifecycle, SharedState],
+      exports: [GATEWAY_CONFIG, GatewayService, Lifecycle, SharedState],
     };
   }
 }
 
 /** The CLI's settings as the plugin's module options: the gateway is an ordinary user of the plugin. */
-export function orchestratorOptions(config: GatewayConfig, gateway: GatewayService): OrchestratorModuleOptions {
+export function orchestratorOptions(config: GatewayConfig, gateway: GatewayService, shared: SharedState): OrchestratorModuleOptions {
   return {
     // The guard computed the key in its one walk over the body (absent with --no-dedup: nothing is deduplicated).
     dedup: {
@@ -70,7 +69,8 @@ export function orchestratorOptions(config: GatewayConfig, gateway: GatewayServi
         isFailure: (error) => !(error instanceof ApiError) && gateway.provider.isFailure(error),
       },
     },
-    windowStores: config.redisUrl ? [redisWindowStore(config.redisUrl)] : undefined,
+    windowStores: shared.windowStore ? [shared.windowStore] : undefined,
+    coordinator: shared.coordinator,
   };
 }
 
@@ -87,23 +87,6 @@ export function isSampled(body: unknown): boolean {
   return temperature === undefined || temperature === null || (typeof temperature === 'number' && temperature > 0);
 }
 
-/**
- * The answer window's Redis store. Commands fail at once while the connection
- * is down (no offline queue to pile up in) and reconnection backs off to 2 s;
- * the window itself bounds every operation and reports the outage.
- */
-function redisWindowStore(url: string): Keyv {
-  const client = createClient({
-    url,
-    disableOfflineQueue: true,
-    socket: { connectTimeout: 1_000, reconnectStrategy: (retries) => Math.min(100 * 2 ** retries, 2_000) },
-  });
-  // node-redis throws an unhandled 'error' event; the window logs the outage once instead.
-  client.on('error', () => undefined);
-  // The Redis adapter prefixes keys with its namespace; Keyv's own namespace would add the prefix twice.
-  return new Keyv({ store: new KeyvRedis(client, { namespace: 'nest-prompt-orchestrator' }), namespace: undefined });
-}
-
 @Module({})
 export class GatewayModule implements NestModule {
   static forRoot(config: GatewayConfig): DynamicModule {
@@ -112,7 +95,7 @@ export class GatewayModule implements NestModule {
       imports: [
         GatewayCoreModule.forRoot(config),
         OrchestratorModule.forRootAsync({
-          inject: [GATEWAY_CONFIG, GatewayService],
+          inject: [GATEWAY_CONFIG, GatewayService, SharedState],
           useFactory: orchestratorOptions,
           interceptor: GatewayInterceptor,
         }),

@@ -25,7 +25,10 @@ export {
   type OrchestratorHealth,
   type RunOptions,
   type RunCall,
+  type CallRequest,
+  type Reuse,
   type StartedCall,
+  hashIdentity,
 } from './core/orchestrator.js';
 export type { OrchestrateOptions, RoutePolicy } from './core/policy.js';
 export type { CallWork } from './core/call.js';
@@ -52,3 +55,14 @@ export type { BreakerSnapshot, BreakerState } from './core/breaker/circuit-break
 export type { LimiterSnapshot } from './core/concurrency/concurrency.registry.js';
 export type { DedupOutcome } from './core/dedup/single-flight.js';
 export { dedupKey, BodyTooDeepError, type DedupKeyInput, type DedupKeyOptions } from './core/dedup/dedup-key.js';
+
+// Replicas: one call and one breaker state across the fleet (optional; Redis through any node-redis-like client).
+export {
+  RemoteCallError,
+  DEFAULT_ERROR_CODEC,
+  type FlightCoordinator,
+  type BreakerCoordinator,
+  type SharedBreakerState,
+  type ErrorCodec,
+} from './core/cluster/coordination.js';
+export { RedisCoordinator, type RedisCoordinatorOptions, type RedisCommands, type RedisSubscriber } from './core/cluster/redis-coordinator.js';

@@ -11,6 +11,8 @@ export interface GatewayConfig {
   host: string;
   port: number;
   platform: PlatformKind;
+  /** Gateway processes on one port (node:cluster). */
+  workers: number;
   /** Upstream calls in flight at once. */
   concurrency: number;
   /** Upstream calls one tenant may have in flight at once (undefined: no cap of its own). */
@@ -41,6 +43,8 @@ export interface GatewayConfig {
   redisUrl?: string;
   /** Longest one Redis operation may take before it counts as a failure (and a miss). */
   redisTimeoutMs: number;
+  /** Namespace of every Redis key and channel. */
+  redisPrefix: string;
   /** Keys clients must present; empty = pass the client's own key through. */
   gatewayKeys: string[];
   /** Key the gateway sends upstream instead of the client's. */
@@ -81,6 +85,11 @@ const FLAGS: Record<string, FlagSpec> = {
   },
   host: { env: 'ORCHESTRATOR_HOST', value: 'HOST', help: 'address to listen on (default 127.0.0.1)' },
   port: { env: 'ORCHESTRATOR_PORT', value: 'PORT', help: 'port to listen on (default 18080; llama-server uses 8080)' },
+  workers: {
+    env: 'ORCHESTRATOR_WORKERS',
+    value: 'N',
+    help: 'gateway processes on this port (node:cluster); they share calls and breakers through --redis (default 1)',
+  },
   platform: { env: 'ORCHESTRATOR_PLATFORM', value: 'NAME', help: 'fastify | express (default fastify: less CPU per request)' },
   concurrency: { env: 'ORCHESTRATOR_CONCURRENCY', value: 'N', help: 'upstream calls in flight at once (default 32)' },
   'tenant-concurrency': {
@@ -145,6 +154,11 @@ const FLAGS: Record<string, FlagSpec> = {
     help: 'bytes the in-memory answer window keeps at most (default 268435456, 256 MiB)',
   },
   redis: { env: 'ORCHESTRATOR_REDIS_URL', value: 'URL', help: 'share the answer window with other replicas through Redis' },
+  'redis-prefix': {
+    env: 'ORCHESTRATOR_REDIS_PREFIX',
+    value: 'NAME',
+    help: 'namespace of every Redis key and channel (default npo); replicas that share calls share it',
+  },
   'redis-timeout': {
     env: 'ORCHESTRATOR_REDIS_TIMEOUT_SECS',
     value: 'SECS',
@@ -238,6 +252,7 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     host: raw('host') ?? '127.0.0.1',
     port,
     platform,
+    workers: integer('workers', 1, 1),
     concurrency: integer('concurrency', 32, 1),
     tenantConcurrency: raw('tenant-concurrency') === undefined ? undefined : integer('tenant-concurrency', 1, 1),
     fairQueue: !(values['no-fair-queue'] === true || isTrue(env.ORCHESTRATOR_NO_FAIR_QUEUE)),
@@ -258,6 +273,7 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     windowMaxBytes,
     redisUrl,
     redisTimeoutMs: seconds('redis-timeout', 0.1),
+    redisPrefix: raw('redis-prefix') ?? 'npo',
     gatewayKeys: (raw('gateway-keys') ?? '')
       .split(',')
       .map((k) => k.trim())

@@ -2,6 +2,7 @@ import { Controller, Get, Inject } from '@nestjs/common';
 import { OrchestratorService } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
+import { SharedState } from '../shared-state/shared-state.js';
 import { UPSTREAM } from './gateway-route.decorator.js';
 
 /**
@@ -13,6 +14,7 @@ export class HealthController {
   constructor(
     private readonly orchestrator: OrchestratorService,
     @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
+    private readonly shared: SharedState,
   ) {}
 
   @Get(['health', 'v1/health'])
@@ -21,9 +23,10 @@ export class HealthController {
     const breaker = health.breakers.find((b) => b.name === UPSTREAM);
     const state = breaker?.state ?? 'closed';
     const store = health.window.store;
+    const coordination = this.shared.coordinator?.health();
     return {
-      // Degraded: answers keep coming, but from memory only (the shared store is unreachable).
-      status: store?.state === 'degraded' ? 'degraded' : 'ok',
+      // Degraded: answers keep coming, but from memory only and per replica (Redis is unreachable).
+      status: store?.state === 'degraded' || coordination?.state === 'degraded' ? 'degraded' : 'ok',
       upstream: {
         provider: this.config.provider,
         state: state === 'closed' ? 'available' : state === 'half_open' ? 'recovering' : 'unavailable',
@@ -34,6 +37,7 @@ export class HealthController {
       dedup: { inFlight: health.inFlight, ...health.dedup },
       window: { entries: health.window.entries, bytes: health.window.bytes, maxBytes: health.window.maxBytes },
       store: store ?? null,
+      coordination: coordination ?? null,
     };
   }
 }

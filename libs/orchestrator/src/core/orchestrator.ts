@@ -11,6 +11,7 @@ import { AnswerWindow, replayEntry, type StoreState, type WindowHealth } from '.
 import { DEDUP_FIELDS, type DedupOptions, type DedupRequest } from './dedup/dedup.options.js';
 import { dedupKey } from './dedup/dedup-key.js';
 import { SingleFlight, type DedupOutcome } from './dedup/single-flight.js';
+import type { BreakerCoordinator, FlightCoordinator } from './cluster/coordination.js';
 import { ShuttingDownError } from './errors.js';
 import type { CallEvent } from './events.js';
 import { OrchestratorConfigError, checkFields, describeValue, withDefaults, type Fields } from './options.js';
@@ -49,6 +50,13 @@ export interface OrchestratorOptions {
    * share an answer. The identity is hashed before use.
    */
   tenant?: (request: DedupRequest) => string | undefined;
+  /**
+   * Makes the app's replicas behave as one: one upstream call for identical
+   * requests across the fleet (joiners on other replicas get its events), and
+   * one breaker state. E.g. `new RedisCoordinator({ client, subscriber })`.
+   * Without it, each replica dedups and breaks on its own.
+   */
+  coordinator?: FlightCoordinator & BreakerCoordinator;
 }
 
 const MODULE_FIELDS = {
@@ -61,6 +69,7 @@ const MODULE_FIELDS = {
   limits: { check: 'object' },
   windowStores: { check: 'array' },
   tenant: { check: 'function' },
+  coordinator: { check: 'object' },
 } as const satisfies Fields<OrchestratorOptions>;
 
 /** Throws `OrchestratorConfigError` naming the first option that cannot work. */
@@ -173,10 +182,12 @@ export class Orchestrator {
   private readonly flights = new SingleFlight<unknown>();
   private clientsGone = 0;
   private closing = false;
+  /** Fleet-wide claims in progress, per key: identical requests here wait for the first one's, then join it. */
+  private readonly claims = new Map<string, Promise<unknown>>();
 
   constructor(options?: OrchestratorOptions, hooks: OrchestratorHooks = {}) {
     this.options = validateOrchestratorOptions(options);
-    this.breakers = new BreakerRegistry(this.options.breaker, this.options.breakers);
+    this.breakers = new BreakerRegistry(this.options.breaker, this.options.breakers, this.options.coordinator);
     this.limiters = new ConcurrencyRegistry(this.options.concurrency, this.options.limits);
     const dedup = withDefaults(DEDUP_FIELDS, this.options.dedup);
     if (dedup.maxEntryBytes > dedup.maxBytes) {
@@ -257,16 +268,42 @@ export class Orchestrator {
     }
     let reachedUpstream = false;
     const handle: CallHandle = {};
-    const guarded = guardedCall(policy, work, { source, onUpstream: () => (reachedUpstream = true), handle });
+    const lead = () => guardedCall(policy, work, { source, onUpstream: () => (reachedUpstream = true), handle });
+    let outcome: DedupOutcome = 'miss';
+    let call$: Observable<CallEvent<T>>;
+    const coordinator = this.options.coordinator;
+    if (coordinator && !reuse?.noCache) {
+      // Another request here may be claiming the same key across the fleet: wait for it, then join it.
+      const pending = this.claims.get(key);
+      if (pending) {
+        await pending;
+        const running = flights.join(key);
+        if (running) return this.answer('joined', running);
+      }
+      const claiming = coordinator.claim<T>(key, lead);
+      this.claims.set(key, claiming);
+      const claim = await claiming.finally(() => {
+        if (this.claims.get(key) === claiming) this.claims.delete(key);
+      });
+      if (claim?.role === 'follow') {
+        outcome = 'joined';
+        call$ = claim.events;
+      } else call$ = claim ? claim.publish(lead()) : lead();
+    } else call$ = lead();
     const window = reuse?.noStore ? undefined : dedup.window;
-    const events = flights.lead(key, guarded, {
+    const events = flights.lead(key, call$, {
       // Every caller gone: a call that has not reached the upstream is dropped; one that has keeps running for the
       // window (unless the route says not to) in the limiter's detached budget, or is cancelled when that is full.
       cancelWhenAbandoned: () => dedup.cancelWhenAbandoned || !reachedUpstream || !(handle.detach?.() ?? true),
       maxEntryBytes: dedup.maxEntryBytes,
-      onSuccess: window ? (entry) => window.set(key, entry, dedup.windowMs) : undefined,
+      // The leader keeps the answer (memory and shared store); a replica that followed it keeps a copy in memory.
+      onSuccess: !window
+        ? undefined
+        : outcome === 'miss'
+          ? (entry) => window.set(key, entry, dedup.windowMs)
+          : async (entry) => void window.setLocal(key, entry, dedup.windowMs),
     });
-    return this.answer('miss', events);
+    return this.answer(outcome, events);
   }
 
   /**

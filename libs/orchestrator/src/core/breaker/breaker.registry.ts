@@ -1,3 +1,4 @@
+import type { BreakerCoordinator } from '../cluster/coordination.js';
 import { withDefaults } from '../options.js';
 import { BREAKER_FIELDS, FAILURE_RATE_FIELDS, type BreakerOptions } from './breaker.options.js';
 import { CircuitBreaker, type BreakerSnapshot } from './circuit-breaker.js';
@@ -14,6 +15,8 @@ export class BreakerRegistry {
   constructor(
     private readonly defaults: BreakerOptions = {},
     private readonly named: Record<string, BreakerOptions> = {},
+    /** Shares every breaker's state across the app's replicas. */
+    private readonly fleet?: BreakerCoordinator,
   ) {}
 
   get(name: string, overrides: BreakerOptions = {}): CircuitBreaker {
@@ -24,7 +27,7 @@ export class BreakerRegistry {
         ...o,
         failureRate: o.failureRate && withDefaults(FAILURE_RATE_FIELDS, o.failureRate),
         isFailure: o.isFailure ?? isUpstreamFailure,
-      });
+      }, this.fleet);
       this.breakers.set(name, breaker);
     }
     return breaker;

@@ -1,6 +1,7 @@
 import OpossumBreaker from 'opossum';
 import { CircuitOpenError, isOrchestratorError } from '../errors.js';
 import type { WithDefaults } from '../options.js';
+import type { BreakerCoordinator, SharedBreakerState } from '../cluster/coordination.js';
 import { FailureAttribution, type CallSource } from './failure-attribution.js';
 import type { BREAKER_FIELDS, BreakerOptions, FAILURE_RATE_FIELDS, FailureRateOptions } from './breaker.options.js';
 
@@ -51,10 +52,19 @@ export class CircuitBreaker {
   private upstreamKnownDown = false;
   private probeTimer?: ReturnType<typeof setTimeout>;
   private probeAbort?: AbortController;
+  /** Applying another replica's transition: not to be announced back. */
+  private applyingRemote = false;
+  /** With a fleet, whether this replica is its prober (the others wait for its word while open). */
+  private prober = true;
+  /** The fleet-wide count of the last failure, and the announcement it may have led to (both bounded in time). */
+  private fleetCount?: Promise<void>;
+  private announcing?: Promise<void>;
 
   constructor(
     readonly name: string,
     private readonly options: CircuitBreakerOptions,
+    /** Shares this breaker's state with the other replicas of the app (see `BreakerCoordinator`). */
+    private readonly fleet?: BreakerCoordinator,
   ) {
     const rate = options.failureRate;
     this.opossumOptions = {
@@ -78,6 +88,7 @@ export class CircuitBreaker {
       if (isAbandoned(result)) return;
       this.consecutiveFailures = 0;
       this.streakTenants.clear();
+      if (this.fleet) void this.fleet.resetFailures(name);
     });
     // Registered before opossum decides to reopen after a failed probe, so the
     // doubled period is in place when its reset timer starts.
@@ -85,6 +96,7 @@ export class CircuitBreaker {
     this.breaker.on('open', () => {
       this.openedAt = Date.now();
       this.scheduleProbe();
+      if (this.fleet && !this.applyingRemote) this.announcing = this.fleet.announce(name, { state: 'open', openMs: this.opossumOptions.resetTimeout });
     });
     this.breaker.on('close', () => {
       this.consecutiveFailures = 0;
@@ -92,14 +104,40 @@ export class CircuitBreaker {
       this.upstreamKnownDown = false;
       this.opossumOptions.resetTimeout = options.openMs;
       this.stopProbe();
+      if (this.fleet && !this.applyingRemote) void this.fleet.announce(name, { state: 'closed' });
     });
-    // The health probe has just seen the upstream down: a live request sent as the half-open probe would
-    // only fail too (and cost a paid call). Count it as a failed probe without sending it.
     this.breaker.on('halfOpen', () => {
-      if (!this.upstreamKnownDown) return;
-      this.doubleOpenPeriod();
-      this.breaker.open();
+      // The health probe has just seen the upstream down: a live request sent as the half-open probe would
+      // only fail too (and cost a paid call). Count it as a failed probe without sending it.
+      if (this.upstreamKnownDown) {
+        this.doubleOpenPeriod();
+        this.breaker.open();
+      } else if (!this.prober) {
+        // In a fleet, only the prober tries the upstream; this replica waits for its word, refusing meanwhile.
+        this.applyingRemote = true;
+        this.breaker.open();
+        this.applyingRemote = false;
+      }
     });
+    if (fleet) {
+      void fleet.watch(name, (state) => this.applyRemote(state)).then((current) => {
+        if (current?.state === 'open') this.applyRemote(current);
+      });
+    }
+  }
+
+  /** Another replica opened or closed this breaker: the same here, without counting anything. */
+  private applyRemote(state: SharedBreakerState): void {
+    if (this.breaker.isShutdown) return;
+    this.applyingRemote = true;
+    try {
+      if (state.state === 'open' && !this.breaker.opened) {
+        if (state.openMs !== undefined) this.opossumOptions.resetTimeout = state.openMs;
+        this.breaker.open();
+      } else if (state.state === 'closed' && !this.breaker.closed) this.breaker.close();
+    } finally {
+      this.applyingRemote = false;
+    }
   }
 
   get state(): BreakerState {
@@ -164,6 +202,9 @@ export class CircuitBreaker {
       if ((error as { code?: string } | undefined)?.code === 'EOPENBREAKER') {
         throw new CircuitOpenError(this.name, this.retryAfterSeconds());
       }
+      // In a fleet, the failure is answered once it is counted (and an opening announced): the caller's next
+      // request, to whichever replica, then finds the breaker open. A failure costs a Redis round trip or two.
+      if (this.fleetCount) await this.fleetCount;
       throw error;
     }
   }
@@ -199,7 +240,20 @@ export class CircuitBreaker {
       this.doubleOpenPeriod();
       return; // opossum reopens a breaker whose probe failed
     }
-    if (this.breaker.closed && this.consecutiveFailures >= this.options.failureThreshold) this.openOrConfirm();
+    if (!this.breaker.closed) return;
+    if (!this.fleet) {
+      if (this.consecutiveFailures >= this.options.failureThreshold) this.openOrConfirm();
+      return;
+    }
+    // The fleet's run counts: five failures spread over four replicas are five in a row for the provider.
+    const local = this.consecutiveFailures;
+    this.fleetCount = this.fleet
+      .countFailure(this.name)
+      .then((fleetRun) => {
+        if (this.breaker.closed && (fleetRun ?? local) >= this.options.failureThreshold) this.openOrConfirm();
+        return this.announcing;
+      })
+      .then(() => undefined);
   }
 
   private doubleOpenPeriod(): void {
@@ -217,8 +271,21 @@ export class CircuitBreaker {
   private scheduleProbe(): void {
     const probe = this.options.healthProbe;
     if (!probe || this.probeTimer || this.breaker.isShutdown) return;
-    this.probeTimer = setTimeout(() => void this.runProbe(probe), this.options.probeIntervalMs);
+    this.probeTimer = setTimeout(() => void this.probeIfProber(probe), this.options.probeIntervalMs);
     this.probeTimer.unref?.();
+  }
+
+  /** In a fleet, one replica probes (the lease holder; another takes over if it dies); the others wait for its word. */
+  private async probeIfProber(probe: (signal: AbortSignal) => Promise<unknown>): Promise<void> {
+    if (this.fleet) {
+      this.prober = await this.fleet.isProber(this.name);
+      if (!this.prober) {
+        this.probeTimer = undefined;
+        if (!this.breaker.closed && !this.breaker.isShutdown) this.scheduleProbe();
+        return;
+      }
+    }
+    return this.runProbe(probe);
   }
 
   private async runProbe(probe: (signal: AbortSignal) => Promise<unknown>): Promise<void> {

@@ -118,10 +118,16 @@ export class AnswerWindow {
 
   /** Keeps the answer for `ttlMs` in memory and in the shared store; a store failure is reported, not thrown. */
   async set<T>(key: string, payload: WindowPayload<T>, ttlMs: number): Promise<void> {
+    const entry = this.setLocal(key, payload, ttlMs);
+    if (this.hasShared) await this.sharedOp((cache) => cache.set(key, entry, ttlMs));
+  }
+
+  /** Keeps the answer in memory only (another replica already put it in the shared store). */
+  setLocal<T>(key: string, payload: WindowPayload<T>, ttlMs: number): WindowEntry<T> {
     const storedAt = Date.now();
     const entry: WindowEntry<T> = { ...payload, storedAt, expiresAt: storedAt + ttlMs };
     this.memory.set(key, entry, { ttl: ttlMs });
-    if (this.hasShared) await this.sharedOp((cache) => cache.set(key, entry, ttlMs));
+    return entry;
   }
 
   health(): WindowHealth {

@@ -1,0 +1,110 @@
+import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
+import KeyvRedis, { createClient } from '@keyv/redis';
+import { Keyv } from 'keyv';
+import { DEFAULT_ERROR_CODEC, RedisCoordinator, isOrchestratorError, type ErrorCodec } from 'nest-prompt-orchestrator';
+import type { GatewayConfig } from '../config/gateway-config.js';
+import { GATEWAY_CONFIG } from '../gateway.tokens.js';
+import { ApiError } from '../http/api-error.js';
+import type { ClientApi } from '../providers/provider.js';
+import { UpstreamStreamError } from '../upstream/stream-end.js';
+import { UpstreamHttpError } from '../upstream/upstream-client.js';
+
+type RedisClient = ReturnType<typeof connect>;
+
+/**
+ * What replicas share through one Redis (`--redis`): the answer window, and a
+ * coordinator that makes one upstream call per key across the fleet and shares
+ * the breaker. Both never hold a request up: every operation is bounded, and
+ * while Redis is away each replica acts alone (said once in the log, shown in
+ * /health), then shares again once it is back.
+ */
+@Injectable()
+export class SharedState implements OnApplicationShutdown {
+  readonly windowStore?: Keyv;
+  readonly coordinator?: RedisCoordinator;
+  private readonly clients: RedisClient[] = [];
+  private readonly logger = new Logger('Gateway');
+
+  constructor(@Inject(GATEWAY_CONFIG) config: GatewayConfig) {
+    if (!config.redisUrl) return;
+    const client = connect(config.redisUrl);
+    const subscriber = client.duplicate();
+    subscriber.on('error', () => undefined);
+    this.clients.push(client, subscriber);
+    for (const c of this.clients) void c.connect().catch(() => undefined);
+    // The Redis adapter prefixes keys with its namespace; Keyv's own namespace would add the prefix twice.
+    this.windowStore = new Keyv({ store: new KeyvRedis(client, { namespace: `${config.redisPrefix}:window` }), namespace: undefined });
+    this.coordinator = new RedisCoordinator({
+      client,
+      subscriber,
+      prefix: config.redisPrefix,
+      opTimeoutMs: Math.max(config.redisTimeoutMs, 50),
+      errorCodec: GATEWAY_ERROR_CODEC,
+      onState: (state, error) =>
+        state === 'degraded'
+          ? this.logger.warn(`replica coordination through Redis unavailable (${describe(error)}); each replica acts alone until it is back`)
+          : this.logger.log('replica coordination through Redis is back'),
+    });
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    this.coordinator?.close();
+    // Bounded: a frozen Redis never holds shutdown up.
+    await Promise.all(this.clients.map((c) => Promise.race([c.quit().catch(() => c.destroy()), sleep(1_000).then(() => c.destroy())])));
+  }
+}
+
+/** A Redis client that fails commands at once while disconnected (no offline queue) and reconnects backing off to 2 s. */
+function connect(url: string) {
+  const client = createClient({
+    url,
+    disableOfflineQueue: true,
+    socket: { connectTimeout: 1_000, reconnectStrategy: (retries) => Math.min(100 * 2 ** retries, 2_000) },
+  });
+  // node-redis throws an unhandled 'error' event; the window and the coordinator report the outage once instead.
+  client.on('error', () => undefined);
+  return client;
+}
+
+/**
+ * The gateway's own errors across replicas: a replica that followed another's
+ * call answers its callers exactly as the leader answered its own (the
+ * provider's status and bytes, or the gateway's error).
+ */
+export const GATEWAY_ERROR_CODEC: ErrorCodec = {
+  encode(error) {
+    if (error instanceof UpstreamHttpError) {
+      return { t: 'upstream', status: error.status, body: error.body.toString('base64'), contentType: error.contentType, api: error.api, retryAfter: error.retryAfter };
+    }
+    if (error instanceof ApiError) return { t: 'api', status: error.status, message: error.message, code: error.code, param: error.param, type: error.type };
+    if (error instanceof UpstreamStreamError) return { t: 'stream', message: error.message, delivered: error.delivered };
+    if (isOrchestratorError(error)) return DEFAULT_ERROR_CODEC.encode(error);
+    return DEFAULT_ERROR_CODEC.encode(error);
+  },
+  decode(data) {
+    switch (data.t) {
+      case 'upstream':
+        return new UpstreamHttpError(
+          data.status as number,
+          Buffer.from(String(data.body), 'base64'),
+          data.contentType as string | undefined,
+          data.api as ClientApi,
+          data.retryAfter as string | undefined,
+        );
+      case 'api':
+        return new ApiError(data.status as number, String(data.message), (data.code as string | null) ?? null, (data.param as string | null) ?? null, data.type as string | undefined);
+      case 'stream':
+        return new UpstreamStreamError(String(data.message), Boolean(data.delivered));
+      default:
+        return DEFAULT_ERROR_CODEC.decode(data);
+    }
+  },
+};
+
+function describe(error: unknown): string {
+  return ((error as Error | undefined)?.message ?? String(error)).slice(0, 200);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
+}

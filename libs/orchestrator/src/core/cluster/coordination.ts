@@ -1,0 +1,126 @@
+import type { Observable } from 'rxjs';
+import type { BreakerState } from '../breaker/circuit-breaker.js';
+import { isOrchestratorError } from '../errors.js';
+import { RawResponse, isRawResponse, type CallEvent, type StreamHead } from '../events.js';
+
+/**
+ * How replicas of one app share what would otherwise be per process: one
+ * upstream call for identical requests across the fleet, and one breaker
+ * state. An implementation over Redis is in `redis-coordinator.ts`; without
+ * a coordinator everything works per replica.
+ */
+
+/** This replica won the call: run it, and every event goes out to the replicas that follow it. */
+export interface LeadClaim {
+  role: 'lead';
+  /** Wraps the call's events: each is published as it passes, the end (or the error) last; the lease is held meanwhile. */
+  publish<T>(events: Observable<CallEvent<T>>): Observable<CallEvent<T>>;
+}
+
+/** Another replica runs the call: its events, from the first, then live; on its death, a takeover (or an error). */
+export interface FollowClaim<T> {
+  role: 'follow';
+  events: Observable<CallEvent<T>>;
+}
+
+export interface FlightCoordinator {
+  /**
+   * Claims the one call for `key` across the fleet. `undefined` when
+   * coordination is unavailable right now (the store is down): the replica
+   * then acts alone. `lead` is what a follower runs if the leader dies before
+   * anything reached its callers.
+   */
+  claim<T>(key: string, lead: () => Observable<CallEvent<T>>): Promise<LeadClaim | FollowClaim<T> | undefined>;
+}
+
+/** A breaker transition another replica made, to apply here. */
+export interface SharedBreakerState {
+  state: Extract<BreakerState, 'open' | 'closed'>;
+  /** For `open`: how long the breaker stays open before its next probe. */
+  openMs?: number;
+}
+
+export interface BreakerCoordinator {
+  /** Counts one upstream failure fleet-wide; resolves with the fleet's current run of consecutive failures. */
+  countFailure(name: string): Promise<number | undefined>;
+  /** A success ends the fleet's run of failures (only called when one may be running). */
+  resetFailures(name: string): Promise<void>;
+  /** Tells the fleet this replica opened or closed the breaker. */
+  announce(name: string, state: SharedBreakerState): Promise<void>;
+  /** What other replicas announce, and the state the fleet is in right now (for a replica that starts late). */
+  watch(name: string, onChange: (state: SharedBreakerState) => void): Promise<SharedBreakerState | undefined>;
+  /** Whether this replica is the one that probes the upstream while the breaker is open (one prober per fleet). */
+  isProber(name: string): Promise<boolean>;
+}
+
+/** An error from another replica's call, as much of it as crosses the wire. */
+export class RemoteCallError extends Error {
+  override name = 'RemoteCallError';
+
+  constructor(
+    message: string,
+    readonly status?: number,
+    readonly code?: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Turns errors into what crosses the wire and back; an app can carry more of its own errors (see the gateway). */
+export interface ErrorCodec {
+  encode(error: unknown): Record<string, unknown>;
+  decode(data: Record<string, unknown>): Error;
+}
+
+export const DEFAULT_ERROR_CODEC: ErrorCodec = {
+  encode(error) {
+    const e = error as { message?: unknown; status?: unknown; statusCode?: unknown; code?: unknown };
+    const status = typeof e?.status === 'number' ? e.status : typeof e?.statusCode === 'number' ? e.statusCode : undefined;
+    return {
+      message: typeof e?.message === 'string' ? e.message : 'The call failed on another replica.',
+      ...(status !== undefined ? { status } : {}),
+      ...(typeof e?.code === 'string' ? { code: e.code } : {}),
+      // An orchestrator error (e.g. a timeout) keeps its status for the answer.
+      ...(isOrchestratorError(error) ? { status: error.status, code: error.code } : {}),
+    };
+  },
+  decode(data) {
+    return new RemoteCallError(String(data.message ?? 'The call failed on another replica.'), data.status as number | undefined, data.code as string | undefined);
+  },
+};
+
+/** One event as it crosses the wire. */
+export type WireEvent =
+  | { k: 'v'; v: unknown }
+  | { k: 'b'; b: string; ct: string; h?: Record<string, string>; s?: number }
+  | { k: 'h'; h: StreamHead }
+  | { k: 'c'; c: string }
+  | { k: 'end' }
+  | { k: 'err'; e: Record<string, unknown> };
+
+export function toWire<T>(event: CallEvent<T>): WireEvent {
+  switch (event.kind) {
+    case 'value': {
+      const value = event.value;
+      if (!isRawResponse(value)) return { k: 'v', v: value };
+      return { k: 'b', b: value.body.toString('base64'), ct: value.contentType, h: value.headers, s: value.status };
+    }
+    case 'head':
+      return { k: 'h', h: event.head };
+    case 'chunk':
+      return { k: 'c', c: event.chunk };
+  }
+}
+
+export function fromWire<T>(wire: Exclude<WireEvent, { k: 'end' } | { k: 'err' }>): CallEvent<T> {
+  switch (wire.k) {
+    case 'v':
+      return { kind: 'value', value: wire.v as T };
+    case 'b':
+      return { kind: 'value', value: new RawResponse(Buffer.from(wire.b, 'base64'), wire.ct, wire.h, wire.s) as T };
+    case 'h':
+      return { kind: 'head', head: wire.h };
+    case 'c':
+      return { kind: 'chunk', chunk: wire.c };
+  }
+}

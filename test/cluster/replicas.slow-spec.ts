@@ -1,0 +1,154 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import { startMockProvider, type MockProvider, type MockProviderOptions } from '../../apps/mock-provider/src/index.js';
+import { sseData, uniquePrompt } from '../support/gateway-harness.js';
+import { ensureBuilt, startGatewayProcess, type AppProcess } from '../support/gateway-process.js';
+import { waitFor } from '../support/platforms.js';
+import { redisServerMissing, startOwnedRedis, type OwnedRedis } from '../support/redis-server.js';
+
+/**
+ * Four gateway replicas as separate processes, sharing one Redis this suite
+ * owns: identical requests spread over them make one provider call in all,
+ * streams included; a leader killed mid-call is taken over by exactly one
+ * follower; an outage costs the provider about as many calls as one replica
+ * would; Redis going away makes each replica act alone, and its return makes
+ * them share again.
+ */
+
+const chat = (content: string, stream = false) => JSON.stringify({ model: 'mock-model', stream, messages: [{ role: 'user', content }] });
+
+async function ask(url: string, body: string, headers: Record<string, string> = {}) {
+  const response = await fetch(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: 'Bearer sk-fleet', ...headers },
+    body,
+  });
+  return { status: response.status, outcome: response.headers.get('x-orchestrator-dedup'), text: await response.text() };
+}
+
+describe('replicas sharing one Redis', () => {
+  let redis: OwnedRedis;
+  let provider: MockProvider;
+  let replicas: AppProcess[] = [];
+
+  beforeAll(async () => {
+    const missing = redisServerMissing();
+    if (missing) throw new Error(missing);
+    await ensureBuilt();
+  }, 180_000);
+  afterEach(async () => {
+    for (const replica of replicas) replica.kill();
+    replicas = [];
+    await provider?.close();
+    await redis?.close();
+  });
+  afterAll(async () => {
+    await redis?.close();
+  });
+
+  const fleet = async (count = 4, mock: MockProviderOptions = { latencyMs: 1_000 }, flags: string[] = []) => {
+    redis = await startOwnedRedis();
+    provider = await startMockProvider(mock);
+    replicas = await Promise.all(
+      Array.from({ length: count }, () =>
+        startGatewayProcess(['--upstream', provider.url, '--redis', redis.url, '--probe-interval', '0.2', '--breaker-open', '30', ...flags]),
+      ),
+    );
+    // Every replica has reached Redis (coordination ok) before traffic starts.
+    for (const replica of replicas) {
+      for (const deadline = Date.now() + 10_000; ; ) {
+        const health = (await (await fetch(`${replica.url}/health`)).json()) as { coordination: { state: string } | null };
+        if (health.coordination?.state === 'ok') break;
+        if (Date.now() > deadline) throw new Error('a replica never reached Redis');
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    }
+    return replicas;
+  };
+
+  it('200 identical requests round-robin over 4 replicas: 1 provider call, one answer, joined on the replicas that did not call', async () => {
+    const urls = (await fleet()).map((r) => r.url);
+    const body = chat(uniquePrompt('fleet herd'));
+    const answers = await Promise.all(Array.from({ length: 200 }, (_, i) => ask(urls[i % 4], body)));
+    expect(provider.stats().total).toBe(1);
+    expect(answers.every((a) => a.status === 200)).toBe(true);
+    expect(new Set(answers.map((a) => JSON.parse(a.text).id)).size).toBe(1);
+    const outcomes = answers.map((a) => a.outcome);
+    expect(outcomes.filter((o) => o === 'miss')).toHaveLength(1);
+    expect(outcomes.filter((o) => o === 'joined' || o === 'cached')).toHaveLength(199);
+  }, 60_000);
+
+  it('the same with streams: 1 provider call, every client the complete chunk sequence', async () => {
+    const urls = (await fleet(4, { latencyMs: 300, streamChunkDelayMs: 30 })).map((r) => r.url);
+    const prompt = uniquePrompt('fleet stream with a few words to stream');
+    const answers = await Promise.all(Array.from({ length: 40 }, (_, i) => ask(urls[i % 4], chat(prompt, true))));
+    expect(provider.stats().total).toBe(1);
+    const texts = answers.map((a) =>
+      sseData(a.text)
+        .filter((d) => d !== '[DONE]')
+        .map((d) => (JSON.parse(d) as { choices: Array<{ delta: { content?: string } }> }).choices[0]?.delta.content ?? '')
+        .join(''),
+    );
+    expect(new Set(texts).size).toBe(1);
+    expect(texts[0]).toBe(`Echo: ${prompt}`);
+    expect(answers.every((a) => sseData(a.text).at(-1) === '[DONE]')).toBe(true);
+  }, 60_000);
+
+  it('the leader SIGKILLed mid-call: the waiters on other replicas are answered, from a single takeover call', async () => {
+    const [leader, ...others] = await fleet(4, { latencyMs: 3_000 });
+    const body = chat(uniquePrompt('leader dies'));
+    void ask(leader.url, body).catch(() => undefined);
+    await waitFor(() => provider.stats().total === 1, 10_000, 'the leader to call');
+    const waiting = others.map((replica) => ask(replica.url, body));
+    await new Promise((resolve) => setTimeout(resolve, 300)); // they are following by now
+    leader.kill();
+    const answers = await Promise.all(waiting);
+    expect(answers.map((a) => a.status)).toEqual([200, 200, 200]);
+    expect(new Set(answers.map((a) => JSON.parse(a.text).id)).size).toBe(1);
+    expect(provider.stats().total).toBe(2); // the dead leader's call, and one takeover
+  }, 60_000);
+
+  it('an outage over 4 replicas: at most 5 calls reach the failing provider in all; recovery within about a second on every replica', async () => {
+    const urls = (await fleet(4, { latencyMs: 5 }, ['--retries', '0'])).map((r) => r.url);
+    provider.setMode('error503');
+    const outageStarted = performance.now();
+    for (let i = 0; i < 24; i++) await ask(urls[i % 4], chat(uniquePrompt(`outage ${i}`)));
+    // Model calls: the health probes (GET /v1/models, by the fleet's one prober) are counted apart.
+    const stats = provider.stats();
+    expect(stats.byRoute['/v1/chat/completions']).toBeLessThanOrEqual(5);
+    // One prober for the fleet, every 0.2 s at most.
+    expect(stats.byRoute['/v1/models'] ?? 0).toBeLessThanOrEqual(Math.ceil((performance.now() - outageStarted) / 200) + 1);
+    provider.setMode('ok');
+    const recoveredAt = performance.now();
+    for (const url of urls) {
+      for (;;) {
+        if ((await ask(url, chat(uniquePrompt('after')))).status === 200) break;
+        if (performance.now() - recoveredAt > 5_000) throw new Error('a replica did not recover');
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    }
+    expect(performance.now() - recoveredAt).toBeLessThan(2_500);
+  }, 60_000);
+
+  it('Redis stopped mid-run: requests keep succeeding per replica; Redis back: sharing resumes', async () => {
+    const urls = (await fleet(2, { latencyMs: 300 })).map((r) => r.url);
+    await redis.kill();
+    const alone = await Promise.all(urls.map((url) => ask(url, chat(uniquePrompt('redis gone')))));
+    expect(alone.map((a) => a.status)).toEqual([200, 200]);
+    await redis.restart();
+    for (const replica of replicas) {
+      for (const deadline = Date.now() + 10_000; ; ) {
+        const health = (await (await fetch(`${replica.url}/health`)).json()) as { coordination: { state: string } };
+        // Tried again within a second of the next request: ask, then look.
+        await ask(replica.url, chat(uniquePrompt('probe')));
+        if (health.coordination.state === 'ok') break;
+        if (Date.now() > deadline) throw new Error('a replica never shared again');
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+    }
+    const before = provider.stats().total;
+    const body = chat(uniquePrompt('shared again'));
+    const answers = await Promise.all(Array.from({ length: 10 }, (_, i) => ask(urls[i % 2], body)));
+    expect(answers.every((a) => a.status === 200)).toBe(true);
+    expect(provider.stats().total - before).toBe(1);
+  }, 60_000);
+});
