@@ -52,6 +52,23 @@ async function untilWritten(gateway: GatewayUnderTest): Promise<void> {
   await until(async () => (await health(gateway)).dedup.inFlight === 0, 'the answer to be written');
 }
 
+/**
+ * An answer A stores is found by B. Right after Redis returns, one store
+ * operation may still miss its time bound on a busy machine (a miss, never a
+ * wrong answer), so fresh prompts are tried until one is shared, within 10 s.
+ */
+async function sharingResumes(a: GatewayUnderTest, b: GatewayUnderTest, label: string): Promise<void> {
+  let last: string | null = null;
+  for (const deadline = Date.now() + 10_000; Date.now() < deadline; ) {
+    const prompt = uniquePrompt(label);
+    expect((await timedChat(a, prompt)).response.headers.get('x-orchestrator-dedup')).toBe('miss');
+    await untilWritten(a);
+    last = (await timedChat(b, prompt)).response.headers.get('x-orchestrator-dedup');
+    if (last === 'cached') return;
+  }
+  throw new Error(`sharing did not resume: B's last outcome was ${last}`);
+}
+
 /** Polls an async condition (no fixed sleeps) for up to 10 s. */
 async function until(condition: () => Promise<boolean>, what: string): Promise<void> {
   for (const deadline = Date.now() + 10_000; !(await condition()); ) {
@@ -118,10 +135,7 @@ describe.each(PLATFORMS)('Redis faults under the gateway (%s)', (platform) => {
 
     // Sharing resumes: an answer A stores now is found by another replica.
     const b = await gateway(redis.url);
-    const prompt = uniquePrompt('after recovery');
-    expect((await timedChat(a, prompt)).response.headers.get('x-orchestrator-dedup')).toBe('miss');
-    await untilWritten(a);
-    expect((await timedChat(b, prompt)).response.headers.get('x-orchestrator-dedup')).toBe('cached');
+    await sharingResumes(a, b, 'after recovery');
   }, 60_000);
 
   // Nest's logger is one per process, so with two replicas here the log is checked in the one-replica cases.
@@ -144,16 +158,17 @@ describe.each(PLATFORMS)('Redis faults under the gateway (%s)', (platform) => {
 
     await redis.restart();
     for (const replica of [a, b]) await until(async () => (await health(replica)).store.state === 'ok', 'both replicas to see Redis back');
-    const prompt = uniquePrompt('after the restart');
-    await timedChat(a, prompt);
-    await untilWritten(a);
-    expect((await timedChat(b, prompt)).response.headers.get('x-orchestrator-dedup')).toBe('cached');
+    await sharingResumes(a, b, 'after the restart');
   }, 60_000);
 
   it('Redis frozen (SIGSTOP): no request waits on it; 100 concurrent requests through the official SDK are all answered', async () => {
     redis = await startOwnedRedis();
     const a = await gateway(redis.url, true);
     await timedChat(a, uniquePrompt('warm'));
+    await until(async () => (await health(a)).store.state === 'ok', 'the store to be reachable before the freeze');
+    // A slow operation on a busy machine may already have been reported (and its recovery): count from here.
+    const outagesBefore = logger.count(OUTAGE);
+    const recoveriesBefore = logger.count(RECOVERY);
     redis.freeze();
     const client = new OpenAI({ baseURL: `${a.gatewayUrl}/v1`, apiKey: 'sk-redis-outage', maxRetries: 0, timeout: 10_000 });
     const started = performance.now();
@@ -163,10 +178,10 @@ describe.each(PLATFORMS)('Redis faults under the gateway (%s)', (platform) => {
     expect(answers).toHaveLength(100);
     expect(performance.now() - started).toBeLessThan(5_000);
     expect((await health(a)).store.state).toBe('degraded');
-    expect(logger.count(OUTAGE)).toBe(1);
+    expect(logger.count(OUTAGE) - outagesBefore).toBe(1);
 
     redis.thaw();
-    await waitFor(() => logger.count(RECOVERY) === 1, 10_000, 'the recovery line');
+    await waitFor(() => logger.count(RECOVERY) - recoveriesBefore === 1, 10_000, 'the recovery line');
   }, 60_000);
 
   it('Redis refusing auth: answered from memory, reported degraded with the reason', async () => {

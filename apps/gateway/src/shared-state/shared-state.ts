@@ -1,7 +1,7 @@
-import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import KeyvRedis, { createClient } from '@keyv/redis';
 import { Keyv } from 'keyv';
-import { DEFAULT_ERROR_CODEC, RedisCoordinator, isOrchestratorError, type ErrorCodec } from 'nest-prompt-orchestrator';
+import { DEFAULT_ERROR_CODEC, RedisCoordinator, type ErrorCodec } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { ApiError } from '../http/api-error.js';
@@ -19,10 +19,11 @@ type RedisClient = ReturnType<typeof connect>;
  * /health), then shares again once it is back.
  */
 @Injectable()
-export class SharedState implements OnApplicationShutdown {
+export class SharedState implements OnModuleInit, OnApplicationShutdown {
   readonly windowStore?: Keyv;
   readonly coordinator?: RedisCoordinator;
   private readonly clients: RedisClient[] = [];
+  private connecting?: Promise<unknown>;
   private readonly logger = new Logger('Gateway');
 
   constructor(@Inject(GATEWAY_CONFIG) config: GatewayConfig) {
@@ -31,9 +32,10 @@ export class SharedState implements OnApplicationShutdown {
     const subscriber = client.duplicate();
     subscriber.on('error', () => undefined);
     this.clients.push(client, subscriber);
-    for (const c of this.clients) void c.connect().catch(() => undefined);
-    // The Redis adapter prefixes keys with its namespace; Keyv's own namespace would add the prefix twice.
-    this.windowStore = new Keyv({ store: new KeyvRedis(client, { namespace: `${config.redisPrefix}:window` }), namespace: undefined });
+    this.connecting = Promise.all(this.clients.map((c) => c.connect().catch(() => undefined)));
+    // The Redis adapter prefixes keys with its namespace; Keyv's own namespace would add the prefix twice. Its errors
+    // must reach the window (a failure is a miss and an outage), not turn into "not found".
+    this.windowStore = new Keyv({ store: new KeyvRedis(client, { namespace: `${config.redisPrefix}:window`, throwOnErrors: true, throwOnConnectError: true }), namespace: undefined });
     this.coordinator = new RedisCoordinator({
       client,
       subscriber,
@@ -45,6 +47,15 @@ export class SharedState implements OnApplicationShutdown {
           ? this.logger.warn(`replica coordination through Redis unavailable (${describe(error)}); each replica acts alone until it is back`)
           : this.logger.log('replica coordination through Redis is back'),
     });
+  }
+
+  /**
+   * Listening starts once Redis is connected (or a second has passed): the
+   * client queues nothing while disconnected, so the first requests would
+   * otherwise miss the shared state and report an outage that is not one.
+   */
+  async onModuleInit(): Promise<void> {
+    await Promise.race([this.connecting, sleep(1_000)]);
   }
 
   async onApplicationShutdown(): Promise<void> {
@@ -78,7 +89,6 @@ export const GATEWAY_ERROR_CODEC: ErrorCodec = {
     }
     if (error instanceof ApiError) return { t: 'api', status: error.status, message: error.message, code: error.code, param: error.param, type: error.type };
     if (error instanceof UpstreamStreamError) return { t: 'stream', message: error.message, delivered: error.delivered };
-    if (isOrchestratorError(error)) return DEFAULT_ERROR_CODEC.encode(error);
     return DEFAULT_ERROR_CODEC.encode(error);
   },
   decode(data) {
