@@ -5,15 +5,17 @@ import { parseArgs } from 'node:util';
 import { renderTimelineSvg } from './chart.js';
 import { keyCostTable, runKeyCost } from './keycost.js';
 import { closeControlConnections } from './mock-control.js';
+import { clusterTable, runCluster } from './cluster.js';
 import { overheadTable, runOverhead } from './overhead.js';
 import { repoRoot, requireBuild, stopAllChildren, stopChildrenOnSignals } from './processes.js';
 import { checksTable, scenarioTable } from './report.js';
 import { runScale, scaleTable } from './scale.js';
+import { runSoak, soakTable } from './soak.js';
 import { TIMELINE_SCENARIOS, type TargetChoice, type TimelineScenario } from './scenarios.js';
 import { REFERENCE, describeGatewayDefaults, fmtMs, type TargetCheck } from './targets.js';
 import { runTimeline } from './timeline.js';
 
-const SCENARIOS = [...TIMELINE_SCENARIOS, 'overhead', 'scale', 'keycost'] as const;
+const SCENARIOS = [...TIMELINE_SCENARIOS, 'overhead', 'scale', 'keycost', 'cluster', 'soak'] as const;
 type Scenario = (typeof SCENARIOS)[number];
 
 const USAGE = `Usage: npm run bench -- <scenario> [options]
@@ -28,7 +30,8 @@ Options:
   --out DIR             where JSON results and SVG charts go (default bench-results)
   --docs                also copy the charts to docs/benchmarks/
   --strict              exit non-zero when a timing target is missed too (default: count targets only)
-  --duration S          overhead: seconds per measured stretch (default 10 x scale, at least 1)
+  --duration S          overhead: seconds per measured stretch (default 10 x scale, at least 1);
+                        soak: length of the run (default 120)
   --rounds N            overhead: rounds of a,b,c,d (default 2, at least 2)
   --connections N       overhead: autocannon connections (default 32)
   --help                this text
@@ -44,6 +47,7 @@ interface Cli {
   docs: boolean;
   strict: boolean;
   durationSec: number;
+  soakSec: number;
   rounds: number;
   connections: number;
 }
@@ -92,6 +96,7 @@ function parseCli(argv: string[]): Cli | undefined {
     docs: values.docs ?? false,
     strict: values.strict ?? false,
     durationSec,
+    soakSec: values.duration === undefined ? 120 : durationSec,
     rounds,
     connections,
   };
@@ -195,6 +200,22 @@ async function main(): Promise<number> {
       log(checksTable(result.checks));
       allChecks.push(...result.checks);
       await writeFile(file('json'), JSON.stringify({ scenario, scale: cli.scale, machine: machine(), ...result }, null, 1));
+      written.push(file('json'));
+    } else if (scenario === 'soak') {
+      const result = await runSoak({ durationSec: cli.soakSec, log });
+      log('');
+      log(soakTable(result));
+      log(checksTable(result.checks));
+      allChecks.push(...result.checks);
+      await writeFile(file('json'), JSON.stringify({ scenario, machine: machine(), ...result }, null, 1));
+      written.push(file('json'));
+    } else if (scenario === 'cluster') {
+      const result = await runCluster(log);
+      log('');
+      log(clusterTable(result));
+      log(checksTable(result.checks));
+      allChecks.push(...result.checks);
+      await writeFile(file('json'), JSON.stringify({ scenario, machine: machine(), ...result }, null, 1));
       written.push(file('json'));
     } else {
       const result = runKeyCost();

@@ -26,6 +26,7 @@ export const ENTRY = {
   gateway: 'dist/apps/gateway/src/main.js',
   minimalProxy: 'dist/test/bench/minimal-proxy.js',
   windowMemory: 'dist/test/bench/window-memory.js',
+  loopDelay: 'dist/test/bench/loop-delay.js',
 } as const;
 
 export function requireBuild(): void {
@@ -229,7 +230,7 @@ export function startMockProvider(latencyMs: number): Promise<ChildHandle> {
 }
 
 /** Starts the gateway in front of `upstream` on a free port; retries with another port if that one was taken meanwhile. */
-export async function startGateway(upstream: string, flags: readonly string[]): Promise<ChildHandle> {
+export async function startGateway(upstream: string, flags: readonly string[], options: { nodeArgs?: string[] } = {}): Promise<ChildHandle> {
   let lastError: unknown;
   for (let attempt = 0; attempt < 3; attempt++) {
     const port = await freePort();
@@ -239,7 +240,7 @@ export async function startGateway(upstream: string, flags: readonly string[]): 
         ENTRY.gateway,
         ['--provider', 'openai', '--upstream', upstream, '--host', '127.0.0.1', '--port', String(port), ...flags],
         /gateway listening on (http:\/\/[\d.]+:\d+)/,
-        { timeoutMs: 30_000 },
+        { timeoutMs: 30_000, nodeArgs: options.nodeArgs },
       );
     } catch (error) {
       lastError = error;

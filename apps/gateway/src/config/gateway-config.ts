@@ -153,7 +153,7 @@ const FLAGS: Record<string, FlagSpec> = {
     value: 'BYTES',
     help: 'bytes the in-memory answer window keeps at most (default 268435456, 256 MiB)',
   },
-  redis: { env: 'ORCHESTRATOR_REDIS_URL', value: 'URL', help: 'share the answer window with other replicas through Redis' },
+  redis: { env: 'ORCHESTRATOR_REDIS_URL', value: 'URL', help: 'share calls in flight, breakers and the answer window with other replicas through Redis (docs/scaling.md)' },
   'redis-prefix': {
     env: 'ORCHESTRATOR_REDIS_PREFIX',
     value: 'NAME',
