@@ -22,6 +22,8 @@ type RedisClient = ReturnType<typeof connect>;
 export class SharedState implements OnApplicationShutdown {
   readonly windowStore?: Keyv;
   readonly coordinator?: RedisCoordinator;
+  /** The commands connection, for other shared counts (rate limits, spend). */
+  readonly redis?: { sendCommand(args: string[]): Promise<unknown> };
   private readonly clients: RedisClient[] = [];
   private readonly logger = new Logger('Gateway');
 
@@ -31,6 +33,7 @@ export class SharedState implements OnApplicationShutdown {
     const subscriber = client.duplicate();
     subscriber.on('error', () => undefined);
     this.clients.push(client, subscriber);
+    this.redis = client;
     for (const c of this.clients) void c.connect().catch(() => undefined);
     // The Redis adapter prefixes keys with its namespace; Keyv's own namespace would add the prefix twice.
     this.windowStore = new Keyv({ store: new KeyvRedis(client, { namespace: `${config.redisPrefix}:window` }), namespace: undefined });
