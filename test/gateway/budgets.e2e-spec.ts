@@ -13,7 +13,7 @@ import { waitFor } from '../support/platforms.js';
  * messages, its completion tokens the words it echoes back.
  */
 
-const chat = (content: string, extra: Record<string, unknown> = {}) => ({ model: 'priced-model', temperature: 0, messages: [{ role: 'user', content }], ...extra });
+const chat = (content: string, extra: Record<string, unknown> = {}) => ({ model: 'priced-model', temperature: 0, messages: [{ role: 'user' as const, content }], ...extra });
 const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
 // Three words in, four out (the mock's echo): 7 tokens; at 1 USD per token in and out (1e6 per 1M), 7 USD per answer.
 const threeWords = (label: string) => `${label}-${Math.random().toString(36).slice(2, 8)} two three`;
