@@ -1,4 +1,4 @@
-import { createWriteStream, mkdirSync, renameSync, rmSync, statSync, type WriteStream } from 'node:fs';
+import { createWriteStream, mkdirSync, openSync, renameSync, rmSync, statSync, type WriteStream } from 'node:fs';
 import { dirname } from 'node:path';
 
 /** One line of the request log. No prompt, no answer, no key: hashes and figures only. */
@@ -84,7 +84,17 @@ export class RequestLog {
     } catch {
       this.size = 0;
     }
-    const stream = createWriteStream(this.file, { flags: 'a' });
+    let fd: number;
+    try {
+      // Opened now, not when the stream gets to it: a rotation renames the file this descriptor writes to.
+      fd = openSync(this.file, 'a');
+    } catch (error) {
+      if (!this.failed) this.log(`request log ${this.file}: cannot be opened (${(error as NodeJS.ErrnoException).code ?? 'error'}); lines are dropped`);
+      this.failed = true;
+      this.stream = undefined;
+      return;
+    }
+    const stream = createWriteStream(this.file, { fd });
     stream.on('error', (error: NodeJS.ErrnoException) => {
       if (!this.failed) this.log(`request log ${this.file}: write failed (${error.code ?? 'error'}); lines are dropped until it can be written`);
       this.failed = true;
