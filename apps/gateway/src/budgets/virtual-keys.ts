@@ -1,5 +1,5 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { readFileSync, watch, type FSWatcher } from 'node:fs';
+import { readFileSync, statSync, watch, type FSWatcher } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { parseSpendCap, type SpendCap } from './budget-config.js';
 
@@ -180,8 +180,10 @@ export class VirtualKeys {
 function readKeysFile(file: string): Entry[] {
   let text: string;
   try {
+    if (statSync(file).size > MAX_FILE_BYTES) throw new KeysFileError(`${file}: larger than ${MAX_FILE_BYTES} bytes`);
     text = readFileSync(file, 'utf8');
   } catch (error) {
+    if (error instanceof KeysFileError) throw error;
     throw new KeysFileError(`${file}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`);
   }
   try {
