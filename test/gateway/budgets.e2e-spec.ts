@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { Budgets } from '../../apps/gateway/src/budgets/budgets.service.js';
 import { countingFetch, postJson, sseData, startGateway, uniquePrompt, type GatewayUnderTest } from '../support/gateway-harness.js';
@@ -240,6 +241,20 @@ describe('budgets and keys', () => {
       expect(JSON.parse(readFileSync(spendFile, 'utf8')).totals).toBeDefined();
       g = await startGateway({ flags });
       expect((await postJson(`${g.gatewayUrl}/v1/chat/completions`, chat(threeWords('after')))).status).toBe(429);
+    });
+
+    it('counts an Anthropic stream from its own usage events (input at the start, output at the end)', async () => {
+      const dir = tempDir();
+      g = await startGateway({ flags: ['--provider', 'anthropic', '--prices', prices(dir)] });
+      const client = new Anthropic({ baseURL: g.gatewayUrl, apiKey: 'sk-ant-client', maxRetries: 0 });
+      const stream = client.messages.stream({ model: 'priced-model', max_tokens: 100, messages: [{ role: 'user', content: threeWords('anthropic') }] });
+      const message = await stream.finalMessage();
+      const tokens = message.usage.input_tokens + message.usage.output_tokens;
+      expect(message.usage.input_tokens).toBeGreaterThan(0);
+      expect(message.usage.output_tokens).toBeGreaterThan(0);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const today = Object.entries(g.app.get(Budgets).ledger.snapshot()).find(([id]) => id.startsWith('day:') && id.endsWith(':*'))![1];
+      expect(today.spentNano).toBe(tokens * 1e9);
     });
 
     it('caps one key by its own maxSpend, leaving the others served', async () => {
