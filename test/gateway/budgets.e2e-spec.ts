@@ -233,6 +233,8 @@ describe('budgets and keys', () => {
       const today = Object.entries(totals).find(([id]) => id.startsWith('day:') && id.endsWith(':*'))![1];
       // One paid answer (7 USD), five free copies (35 USD saved).
       expect(today).toEqual({ spentNano: 7e9, savedNano: 35e9 });
+      const health = (await (await fetch(`${g.gatewayUrl}/health`)).json()) as { budgets: Record<string, unknown> };
+      expect(health.budgets).toMatchObject({ maxSpend: { usd: 14, period: 'day' }, day: { spent: 7, saved: 35 }, keys: null });
       // Under the cap: the copies did not count.
       expect((await postJson(url, chat(threeWords('next')))).status).toBe(200);
       await g.close();

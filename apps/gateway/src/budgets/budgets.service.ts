@@ -142,6 +142,28 @@ export class Budgets implements OnApplicationShutdown {
     });
   }
 
+  /**
+   * For /health: the limits in force, and what this replica has seen spent and saved in the current UTC day and
+   * month (USD; with --redis, the fleet's totals are in Redis). No key and no key name's secret.
+   */
+  health() {
+    const totals = this.ledger.snapshot();
+    const all = (period: 'day' | 'month') => {
+      const entry = Object.entries(totals).find(([id]) => id.startsWith(`${period}:`) && id.endsWith(':*'))?.[1];
+      return { spent: (entry?.spentNano ?? 0) / NANO, saved: (entry?.savedNano ?? 0) / NANO };
+    };
+    return {
+      keys: this.keys?.size ?? null,
+      rateWindowSecs: this.window / 1000,
+      requestsPerWindow: this.settings.requestsPerWindow ?? null,
+      tokensPerWindow: this.settings.tokensPerWindow ?? null,
+      maxSpend: this.settings.maxSpend ?? null,
+      day: all('day'),
+      month: all('month'),
+      requestLogDropped: this.requestLog?.droppedLines ?? null,
+    };
+  }
+
   async onApplicationShutdown(): Promise<void> {
     this.keys?.close();
     this.ledger.close();
