@@ -5,8 +5,8 @@ import { join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { Budgets } from '../../apps/gateway/src/budgets/budgets.service.js';
-import { countingFetch, postJson, sseData, startGateway, uniquePrompt, type GatewayUnderTest } from '../support/gateway-harness.js';
-import { waitFor } from '../support/platforms.js';
+import { countingFetch, postJson, sseData, startGateway as startOn, uniquePrompt, type GatewayUnderTest } from '../support/gateway-harness.js';
+import { PLATFORMS, waitFor } from '../support/platforms.js';
 
 /**
  * Budgets and keys through the real gateway in front of the simulated
@@ -32,12 +32,14 @@ function tempDir(): string {
   return mkdtempSync(join(tmpdir(), 'npo-budgets-'));
 }
 
-describe('budgets and keys', () => {
+describe.each(PLATFORMS)('budgets and keys (%s)', (platform) => {
   let g: GatewayUnderTest | undefined;
   afterEach(async () => {
     await g?.close();
     g = undefined;
   });
+  // Every gateway of this suite on the platform under test.
+  const startGateway = (options: Parameters<typeof startOn>[0] = {}) => startOn({ ...options, flags: ['--platform', platform, ...(options.flags ?? [])] });
 
   describe('virtual keys', () => {
     const keysFile = (dir: string, keys: Record<string, unknown>) => {
