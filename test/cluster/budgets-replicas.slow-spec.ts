@@ -80,6 +80,26 @@ describe('budgets shared by replicas through Redis', () => {
     expect(counted.attempts()).toBe(2);
   }, 60_000);
 
+  it('a real SIGHUP re-reads the keys file: a bad one is refused in one line (no key in it) and the old keys stay', async () => {
+    provider = await startMockProvider({ latencyMs: 5 });
+    const dir = mkdtempSync(join(tmpdir(), 'npo-hup-'));
+    const keys = join(dir, 'keys.json');
+    writeFileSync(keys, JSON.stringify({ 'sk-hup-key-00001': { name: 'hup' } }));
+    const gateway = await startGatewayProcess(['--upstream', provider!.url, '--keys-file', keys]);
+    replicas.push(gateway);
+    expect((await ask(gateway.url, uniquePrompt('before'), 'sk-hup-key-00001')).status).toBe(200);
+    writeFileSync(keys, '{"sk-hup-key-00002": {"name": "new"}, broken');
+    process.kill(gateway.pid, 'SIGHUP');
+    for (const deadline = Date.now() + 5_000; !gateway.output().includes('not reloaded (SIGHUP)'); ) {
+      if (Date.now() > deadline) throw new Error(`no reload line:\n${gateway.output()}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(gateway.output()).not.toContain('sk-hup');
+    // Still running, with the keys it had.
+    expect((await ask(gateway.url, uniquePrompt('after'), 'sk-hup-key-00001')).status).toBe(200);
+    expect((await ask(gateway.url, uniquePrompt('after'), 'sk-hup-key-00002')).status).toBe(401);
+  }, 60_000);
+
   it('a per-key spend cap counts what both replicas spent', async () => {
     const [a, b] = await fleet(['--rate-window', '60']);
     // 7 USD per answer (3 tokens in, 4 out, 1 USD each): three answers reach the cap of 21, on either replica.

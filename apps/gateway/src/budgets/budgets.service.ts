@@ -45,7 +45,8 @@ export class Budgets implements OnApplicationShutdown {
     this.window = budgets.rateWindowMs;
     const log = (line: string) => this.logger.warn(line);
     if (budgets.keysFile !== undefined || budgets.keysJson !== undefined) {
-      this.keys = VirtualKeys.load({ file: budgets.keysFile, json: budgets.keysJson }, (line) => this.logger.log(line));
+      // A refused reload is a warning (shown by default); a reload that took is news.
+      this.keys = VirtualKeys.load({ file: budgets.keysFile, json: budgets.keysJson }, (line, problem) => (problem ? this.logger.warn(line) : this.logger.log(line)));
     }
     this.prices = budgets.pricesFile ? PriceTable.fromFile(budgets.pricesFile) : new PriceTable();
     const redis = shared.redis;

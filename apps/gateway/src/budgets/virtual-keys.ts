@@ -103,13 +103,13 @@ export class VirtualKeys {
   private constructor(
     entries: Entry[],
     private readonly file: string | undefined,
-    private readonly log: (line: string) => void,
+    private readonly log: (line: string, problem: boolean) => void,
   ) {
     this.entries = entries;
   }
 
   /** From a file (watched) or inline JSON; throws `KeysFileError` when the first read fails (start-up stops). */
-  static load(source: { file?: string; json?: string }, log: (line: string) => void): VirtualKeys {
+  static load(source: { file?: string; json?: string }, log: (line: string, problem: boolean) => void): VirtualKeys {
     if (source.file !== undefined) {
       const keys = new VirtualKeys(readKeysFile(source.file), source.file, log);
       keys.watch();
@@ -144,10 +144,10 @@ export class VirtualKeys {
     if (this.file === undefined) return false;
     try {
       this.entries = readKeysFile(this.file);
-      this.log(`keys file reloaded (${reason}): ${this.entries.length} key(s)`);
+      this.log(`keys file reloaded (${reason}): ${this.entries.length} key(s)`, false);
       return true;
     } catch (error) {
-      this.log(`keys file not reloaded (${reason}), the previous ${this.entries.length} key(s) stay in force: ${(error as Error).message}`);
+      this.log(`keys file not reloaded (${reason}), the previous ${this.entries.length} key(s) stay in force: ${(error as Error).message}`, true);
       return false;
     }
   }
@@ -172,7 +172,7 @@ export class VirtualKeys {
       });
       this.watcher.on('error', () => undefined);
     } catch (error) {
-      this.log(`keys file not watched (${(error as Error).message.slice(0, 120)}); reload it with SIGHUP`);
+      this.log(`keys file not watched (${(error as Error).message.slice(0, 120)}); reload it with SIGHUP`, true);
     }
   }
 }
