@@ -11,6 +11,7 @@ export default {
   modulePathIgnorePatterns: ['<rootDir>/test/consumers/', '<rootDir>/libs/orchestrator/dist/'],
   moduleNameMapper: {
     '^nest-prompt-orchestrator$': '<rootDir>/libs/orchestrator/src/index.ts',
+    '^nest-prompt-orchestrator/throttler$': '<rootDir>/libs/orchestrator/src/throttler/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
   transform: {

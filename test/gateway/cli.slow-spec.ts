@@ -42,6 +42,17 @@ const FLAGS = [
   '--redis-prefix',
   '--redis-timeout',
   '--gateway-keys',
+  '--keys-file',
+  '--requests-per-minute',
+  '--tokens-per-minute',
+  '--rate-window',
+  '--prices',
+  '--max-spend',
+  '--spend-file',
+  '--no-stream-usage',
+  '--request-log',
+  '--request-log-max-bytes',
+  '--request-log-files',
   '--help',
 ];
 
@@ -107,7 +118,30 @@ describe('parseGatewayConfig', () => {
       redisPrefix: 'npo',
       gatewayKeys: [],
       providerKey: undefined,
+      budgets: { rateWindowMs: 60_000, streamUsage: true, requestLogMaxBytes: 50 * 1024 * 1024, requestLogFiles: 5 },
     });
+  });
+
+  it('reads the budget flags, and refuses bad ones naming the problem', () => {
+    const config = parseGatewayConfig(
+      ['--requests-per-minute', '60', '--tokens-per-minute', '1000', '--rate-window', '10', '--max-spend', '$25/day', '--no-stream-usage', '--request-log', '/tmp/r.jsonl'],
+      { ORCHESTRATOR_KEYS: '{"sk-cli-test-key": {"name": "cli"}}' },
+    )!;
+    expect(config.budgets).toMatchObject({
+      requestsPerWindow: 60,
+      tokensPerWindow: 1000,
+      rateWindowMs: 10_000,
+      maxSpend: { usd: 25, period: 'day' },
+      streamUsage: false,
+      requestLog: '/tmp/r.jsonl',
+      keysJson: '{"sk-cli-test-key": {"name": "cli"}}',
+    });
+    expect(configError(['--max-spend', '25']).message).toContain('--max-spend must look like 50/day or 1000/month');
+    expect(configError(['--requests-per-minute', '0']).message).toContain('--requests-per-minute must be a whole number');
+    expect(configError(['--rate-window', '-1']).message).toContain('--rate-window');
+    expect(configError(['--keys-file', '/nonexistent/keys.json']).message).toBe('--keys-file: /nonexistent/keys.json: cannot be read (ENOENT)');
+    expect(configError([], { ORCHESTRATOR_KEYS: '{"short": {"name": "x"}}' }).message).toBe('ORCHESTRATOR_KEYS: entry 1: a key must be at least 8 characters');
+    expect(configError(['--prices', '/nonexistent/prices.json']).message).toContain('cannot be read (ENOENT)');
   });
 
   it('reads flags, then the environment; a flag beats its variable', () => {

@@ -5,6 +5,7 @@ import type { GatewayConfig } from './config/gateway-config.js';
 import { GatewayService } from './gateway.service.js';
 import { GATEWAY_CONFIG } from './gateway.tokens.js';
 import { SharedState } from './shared-state/shared-state.js';
+import { Budgets } from './budgets/budgets.service.js';
 import { ApiError } from './http/api-error.js';
 import { GatewayGuard } from './http/gateway.guard.js';
 import { GatewayInterceptor } from './http/gateway.interceptor.js';
@@ -24,8 +25,8 @@ class GatewayCoreModule {
   static forRoot(config: GatewayConfig): DynamicModule {
     return {
       module: GatewayCoreModule,
-      providers: [{ provide: GATEWAY_CONFIG, useValue: config }, GatewayService, Lifecycle, SharedState],
-      exports: [GATEWAY_CONFIG, GatewayService, Lifecycle, SharedState],
+      providers: [{ provide: GATEWAY_CONFIG, useValue: config }, GatewayService, Lifecycle, SharedState, Budgets],
+      exports: [GATEWAY_CONFIG, GatewayService, Lifecycle, SharedState, Budgets],
     };
   }
 }

@@ -13,6 +13,8 @@ import { sseEvent, translateSse } from './translate/sse.js';
 import { UpstreamStreamError, checkStreamEnd } from './upstream/stream-end.js';
 import { UpstreamClient, UpstreamHttpError, UpstreamProtocolError, looksLikeJson, startsWithErrorField } from './upstream/upstream-client.js';
 import { UpstreamIdentity } from './upstream/upstream-identity.js';
+import { Budgets } from './budgets/budgets.service.js';
+import { tapUsage, usageOfJson, withStreamUsage } from './budgets/usage.js';
 
 type Json = Record<string, unknown>;
 
@@ -33,7 +35,10 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
   /** Who answers behind the upstream URL; part of every dedup key. */
   readonly identity: UpstreamIdentity;
 
-  constructor(@Inject(GATEWAY_CONFIG) config: GatewayConfig) {
+  constructor(
+    @Inject(GATEWAY_CONFIG) config: GatewayConfig,
+    private readonly budgets: Budgets,
+  ) {
     this.upstream = new UpstreamClient(config.timeoutMs);
     this.provider = createProvider(config);
     const identityUrl = this.provider.identityUrl();
@@ -61,6 +66,10 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     const body = caller.body;
     // A translation reads the body, so it needs one: what it cannot translate is a 400 naming the field.
     const translated = translation?.request ? translation.request(requireObject(body)) : undefined;
+    // An OpenAI stream reports its usage (what spend and token limits count) only when asked: the gateway asks, and
+    // hides the answer from a client that did not.
+    const usageAdded = !translation && this.budgets.streamUsage && (route === 'chat' || route === 'completions') ? withStreamUsage(body) : undefined;
+    const settle = (usage: Parameters<Budgets['settle']>[2]) => this.budgets.settle(context, body, usage);
     const auth = { clientKey: clientKey(caller.headers), headers: caller.headers };
     // An upload keeps its own Content-Type (the multipart boundary is in it).
     const uploadType = ROUTES[route].body === 'multipart' ? caller.headers['content-type'] : undefined;
@@ -68,7 +77,7 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
       method: plan.method,
       url: upstreamUrl(plan, caller.params, caller.query),
       // Unchanged bytes where nothing is translated: no second serialisation, the provider reads what the client sent.
-      body: translated ?? (body === undefined ? undefined : (caller.rawBody ?? (body as object))),
+      body: translated ?? usageAdded ?? (body === undefined ? undefined : (caller.rawBody ?? (body as object))),
       headers: {
         'x-request-id': context.id,
         ...(uploadType ? { 'content-type': uploadType } : {}),
@@ -95,11 +104,12 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
       if (!translation?.stream) {
         // A passed-through stream is read for its end marker on the way (its bytes are not changed).
         const end = ROUTES[route].streamEnd ?? plan.api;
-        const chunks = end === false ? text : checkStreamEnd(text, end);
+        const checked = end === false ? text : checkStreamEnd(text, end);
+        const chunks = tapUsage(checked, usageAdded !== undefined, settle);
         return new StreamedResponse(chunks, { contentType: answer.contentType ?? SSE.contentType }, streamErrorEvent(context.api));
       }
       // A translated stream is checked by its translator.
-      const chunks: Observable<string> = translateSse(text, translation.stream(body as Json));
+      const chunks: Observable<string> = translateSse(tapUsage(text, false, settle), translation.stream(body as Json));
       return new StreamedResponse(chunks, SSE, streamErrorEvent(context.api));
     }
     const bytes = await answer.bytes();
@@ -110,6 +120,7 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     // A 2xx whose body is an error object (llama-server sends some failures so) is relayed as the error it is, as
     // the provider sent it, and never kept as an answer.
     if (startsWithErrorField(bytes)) throw new UpstreamHttpError(answer.status, bytes, answer.contentType, plan.api);
+    if (answer.status < 300) settle(usageOfJson(bytes));
     if (!translation) {
       if (route === 'props') this.identity.observe(parseJson(bytes));
       return new RawResponse(bytes, answer.contentType ?? 'application/json', undefined, answer.status === 200 ? undefined : answer.status);

@@ -81,6 +81,10 @@ function supervise(config: GatewayConfig): void {
   };
   process.once('SIGTERM', stop);
   process.once('SIGINT', stop);
+  // SIGHUP re-reads the keys file: each worker holds its own copy of the keys.
+  process.on('SIGHUP', () => {
+    for (const worker of Object.values(cluster.workers ?? {})) worker?.process.kill('SIGHUP');
+  });
 }
 
 function boundPort(address: unknown, fallback: number): number {

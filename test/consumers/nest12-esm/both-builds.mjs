@@ -72,3 +72,50 @@ try {
 } finally {
   await app.close();
 }
+
+// The optional `nest-prompt-orchestrator/throttler` entry, with @nestjs/throttler's own module and guard: both
+// builds resolve, and its storage limits a plain route (429 with Retry-After past the limit).
+{
+  assert.match(require.resolve('nest-prompt-orchestrator/throttler'), /dist[\\/]cjs[\\/]throttler[\\/]index\.js$/);
+  const throttlerCjs = require('nest-prompt-orchestrator/throttler');
+  const throttler = await import('nest-prompt-orchestrator/throttler');
+  assert.deepEqual(Object.keys(throttlerCjs).filter((name) => name !== '__esModule').sort(), Object.keys(throttler).sort());
+  ok('nest-prompt-orchestrator/throttler resolves for require and import');
+
+  const { APP_GUARD } = await import('@nestjs/core');
+  const { ThrottlerGuard, ThrottlerModule } = await import('@nestjs/throttler');
+  class PingController {
+    ping() {
+      return { pong: true };
+    }
+  }
+  Reflect.decorate([Get()], PingController.prototype, 'ping', Object.getOwnPropertyDescriptor(PingController.prototype, 'ping'));
+  Reflect.decorate([Controller('ping')], PingController);
+  class LimitedModule {}
+  Reflect.decorate(
+    [
+      Module({
+        imports: [ThrottlerModule.forRoot({ throttlers: [{ ttl: 60_000, limit: 2 }], storage: new throttler.MemoryWindowCounters(), errorMessage: throttler.rateLimitErrorBody().error.message })],
+        controllers: [PingController],
+        providers: [{ provide: APP_GUARD, useClass: ThrottlerGuard }],
+      }),
+    ],
+    LimitedModule,
+  );
+  const limited = await NestFactory.create(LimitedModule, { logger: false });
+  try {
+    await limited.listen(0, '127.0.0.1');
+    const url = await limited.getUrl();
+    const statuses = [];
+    let refused;
+    for (let i = 0; i < 3; i++) {
+      refused = await fetch(`${url}/ping`);
+      statuses.push(refused.status);
+    }
+    assert.deepEqual(statuses, [200, 200, 429]);
+    assert.ok(Number(refused.headers.get('retry-after')) >= 1);
+    ok("ThrottlerGuard with the package's storage answers 429 with Retry-After past the limit");
+  } finally {
+    await limited.close();
+  }
+}

@@ -1,4 +1,6 @@
 import { parseArgs } from 'node:util';
+import { ConfigError } from './config-error.js';
+import { BUDGET_FLAGS, parseBudgetConfig, type BudgetConfig } from '../budgets/budget-config.js';
 
 export type ProviderKind = 'openai' | 'llama' | 'anthropic';
 export type PlatformKind = 'express' | 'fastify';
@@ -51,6 +53,8 @@ export interface GatewayConfig {
   providerKey?: string;
   /** Browser origins allowed by CORS: a list, `'*'` (any: each request's Origin is echoed), or undefined (off). */
   corsOrigins?: string[] | '*';
+  /** Virtual keys, limits, spend caps and the request log (see budgets/budget-config.ts). */
+  budgets: BudgetConfig;
 }
 
 interface FlagSpec {
@@ -174,6 +178,7 @@ const FLAGS: Record<string, FlagSpec> = {
     value: 'ORIGINS',
     help: 'let browser apps from these origins call the gateway: a comma list, or * for any (default: off)',
   },
+  ...BUDGET_FLAGS,
   help: { boolean: true, help: 'show this help' },
 };
 
@@ -197,6 +202,9 @@ export function helpText(): string {
     'Provider keys come from OPENAI_API_KEY, ANTHROPIC_API_KEY or LLAMA_API_KEY; without one, the',
     "client's own key is passed through. Keys are never logged.",
     '',
+    'Virtual keys (--keys-file or ORCHESTRATOR_KEYS), rate limits, spend caps, the request log and',
+    '`npm run audit`: see docs/operations.md, "Budgets and keys".',
+    '',
     'CORS is off unless --cors is given (llama-server itself allows any origin by default; the gateway',
     'may hold a paid provider key, so browsers are let in only when asked). With --cors, preflights are',
     'answered before any key check, and x-orchestrator-dedup, Retry-After and x-request-id are exposed.',
@@ -204,10 +212,7 @@ export function helpText(): string {
   return lines.join('\n');
 }
 
-/** A configuration problem, reported to the user without a stack trace. */
-export class ConfigError extends Error {
-  override name = 'ConfigError';
-}
+export { ConfigError } from './config-error.js';
 
 /** Parses flags and environment; throws `ConfigError` naming the first bad value. Returns `undefined` for --help. */
 export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): GatewayConfig | undefined {
@@ -280,6 +285,7 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
       .filter(Boolean),
     providerKey: env[PROVIDER_KEY_ENV[provider]] || undefined,
     corsOrigins: parseOrigins(raw('cors')),
+    budgets: parseBudgetConfig(raw, (name) => values[name] === true || isTrue(raw(name)), env),
   };
 }
 

@@ -5,6 +5,10 @@
  */
 export class ApiError extends Error {
   override name = 'ApiError';
+  /** Seconds to wait before trying again (`Retry-After`). */
+  retryAfter?: string;
+  /** Whether the client should try again (`x-should-retry: true`, e.g. after a rate limit); default false. */
+  retryable?: boolean;
 
   constructor(
     readonly status: number,

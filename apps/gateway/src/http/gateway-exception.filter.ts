@@ -89,9 +89,13 @@ export class GatewayExceptionFilter implements ExceptionFilter {
     const route = context ? undefined : routeAt(request.url ?? '');
     const api: ClientApi = context?.api ?? (route ? ROUTES[route].api : this.defaultApi);
     const adapter = this.adapterHost.httpAdapter;
-    // Retries happen at one layer: here. Only a replica shutting down (retry elsewhere) and a provider's rate
-    // limit (back off as it says) are left to the client to retry.
-    const retryable = isOrchestratorError(exception) ? exception.retryable : exception instanceof UpstreamHttpError && exception.status === 429;
+    // Retries happen at one layer: here. Only a replica shutting down (retry elsewhere) and a rate limit, the
+    // provider's or the gateway's own (back off as it says), are left to the client to retry.
+    const retryable = isOrchestratorError(exception)
+      ? exception.retryable
+      : exception instanceof ApiError
+        ? exception.retryable === true
+        : exception instanceof UpstreamHttpError && exception.status === 429;
     adapter.setHeader(response, 'x-should-retry', String(retryable));
 
     if (exception instanceof UpstreamHttpError && exception.api === api && exception.json !== undefined) {
@@ -170,7 +174,7 @@ function errorBody(api: ClientApi, info: ErrorInfo, requestId: string | undefine
 
 function describe(exception: unknown, request: IncomingMessage): ErrorInfo {
   if (exception instanceof ApiError) {
-    return { status: exception.status, message: exception.message, type: exception.type, param: exception.param, code: exception.code };
+    return { status: exception.status, message: exception.message, type: exception.type, param: exception.param, code: exception.code, retryAfter: exception.retryAfter };
   }
   if (isOrchestratorError(exception)) {
     const retryAfter = exception.retryAfterSeconds;

@@ -1,10 +1,12 @@
 import { Inject, Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
 import { BodyTooDeepError, dedupKey } from 'nest-prompt-orchestrator';
 import { createHash, timingSafeEqual } from 'node:crypto';
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { GatewayService } from '../gateway.service.js';
+import { Budgets, tenantHash } from '../budgets/budgets.service.js';
+import type { VirtualKey } from '../budgets/virtual-keys.js';
 import { ROUTES } from '../providers/provider.js';
 import { routeSpecOf } from '../routes/gateway-route.decorator.js';
 import { ApiError } from './api-error.js';
@@ -31,6 +33,7 @@ export class GatewayGuard implements CanActivate {
   constructor(
     @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
     private readonly gateway: GatewayService,
+    private readonly budgets: Budgets,
   ) {
     this.keyDigests = config.gatewayKeys.map(digest);
   }
@@ -44,7 +47,10 @@ export class GatewayGuard implements CanActivate {
       context.api = ROUTES[spec.route].api;
       context.identity = identityOf(request.headers);
     }
-    if (this.keyDigests.length > 0 && !this.presentsGatewayKey(request)) {
+    // A virtual key names its holder: that name is the caller's one identity (dedup, fair queue, limits, spend).
+    const key: VirtualKey | undefined = this.budgets.keys?.find(clientKey(request.headers));
+    if (key) context.identity = `key=${key.name}`;
+    if ((this.keyDigests.length > 0 || this.budgets.keysOn) && !key && !this.presentsGatewayKey(request)) {
       throw new ApiError(
         401,
         'This gateway needs an API key: send one of its keys as "Authorization: Bearer <key>" or "x-api-key".',
@@ -54,6 +60,8 @@ export class GatewayGuard implements CanActivate {
       );
     }
     if (!spec) return true;
+    context.tenantHash = tenantHash(context.identity);
+    this.budgets.track(request, rawResponse(execution.switchToHttp().getResponse()), context);
     const upload = ROUTES[spec.route].body === 'multipart';
     if (spec.validate) {
       const type = request.headers['content-type'];
@@ -72,6 +80,7 @@ export class GatewayGuard implements CanActivate {
       }
       spec.validate(request.body);
     }
+    await this.budgets.admit(context, key);
     // An upload is relayed as bytes: there is no JSON to walk, and nothing to share.
     if (upload) return true;
     const deduplicated = this.config.dedup && ROUTES[spec.route].kind === 'generation';
@@ -94,6 +103,7 @@ export class GatewayGuard implements CanActivate {
     };
     try {
       const key = dedupKey(input, { maxDepth: MAX_DEPTH });
+      context.requestHash = key;
       if (scope !== undefined) context.dedupKey = key;
     } catch (error) {
       if (!(error instanceof BodyTooDeepError)) throw error;
@@ -107,6 +117,11 @@ export class GatewayGuard implements CanActivate {
     const presented = digest(key);
     return this.keyDigests.some((known) => timingSafeEqual(known, presented));
   }
+}
+
+/** The Node response under a Fastify reply (or the Node response itself). */
+function rawResponse(response: ServerResponse | { raw: ServerResponse }): ServerResponse {
+  return 'raw' in response ? response.raw : response;
 }
 
 /** Whether a request carries a body (a length above 0, or chunks). */

@@ -16,6 +16,16 @@ export interface RequestContext {
   identity?: string;
   /** The request's dedup key, computed in the same walk as the body's depth check (absent: not deduplicated). */
   dedupKey?: string;
+  /** SHA-256 (16 hex digits) of `identity`: what limits and the request log name the caller by. */
+  tenantHash?: string;
+  /** The virtual key's name, when keys are on. */
+  keyName?: string;
+  /** What the request's rates are counted under (the key's name, else the caller's hash). */
+  rateKey?: string;
+  /** The request's hash (method, URL, credential, body), computed whether or not it is deduplicated. */
+  requestHash?: string;
+  /** Usage and price of this request's own upstream call, once its answer ended. */
+  settled?: { usage: { input: number; output: number; cached: number }; costNano: number };
   /** When this request's own upstream call started (absent if it joined another or was answered from the window). */
   upstreamStartedAt?: number;
   /** When the provider's response headers arrived. */

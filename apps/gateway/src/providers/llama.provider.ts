@@ -2,7 +2,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { UpstreamStreamError } from '../upstream/stream-end.js';
 import { UpstreamHttpError } from '../upstream/upstream-client.js';
-import { Provider, ROUTES, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } from './provider.js';
+import { Provider, ROUTES, gatewayChecksKeys, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } from './provider.js';
 
 type Json = Record<string, unknown>;
 
@@ -39,7 +39,7 @@ export class LlamaProvider extends Provider {
    */
   authHeaders(auth: UpstreamAuth): Record<string, string> {
     if (this.config.providerKey) return { authorization: `Bearer ${this.config.providerKey}` };
-    if (this.config.gatewayKeys.length > 0) return {};
+    if (gatewayChecksKeys(this.config)) return {};
     const headers: Record<string, string> = {};
     const authorization = auth.headers.authorization;
     const apiKey = auth.headers['x-api-key'];

@@ -279,11 +279,16 @@ export abstract class Provider {
 
   /** The key sent upstream: the gateway's own provider key, or the client's when no gateway keys are configured. */
   protected upstreamKey(auth: UpstreamAuth): string | undefined {
-    return this.config.providerKey ?? (this.config.gatewayKeys.length > 0 ? undefined : auth.clientKey);
+    return this.config.providerKey ?? (gatewayChecksKeys(this.config) ? undefined : auth.clientKey);
   }
 
   protected bearer(auth: UpstreamAuth): Record<string, string> {
     const key = this.upstreamKey(auth);
     return key ? { authorization: `Bearer ${key}` } : {};
   }
+}
+
+/** Whether clients present the gateway's own keys (gateway keys or virtual keys): theirs never go upstream. */
+export function gatewayChecksKeys(config: Pick<GatewayConfig, 'gatewayKeys' | 'budgets'>): boolean {
+  return config.gatewayKeys.length > 0 || config.budgets.keysFile !== undefined || config.budgets.keysJson !== undefined;
 }

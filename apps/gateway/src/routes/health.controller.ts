@@ -3,6 +3,7 @@ import { OrchestratorService } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { SharedState } from '../shared-state/shared-state.js';
+import { Budgets } from '../budgets/budgets.service.js';
 import { UPSTREAM } from './gateway-route.decorator.js';
 
 /**
@@ -15,6 +16,7 @@ export class HealthController {
     private readonly orchestrator: OrchestratorService,
     @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
     private readonly shared: SharedState,
+    private readonly budgets: Budgets,
   ) {}
 
   @Get(['health', 'v1/health'])
@@ -38,6 +40,7 @@ export class HealthController {
       window: { entries: health.window.entries, bytes: health.window.bytes, maxBytes: health.window.maxBytes },
       store: store ?? null,
       coordination: coordination ?? null,
+      budgets: this.budgets.health(),
     };
   }
 }

@@ -22,6 +22,8 @@ type RedisClient = ReturnType<typeof connect>;
 export class SharedState implements OnModuleInit, OnApplicationShutdown {
   readonly windowStore?: Keyv;
   readonly coordinator?: RedisCoordinator;
+  /** The commands connection, for other shared counts (rate limits, spend). */
+  readonly redis?: { sendCommand(args: string[]): Promise<unknown> };
   private readonly clients: RedisClient[] = [];
   private connecting?: Promise<unknown>;
   private readonly logger = new Logger('Gateway');
@@ -32,6 +34,7 @@ export class SharedState implements OnModuleInit, OnApplicationShutdown {
     const subscriber = client.duplicate();
     subscriber.on('error', () => undefined);
     this.clients.push(client, subscriber);
+    this.redis = client;
     this.connecting = Promise.all(this.clients.map((c) => c.connect().catch(() => undefined)));
     // The Redis adapter prefixes keys with its namespace; Keyv's own namespace would add the prefix twice. Its errors
     // must reach the window (a failure is a miss and an outage), not turn into "not found".

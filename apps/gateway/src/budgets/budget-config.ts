@@ -1,0 +1,133 @@
+import { ConfigError } from '../config/config-error.js';
+import { PriceTable } from './prices.js';
+import { VirtualKeys } from './virtual-keys.js';
+
+/** A spend cap: at most `usd` per calendar `period` (UTC). */
+export interface SpendCap {
+  usd: number;
+  period: 'day' | 'month';
+}
+
+/** Virtual keys, rate limits, spend caps and the request log, from flags and environment. */
+export interface BudgetConfig {
+  /** JSON file of virtual keys (re-read when it changes and on SIGHUP). */
+  keysFile?: string;
+  /** Virtual keys as JSON text (ORCHESTRATOR_KEYS), used when no file is given. */
+  keysJson?: string;
+  /** Requests one key may make per rate window (default for keys without their own; undefined: no limit). */
+  requestsPerWindow?: number;
+  /** Provider tokens one key may use per rate window (same default rule). */
+  tokensPerWindow?: number;
+  rateWindowMs: number;
+  /** A price table overriding the built-in one. */
+  pricesFile?: string;
+  /** Cap over every key together. */
+  maxSpend?: SpendCap;
+  /** Where spend is kept across restarts without Redis. */
+  spendFile?: string;
+  /** Ask OpenAI-format streams for their usage when the client did not (and hide it from that client). */
+  streamUsage: boolean;
+  requestLog?: string;
+  requestLogMaxBytes: number;
+  requestLogFiles: number;
+}
+
+interface FlagSpec {
+  env?: string;
+  help: string;
+  value?: string;
+  boolean?: boolean;
+}
+
+/** The budget flags, listed in `--help` with the gateway's others. */
+export const BUDGET_FLAGS: Record<string, FlagSpec> = {
+  'keys-file': {
+    env: 'ORCHESTRATOR_KEYS_FILE',
+    value: 'PATH',
+    help: 'virtual keys (JSON: key or sha256:<hex> -> name, limits, maxSpend); reloaded on change and SIGHUP. Env ORCHESTRATOR_KEYS holds the same JSON inline',
+  },
+  'requests-per-minute': {
+    env: 'ORCHESTRATOR_REQUESTS_PER_MINUTE',
+    value: 'N',
+    help: 'requests one key may make per rate window, for keys without their own limit (default: no limit)',
+  },
+  'tokens-per-minute': {
+    env: 'ORCHESTRATOR_TOKENS_PER_MINUTE',
+    value: 'N',
+    help: 'provider tokens (from usage) one key may use per rate window, for keys without their own (default: no limit)',
+  },
+  'rate-window': { env: 'ORCHESTRATOR_RATE_WINDOW_SECS', value: 'SECS', help: 'window the rate limits count over (default 60)' },
+  prices: { env: 'ORCHESTRATOR_PRICES_FILE', value: 'FILE', help: 'price table (JSON, USD per 1M tokens) replacing the built-in one' },
+  'max-spend': { env: 'ORCHESTRATOR_MAX_SPEND', value: 'USD/PERIOD', help: 'spend cap over all keys, e.g. 50/day or 1000/month (default: none)' },
+  'spend-file': {
+    env: 'ORCHESTRATOR_SPEND_FILE',
+    value: 'PATH',
+    help: 'file keeping spend across restarts when there is no --redis (default: spend kept in memory only)',
+  },
+  'no-stream-usage': {
+    env: 'ORCHESTRATOR_NO_STREAM_USAGE',
+    boolean: true,
+    help: "do not ask streams for usage the client did not request (their spend and tokens then go uncounted)",
+  },
+  'request-log': { env: 'ORCHESTRATOR_REQUEST_LOG', value: 'FILE', help: 'write one JSON line per request (no prompts) to FILE' },
+  'request-log-max-bytes': {
+    env: 'ORCHESTRATOR_REQUEST_LOG_MAX_BYTES',
+    value: 'BYTES',
+    help: 'rotate the request log at this size (default 52428800, 50 MiB)',
+  },
+  'request-log-files': { env: 'ORCHESTRATOR_REQUEST_LOG_FILES', value: 'N', help: 'rotated request logs kept besides the current one (default 5)' },
+};
+
+/** Reads the budget settings; `raw` gives a flag's text (flag, else environment), `flag` a boolean flag. */
+export function parseBudgetConfig(
+  raw: (name: string) => string | undefined,
+  flag: (name: string) => boolean,
+  env: NodeJS.ProcessEnv,
+): BudgetConfig {
+  const count = (name: string, fallback: number | undefined, min: number): number | undefined => {
+    const text = raw(name);
+    if (text === undefined) return fallback;
+    const n = Number(text);
+    if (text.trim() === '' || !Number.isInteger(n) || n < min) throw new ConfigError(`--${name} must be a whole number of at least ${min}, got "${text}"`);
+    return n;
+  };
+  const windowText = raw('rate-window');
+  const window = windowText === undefined ? 60 : Number(windowText);
+  if (!Number.isFinite(window) || window < 0.001 || windowText?.trim() === '') throw new ConfigError(`--rate-window must be a number of seconds above 0, got "${windowText}"`);
+  const maxSpend = raw('max-spend');
+  const keysFile = raw('keys-file');
+  const keysJson = keysFile === undefined ? env.ORCHESTRATOR_KEYS || undefined : undefined;
+  const pricesFile = raw('prices');
+  // Checked now so that a bad file stops start-up with a line naming the problem.
+  try {
+    if (keysFile !== undefined || keysJson !== undefined) VirtualKeys.check({ file: keysFile, json: keysJson });
+  } catch (error) {
+    throw new ConfigError(`${keysFile === undefined ? 'ORCHESTRATOR_KEYS' : '--keys-file'}: ${(error as Error).message}`);
+  }
+  try {
+    if (pricesFile !== undefined) PriceTable.fromFile(pricesFile);
+  } catch (error) {
+    throw new ConfigError((error as Error).message);
+  }
+  return {
+    keysFile,
+    keysJson,
+    requestsPerWindow: count('requests-per-minute', undefined, 1),
+    tokensPerWindow: count('tokens-per-minute', undefined, 1),
+    rateWindowMs: Math.round(window * 1000),
+    pricesFile,
+    maxSpend: maxSpend === undefined ? undefined : parseSpendCap(maxSpend, '--max-spend'),
+    spendFile: raw('spend-file'),
+    streamUsage: !flag('no-stream-usage'),
+    requestLog: raw('request-log'),
+    requestLogMaxBytes: count('request-log-max-bytes', 50 * 1024 * 1024, 1024)!,
+    requestLogFiles: count('request-log-files', 5, 0)!,
+  };
+}
+
+/** `50/day`, `$1000/month`, `0.5/day`: USD per calendar day or month (UTC). */
+export function parseSpendCap(text: string, what: string): SpendCap {
+  const match = /^\s*\$?(\d+(?:\.\d+)?)\s*(?:USD)?\s*\/\s*(day|month)\s*$/i.exec(text);
+  if (!match) throw new ConfigError(`${what} must look like 50/day or 1000/month (USD), got "${text.slice(0, 60)}"`);
+  return { usd: Number(match[1]), period: match[2].toLowerCase() as 'day' | 'month' };
+}

@@ -1,0 +1,198 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { readFileSync, statSync, watch, type FSWatcher } from 'node:fs';
+import { basename, dirname } from 'node:path';
+import { parseSpendCap, type SpendCap } from './budget-config.js';
+
+/** One client key the gateway accepts, and what it may do. The key itself is never kept, only its SHA-256. */
+export interface VirtualKey {
+  name: string;
+  requestsPerMinute?: number;
+  tokensPerMinute?: number;
+  maxSpend?: SpendCap;
+}
+
+interface Entry {
+  digest: Buffer;
+  key: VirtualKey;
+}
+
+// A keys file is a short list written by hand: anything larger is not one.
+const MAX_FILE_BYTES = 1024 * 1024;
+const MAX_KEYS = 10_000;
+const NAME = /^[\w.:@-]{1,64}$/;
+const HASHED = /^sha256:([0-9a-f]{64})$/i;
+
+/** A keys file (or ORCHESTRATOR_KEYS) that cannot be used; the message names the problem, never a key. */
+export class KeysFileError extends Error {
+  override name = 'KeysFileError';
+}
+
+/**
+ * Parses a keys document: `{ "<client key>" | "sha256:<hex of the key>": { "name", "requestsPerMinute"?,
+ * "tokensPerMinute"?, "maxSpend"?: "20/day" } }`. Throws `KeysFileError` naming the first problem by the
+ * entry's position or name (never by its key).
+ */
+export function parseKeys(text: string): Entry[] {
+  if (Buffer.byteLength(text) > MAX_FILE_BYTES) throw new KeysFileError(`larger than ${MAX_FILE_BYTES} bytes`);
+  let document: unknown;
+  try {
+    document = JSON.parse(text);
+  } catch (error) {
+    throw new KeysFileError(`not valid JSON (${(error as Error).message.replace(/"[^"]*"/g, '"…"').slice(0, 120)})`);
+  }
+  if (typeof document !== 'object' || document === null || Array.isArray(document)) {
+    throw new KeysFileError('must be a JSON object mapping each key to { "name": ... }');
+  }
+  const entries: Entry[] = [];
+  const names = new Set<string>();
+  const seen = new Set<string>();
+  const items = Object.entries(document as Record<string, unknown>);
+  if (items.length > MAX_KEYS) throw new KeysFileError(`more than ${MAX_KEYS} keys`);
+  items.forEach(([secret, value], index) => {
+    const where = `entry ${index + 1}`;
+    if (secret.length < 8) throw new KeysFileError(`${where}: a key must be at least 8 characters`);
+    if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new KeysFileError(`${where}: must be an object with a "name"`);
+    const v = value as Record<string, unknown>;
+    if (typeof v.name !== 'string' || !NAME.test(v.name)) throw new KeysFileError(`${where}: "name" must be 1-64 letters, digits or . : @ _ -`);
+    if (names.has(v.name)) throw new KeysFileError(`${where}: the name "${v.name}" is used twice`);
+    names.add(v.name);
+    for (const field of Object.keys(v)) {
+      if (!['name', 'requestsPerMinute', 'tokensPerMinute', 'maxSpend'].includes(field)) {
+        throw new KeysFileError(`key "${v.name}": unknown field "${field.slice(0, 40)}"`);
+      }
+    }
+    const limit = (field: 'requestsPerMinute' | 'tokensPerMinute') => {
+      const n = v[field];
+      if (n === undefined) return undefined;
+      if (typeof n !== 'number' || !Number.isInteger(n) || n < 1) throw new KeysFileError(`key "${v.name}": "${field}" must be a whole number of at least 1`);
+      return n;
+    };
+    let maxSpend: SpendCap | undefined;
+    if (v.maxSpend !== undefined) {
+      if (typeof v.maxSpend !== 'string') throw new KeysFileError(`key "${v.name}": "maxSpend" must be a string like "20/day"`);
+      try {
+        maxSpend = parseSpendCap(v.maxSpend, `key "${v.name}": "maxSpend"`);
+      } catch (error) {
+        throw new KeysFileError((error as Error).message);
+      }
+    }
+    const hashed = HASHED.exec(secret);
+    const digest = hashed ? Buffer.from(hashed[1], 'hex') : sha256(secret);
+    const hex = digest.toString('hex');
+    if (seen.has(hex)) throw new KeysFileError(`key "${v.name}": the same key is listed twice`);
+    seen.add(hex);
+    entries.push({ digest, key: { name: v.name, requestsPerMinute: limit('requestsPerMinute'), tokensPerMinute: limit('tokensPerMinute'), maxSpend } });
+  });
+  if (entries.length === 0) throw new KeysFileError('lists no keys');
+  return entries;
+}
+
+/**
+ * The virtual keys in force. Lookups compare SHA-256 digests in constant
+ * time, against every entry (the time taken says nothing about which key
+ * nearly matched). A file is read again when it changes (debounced) and on
+ * SIGHUP; a file that cannot be used leaves the keys in force unchanged and
+ * is reported in one line naming the problem.
+ */
+export class VirtualKeys {
+  private entries: Entry[];
+  private watcher?: FSWatcher;
+  private debounce?: NodeJS.Timeout;
+  private readonly onHangup = () => this.reload('SIGHUP');
+
+  private constructor(
+    entries: Entry[],
+    private readonly file: string | undefined,
+    private readonly log: (line: string, problem: boolean) => void,
+  ) {
+    this.entries = entries;
+  }
+
+  /** From a file (watched) or inline JSON; throws `KeysFileError` when the first read fails (start-up stops). */
+  static load(source: { file?: string; json?: string }, log: (line: string, problem: boolean) => void): VirtualKeys {
+    if (source.file !== undefined) {
+      const keys = new VirtualKeys(readKeysFile(source.file), source.file, log);
+      keys.watch();
+      return keys;
+    }
+    return new VirtualKeys(parseKeys(source.json ?? ''), undefined, log);
+  }
+
+  /** Throws `KeysFileError` if the keys cannot be used (nothing is watched). */
+  static check(source: { file?: string; json?: string }): void {
+    if (source.file !== undefined) readKeysFile(source.file);
+    else parseKeys(source.json ?? '');
+  }
+
+  get size(): number {
+    return this.entries.length;
+  }
+
+  /** The key a client presented, or undefined. */
+  find(presented: string | undefined): VirtualKey | undefined {
+    if (!presented) return undefined;
+    const digest = sha256(presented);
+    let found: VirtualKey | undefined;
+    for (const entry of this.entries) {
+      if (timingSafeEqual(entry.digest, digest) && !found) found = entry.key;
+    }
+    return found;
+  }
+
+  /** Reads the file again; keeps the keys in force if it cannot be used. Returns whether the new keys took over. */
+  reload(reason: string): boolean {
+    if (this.file === undefined) return false;
+    try {
+      this.entries = readKeysFile(this.file);
+      this.log(`keys file reloaded (${reason}): ${this.entries.length} key(s)`, false);
+      return true;
+    } catch (error) {
+      this.log(`keys file not reloaded (${reason}), the previous ${this.entries.length} key(s) stay in force: ${(error as Error).message}`, true);
+      return false;
+    }
+  }
+
+  close(): void {
+    clearTimeout(this.debounce);
+    this.watcher?.close();
+    process.removeListener('SIGHUP', this.onHangup);
+  }
+
+  private watch(): void {
+    process.on('SIGHUP', this.onHangup);
+    // The directory, not the file: editors and `mv` replace the file, which ends a watch on it.
+    const name = basename(this.file!);
+    try {
+      this.watcher = watch(dirname(this.file!), { persistent: false }, (_event, changed) => {
+        if (changed !== null && changed !== name) return;
+        clearTimeout(this.debounce);
+        // Several events arrive for one save; the file is read once they stop.
+        this.debounce = setTimeout(() => this.reload('file changed'), 200);
+        this.debounce.unref();
+      });
+      this.watcher.on('error', () => undefined);
+    } catch (error) {
+      this.log(`keys file not watched (${(error as Error).message.slice(0, 120)}); reload it with SIGHUP`, true);
+    }
+  }
+}
+
+function readKeysFile(file: string): Entry[] {
+  let text: string;
+  try {
+    if (statSync(file).size > MAX_FILE_BYTES) throw new KeysFileError(`${file}: larger than ${MAX_FILE_BYTES} bytes`);
+    text = readFileSync(file, 'utf8');
+  } catch (error) {
+    if (error instanceof KeysFileError) throw error;
+    throw new KeysFileError(`${file}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`);
+  }
+  try {
+    return parseKeys(text);
+  } catch (error) {
+    throw new KeysFileError(`${file}: ${(error as Error).message}`);
+  }
+}
+
+export function sha256(text: string): Buffer {
+  return createHash('sha256').update(text).digest();
+}
