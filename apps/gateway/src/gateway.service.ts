@@ -13,6 +13,8 @@ import { sseEvent, translateSse } from './translate/sse.js';
 import { UpstreamStreamError, checkStreamEnd } from './upstream/stream-end.js';
 import { UpstreamClient, UpstreamHttpError, UpstreamProtocolError, looksLikeJson, startsWithErrorField } from './upstream/upstream-client.js';
 import { UpstreamIdentity } from './upstream/upstream-identity.js';
+import { UsageLedger } from './observability/usage-ledger.js';
+import { tap } from 'rxjs';
 
 type Json = Record<string, unknown>;
 
@@ -33,7 +35,10 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
   /** Who answers behind the upstream URL; part of every dedup key. */
   readonly identity: UpstreamIdentity;
 
-  constructor(@Inject(GATEWAY_CONFIG) config: GatewayConfig) {
+  constructor(
+    @Inject(GATEWAY_CONFIG) config: GatewayConfig,
+    private readonly usage: UsageLedger,
+  ) {
     this.upstream = new UpstreamClient(config.timeoutMs);
     this.provider = createProvider(config);
     const identityUrl = this.provider.identityUrl();
@@ -95,11 +100,13 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
       if (!translation?.stream) {
         // A passed-through stream is read for its end marker on the way (its bytes are not changed).
         const end = ROUTES[route].streamEnd ?? plan.api;
-        const chunks = end === false ? text : checkStreamEnd(text, end);
+        const checked = end === false ? text : checkStreamEnd(text, end);
+        const chunks = this.usage.enabled ? checked.pipe(tap((chunk) => this.usage.fromChunk(context, chunk))) : checked;
         return new StreamedResponse(chunks, { contentType: answer.contentType ?? SSE.contentType }, streamErrorEvent(context.api));
       }
       // A translated stream is checked by its translator.
-      const chunks: Observable<string> = translateSse(text, translation.stream(body as Json));
+      const translated: Observable<string> = translateSse(text, translation.stream(body as Json));
+      const chunks = this.usage.enabled ? translated.pipe(tap((chunk) => this.usage.fromChunk(context, chunk))) : translated;
       return new StreamedResponse(chunks, SSE, streamErrorEvent(context.api));
     }
     const bytes = await answer.bytes();
@@ -110,6 +117,7 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     // A 2xx whose body is an error object (llama-server sends some failures so) is relayed as the error it is, as
     // the provider sent it, and never kept as an answer.
     if (startsWithErrorField(bytes)) throw new UpstreamHttpError(answer.status, bytes, answer.contentType, plan.api);
+    this.usage.fromBody(context, bytes);
     if (!translation) {
       if (route === 'props') this.identity.observe(parseJson(bytes));
       return new RawResponse(bytes, answer.contentType ?? 'application/json', undefined, answer.status === 200 ? undefined : answer.status);

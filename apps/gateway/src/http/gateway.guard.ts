@@ -10,6 +10,8 @@ import { routeSpecOf } from '../routes/gateway-route.decorator.js';
 import { ApiError } from './api-error.js';
 import { clientKey, identityOf } from './credentials.js';
 import { contextOf } from './request-context.js';
+import { STATUS_ACCESS, type StatusAccess } from '../status/status.controller.js';
+import { StatusSessions } from '../status/status-session.js';
 
 // Deeper than any real request; serialising it again for the provider would overflow the stack.
 const MAX_DEPTH = 128;
@@ -27,12 +29,14 @@ type GatewayRequest = IncomingMessage & { body?: unknown; originalUrl?: string; 
 @Injectable()
 export class GatewayGuard implements CanActivate {
   private readonly keyDigests: Buffer[];
+  private readonly sessions: StatusSessions;
 
   constructor(
     @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
     private readonly gateway: GatewayService,
   ) {
     this.keyDigests = config.gatewayKeys.map(digest);
+    this.sessions = new StatusSessions(config.gatewayKeys);
   }
 
   async canActivate(execution: ExecutionContext): Promise<boolean> {
@@ -44,7 +48,7 @@ export class GatewayGuard implements CanActivate {
       context.api = ROUTES[spec.route].api;
       context.identity = identityOf(request.headers);
     }
-    if (this.keyDigests.length > 0 && !this.presentsGatewayKey(request)) {
+    if (this.keyDigests.length > 0 && !this.presentsGatewayKey(request) && !this.statusAllows(execution, request)) {
       throw new ApiError(
         401,
         'This gateway needs an API key: send one of its keys as "Authorization: Bearer <key>" or "x-api-key".',
@@ -72,6 +76,7 @@ export class GatewayGuard implements CanActivate {
       }
       spec.validate(request.body);
     }
+    context.body = request.body;
     // An upload is relayed as bytes: there is no JSON to walk, and nothing to share.
     if (upload) return true;
     const deduplicated = this.config.dedup && ROUTES[spec.route].kind === 'generation';
@@ -99,6 +104,12 @@ export class GatewayGuard implements CanActivate {
       if (!(error instanceof BodyTooDeepError)) throw error;
       throw new ApiError(400, error.message, 'nested_too_deep');
     }
+  }
+
+  /** The status page's own routes: its page and login are open (they check the key themselves), its data needs a session. */
+  private statusAllows(execution: ExecutionContext, request: IncomingMessage): boolean {
+    const access = Reflect.getMetadata(STATUS_ACCESS, execution.getHandler()) as StatusAccess | undefined;
+    return access === 'public' || (access === 'session' && this.sessions.isValid(request.headers));
   }
 
   private presentsGatewayKey(request: IncomingMessage): boolean {

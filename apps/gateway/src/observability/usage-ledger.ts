@@ -1,0 +1,47 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { LRUCache } from 'lru-cache';
+import type { GatewayConfig } from '../config/gateway-config.js';
+import { GATEWAY_CONFIG } from '../gateway.tokens.js';
+import type { RequestContext } from '../http/request-context.js';
+import { mayCarryUsage, mergeUsage, usageOfBytes, usageOfText, type Usage } from './usage.js';
+
+/**
+ * Token usage of the answers the provider sent, per request and per dedup
+ * key: a request that joined a call or was answered from the window reused
+ * that call's tokens (what it saved is read here by its key). Bounded; no
+ * prompt or answer text is kept, only two numbers per key.
+ */
+@Injectable()
+export class UsageLedger {
+  /** Whether anybody reads usage (metrics, request log or status page): otherwise nothing is parsed. */
+  readonly enabled: boolean;
+  private readonly byKey = new LRUCache<string, Usage>({ max: 10_000 });
+
+  constructor(@Inject(GATEWAY_CONFIG) config: GatewayConfig) {
+    const o = config.observability;
+    this.enabled = o.metricsPath !== undefined || o.statusPath !== undefined || (o.requestLog && o.logLevel !== 'silent');
+  }
+
+  /** A plain answer's usage, read once from the bytes the provider sent. */
+  fromBody(context: RequestContext, bytes: Buffer): void {
+    if (!this.enabled) return;
+    const usage = usageOfBytes(bytes);
+    if (!usage) return;
+    context.usage = usage;
+    if (context.dedupKey !== undefined) this.byKey.set(context.dedupKey, usage);
+  }
+
+  /** A stream chunk as it passes: usage reported in it is kept (streams report it in their last events). */
+  fromChunk(context: RequestContext, chunk: string): void {
+    if (!mayCarryUsage(chunk)) return;
+    const usage = usageOfText(chunk);
+    if (!usage) return;
+    context.usage = mergeUsage(context.usage, usage);
+    if (context.dedupKey !== undefined) this.byKey.set(context.dedupKey, context.usage);
+  }
+
+  /** The usage of the call whose answer a joined or cached request reused. */
+  reused(dedupKey: string | undefined): Usage | undefined {
+    return dedupKey === undefined ? undefined : this.byKey.get(dedupKey);
+  }
+}
