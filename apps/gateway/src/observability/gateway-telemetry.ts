@@ -55,7 +55,7 @@ export class GatewayTelemetry {
     private readonly orchestrator: OrchestratorService,
     private readonly usage: UsageLedger,
     private readonly board: StatusBoard,
-    @Optional() metrics: OrchestratorMetrics | null,
+    @Optional() @Inject(OrchestratorMetrics) metrics: OrchestratorMetrics | null,
   ) {
     const o = config.observability;
     this.requestLog = o.requestLog && logger.isLevelEnabled('info');
