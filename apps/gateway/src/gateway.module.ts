@@ -103,9 +103,8 @@ export function isSampled(body: unknown): boolean {
 
 @Module({})
 export class GatewayModule implements NestModule {
-  static forRoot(config: GatewayConfig): DynamicModule {
+  static forRoot(config: GatewayConfig, logger: Logger = createLogger(config.observability)): DynamicModule {
     const o = config.observability;
-    const logger = createLogger(o);
     return {
       module: GatewayModule,
       imports: [

@@ -1,3 +1,4 @@
+import type { LoggerService, LogLevel } from '@nestjs/common';
 import { pino, type Logger } from 'pino';
 import pretty from 'pino-pretty';
 import type { ObservabilityConfig } from '../config/gateway-config.js';
@@ -36,4 +37,15 @@ function stdoutDestination(): ReturnType<typeof pino.destination> {
     }
   });
   return destination;
+}
+
+/** Nest's own messages (warnings, errors) as lines of the same logger, so that stdout stays one format. */
+export function nestLoggerOf(logger: Logger, levels: LogLevel[] = ['error', 'warn']): LoggerService {
+  const enabled = new Set(levels);
+  const write = (level: 'info' | 'warn' | 'error' | 'debug' | 'trace', nestLevel: LogLevel) => (message: unknown, ...rest: unknown[]) => {
+    if (!enabled.has(nestLevel)) return;
+    const context = typeof rest.at(-1) === 'string' ? (rest.at(-1) as string) : undefined;
+    logger[level]({ context }, typeof message === 'string' ? message : String((message as Error)?.message ?? message));
+  };
+  return { log: write('info', 'log'), warn: write('warn', 'warn'), error: write('error', 'error'), debug: write('debug', 'debug'), verbose: write('trace', 'verbose') };
 }

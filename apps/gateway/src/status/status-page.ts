@@ -16,18 +16,20 @@ section{background:var(--card);border-radius:8px;padding:12px 16px}h2{font-size:
 .big{font-size:22px;font-weight:600}.grid{display:grid;grid-template-columns:repeat(3,1fr);gap:8px}.grid div span{display:block;color:var(--dim);font-size:12px}
 table{width:100%;border-collapse:collapse}td,th{text-align:left;padding:3px 6px;border-bottom:1px solid #30363d;font-variant-numeric:tabular-nums}th{color:var(--dim);font-weight:500}
 ul{margin:0;padding-left:18px}.legend span{margin-right:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px}
-svg{width:100%;height:90px;display:block}`;
+svg{width:100%;height:90px;display:block}#draining:empty{display:none}`;
 
 const SCRIPT = `
 const $ = (id) => document.getElementById(id);
 const fmt = (n) => Number(n).toLocaleString('en-US');
-const time = (ms) => new Date(ms).toLocaleTimeString();
+const time = (ms) => new Date(ms).toLocaleTimeString('en-GB');
+const money = (x) => '$' + (x >= 1 ? x.toFixed(2) : x.toPrecision(3));
 function text(el, value) { if (el.textContent !== String(value)) el.textContent = String(value); }
 function rows(tbody, items, cells) {
   tbody.replaceChildren(...items.map((item) => { const tr = document.createElement('tr'); for (const c of cells(item)) { const td = document.createElement('td'); td.textContent = String(c); tr.append(td); } return tr; }));
 }
 function renderUpstreams(upstreams) {
   const box = $('upstreams');
+  if (upstreams.length === 0) { const p = document.createElement('p'); p.className = 'dim'; p.textContent = 'no upstream called yet'; return box.replaceChildren(p); }
   box.replaceChildren(...upstreams.map((u) => {
     const div = document.createElement('div'); div.dataset.upstream = u.name;
     const state = u.breaker ? u.breaker.state : 'none';
@@ -67,11 +69,11 @@ function render(s) {
   text($('upstream-failed'), fmt(s.upstreamCalls.error + s.upstreamCalls.timeout));
   text($('calls-saved'), fmt(s.saved.calls));
   text($('tokens-saved'), fmt(s.saved.tokens));
-  text($('money-saved'), s.saved.priced ? '$' + s.saved.dollars.toFixed(4) : 'no price known for these models');
-  text($('money-spent'), s.spent.dollars ? '$' + s.spent.dollars.toFixed(4) : '-');
+  text($('money-saved'), s.saved.priced ? money(s.saved.dollars) : 'no price known for these models');
+  text($('money-spent'), s.spent.dollars ? money(s.spent.dollars) : '-');
   rows($('refusals'), Object.entries(s.refusals), ([reason, n]) => [reason.replace('_', ' '), fmt(n)]);
   rows($('tenants'), s.tenants, (t) => [t.tenant, fmt(t.requests)]);
-  rows($('errors'), s.errors, (e) => [time(e.at), e.route, e.status, e.code || '', e.requestId]);
+  rows($('errors'), s.errors, (e) => [time(e.at), e.route, e.status, e.code || '', e.requestId.slice(0, 8)]);
   text($('window'), fmt(s.window.entries) + ' answers, ' + fmt(Math.round(s.window.bytes / 1024)) + ' KiB');
 }
 function connect() {
@@ -90,7 +92,7 @@ export function statusPageHtml(): string {
 <main>
 <section><h2>Upstreams</h2><div id="upstreams"></div></section>
 <section><h2>Requests per second</h2>
-<div class="grid"><div><span>miss (called upstream)</span><b class="big" id="rate-miss">0</b></div><div><span>joined</span><b class="big" id="rate-joined">0</b></div><div><span>cached</span><b class="big" id="rate-cached">0</b></div></div>
+<div class="grid"><div><span>miss</span><b class="big" id="rate-miss">0</b></div><div><span>joined</span><b class="big" id="rate-joined">0</b></div><div><span>cached</span><b class="big" id="rate-cached">0</b></div></div>
 <svg id="chart" viewBox="0 0 600 90" preserveAspectRatio="none"></svg>
 <div class="legend dim"><span><i style="background:var(--miss)"></i>miss</span><span><i style="background:var(--joined)"></i>joined</span><span><i style="background:var(--cached)"></i>cached</span><span><i style="background:var(--none)"></i>not deduplicated <b id="rate-none">0</b>/s</span></div>
 <table><tr><th>since start</th><th>miss</th><th>joined</th><th>cached</th><th>not dedup.</th></tr>
