@@ -42,6 +42,16 @@ const FLAGS = [
   '--redis-prefix',
   '--redis-timeout',
   '--gateway-keys',
+  '--metrics-path',
+  '--no-metrics',
+  '--metrics-tenants',
+  '--log-level',
+  '--log-format',
+  '--no-request-log',
+  '--log-prompts',
+  '--status-path',
+  '--no-status-page',
+  '--ready-requires-store',
   '--help',
 ];
 
@@ -107,6 +117,37 @@ describe('parseGatewayConfig', () => {
       redisPrefix: 'npo',
       gatewayKeys: [],
       providerKey: undefined,
+      observability: {
+        metricsPath: '/orchestrator/metrics',
+        metricsTenants: false,
+        logLevel: 'info',
+        logFormat: process.stdout.isTTY ? 'pretty' : 'json',
+        requestLog: true,
+        logPrompts: false,
+        statusPath: '/orchestrator',
+        readyRequiresStore: false,
+      },
+    });
+  });
+
+  it('reads the observability flags and their variables', () => {
+    const config = parseGatewayConfig(
+      ['--metrics-path', '/internal/metrics', '--metrics-tenants', '--log-level', 'warn', '--no-request-log', '--log-prompts', '--no-status-page'],
+      { ORCHESTRATOR_LOG_FORMAT: 'pretty', ORCHESTRATOR_READY_REQUIRES_STORE: '1' },
+    );
+    expect(config?.observability).toEqual({
+      metricsPath: '/internal/metrics',
+      metricsTenants: true,
+      logLevel: 'warn',
+      logFormat: 'pretty',
+      requestLog: false,
+      logPrompts: true,
+      statusPath: undefined,
+      readyRequiresStore: true,
+    });
+    expect(parseGatewayConfig(['--no-metrics', '--status-path', '/ops/status'], {})?.observability).toMatchObject({
+      metricsPath: undefined,
+      statusPath: '/ops/status',
     });
   });
 
@@ -159,6 +200,12 @@ describe('parseGatewayConfig', () => {
     [['--max-body', '10'], /--max-body/],
     [['--retries', 'many'], /--retries/],
     [['stray-positional'], /stray-positional|positional/i],
+    [['--log-level', 'loud'], /--log-level must be/],
+    [['--log-format', 'xml'], /--log-format must be json or pretty/],
+    [['--metrics-path', 'metrics'], /--metrics-path must look like/],
+    [['--metrics-path', '/v1/metrics'], /--metrics-path must not be under \/v1/],
+    [['--status-path', '/a b'], /--status-path must look like/],
+    [['--metrics-path', '/orchestrator/events'], /is a route of the status page/],
   ])('refuses %j with a message naming the problem', (argv, message) => {
     expect(configError(argv as string[]).message).toMatch(message);
   });
