@@ -29,7 +29,7 @@ Options:
   --docs                also copy the charts to docs/benchmarks/
   --strict              exit non-zero when a timing target is missed too (default: count targets only)
   --duration S          overhead: seconds per measured stretch (default 10 x scale, at least 1)
-  --rounds N            overhead: rounds of a,b,c,d (default 2, at least 2)
+  --rounds N            overhead: rounds of a,b,c,d,e (default 2, at least 2)
   --connections N       overhead: autocannon connections (default 32)
   --help                this text
 `;

@@ -14,6 +14,16 @@ import { startGateway, uniquePrompt, type GatewayUnderTest } from '../support/ga
  * when the docs are refreshed), else to the temp directory.
  */
 
+// The page's DOM, as far as the functions run inside the browser use it (the tests compile without the DOM library).
+interface Element {
+  textContent: string | null;
+}
+declare const document: {
+  getElementById(id: string): Element | null;
+  querySelector(selector: string): Element | null;
+  querySelectorAll(selector: string): Iterable<Element>;
+};
+
 const CHROMIUM = '/usr/bin/chromium';
 const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'];
 const KEY = 'status-page-key-91c2';
