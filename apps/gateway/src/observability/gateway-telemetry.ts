@@ -14,7 +14,10 @@ import { UsageLedger } from './usage-ledger.js';
 const MAX_MODELS = 50;
 const MAX_TENANT_LABELS = 50;
 const MAX_PROMPT_CHARS = 4000;
+const MAX_REMEMBERED_TENANTS = 10_000;
 const OUTCOMES = new Set(['miss', 'joined', 'cached']);
+
+type TokenChildren = [input: { inc(n: number): void }, output: { inc(n: number): void }];
 
 /** Distinct label values up to a cap; later ones become "other" (a label never grows without bound). */
 class CappedLabels {
@@ -48,6 +51,9 @@ export class GatewayTelemetry {
   private readonly models = new CappedLabels(MAX_MODELS);
   private readonly tenantLabels = new CappedLabels(MAX_TENANT_LABELS);
   private readonly metricsTenants: boolean;
+  private readonly tenantHashes = new Map<string, string>();
+  private readonly boundTokens = new Map<string, TokenChildren>();
+  private readonly boundSaved = new Map<string, TokenChildren>();
 
   constructor(
     @Inject(GATEWAY_CONFIG) config: GatewayConfig,
@@ -79,6 +85,41 @@ export class GatewayTelemetry {
     this.enabled = this.requestLog || this.tokens !== undefined || board.enabled;
   }
 
+  /** The in/out children of the token counter for a model (and tenant), bound once: no label look-up per request. */
+  private tokenChildren(model: string, tenant: string | undefined): TokenChildren {
+    const key = tenant === undefined ? model : `${model}\n${tenant}`;
+    let children = this.boundTokens.get(key);
+    if (!children) {
+      const m = this.models.of(model);
+      const labels = tenant === undefined ? [m] : [m, this.tenantLabels.of(tenant)];
+      children = [this.tokens!.labels('in', ...labels), this.tokens!.labels('out', ...labels)];
+      // Values past the caps all map to "other": remember them under their own key only while that stays small.
+      if (this.boundTokens.size < 4 * (MAX_MODELS + MAX_TENANT_LABELS)) this.boundTokens.set(key, children);
+    }
+    return children;
+  }
+
+  private savedChildren(model: string): TokenChildren {
+    let children = this.boundSaved.get(model);
+    if (!children) {
+      const m = this.models.of(model);
+      children = [this.tokensSaved!.labels('in', m), this.tokensSaved!.labels('out', m)];
+      if (this.boundSaved.size < 4 * MAX_MODELS) this.boundSaved.set(model, children);
+    }
+    return children;
+  }
+
+  /** A tenant's short hash, remembered: the same few callers make most requests, and a hash per request adds up. */
+  private tenantOf(identity: string): string {
+    let tenant = this.tenantHashes.get(identity);
+    if (tenant === undefined) {
+      if (this.tenantHashes.size >= MAX_REMEMBERED_TENANTS) this.tenantHashes.clear();
+      tenant = hashIdentity(identity).slice(0, 12);
+      this.tenantHashes.set(identity, tenant);
+    }
+    return tenant;
+  }
+
   /** Watches one request until its response is over. */
   track(request: IncomingMessage, response: ServerResponse, context: RequestContext): void {
     response.once('close', () => this.finish(request, response, context));
@@ -91,27 +132,21 @@ export class GatewayTelemetry {
     const status = response.writableFinished ? response.statusCode : 499;
     const route = context.route ?? 'unrouted';
     const needTenant = this.board.enabled || this.requestLog || this.metricsTenants;
-    const tenant = needTenant && context.identity !== undefined ? hashIdentity(context.identity).slice(0, 12) : undefined;
+    const tenant = needTenant && context.identity !== undefined ? this.tenantOf(context.identity) : undefined;
     const body = context.body as { model?: unknown } | undefined;
     const model = typeof body?.model === 'string' ? body.model : undefined;
     const own = context.usage;
     const reused = outcome === 'joined' || outcome === 'cached' ? this.usage.reused(context.dedupKey) : undefined;
 
     if (this.tokens && own) {
-      const m = this.models.of(model ?? 'unknown');
-      if (this.metricsTenants) {
-        const t = this.tenantLabels.of(tenant ?? 'none');
-        this.tokens.labels('in', m, t).inc(own.input);
-        this.tokens.labels('out', m, t).inc(own.output);
-      } else {
-        this.tokens.labels('in', m).inc(own.input);
-        this.tokens.labels('out', m).inc(own.output);
-      }
+      const [input, output] = this.tokenChildren(model ?? 'unknown', this.metricsTenants ? (tenant ?? 'none') : undefined);
+      input.inc(own.input);
+      output.inc(own.output);
     }
     if (this.tokensSaved && reused) {
-      const m = this.models.of(model ?? 'unknown');
-      this.tokensSaved.labels('in', m).inc(reused.input);
-      this.tokensSaved.labels('out', m).inc(reused.output);
+      const [input, output] = this.savedChildren(model ?? 'unknown');
+      input.inc(reused.input);
+      output.inc(reused.output);
     }
     if (this.board.enabled) {
       this.board.record({
