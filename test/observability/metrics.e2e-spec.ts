@@ -177,3 +177,48 @@ describe('health', () => {
     expect(await draining.json()).toMatchObject({ status: 'error', error: { orchestrator: { status: 'down' } } });
   });
 });
+
+describe('status routes', () => {
+  it.each(['fastify', 'express'])('on %s: a key buys a session cookie that opens the event stream; nothing else does', async (platform) => {
+    g = await startGateway({ flags: ['--platform', platform, '--gateway-keys', 'page-key'] });
+    const base = `${g.gatewayUrl}/orchestrator`;
+    const page = await fetch(base);
+    expect(page.status).toBe(200);
+    expect(page.headers.get('content-type')).toMatch(/^text\/html/);
+    expect(page.headers.get('content-security-policy')).toContain("default-src 'none'");
+    expect(await page.text()).toContain('id="login"');
+    expect((await fetch(`${base}/events`)).status).toBe(401);
+    expect((await fetch(`${base}/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"key":"nope"}' })).status).toBe(401);
+
+    const login = await fetch(`${base}/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"key":"page-key"}' });
+    expect(login.status).toBe(204);
+    const cookie = login.headers.get('set-cookie')!;
+    expect(cookie).toMatch(/^npo_status=[\w.-]+; Path=\/orchestrator; Max-Age=43200; HttpOnly; SameSite=Strict$/);
+    const session = { cookie: cookie.split(';')[0] };
+    // The cookie opens the status routes only: never the API or the metrics.
+    expect((await fetch(`${g.gatewayUrl}/v1/models`, { headers: session })).status).toBe(401);
+    expect((await fetch(`${g.gatewayUrl}${METRICS}`, { headers: session })).status).toBe(401);
+    expect((await fetch(`${base}/events`, { headers: { cookie: 'npo_status=99999999999.forged' } })).status).toBe(401);
+
+    expect(await (await fetch(base, { headers: session })).text()).toContain('id="upstreams"');
+    const controller = new AbortController();
+    const events = await fetch(`${base}/events`, { headers: session, signal: controller.signal });
+    expect(events.status).toBe(200);
+    expect(events.headers.get('content-type')).toMatch(/^text\/event-stream/);
+    const reader = events.body!.getReader();
+    let text = '';
+    while (!text.includes('\n\n')) text += new TextDecoder().decode((await reader.read()).value);
+    controller.abort();
+    expect(text).toMatch(/^event: snapshot\ndata: \{/);
+    const snapshot = JSON.parse(text.split('\n')[1].slice('data: '.length));
+    expect(snapshot).toMatchObject({ provider: 'openai', totals: { miss: 0, joined: 0, cached: 0 }, draining: false });
+    const json = await fetch(`${base}/snapshot`, { headers: { authorization: 'Bearer page-key' } });
+    expect(json.status).toBe(200);
+  });
+
+  it('is gone with --no-status-page', async () => {
+    g = await startGateway({ flags: ['--no-status-page'] });
+    expect((await fetch(`${g.gatewayUrl}/orchestrator`)).status).toBe(404);
+    expect((await fetch(`${g.gatewayUrl}/orchestrator/events`)).status).toBe(404);
+  });
+});
