@@ -216,6 +216,19 @@ describe('status routes', () => {
     expect(json.status).toBe(200);
   });
 
+  it('an open page does not hold a graceful shutdown for its grace period', async () => {
+    g = await startGateway({ flags: ['--shutdown-grace', '30'] });
+    const events = await fetch(`${g.gatewayUrl}/orchestrator/events`);
+    expect(events.status).toBe(200);
+    const ended = events.text(); // resolves when the gateway ends the stream
+    const { stopGateway } = await import('../../apps/gateway/src/gateway.factory.js');
+    const started = performance.now();
+    const outcome = await stopGateway(g.app, g.config);
+    expect(outcome).toEqual({ finished: true, cut: 0 });
+    expect(performance.now() - started).toBeLessThan(3_000);
+    expect(await ended).toContain('event: snapshot');
+  });
+
   it('is gone with --no-status-page', async () => {
     g = await startGateway({ flags: ['--no-status-page'] });
     expect((await fetch(`${g.gatewayUrl}/orchestrator`)).status).toBe(404);
