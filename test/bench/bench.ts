@@ -32,7 +32,7 @@ Options:
   --strict              exit non-zero when a timing target is missed too (default: count targets only)
   --duration S          overhead: seconds per measured stretch (default 10 x scale, at least 1);
                         soak: length of the run (default 120)
-  --rounds N            overhead: rounds of a,b,c,d (default 2, at least 2)
+  --rounds N            overhead: rounds of a,b,c,d,e (default 2, at least 2)
   --connections N       overhead: autocannon connections (default 32)
   --help                this text
 `;

@@ -8,13 +8,13 @@ import type { TargetCheck } from './targets.js';
 export interface OverheadOptions {
   /** Seconds per measured stretch. */
   durationSec: number;
-  /** Rounds of a,b,c,d (at least 2). */
+  /** Rounds of a,b,c,d,e (at least 2). */
   rounds: number;
   connections: number;
   log?: (line: string) => void;
 }
 
-type TargetKey = 'a' | 'b' | 'c' | 'd';
+type TargetKey = 'a' | 'b' | 'c' | 'd' | 'e';
 
 export interface OverheadStretch {
   round: number;
@@ -55,13 +55,14 @@ export interface OverheadResult {
 const LABELS: Record<TargetKey, string> = {
   a: '(a) mock provider direct, latency 0',
   b: '(b) minimal undici proxy',
-  c: '(c) gateway (default platform: fastify), dedup on',
-  d: '(d) gateway on express, dedup on',
+  c: '(c) gateway (default platform: fastify), dedup on, metrics + request log on',
+  d: '(d) gateway on express, dedup on, metrics + request log on',
+  e: '(e) gateway (fastify), metrics, request log, status page off',
 };
 
 /**
  * Throughput and CPU cost per request of the gateway against the floor for a Node proxy. One mock provider
- * (latency 0) serves all four; the targets run alternately (a,b,c,d, a,b,c,d, ...) with the same body shape
+ * (latency 0) serves all five; the targets run alternately (a,b,c,d,e, a,b,c,d,e, ...) with the same body shape
  * (every body distinct) and connection count. CPU time is read from /proc/<pid>/stat before and after.
  */
 export async function runOverhead(options: OverheadOptions): Promise<OverheadResult> {
@@ -76,7 +77,9 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     children.push(fastify);
     const express = await startGateway(mock.url, ['--platform', 'express']);
     children.push(express);
-    const servers: Record<TargetKey, ChildHandle> = { a: mock, b: proxy, c: fastify, d: express };
+    const quiet = await startGateway(mock.url, ['--platform', 'fastify', '--no-metrics', '--no-request-log', '--no-status-page']);
+    children.push(quiet);
+    const servers: Record<TargetKey, ChildHandle> = { a: mock, b: proxy, c: fastify, d: express, e: quiet };
     log(`  overhead: provider ${mock.url}, minimal proxy ${proxy.url}, gateway express ${express.url}, gateway fastify ${fastify.url}`);
 
     let counter = 0;
@@ -103,7 +106,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
         ],
       });
 
-    const keys: TargetKey[] = ['a', 'b', 'c', 'd'];
+    const keys: TargetKey[] = ['a', 'b', 'c', 'd', 'e'];
     // Warm-up (not measured): JIT, connection pools, and a full answer window on the gateways.
     const warmSec = Math.max(3, Math.round(options.durationSec / 3));
     for (const key of keys) await blast(key, warmSec);
@@ -156,7 +159,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       };
     });
     const floor = summary.find((s) => s.target === 'b');
-    const checks: TargetCheck[] = (['c', 'd'] as const).map((key) => {
+    const checks: TargetCheck[] = (['c', 'd', 'e'] as const).map((key) => {
       const row = summary.find((s) => s.target === key);
       const ratio = row && floor ? row.cpuMsPerRequest / floor.cpuMsPerRequest : Number.NaN;
       return {
@@ -191,7 +194,7 @@ export function overheadTable(result: OverheadResult): string {
   ]);
   const { durationSec, rounds, connections } = result.options;
   return [
-    `== overhead: autocannon, ${connections} connections, ${durationSec} s per stretch, ${rounds} rounds of a,b,c,d (every body distinct)`,
+    `== overhead: autocannon, ${connections} connections, ${durationSec} s per stretch, ${rounds} rounds of a,b,c,d,e (every body distinct)`,
     table(['', 'req/s', 'vs (b)', 'p50', 'p99', 'CPU ms/req', 'vs (b)', 'provider CPU ms/req', 'failed'], rows),
     '   CPU ms/req: user+system time of that server process (for (a), the mock itself) per 2xx answer; p50 is the median of the rounds, p99 the worst.',
   ].join('\n');

@@ -53,6 +53,16 @@ const FLAGS = [
   '--request-log',
   '--request-log-max-bytes',
   '--request-log-files',
+  '--metrics-path',
+  '--no-metrics',
+  '--metrics-tenants',
+  '--log-level',
+  '--log-format',
+  '--no-request-log',
+  '--log-prompts',
+  '--status-path',
+  '--no-status-page',
+  '--ready-requires-store',
   '--help',
 ];
 
@@ -119,6 +129,37 @@ describe('parseGatewayConfig', () => {
       gatewayKeys: [],
       providerKey: undefined,
       budgets: { rateWindowMs: 60_000, streamUsage: true, requestLogMaxBytes: 50 * 1024 * 1024, requestLogFiles: 5 },
+      observability: {
+        metricsPath: '/orchestrator/metrics',
+        metricsTenants: false,
+        logLevel: 'info',
+        logFormat: process.stdout.isTTY ? 'pretty' : 'json',
+        requestLog: true,
+        logPrompts: false,
+        statusPath: '/orchestrator',
+        readyRequiresStore: false,
+      },
+    });
+  });
+
+  it('reads the observability flags and their variables', () => {
+    const config = parseGatewayConfig(
+      ['--metrics-path', '/internal/metrics', '--metrics-tenants', '--log-level', 'warn', '--no-request-log', '--log-prompts', '--no-status-page'],
+      { ORCHESTRATOR_LOG_FORMAT: 'pretty', ORCHESTRATOR_READY_REQUIRES_STORE: '1' },
+    );
+    expect(config?.observability).toEqual({
+      metricsPath: '/internal/metrics',
+      metricsTenants: true,
+      logLevel: 'warn',
+      logFormat: 'pretty',
+      requestLog: false,
+      logPrompts: true,
+      statusPath: undefined,
+      readyRequiresStore: true,
+    });
+    expect(parseGatewayConfig(['--no-metrics', '--status-path', '/ops/status'], {})?.observability).toMatchObject({
+      metricsPath: undefined,
+      statusPath: '/ops/status',
     });
   });
 
@@ -193,6 +234,12 @@ describe('parseGatewayConfig', () => {
     [['--max-body', '10'], /--max-body/],
     [['--retries', 'many'], /--retries/],
     [['stray-positional'], /stray-positional|positional/i],
+    [['--log-level', 'loud'], /--log-level must be/],
+    [['--log-format', 'xml'], /--log-format must be json or pretty/],
+    [['--metrics-path', 'metrics'], /--metrics-path must look like/],
+    [['--metrics-path', '/v1/metrics'], /--metrics-path must not be under \/v1/],
+    [['--status-path', '/a b'], /--status-path must look like/],
+    [['--metrics-path', '/orchestrator/events'], /is a route of the status page/],
   ])('refuses %j with a message naming the problem', (argv, message) => {
     expect(configError(argv as string[]).message).toMatch(message);
   });

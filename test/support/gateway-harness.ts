@@ -38,7 +38,8 @@ export async function startGateway(options: StartOptions = {}): Promise<GatewayU
   let app: INestApplication | undefined;
   try {
     const flags = options.flags ?? [];
-    const config = parseGatewayConfig(['--upstream', provider.url, ...flags], options.env ?? {});
+    // Request lines would flood the test output: silent unless a test's own flags ask for a level.
+    const config = parseGatewayConfig(['--upstream', provider.url, '--log-level', 'silent', ...flags], options.env ?? {});
     if (!config) throw new Error('parseGatewayConfig returned no config (was --help passed?)');
     app = await createGateway(config, { logger: options.logger ?? false });
     await app.listen(0, '127.0.0.1');

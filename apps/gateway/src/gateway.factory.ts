@@ -9,6 +9,7 @@ import { GatewayExceptionFilter } from './http/gateway-exception.filter.js';
 import { GatewayExpressAdapter, createGatewayServer } from './http/http-server.js';
 import { Lifecycle } from './http/lifecycle.js';
 import { unroutedApi } from './http/request-context.middleware.js';
+import { createLogger, nestLoggerOf } from './observability/logger.js';
 
 export interface CreateGatewayOptions {
   logger?: false | LogLevel[] | LoggerService;
@@ -18,8 +19,10 @@ const MULTIPART = 'multipart/form-data';
 
 /** Builds the gateway app on the configured platform (not yet listening). */
 export async function createGateway(config: GatewayConfig, options: CreateGatewayOptions = {}): Promise<INestApplication> {
-  const module = GatewayModule.forRoot(config);
-  const logger = options.logger ?? ['error', 'warn'];
+  const log = createLogger(config.observability);
+  const module = GatewayModule.forRoot(config, log);
+  // Nest's own warnings and errors go through the same logger: one format on stdout.
+  const logger = options.logger ?? nestLoggerOf(log);
   let app: INestApplication;
   if (config.platform === 'fastify') {
     const fastify = await NestFactory.create<NestFastifyApplication>(

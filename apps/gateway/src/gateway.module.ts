@@ -1,9 +1,16 @@
 import { Global, Module, type DynamicModule, type MiddlewareConsumer, type NestModule } from '@nestjs/common';
 import { APP_GUARD } from '@nestjs/core';
-import { OrchestratorModule, type OrchestratorModuleOptions } from 'nest-prompt-orchestrator';
+import type { Logger } from 'pino';
+import { OrchestratorModule, OrchestratorObservabilityModule, type OrchestratorModuleOptions } from 'nest-prompt-orchestrator';
+import { Registry } from 'prom-client';
 import type { GatewayConfig } from './config/gateway-config.js';
 import { GatewayService } from './gateway.service.js';
-import { GATEWAY_CONFIG } from './gateway.tokens.js';
+import { GATEWAY_CONFIG, GATEWAY_LOGGER } from './gateway.tokens.js';
+import { GatewayTelemetry } from './observability/gateway-telemetry.js';
+import { createLogger } from './observability/logger.js';
+import { UsageLedger } from './observability/usage-ledger.js';
+import { StatusBoard } from './status/status-board.js';
+import { statusController } from './status/status.controller.js';
 import { SharedState } from './shared-state/shared-state.js';
 import { Budgets } from './budgets/budgets.service.js';
 import { ApiError } from './http/api-error.js';
@@ -22,11 +29,19 @@ import { OpenAIController } from './routes/openai.controller.js';
 @Global()
 @Module({})
 class GatewayCoreModule {
-  static forRoot(config: GatewayConfig): DynamicModule {
+  static forRoot(config: GatewayConfig, logger: Logger): DynamicModule {
     return {
       module: GatewayCoreModule,
-      providers: [{ provide: GATEWAY_CONFIG, useValue: config }, GatewayService, Lifecycle, SharedState, Budgets],
-      exports: [GATEWAY_CONFIG, GatewayService, Lifecycle, SharedState, Budgets],
+      providers: [
+        { provide: GATEWAY_CONFIG, useValue: config },
+        { provide: GATEWAY_LOGGER, useValue: logger },
+        GatewayService,
+        Lifecycle,
+        SharedState,
+        UsageLedger,
+        Budgets,
+      ],
+      exports: [GATEWAY_CONFIG, GATEWAY_LOGGER, GatewayService, Lifecycle, SharedState, UsageLedger, Budgets],
     };
   }
 }
@@ -90,19 +105,32 @@ export function isSampled(body: unknown): boolean {
 
 @Module({})
 export class GatewayModule implements NestModule {
-  static forRoot(config: GatewayConfig): DynamicModule {
+  static forRoot(config: GatewayConfig, logger: Logger = createLogger(config.observability)): DynamicModule {
+    const o = config.observability;
     return {
       module: GatewayModule,
       imports: [
-        GatewayCoreModule.forRoot(config),
+        GatewayCoreModule.forRoot(config, logger),
         OrchestratorModule.forRootAsync({
           inject: [GATEWAY_CONFIG, GatewayService, SharedState],
           useFactory: orchestratorOptions,
           interceptor: GatewayInterceptor,
         }),
+        // Metrics (not at /metrics: llama-server's own, relayed), breaker and store lines, /health/live and /health/ready.
+        OrchestratorObservabilityModule.forRoot({
+          metrics: o.metricsPath === undefined ? false : { path: o.metricsPath, registry: new Registry() },
+          logger,
+          health: { path: '/health', requireStore: o.readyRequiresStore },
+        }),
       ],
-      controllers: [OpenAIController, AnthropicController, LlamaController, HealthController],
-      providers: [{ provide: APP_GUARD, useClass: GatewayGuard }],
+      controllers: [
+        OpenAIController,
+        AnthropicController,
+        LlamaController,
+        HealthController,
+        ...(o.statusPath === undefined ? [] : [statusController(o.statusPath)]),
+      ],
+      providers: [{ provide: APP_GUARD, useClass: GatewayGuard }, StatusBoard, GatewayTelemetry],
     };
   }
 

@@ -15,6 +15,7 @@ import { UpstreamClient, UpstreamHttpError, UpstreamProtocolError, looksLikeJson
 import { UpstreamIdentity } from './upstream/upstream-identity.js';
 import { Budgets } from './budgets/budgets.service.js';
 import { tapUsage, usageOfJson, withStreamUsage } from './budgets/usage.js';
+import { UsageLedger } from './observability/usage-ledger.js';
 
 type Json = Record<string, unknown>;
 
@@ -38,6 +39,7 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
   constructor(
     @Inject(GATEWAY_CONFIG) config: GatewayConfig,
     private readonly budgets: Budgets,
+    private readonly usage: UsageLedger,
   ) {
     this.upstream = new UpstreamClient(config.timeoutMs);
     this.provider = createProvider(config);
@@ -69,7 +71,10 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     // An OpenAI stream reports its usage (what spend and token limits count) only when asked: the gateway asks, and
     // hides the answer from a client that did not.
     const usageAdded = !translation && this.budgets.streamUsage && (route === 'chat' || route === 'completions') ? withStreamUsage(body) : undefined;
-    const settle = (usage: Parameters<Budgets['settle']>[2]) => this.budgets.settle(context, body, usage);
+    const settle = (usage: Parameters<Budgets['settle']>[2]) => {
+      this.usage.record(context, usage);
+      this.budgets.settle(context, body, usage);
+    };
     const auth = { clientKey: clientKey(caller.headers), headers: caller.headers };
     // An upload keeps its own Content-Type (the multipart boundary is in it).
     const uploadType = ROUTES[route].body === 'multipart' ? caller.headers['content-type'] : undefined;

@@ -66,3 +66,20 @@ export {
   type ErrorCodec,
 } from './core/cluster/coordination.js';
 export { RedisCoordinator, type RedisCoordinatorOptions, type RedisCommands, type RedisSubscriber } from './core/cluster/redis-coordinator.js';
+
+// Observability: metrics (prom-client), event logs (pino-shaped), terminus-style health. Optional peers, loaded on use.
+export {
+  OrchestratorObservabilityModule,
+  type OrchestratorObservabilityOptions,
+  type OrchestratorHealthOptions,
+} from './nest/observability/observability.module.js';
+export { OrchestratorMetrics, type OrchestratorMetricsOptions, type MetricsRegistry } from './nest/observability/orchestrator-metrics.js';
+export { logOrchestratorEvents, type StructuredLogger } from './nest/observability/orchestrator-event-log.js';
+export {
+  livenessReport,
+  readinessReport,
+  type HealthReport,
+  type HealthIndicatorResult,
+  type ReadinessOptions,
+} from './nest/observability/orchestrator-health.js';
+export type { OrchestratorObserver, RequestOutcome, RefusalReason, UpstreamResult } from './core/observer.js';

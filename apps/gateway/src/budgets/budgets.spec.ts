@@ -112,6 +112,15 @@ describe('usage', () => {
     }
   });
 
+  it("reads llama.cpp's own counts (tokens_evaluated / tokens_predicted), whole and streamed", async () => {
+    const whole = { content: 'a "tokens_predicted": 999 in the text', stop: true, tokens_predicted: 7, tokens_evaluated: 11, timings: { predicted_ms: 3 } };
+    expect(usageOfJson(Buffer.from(JSON.stringify(whole)))).toEqual({ input: 11, output: 7, cached: 0 });
+    let usage: unknown;
+    const llamaStream = [chunk({ content: 'hi', stop: false }), chunk({ content: '', stop: true, tokens_predicted: 4, tokens_evaluated: 9 })];
+    await firstValueFrom(tapUsage(from(llamaStream), false, (u) => (usage = u)).pipe(toArray()));
+    expect(usage).toEqual({ input: 9, output: 4, cached: 0 });
+  });
+
   it('asks for stream usage only where the client streams and did not ask', () => {
     expect(withStreamUsage({ stream: true, model: 'm' })).toEqual({ stream: true, model: 'm', stream_options: { include_usage: true } });
     expect(withStreamUsage({ stream: true, stream_options: { include_usage: true } })).toBeUndefined();

@@ -12,6 +12,7 @@ const USAGE = Buffer.from('"usage"');
  */
 export function usageOfJson(bytes: Buffer): Usage | undefined {
   let at = bytes.lastIndexOf(USAGE);
+  if (at < 0) return llamaUsageOf(bytes);
   // Inside a string the quotes are escaped (`\"usage\"`): not the field.
   while (at > 0 && bytes[at - 1] === 0x5c) at = bytes.lastIndexOf(USAGE, at - 1);
   if (at < 0) return undefined;
@@ -24,6 +25,20 @@ export function usageOfJson(bytes: Buffer): Usage | undefined {
   } catch {
     return undefined;
   }
+}
+
+const LLAMA_MARKER = Buffer.from('"tokens_predicted"');
+const LLAMA_INPUT = /"tokens_evaluated"\s*:\s*(\d+)/;
+const LLAMA_OUTPUT = /"tokens_predicted"\s*:\s*(\d+)/;
+
+/** llama.cpp's own routes report `tokens_evaluated` / `tokens_predicted` side by side at the top level, near the end. */
+function llamaUsageOf(bytes: Buffer): Usage | undefined {
+  const at = bytes.lastIndexOf(LLAMA_MARKER);
+  if (at < 0) return undefined;
+  const text = bytes.toString('utf8', Math.max(0, at - 200), Math.min(bytes.length, at + 200));
+  const output = LLAMA_OUTPUT.exec(text);
+  const input = LLAMA_INPUT.exec(text);
+  return output ? { input: input ? Number(input[1]) : 0, output: Number(output[1]), cached: 0 } : undefined;
 }
 
 /** Index of the `}` closing the object opened at `start`, or -1 before `limit`. */
@@ -61,6 +76,14 @@ export function normalise(usage: unknown): Usage | undefined {
   return undefined;
 }
 
+/** llama.cpp's final stream event carries `tokens_evaluated` / `tokens_predicted` beside its `stop: true`. */
+function llamaUsage(data: Record<string, unknown>): Usage | undefined {
+  const output = data.tokens_predicted;
+  if (typeof output !== 'number') return undefined;
+  const input = data.tokens_evaluated;
+  return { input: typeof input === 'number' && input > 0 ? Math.floor(input) : 0, output: Math.max(0, Math.floor(output)), cached: 0 };
+}
+
 /** Larger of each count: Anthropic streams report input at the start and output at the end. */
 function merge(a: Usage | undefined, b: Usage): Usage {
   return a ? { input: Math.max(a.input, b.input), output: Math.max(a.output, b.output), cached: Math.max(a.cached, b.cached) } : b;
@@ -70,7 +93,7 @@ function merge(a: Usage | undefined, b: Usage): Usage {
 function usageOfEvent(data: unknown): Usage | undefined {
   if (typeof data !== 'object' || data === null) return undefined;
   const d = data as { usage?: unknown; message?: { usage?: unknown }; response?: { usage?: unknown } };
-  return normalise(d.usage) ?? normalise(d.message?.usage) ?? normalise(d.response?.usage);
+  return normalise(d.usage) ?? normalise(d.message?.usage) ?? normalise(d.response?.usage) ?? llamaUsage(data as Record<string, unknown>);
 }
 
 /** Whether an OpenAI chunk is the usage-only chunk `include_usage` adds (no choices, usage set). */
@@ -100,7 +123,7 @@ export function tapUsage(chunks: ObservableInput<string>, strip: boolean, onEnd:
     };
     const read = (line: string): boolean => {
       // A line is dropped only when it is the added usage chunk.
-      if (!line.includes('"usage"') || !line.startsWith('data:')) return true;
+      if (!(line.includes('"usage"') || line.includes('"tokens_predicted"')) || !line.startsWith('data:')) return true;
       // Chunks before the usage chunk carry `"usage":null`: nothing to parse.
       if (line.includes('"usage":null') && !line.includes('"usage":{')) return true;
       let data: unknown;

@@ -55,6 +55,27 @@ export interface GatewayConfig {
   corsOrigins?: string[] | '*';
   /** Virtual keys, limits, spend caps and the request log (see budgets/budget-config.ts). */
   budgets: BudgetConfig;
+  /** Observability: metrics, logs, readiness and the status page (see docs/operations.md). */
+  observability: ObservabilityConfig;
+}
+
+export type LogFormat = 'json' | 'pretty';
+
+export interface ObservabilityConfig {
+  /** Route of the Prometheus metrics; undefined with --no-metrics. */
+  metricsPath?: string;
+  /** Token counters carry a hashed tenant label too. */
+  metricsTenants: boolean;
+  logLevel: string;
+  logFormat: LogFormat;
+  /** One log line per request (on unless --no-request-log). */
+  requestLog: boolean;
+  /** Request bodies (prompts) in the request lines: off unless asked for. */
+  logPrompts: boolean;
+  /** Route of the live status page; undefined with --no-status-page. */
+  statusPath?: string;
+  /** A degraded Redis makes /health/ready fail. */
+  readyRequiresStore: boolean;
 }
 
 interface FlagSpec {
@@ -179,6 +200,36 @@ const FLAGS: Record<string, FlagSpec> = {
     help: 'let browser apps from these origins call the gateway: a comma list, or * for any (default: off)',
   },
   ...BUDGET_FLAGS,
+  'metrics-path': {
+    env: 'ORCHESTRATOR_METRICS_PATH',
+    value: 'PATH',
+    help: 'route of the Prometheus metrics (default /orchestrator/metrics; /metrics is llama-server\'s own, relayed)',
+  },
+  'no-metrics': { env: 'ORCHESTRATOR_NO_METRICS', boolean: true, help: 'serve no Prometheus metrics' },
+  'metrics-tenants': {
+    env: 'ORCHESTRATOR_METRICS_TENANTS',
+    boolean: true,
+    help: 'label token counters with a hashed tenant too (at most 50 tenants, then "other")',
+  },
+  'log-level': { env: 'ORCHESTRATOR_LOG_LEVEL', value: 'LEVEL', help: 'fatal | error | warn | info | debug | trace | silent (default info)' },
+  'log-format': {
+    env: 'ORCHESTRATOR_LOG_FORMAT',
+    value: 'FORMAT',
+    help: 'json | pretty (default: pretty when stdout is a terminal, else json)',
+  },
+  'no-request-log': { env: 'ORCHESTRATOR_NO_REQUEST_LOG', boolean: true, help: 'no log line per request' },
+  'log-prompts': {
+    env: 'ORCHESTRATOR_LOG_PROMPTS',
+    boolean: true,
+    help: 'put request bodies (prompts) in the request lines; off by default, they may hold private data',
+  },
+  'status-path': { env: 'ORCHESTRATOR_STATUS_PATH', value: 'PATH', help: 'route of the live status page (default /orchestrator)' },
+  'no-status-page': { env: 'ORCHESTRATOR_NO_STATUS_PAGE', boolean: true, help: 'serve no status page' },
+  'ready-requires-store': {
+    env: 'ORCHESTRATOR_READY_REQUIRES_STORE',
+    boolean: true,
+    help: 'with --redis: /health/ready fails while Redis is unreachable (default: ready, answering from memory)',
+  },
   help: { boolean: true, help: 'show this help' },
 };
 
@@ -286,7 +337,39 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     providerKey: env[PROVIDER_KEY_ENV[provider]] || undefined,
     corsOrigins: parseOrigins(raw('cors')),
     budgets: parseBudgetConfig(raw, (name) => values[name] === true || isTrue(raw(name)), env),
+    observability: parseObservability(raw, (name) => values[name] === true || isTrue(env[FLAGS[name].env as string])),
   };
+}
+
+function parseObservability(raw: (name: string) => string | undefined, flag: (name: string) => boolean): ObservabilityConfig {
+  const logLevel = raw('log-level') ?? 'info';
+  if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(logLevel)) {
+    throw new ConfigError(`--log-level must be fatal, error, warn, info, debug, trace or silent, got "${logLevel}"`);
+  }
+  const format = raw('log-format') ?? (process.stdout.isTTY ? 'pretty' : 'json');
+  if (format !== 'json' && format !== 'pretty') throw new ConfigError(`--log-format must be json or pretty, got "${format}"`);
+  const metricsPath = flag('no-metrics') ? undefined : parseRoutePath('metrics-path', raw('metrics-path') ?? '/orchestrator/metrics');
+  const statusPath = flag('no-status-page') ? undefined : parseRoutePath('status-path', raw('status-path') ?? '/orchestrator');
+  if (metricsPath !== undefined && statusPath !== undefined && [statusPath, `${statusPath}/events`, `${statusPath}/login`].includes(metricsPath)) {
+    throw new ConfigError(`--metrics-path ${metricsPath} is a route of the status page; choose another`);
+  }
+  return {
+    metricsPath,
+    metricsTenants: flag('metrics-tenants'),
+    logLevel,
+    logFormat: format,
+    requestLog: !flag('no-request-log'),
+    logPrompts: flag('log-prompts'),
+    statusPath,
+    readyRequiresStore: flag('ready-requires-store'),
+  };
+}
+
+/** A route of the gateway's own: `/` and letters, digits, `-`, `_`, `.` only; no trailing slash. */
+function parseRoutePath(name: string, raw: string): string {
+  if (!/^(\/[\w.-]+)+$/.test(raw)) throw new ConfigError(`--${name} must look like /orchestrator/metrics, got "${raw}"`);
+  if (/^\/(v1|health)(\/|$)/.test(raw)) throw new ConfigError(`--${name} must not be under /v1 or /health (the gateway's own routes), got "${raw}"`);
+  return raw;
 }
 
 function readString(

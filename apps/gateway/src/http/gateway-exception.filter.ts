@@ -98,6 +98,7 @@ export class GatewayExceptionFilter implements ExceptionFilter {
         : exception instanceof UpstreamHttpError && exception.status === 429;
     adapter.setHeader(response, 'x-should-retry', String(retryable));
 
+    if (context) context.errorCode = exception instanceof UpstreamHttpError ? 'upstream_error' : undefined;
     if (exception instanceof UpstreamHttpError && exception.api === api && exception.json !== undefined) {
       // The provider already answered in the client's own format: its status and bytes, unchanged.
       if (exception.retryAfter) adapter.setHeader(response, 'retry-after', exception.retryAfter);
@@ -113,6 +114,7 @@ export class GatewayExceptionFilter implements ExceptionFilter {
     }
 
     const info = describe(exception, request);
+    if (context && !context.errorCode) context.errorCode = String(info.code ?? info.type ?? info.status);
     if (info.status >= 500 && !(exception instanceof ApiError) && !(exception instanceof HttpException)) {
       const name = (exception as Error | undefined)?.name ?? 'Error';
       this.logger.warn(`request ${String(context?.id)} failed with ${info.status} (${name}: ${redact(info.message)})`);

@@ -12,6 +12,8 @@ import { routeSpecOf } from '../routes/gateway-route.decorator.js';
 import { ApiError } from './api-error.js';
 import { clientKey, identityOf } from './credentials.js';
 import { contextOf } from './request-context.js';
+import { STATUS_ACCESS, type StatusAccess } from '../status/status.controller.js';
+import { StatusSessions } from '../status/status-session.js';
 
 // Deeper than any real request; serialising it again for the provider would overflow the stack.
 const MAX_DEPTH = 128;
@@ -29,6 +31,7 @@ type GatewayRequest = IncomingMessage & { body?: unknown; originalUrl?: string; 
 @Injectable()
 export class GatewayGuard implements CanActivate {
   private readonly keyDigests: Buffer[];
+  private readonly sessions: StatusSessions;
 
   constructor(
     @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
@@ -36,6 +39,7 @@ export class GatewayGuard implements CanActivate {
     private readonly budgets: Budgets,
   ) {
     this.keyDigests = config.gatewayKeys.map(digest);
+    this.sessions = new StatusSessions(config.gatewayKeys);
   }
 
   async canActivate(execution: ExecutionContext): Promise<boolean> {
@@ -50,7 +54,7 @@ export class GatewayGuard implements CanActivate {
     // A virtual key names its holder: that name is the caller's one identity (dedup, fair queue, limits, spend).
     const key: VirtualKey | undefined = this.budgets.keys?.find(clientKey(request.headers));
     if (key) context.identity = `key=${key.name}`;
-    if ((this.keyDigests.length > 0 || this.budgets.keysOn) && !key && !this.presentsGatewayKey(request)) {
+    if ((this.keyDigests.length > 0 || this.budgets.keysOn) && !key && !this.presentsGatewayKey(request) && !this.statusAllows(execution, request)) {
       throw new ApiError(
         401,
         'This gateway needs an API key: send one of its keys as "Authorization: Bearer <key>" or "x-api-key".',
@@ -81,6 +85,7 @@ export class GatewayGuard implements CanActivate {
       spec.validate(request.body);
     }
     await this.budgets.admit(context, key);
+    context.body = request.body;
     // An upload is relayed as bytes: there is no JSON to walk, and nothing to share.
     if (upload) return true;
     const deduplicated = this.config.dedup && ROUTES[spec.route].kind === 'generation';
@@ -109,6 +114,12 @@ export class GatewayGuard implements CanActivate {
       if (!(error instanceof BodyTooDeepError)) throw error;
       throw new ApiError(400, error.message, 'nested_too_deep');
     }
+  }
+
+  /** The status page's own routes: its page and login are open (they check the key themselves), its data needs a session. */
+  private statusAllows(execution: ExecutionContext, request: IncomingMessage): boolean {
+    const access = Reflect.getMetadata(STATUS_ACCESS, execution.getHandler()) as StatusAccess | undefined;
+    return access === 'public' || (access === 'session' && this.sessions.isValid(request.headers));
   }
 
   private presentsGatewayKey(request: IncomingMessage): boolean {

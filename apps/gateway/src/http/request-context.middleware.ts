@@ -6,6 +6,7 @@ import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
 import { Lifecycle } from './lifecycle.js';
+import { GatewayTelemetry } from '../observability/gateway-telemetry.js';
 import { attachContext, serverTiming, type RequestContext } from './request-context.js';
 
 // A propagated id is echoed in headers and logs: accept only a short, plain token.
@@ -22,6 +23,7 @@ export class RequestContextMiddleware implements NestMiddleware {
   constructor(
     @Inject(GATEWAY_CONFIG) config: GatewayConfig,
     private readonly lifecycle: Lifecycle,
+    private readonly telemetry: GatewayTelemetry,
   ) {
     this.defaultApi = unroutedApi(config);
   }
@@ -42,6 +44,7 @@ export class RequestContextMiddleware implements NestMiddleware {
     // A request that arrives on an open connection while the gateway drains: retryable, elsewhere.
     if (this.lifecycle.isDraining) return next(new ShuttingDownError());
     this.lifecycle.track(response);
+    if (this.telemetry.enabled) this.telemetry.track(request, response, context);
     next();
   }
 }

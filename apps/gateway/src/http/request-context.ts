@@ -1,5 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import type { ClientApi, GatewayRoute } from '../providers/provider.js';
+import type { Usage } from '../budgets/prices.js';
 
 const REQUEST_CONTEXT = Symbol('gateway.request-context');
 
@@ -30,6 +31,12 @@ export interface RequestContext {
   upstreamStartedAt?: number;
   /** When the provider's response headers arrived. */
   upstreamAnsweredAt?: number;
+  /** The parsed request body (set by the guard): its model for metrics, and the prompt only if the operator asked. */
+  body?: unknown;
+  /** Tokens the provider reported for this request's own call. */
+  usage?: Usage;
+  /** The error code this request was answered with (set by the exception filter). */
+  errorCode?: string;
 }
 
 type WithContext = IncomingMessage & { [REQUEST_CONTEXT]?: RequestContext; raw?: WithContext };

@@ -24,6 +24,8 @@ export class HealthController {
     const health = this.orchestrator.health();
     const breaker = health.breakers.find((b) => b.name === UPSTREAM);
     const state = breaker?.state ?? 'closed';
+    // Before any call (or probe) has had an outcome, nobody knows whether the provider is up.
+    const known = breaker !== undefined && (breaker.observed || state !== 'closed');
     const store = health.window.store;
     const coordination = this.shared.coordinator?.health();
     return {
@@ -31,7 +33,7 @@ export class HealthController {
       status: store?.state === 'degraded' || coordination?.state === 'degraded' ? 'degraded' : 'ok',
       upstream: {
         provider: this.config.provider,
-        state: state === 'closed' ? 'available' : state === 'half_open' ? 'recovering' : 'unavailable',
+        state: !known ? 'unknown' : state === 'closed' ? 'available' : state === 'half_open' ? 'recovering' : 'unavailable',
         breaker: state,
       },
       breakers: health.breakers,

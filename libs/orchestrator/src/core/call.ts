@@ -1,5 +1,6 @@
 import { Observable, concat, defer, from, map, mergeMap, of, type ObservableInput, type Subscriber, type Subscription } from 'rxjs';
-import { ClientClosedError } from './errors.js';
+import { ClientClosedError, isOrchestratorError, type UpstreamTimeoutError } from './errors.js';
+import type { ObserverHub, RefusalReason } from './observer.js';
 import { isStreamedResponse, type CallEvent } from './events.js';
 import type { CallSource } from './breaker/failure-attribution.js';
 import type { RoutePolicy } from './policy.js';
@@ -28,6 +29,8 @@ type CallState =
   | { readonly kind: 'backoff' }
   | { readonly kind: 'streaming'; readonly attempt: Attempt }
   | { readonly kind: 'done' };
+
+const REFUSALS = new Set<string>(['circuit_open', 'overloaded', 'queue_timeout', 'shutting_down']);
 
 const QUEUED: CallState = { kind: 'queued' };
 const BACKOFF: CallState = { kind: 'backoff' };
@@ -61,6 +64,8 @@ export interface GuardedCallOptions {
   onUpstream?: () => void;
   /** Filled in on subscription: lets the caller move the running call out of the callers' slots. */
   handle?: CallHandle;
+  /** Told of the call's queue wait, attempts, timeouts, retries and refusals (absent: nobody watches). */
+  observer?: ObserverHub;
 }
 
 export interface CallHandle {
@@ -95,23 +100,46 @@ class GuardedCall<T> implements CallControl {
 
   async run(): Promise<void> {
     const { breaker, limiter, retry } = this.policy;
-    const source = this.options.source;
+    const { source, observer } = this.options;
     breaker?.assertCallable();
-    if (limiter) this.release = limiter.tryAcquire(source?.tenant) ?? (await limiter.acquire(this.signal(), source?.tenant));
+    if (limiter) {
+      this.release = limiter.tryAcquire(source?.tenant);
+      if (this.release) observer?.queueWait(this.upstream, 0);
+      else {
+        const queuedAt = observer ? performance.now() : 0;
+        this.release = await limiter.acquire(this.signal(), source?.tenant);
+        observer?.queueWait(this.upstream, performance.now() - queuedAt);
+      }
+    }
     // Cancelled while the slot was being granted.
     if (this.state.kind === 'done') return this.finish();
     this.options.onUpstream?.();
-    const attempt = breaker ? () => breaker.execute(() => this.attempt(), source) : () => this.attempt();
+    let attempt = breaker ? () => breaker.execute(() => this.attempt(), source) : () => this.attempt();
     if (!retry) return attempt();
+    if (observer) {
+      const first = attempt;
+      let tries = 0;
+      attempt = () => {
+        if (tries++ > 0) observer.retried(this.upstream);
+        return first();
+      };
+    }
     // Never retry into an open breaker. One with a health probe may close within the back-off's bound
     // (the upstream is back): wait that long for it, as the SDKs would have waited before their own retry.
     const waitForBreaker = breaker && ((signal: AbortSignal) => breaker.waitUntilCallable(retry.maxDelayMs, signal));
     return retry.execute(attempt, this, waitForBreaker);
   }
 
+  /** What observers call the upstream this call goes to. */
+  private get upstream(): string {
+    return this.policy.breaker?.name ?? this.policy.limiter?.name ?? this.policy.name;
+  }
+
   /** Resolves at the first event (a value, or a stream's first chunk): that, not the whole stream, is what the breaker times. */
   private attempt(): Promise<void> {
     const { breaker, timeLimits } = this.policy;
+    const observer = this.options.observer;
+    const startedAt = observer ? performance.now() : 0;
     return new Promise<void>((resolveFirst, rejectFirst) => {
       const attempt: Attempt = { abort: new AbortController(), abandon: () => rejectFirst(new ClientClosedError()) };
       this.state = { kind: 'attempting', attempt };
@@ -123,6 +151,7 @@ class GuardedCall<T> implements CallControl {
           if (event.kind === 'value') this.finish();
           if (!answered && event.kind !== 'head') {
             answered = true;
+            observer?.upstreamCall(this.upstream, performance.now() - startedAt, 'ok');
             if (this.state.kind === 'attempting') this.state = { kind: 'streaming', attempt };
             resolveFirst();
           }
@@ -130,6 +159,7 @@ class GuardedCall<T> implements CallControl {
         },
         error: (error: unknown) => {
           attempt.abort.abort(error);
+          if (observer) this.observeError(observer, error, answered ? undefined : performance.now() - startedAt);
           if (!answered) {
             if (this.state.kind === 'attempting') this.state = BACKOFF;
             return rejectFirst(error);
@@ -140,7 +170,10 @@ class GuardedCall<T> implements CallControl {
         },
         complete: () => {
           this.finish();
-          if (!answered) resolveFirst();
+          if (!answered) {
+            observer?.upstreamCall(this.upstream, performance.now() - startedAt, 'ok');
+            resolveFirst();
+          }
           this.subscriber.complete();
         },
       });
@@ -161,8 +194,20 @@ class GuardedCall<T> implements CallControl {
   }
 
   fail(error: unknown): void {
+    // A refusal never reached the upstream: told here, where every refusal (breaker, queue) ends up.
+    const observer = this.options.observer;
+    if (observer && this.state.kind !== 'done' && isOrchestratorError(error) && REFUSALS.has(error.code)) {
+      observer.refused(this.upstream, error.code as RefusalReason);
+    }
     this.finish();
     this.subscriber.error(error);
+  }
+
+  /** An attempt failed: a timeout (at any point), and the attempt's latency when it failed before its first event. */
+  private observeError(observer: ObserverHub, error: unknown, latencyMs: number | undefined): void {
+    const timeout = isOrchestratorError(error) && error.code === 'upstream_timeout';
+    if (timeout) observer.timedOut(this.upstream, (error as UpstreamTimeoutError).phase);
+    if (latencyMs !== undefined) observer.upstreamCall(this.upstream, latencyMs, timeout ? 'timeout' : 'error');
   }
 
   /** The caller left. Once the call has ended there is nothing left to abort (and aborting costs a DOMException). */

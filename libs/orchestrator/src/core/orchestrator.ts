@@ -14,6 +14,7 @@ import { SingleFlight, type DedupOutcome } from './dedup/single-flight.js';
 import type { BreakerCoordinator, FlightCoordinator } from './cluster/coordination.js';
 import { ShuttingDownError } from './errors.js';
 import type { CallEvent } from './events.js';
+import { ObserverHub, type OrchestratorObserver } from './observer.js';
 import { OrchestratorConfigError, checkFields, describeValue, withDefaults, type Fields } from './options.js';
 import {
   mergeCapability,
@@ -182,6 +183,8 @@ export class Orchestrator {
   private readonly flights = new SingleFlight<unknown>();
   private clientsGone = 0;
   private closing = false;
+  /** Present only while somebody observes: unobserved, every event costs one property check. */
+  private hub?: ObserverHub;
   /** Fleet-wide claims in progress, per key: identical requests here wait for the first one's, then join it. */
   private readonly claims = new Map<string, Promise<unknown>>();
 
@@ -199,8 +202,31 @@ export class Orchestrator {
       stores: this.options.windowStores,
       storeTimeoutMs: dedup.storeTimeoutMs,
       storeRetryMs: dedup.storeRetryMs,
-      onStoreState: hooks.onStoreState,
+      onStoreState: (state, error) => {
+        hooks.onStoreState?.(state, error);
+        this.hub?.storeState(state, error === undefined ? undefined : describeError(error));
+      },
     });
+  }
+
+  /**
+   * Tells `observer` what happens from now on (requests and their dedup
+   * outcome, breaker transitions, refusals, timeouts, retries, queue waits,
+   * upstream latency, the shared store's state). Returns a function that stops
+   * it. Gauges (in flight, queued, window size, breaker state) are read from
+   * `health()` when needed, not pushed.
+   */
+  observe(observer: OrchestratorObserver): () => void {
+    const hub = (this.hub ??= new ObserverHub());
+    hub.add(observer);
+    this.breakers.onTransition((name, from, to, at) => this.hub?.breakerTransition(name, from, to, at));
+    return () => {
+      hub.remove(observer);
+      if (hub.size === 0 && this.hub === hub) {
+        this.hub = undefined;
+        this.breakers.onTransition(undefined);
+      }
+    };
   }
 
   /**
@@ -241,16 +267,23 @@ export class Orchestrator {
    * shared. The call starts when `events` is subscribed; unsubscribing leaves it.
    */
   async start<T>(policy: RoutePolicy, call: CallRequest, work: CallWork<T>): Promise<StartedCall<T>> {
-    if (this.closing) throw new ShuttingDownError();
+    const hub = this.hub;
+    if (this.closing) {
+      hub?.refused(upstreamOf(policy), 'shutting_down');
+      throw new ShuttingDownError();
+    }
     const { key, tenant, reuse } = call;
     const source = { key, tenant };
     const dedup = policy.dedup;
-    if (!dedup || key === undefined) return { events: guardedCall(policy, work, { source }) };
+    if (!dedup || key === undefined) {
+      hub?.request(policy.name, upstreamOf(policy), 'none');
+      return { events: guardedCall(policy, work, { source, observer: hub }) };
+    }
     const flights = this.flights as SingleFlight<T>;
     // no-cache: a fresh answer, neither joined nor from the window (it then replaces what the window holds).
     if (!reuse?.noCache) {
       const running = flights.join(key);
-      if (running) return this.answer('joined', running);
+      if (running) return this.answer(policy, 'joined', running);
       const window = dedup.window;
       if (window) {
         let stored = window.getLocal<T>(key);
@@ -258,17 +291,17 @@ export class Orchestrator {
           stored = await window.getShared<T>(key);
           // Another request may have started the same call while the shared store was read.
           const started = stored ? undefined : flights.join(key);
-          if (started) return this.answer('joined', started);
+          if (started) return this.answer(policy, 'joined', started);
         }
         const age = stored && Date.now() - stored.storedAt;
         if (stored && !(reuse?.maxAgeMs !== undefined && age! > reuse.maxAgeMs)) {
-          return { ...this.answer('cached', from(replayEntry(stored))), ageSeconds: Math.max(0, Math.floor(age! / 1000)) };
+          return { ...this.answer(policy, 'cached', from(replayEntry(stored))), ageSeconds: Math.max(0, Math.floor(age! / 1000)) };
         }
       }
     }
     let reachedUpstream = false;
     const handle: CallHandle = {};
-    const lead = () => guardedCall(policy, work, { source, onUpstream: () => (reachedUpstream = true), handle });
+    const lead = () => guardedCall(policy, work, { source, onUpstream: () => (reachedUpstream = true), handle, observer: this.hub });
     let outcome: DedupOutcome = 'miss';
     let call$: Observable<CallEvent<T>>;
     const coordinator = this.options.coordinator;
@@ -278,7 +311,7 @@ export class Orchestrator {
       if (pending) {
         await pending;
         const running = flights.join(key);
-        if (running) return this.answer('joined', running);
+        if (running) return this.answer(policy, 'joined', running);
       }
       const claiming = coordinator.claim<T>(key, lead);
       this.claims.set(key, claiming);
@@ -303,7 +336,7 @@ export class Orchestrator {
           ? (entry) => window.set(key, entry, dedup.windowMs)
           : async (entry) => void window.setLocal(key, entry, dedup.windowMs),
     });
-    return this.answer(outcome, events);
+    return this.answer(policy, outcome, events);
   }
 
   /**
@@ -389,8 +422,9 @@ export class Orchestrator {
     await this.window.disconnect().catch(() => undefined);
   }
 
-  private answer<T>(outcome: DedupOutcome, events: Observable<CallEvent<T>>): StartedCall<T> {
+  private answer<T>(policy: RoutePolicy, outcome: DedupOutcome, events: Observable<CallEvent<T>>): StartedCall<T> {
     this.outcomes[outcome]++;
+    this.hub?.request(policy.name, upstreamOf(policy), outcome);
     return { outcome, events };
   }
 }
@@ -410,6 +444,15 @@ function defaultIdentity(headers: DedupRequest['headers']): string | undefined {
     identity = `${identity ?? ''}${name}=${Array.isArray(value) ? value.join(',') : value}\n`;
   }
   return identity;
+}
+
+/** What a policy protects, as observers name it: its breaker, else its limiter, else the policy itself. */
+export function upstreamOf(policy: RoutePolicy): string {
+  return policy.breaker?.name ?? policy.limiter?.name ?? policy.name;
+}
+
+function describeError(error: unknown): string {
+  return ((error as Error | undefined)?.message ?? String(error)).slice(0, 200);
 }
 
 /** A short, stable, one-way form of an identity: safe to keep in memory maps, logs and metrics. */

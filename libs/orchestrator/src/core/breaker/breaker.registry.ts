@@ -1,7 +1,7 @@
 import type { BreakerCoordinator } from '../cluster/coordination.js';
 import { withDefaults } from '../options.js';
 import { BREAKER_FIELDS, FAILURE_RATE_FIELDS, type BreakerOptions } from './breaker.options.js';
-import { CircuitBreaker, type BreakerSnapshot } from './circuit-breaker.js';
+import { CircuitBreaker, type BreakerSnapshot, type BreakerState } from './circuit-breaker.js';
 import { isUpstreamFailure } from './failure-classifier.js';
 
 /**
@@ -11,6 +11,7 @@ import { isUpstreamFailure } from './failure-classifier.js';
  */
 export class BreakerRegistry {
   private readonly breakers = new Map<string, CircuitBreaker>();
+  private transitions?: (name: string, from: BreakerState, to: BreakerState, at: number) => void;
 
   constructor(
     private readonly defaults: BreakerOptions = {},
@@ -28,9 +29,16 @@ export class BreakerRegistry {
         failureRate: o.failureRate && withDefaults(FAILURE_RATE_FIELDS, o.failureRate),
         isFailure: o.isFailure ?? isUpstreamFailure,
       }, this.fleet);
+      breaker.onTransition = this.transitions;
       this.breakers.set(name, breaker);
     }
     return breaker;
+  }
+
+  /** Tells `listener` of every breaker's changes of state, those created later included (`undefined`: nobody). */
+  onTransition(listener: ((name: string, from: BreakerState, to: BreakerState, at: number) => void) | undefined): void {
+    this.transitions = listener;
+    for (const breaker of this.breakers.values()) breaker.onTransition = listener;
   }
 
   /** The breaker of that name, if it was ever used. */

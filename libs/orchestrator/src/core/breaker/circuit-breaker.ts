@@ -21,6 +21,8 @@ export interface BreakerSnapshot {
   openMs: number;
   /** Epoch ms when the breaker last opened, if it is not closed. */
   openedAt?: number;
+  /** Whether any call's outcome (or a health probe's) has been seen yet: before that, nobody knows the upstream's state. */
+  observed: boolean;
 }
 
 type Action = () => Promise<unknown>;
@@ -59,6 +61,11 @@ export class CircuitBreaker {
   /** The fleet-wide count of the last failure, and the announcement it may have led to (both bounded in time). */
   private fleetCount?: Promise<void>;
   private announcing?: Promise<void>;
+  /** The state last announced to `onTransition`. */
+  private lastState: BreakerState = 'closed';
+  private observed = false;
+  /** Told of every change of state (set by the registry when somebody observes the orchestrator). */
+  onTransition?: (name: string, from: BreakerState, to: BreakerState, at: number) => void;
 
   constructor(
     readonly name: string,
@@ -119,11 +126,26 @@ export class CircuitBreaker {
         this.applyingRemote = false;
       }
     });
+    // Registered last: a handler above may move on at once (a half-open breaker reopened without a probe),
+    // and only the state it settles in is announced.
+    this.breaker.on('open', () => this.noteState());
+    this.breaker.on('close', () => this.noteState());
+    this.breaker.on('halfOpen', () => this.noteState());
+    this.breaker.on('success', () => (this.observed = true));
+    this.breaker.on('failure', () => (this.observed = true));
     if (fleet) {
       void fleet.watch(name, (state) => this.applyRemote(state)).then((current) => {
         if (current?.state === 'open') this.applyRemote(current);
       });
     }
+  }
+
+  private noteState(): void {
+    const to = this.state;
+    const from = this.lastState;
+    if (to === from) return;
+    this.lastState = to;
+    this.onTransition?.(this.name, from, to, Date.now());
   }
 
   /** Another replica opened or closed this breaker: the same here, without counting anything. */
@@ -225,6 +247,7 @@ export class CircuitBreaker {
       consecutiveFailures: this.consecutiveFailures,
       openMs: this.opossumOptions.resetTimeout,
       openedAt: this.openedAt,
+      observed: this.observed,
     };
   }
 
@@ -297,6 +320,7 @@ export class CircuitBreaker {
     this.probeAbort = undefined;
     this.probeTimer = undefined;
     if (this.breaker.isShutdown || this.breaker.closed) return;
+    this.observed = true;
     this.upstreamKnownDown = !healthy;
     if (healthy) this.breaker.close();
     else this.scheduleProbe();

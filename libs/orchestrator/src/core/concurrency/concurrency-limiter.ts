@@ -64,6 +64,10 @@ export class ConcurrencyLimiter {
     return this.options.limit;
   }
 
+  get queueSize(): number {
+    return this.options.queueSize;
+  }
+
   /** Calls running with no caller left, in their own budget. */
   get detachedInFlight(): number {
     return this.detached;

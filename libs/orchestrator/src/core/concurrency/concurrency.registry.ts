@@ -7,6 +7,8 @@ export interface LimiterSnapshot {
   limit: number;
   inFlight: number;
   queued: number;
+  /** Calls allowed to wait at once (more are refused as overloaded). */
+  queueSize: number;
   /** Calls still running with no caller left (in their own budget). */
   detached: number;
 }
@@ -36,6 +38,7 @@ export class ConcurrencyRegistry {
       limit: l.limit,
       inFlight: l.inFlight,
       queued: l.queued,
+      queueSize: l.queueSize,
       detached: l.detachedInFlight,
     }));
   }

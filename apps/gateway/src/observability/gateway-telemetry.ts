@@ -1,0 +1,208 @@
+import { Inject, Injectable, Optional } from '@nestjs/common';
+import { DEDUP_HEADER, OrchestratorMetrics, OrchestratorService, hashIdentity, type RequestOutcome } from 'nest-prompt-orchestrator';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Logger } from 'pino';
+import { Counter, type Registry } from 'prom-client';
+import type { GatewayConfig } from '../config/gateway-config.js';
+import { GATEWAY_CONFIG, GATEWAY_LOGGER } from '../gateway.tokens.js';
+import type { RequestContext } from '../http/request-context.js';
+import { UPSTREAM } from '../routes/gateway-route.decorator.js';
+import { StatusBoard } from '../status/status-board.js';
+import { Budgets } from '../budgets/budgets.service.js';
+import { UsageLedger } from './usage-ledger.js';
+
+const MAX_MODELS = 50;
+const MAX_TENANT_LABELS = 50;
+const MAX_PROMPT_CHARS = 4000;
+const MAX_REMEMBERED_TENANTS = 10_000;
+const OUTCOMES = new Set(['miss', 'joined', 'cached']);
+
+type TokenChildren = [input: { inc(n: number): void }, output: { inc(n: number): void }];
+
+/** Distinct label values up to a cap; later ones become "other" (a label never grows without bound). */
+class CappedLabels {
+  private readonly seen = new Set<string>();
+  constructor(private readonly max: number) {}
+
+  of(value: string): string {
+    if (this.seen.has(value)) return value;
+    if (this.seen.size >= this.max) return 'other';
+    this.seen.add(value);
+    return value;
+  }
+}
+
+/**
+ * What the gateway records when a request is over: its log line (request id,
+ * route, hashed tenant, dedup outcome, breaker state, queue and upstream
+ * times, status, tokens), its tokens in the metrics (by model; by hashed
+ * tenant with --metrics-tenants), and its place on the status page. Runs on
+ * the response's `close`, after the client has its answer. Never logs a key,
+ * and logs a prompt only with --log-prompts.
+ */
+@Injectable()
+export class GatewayTelemetry {
+  /** Whether a request needs watching at all (else the middleware adds no listener). */
+  readonly enabled: boolean;
+  private readonly requestLog: boolean;
+  private readonly logPrompts: boolean;
+  private readonly tokens?: Counter<'direction' | 'model' | 'tenant'>;
+  private readonly tokensSaved?: Counter<'direction' | 'model'>;
+  private readonly models = new CappedLabels(MAX_MODELS);
+  private readonly tenantLabels = new CappedLabels(MAX_TENANT_LABELS);
+  private readonly metricsTenants: boolean;
+  private readonly tenantHashes = new Map<string, string>();
+  private readonly boundTokens = new Map<string, TokenChildren>();
+  private readonly boundSaved = new Map<string, TokenChildren>();
+
+  constructor(
+    @Inject(GATEWAY_CONFIG) config: GatewayConfig,
+    @Inject(GATEWAY_LOGGER) private readonly logger: Logger,
+    private readonly orchestrator: OrchestratorService,
+    private readonly usage: UsageLedger,
+    private readonly budgets: Budgets,
+    private readonly board: StatusBoard,
+    @Optional() @Inject(OrchestratorMetrics) metrics: OrchestratorMetrics | null,
+  ) {
+    const o = config.observability;
+    this.requestLog = o.requestLog && logger.isLevelEnabled('info');
+    this.logPrompts = o.logPrompts;
+    this.metricsTenants = o.metricsTenants;
+    if (metrics) {
+      const registers = [metrics.registry as Registry];
+      this.tokens = new Counter({
+        name: 'gateway_tokens_total',
+        help: 'Tokens of the calls the gateway made to the provider, as it reported them (direction in = prompt, out = completion).',
+        labelNames: o.metricsTenants ? ['direction', 'model', 'tenant'] : ['direction', 'model'],
+        registers,
+      });
+      this.tokensSaved = new Counter({
+        name: 'gateway_tokens_saved_total',
+        help: 'Tokens of answers reused by deduplication (joined or cached requests): calls the provider did not bill.',
+        labelNames: ['direction', 'model'],
+        registers,
+      });
+    }
+    this.enabled = this.requestLog || this.tokens !== undefined || board.enabled;
+  }
+
+  /** The in/out children of the token counter for a model (and tenant), bound once: no label look-up per request. */
+  private tokenChildren(model: string, tenant: string | undefined): TokenChildren {
+    const key = tenant === undefined ? model : `${model}\n${tenant}`;
+    let children = this.boundTokens.get(key);
+    if (!children) {
+      const m = this.models.of(model);
+      const labels = tenant === undefined ? [m] : [m, this.tenantLabels.of(tenant)];
+      children = [this.tokens!.labels('in', ...labels), this.tokens!.labels('out', ...labels)];
+      // Values past the caps all map to "other": remember them under their own key only while that stays small.
+      if (this.boundTokens.size < 4 * (MAX_MODELS + MAX_TENANT_LABELS)) this.boundTokens.set(key, children);
+    }
+    return children;
+  }
+
+  private savedChildren(model: string): TokenChildren {
+    let children = this.boundSaved.get(model);
+    if (!children) {
+      const m = this.models.of(model);
+      children = [this.tokensSaved!.labels('in', m), this.tokensSaved!.labels('out', m)];
+      if (this.boundSaved.size < 4 * MAX_MODELS) this.boundSaved.set(model, children);
+    }
+    return children;
+  }
+
+  /** A tenant's short hash, remembered: the same few callers make most requests, and a hash per request adds up. */
+  private tenantOf(identity: string): string {
+    let tenant = this.tenantHashes.get(identity);
+    if (tenant === undefined) {
+      if (this.tenantHashes.size >= MAX_REMEMBERED_TENANTS) this.tenantHashes.clear();
+      tenant = hashIdentity(identity).slice(0, 12);
+      this.tenantHashes.set(identity, tenant);
+    }
+    return tenant;
+  }
+
+  /** Watches one request until its response is over. */
+  track(request: IncomingMessage, response: ServerResponse, context: RequestContext): void {
+    response.once('close', () => this.finish(request, response, context));
+  }
+
+  private finish(request: IncomingMessage, response: ServerResponse, context: RequestContext): void {
+    const header = response.getHeader(DEDUP_HEADER);
+    const outcome = typeof header === 'string' && OUTCOMES.has(header) ? (header as RequestOutcome) : undefined;
+    // A client that left before its answer was written: logged as nginx does.
+    const status = response.writableFinished ? response.statusCode : 499;
+    const route = context.route ?? 'unrouted';
+    const needTenant = this.board.enabled || this.requestLog || this.metricsTenants;
+    const tenant = needTenant && context.identity !== undefined ? this.tenantOf(context.identity) : undefined;
+    const body = context.body as { model?: unknown } | undefined;
+    const model = typeof body?.model === 'string' ? body.model : undefined;
+    const own = context.usage;
+    const reused = outcome === 'joined' || outcome === 'cached' ? this.usage.reused(context.dedupKey) : undefined;
+
+    if (this.tokens && own) {
+      const [input, output] = this.tokenChildren(model ?? 'unknown', this.metricsTenants ? (tenant ?? 'none') : undefined);
+      input.inc(own.input);
+      output.inc(own.output);
+    }
+    if (this.tokensSaved && reused) {
+      const [input, output] = this.savedChildren(model ?? 'unknown');
+      input.inc(reused.input);
+      output.inc(reused.output);
+    }
+    if (this.board.enabled) {
+      this.board.record({
+        outcome: outcome ?? (context.route ? 'none' : undefined),
+        status,
+        route,
+        requestId: context.id,
+        tenant,
+        errorCode: context.errorCode,
+        savedTokens: reused && reused.input + reused.output,
+        savedDollars: reused && model ? this.budgets.prices.costOf(model, reused) : undefined,
+        spentTokens: own && own.input + own.output,
+        spentDollars: own && model ? this.budgets.prices.costOf(model, own) : undefined,
+      });
+    }
+    if (!this.requestLog) return;
+    const now = performance.now();
+    const line: Record<string, unknown> = {
+      reqId: context.id,
+      method: request.method,
+      route: context.route ?? pathOf(request),
+      status,
+      dedup: outcome ?? null,
+      tenant: tenant ?? null,
+      breaker: this.orchestrator.breakers.find(UPSTREAM)?.state ?? null,
+      totalMs: round(now - context.startedAt),
+    };
+    if (context.upstreamStartedAt !== undefined) {
+      line.queueMs = round(context.upstreamStartedAt - context.startedAt);
+      line.upstreamMs = round((context.upstreamAnsweredAt ?? now) - context.upstreamStartedAt);
+    }
+    if (model !== undefined) line.model = model.slice(0, 100);
+    if (own) line.usage = { in: own.input, out: own.output };
+    else if (reused) line.savedUsage = { in: reused.input, out: reused.output };
+    if (context.errorCode) line.error = context.errorCode;
+    if (this.logPrompts && context.body !== undefined) line.prompt = promptOf(context.body);
+    this.logger.info(line, 'request');
+  }
+}
+
+function round(ms: number): number {
+  return Math.round(ms * 10) / 10;
+}
+
+/** The path of a request no route served, without its query string (which may carry anything). */
+function pathOf(request: IncomingMessage): string {
+  const url = (request as { originalUrl?: string }).originalUrl ?? request.url ?? '';
+  const end = url.indexOf('?');
+  return (end < 0 ? url : url.slice(0, end)).slice(0, 200);
+}
+
+/** The request's prompt, as the client sent it (messages, prompt or input), bounded. */
+function promptOf(body: unknown): string {
+  const b = body as { messages?: unknown; prompt?: unknown; input?: unknown; system?: unknown };
+  const prompt = b.messages ?? b.prompt ?? b.input ?? body;
+  const text = typeof prompt === 'string' ? prompt : JSON.stringify(prompt);
+  return text.length > MAX_PROMPT_CHARS ? `${text.slice(0, MAX_PROMPT_CHARS)}…` : text;
+}

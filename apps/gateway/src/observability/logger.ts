@@ -1,0 +1,61 @@
+import type { LoggerService, LogLevel } from '@nestjs/common';
+import { pino, type Logger } from 'pino';
+import pretty from 'pino-pretty';
+import type { ObservabilityConfig } from '../config/gateway-config.js';
+
+/**
+ * The gateway's structured logger (pino) on stdout. JSON lines go through an
+ * asynchronous destination (sonic-boom), in batches: a request never waits on a write.
+ * Pretty output (for a terminal) formats in-process and synchronously: it is
+ * for people watching, not for load. Lines still buffered are flushed at exit.
+ */
+export function createLogger(config: ObservabilityConfig): Logger {
+  const options = {
+    level: config.logLevel,
+    base: { pid: process.pid },
+    timestamp: pino.stdTimeFunctions.isoTime,
+    // Whatever a caller passes by mistake, these never reach a line.
+    redact: { paths: ['authorization', 'headers.authorization', 'headers["x-api-key"]', 'apiKey', 'key'], censor: '[redacted]' },
+  };
+  if (config.logFormat === 'pretty') {
+    return pino(options, pretty({ colorize: Boolean(process.stdout.isTTY), sync: true, ignore: 'pid,hostname', translateTime: 'SYS:HH:MM:ss.l' }));
+  }
+  return pino(options, stdoutDestination());
+}
+
+let stdout: ReturnType<typeof pino.destination> | undefined;
+const FLUSH_MS = 200;
+
+/** One asynchronous stdout writer per process (an app built twice in one process shares it). */
+function stdoutDestination(): ReturnType<typeof pino.destination> {
+  if (stdout) return stdout;
+  // Lines are gathered up to 4 KiB per write (one write per line costs a system call each), and flushed at
+  // least every 200 ms, so that a quiet gateway's lines still appear at once.
+  const destination = (stdout = pino.destination({ dest: 1, sync: false, minLength: 4096 }));
+  setInterval(() => {
+    try {
+      destination.flush();
+    } catch {
+      // Not open yet: the next tick writes it.
+    }
+  }, FLUSH_MS).unref();
+  process.once('exit', () => {
+    try {
+      destination.flushSync();
+    } catch {
+      // Not open yet, or stdout is gone: nothing more can be written.
+    }
+  });
+  return destination;
+}
+
+/** Nest's own messages (warnings, errors) as lines of the same logger, so that stdout stays one format. */
+export function nestLoggerOf(logger: Logger, levels: LogLevel[] = ['error', 'warn']): LoggerService {
+  const enabled = new Set(levels);
+  const write = (level: 'info' | 'warn' | 'error' | 'debug' | 'trace', nestLevel: LogLevel) => (message: unknown, ...rest: unknown[]) => {
+    if (!enabled.has(nestLevel)) return;
+    const context = typeof rest.at(-1) === 'string' ? (rest.at(-1) as string) : undefined;
+    logger[level]({ context }, typeof message === 'string' ? message : String((message as Error)?.message ?? message));
+  };
+  return { log: write('info', 'log'), warn: write('warn', 'warn'), error: write('error', 'error'), debug: write('debug', 'debug'), verbose: write('trace', 'verbose') };
+}

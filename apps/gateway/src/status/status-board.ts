@@ -1,0 +1,177 @@
+import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
+import { OrchestratorService, type BreakerState, type RefusalReason, type RequestOutcome, type UpstreamResult } from 'nest-prompt-orchestrator';
+import type { ServerResponse } from 'node:http';
+import type { GatewayConfig } from '../config/gateway-config.js';
+import { GATEWAY_CONFIG } from '../gateway.tokens.js';
+import { Lifecycle } from '../http/lifecycle.js';
+
+const OUTCOMES = ['miss', 'joined', 'cached', 'none'] as const;
+const HISTORY_SECONDS = 60;
+const MAX_TRANSITIONS = 50;
+const MAX_ERRORS = 20;
+const MAX_TENANTS = 500;
+
+/** What one finished request tells the board. */
+export interface FinishedRequest {
+  outcome: RequestOutcome | undefined;
+  status: number;
+  route: string;
+  requestId: string;
+  tenant?: string;
+  errorCode?: string;
+  /** Tokens and dollars a joined or cached request did not spend. */
+  savedTokens?: number;
+  savedDollars?: number;
+  /** Tokens and dollars the request's own call spent. */
+  spentTokens?: number;
+  spentDollars?: number;
+}
+
+/**
+ * The live status page's data: counts kept as requests finish and as the
+ * orchestrator reports, folded into per-second history once a second, and
+ * sent to every open page (SSE) then and at once on a breaker transition.
+ * Everything is bounded: 60 s of history, the last transitions and errors,
+ * and at most 500 tenants (hashed; later ones are counted as "other").
+ */
+@Injectable()
+export class StatusBoard implements OnModuleInit, OnModuleDestroy {
+  readonly enabled: boolean;
+  private readonly startedAt = Date.now();
+  private readonly totals: Record<(typeof OUTCOMES)[number], number> = { miss: 0, joined: 0, cached: 0, none: 0 };
+  private second: Record<(typeof OUTCOMES)[number], number> = { miss: 0, joined: 0, cached: 0, none: 0 };
+  private readonly history: Array<{ at: number; miss: number; joined: number; cached: number; none: number }> = [];
+  private readonly upstreamCalls: Record<UpstreamResult, number> = { ok: 0, error: 0, timeout: 0 };
+  private readonly refusals: Record<RefusalReason, number> = { circuit_open: 0, overloaded: 0, queue_timeout: 0, shutting_down: 0 };
+  private readonly transitions: Array<{ at: number; name: string; from: BreakerState; to: BreakerState }> = [];
+  private readonly errors: Array<{ at: number; requestId: string; route: string; status: number; code?: string }> = [];
+  private readonly tenants = new Map<string, number>();
+  private readonly saved = { calls: 0, tokens: 0, dollars: 0, priced: false };
+  private readonly spent = { tokens: 0, dollars: 0 };
+  private readonly clients = new Set<ServerResponse>();
+  private timer?: ReturnType<typeof setInterval>;
+  private stopObserving?: () => void;
+
+  constructor(
+    @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
+    private readonly orchestrator: OrchestratorService,
+    private readonly lifecycle: Lifecycle,
+  ) {
+    this.enabled = config.observability.statusPath !== undefined;
+  }
+
+  onModuleInit(): void {
+    if (!this.enabled) return;
+    this.stopObserving = this.orchestrator.observe({
+      upstreamCall: (_upstream: string, _ms: number, result: UpstreamResult) => void this.upstreamCalls[result]++,
+      refused: (_upstream: string, reason: RefusalReason) => void this.refusals[reason]++,
+      breakerTransition: (name: string, from: BreakerState, to: BreakerState, at: number) => {
+        this.transitions.push({ at, name, from, to });
+        if (this.transitions.length > MAX_TRANSITIONS) this.transitions.shift();
+        this.broadcast();
+      },
+    });
+    this.timer = setInterval(() => this.tick(), 1000);
+    this.timer.unref();
+  }
+
+  onModuleDestroy(): void {
+    clearInterval(this.timer);
+    this.stopObserving?.();
+    for (const client of this.clients) client.end();
+    this.clients.clear();
+  }
+
+  record(request: FinishedRequest): void {
+    if (request.outcome) {
+      this.totals[request.outcome]++;
+      this.second[request.outcome]++;
+      if (request.outcome === 'joined' || request.outcome === 'cached') this.saved.calls++;
+    }
+    if (request.tenant !== undefined) {
+      const known = this.tenants.has(request.tenant) || this.tenants.size < MAX_TENANTS;
+      const tenant = known ? request.tenant : 'other';
+      this.tenants.set(tenant, (this.tenants.get(tenant) ?? 0) + 1);
+    }
+    if (request.savedTokens) this.saved.tokens += request.savedTokens;
+    if (request.savedDollars !== undefined) {
+      this.saved.dollars += request.savedDollars;
+      this.saved.priced = true;
+    }
+    if (request.spentTokens) this.spent.tokens += request.spentTokens;
+    if (request.spentDollars !== undefined) this.spent.dollars += request.spentDollars;
+    if (request.status >= 500 || request.errorCode === 'circuit_open' || request.errorCode === 'overloaded' || request.errorCode === 'queue_timeout') {
+      this.errors.push({ at: Date.now(), requestId: request.requestId, route: request.route, status: request.status, code: request.errorCode });
+      if (this.errors.length > MAX_ERRORS) this.errors.shift();
+    }
+  }
+
+  /** Keeps `response` (an SSE stream) up to date until it closes. */
+  subscribe(response: ServerResponse): void {
+    this.clients.add(response);
+    response.once('close', () => this.clients.delete(response));
+    this.send(response, JSON.stringify(this.snapshot()));
+  }
+
+  snapshot() {
+    const health = this.orchestrator.health();
+    const names = new Set([...health.breakers.map((b) => b.name), ...health.limiters.map((l) => l.name)]);
+    const upstreams = [...names].map((name) => {
+      const breaker = health.breakers.find((b) => b.name === name);
+      const limiter = health.limiters.find((l) => l.name === name);
+      return {
+        name,
+        breaker: breaker && {
+          state: breaker.observed || breaker.state !== 'closed' ? breaker.state : 'unknown',
+          consecutiveFailures: breaker.consecutiveFailures,
+          openedAt: breaker.openedAt ?? null,
+        },
+        limiter: limiter && { inFlight: limiter.inFlight, queued: limiter.queued, limit: limiter.limit, queueSize: limiter.queueSize },
+        timeline: this.transitions.filter((t) => t.name === name),
+      };
+    });
+    const tenants = [...this.tenants.entries()]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 10)
+      .map(([tenant, requests]) => ({ tenant, requests }));
+    return {
+      now: Date.now(),
+      startedAt: this.startedAt,
+      provider: this.config.provider,
+      draining: this.lifecycle.isDraining,
+      upstreams,
+      totals: { ...this.totals },
+      history: this.history,
+      upstreamCalls: { ...this.upstreamCalls },
+      saved: { ...this.saved },
+      spent: { ...this.spent },
+      refusals: { ...this.refusals },
+      tenants,
+      errors: [...this.errors].reverse(),
+      window: health.window,
+    };
+  }
+
+  private tick(): void {
+    this.history.push({ at: Date.now(), ...this.second });
+    if (this.history.length > HISTORY_SECONDS) this.history.shift();
+    this.second = { miss: 0, joined: 0, cached: 0, none: 0 };
+    // A page kept open must not hold a graceful shutdown for its whole grace period.
+    if (this.lifecycle.isDraining) {
+      for (const client of this.clients) client.end();
+      this.clients.clear();
+      return;
+    }
+    this.broadcast();
+  }
+
+  private broadcast(): void {
+    if (this.clients.size === 0) return;
+    const data = JSON.stringify(this.snapshot());
+    for (const client of this.clients) this.send(client, data);
+  }
+
+  private send(client: ServerResponse, data: string): void {
+    client.write(`event: snapshot\ndata: ${data}\n\n`);
+  }
+}

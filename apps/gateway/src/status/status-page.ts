@@ -1,0 +1,123 @@
+/**
+ * The live status page and its login form: one self-contained HTML document
+ * each (inline CSS and JS, no external asset: many production networks have
+ * no internet). The page reads `<path>/events` (SSE) and redraws on every
+ * snapshot; every value is written with textContent, never as HTML.
+ */
+
+const STYLE = `
+:root{--bg:#0f1419;--card:#1a2028;--fg:#e6e6e6;--dim:#8b949e;--ok:#3fb950;--warn:#d29922;--bad:#f85149;--miss:#58a6ff;--joined:#3fb950;--cached:#a371f7;--none:#8b949e}
+*{box-sizing:border-box}body{margin:0;font:14px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;background:var(--bg);color:var(--fg)}
+header{display:flex;gap:16px;align-items:baseline;padding:12px 20px;border-bottom:1px solid #30363d}h1{font-size:18px;margin:0}
+.dim{color:var(--dim)}main{display:grid;grid-template-columns:repeat(auto-fit,minmax(340px,1fr));gap:16px;padding:16px 20px}
+section{background:var(--card);border-radius:8px;padding:12px 16px}h2{font-size:14px;margin:0 0 8px;color:var(--dim);text-transform:uppercase;letter-spacing:.05em}
+.badge{display:inline-block;padding:2px 10px;border-radius:12px;font-weight:600}.closed{background:#23863633;color:var(--ok)}.open{background:#f8514933;color:var(--bad)}
+.half_open{background:#d2992233;color:var(--warn)}.unknown{background:#8b949e33;color:var(--dim)}
+.big{font-size:22px;font-weight:600}.grid{display:grid;grid-template-columns:repeat(3,1fr);gap:8px}.grid div span{display:block;color:var(--dim);font-size:12px}
+table{width:100%;border-collapse:collapse}td,th{text-align:left;padding:3px 6px;border-bottom:1px solid #30363d;font-variant-numeric:tabular-nums}th{color:var(--dim);font-weight:500}
+ul{margin:0;padding-left:18px}.legend span{margin-right:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px}
+svg{width:100%;height:90px;display:block}#draining:empty{display:none}`;
+
+const SCRIPT = `
+const $ = (id) => document.getElementById(id);
+const fmt = (n) => Number(n).toLocaleString('en-US');
+const time = (ms) => new Date(ms).toLocaleTimeString('en-GB');
+const money = (x) => '$' + (x >= 1 ? x.toFixed(2) : x.toPrecision(3));
+function text(el, value) { if (el.textContent !== String(value)) el.textContent = String(value); }
+function rows(tbody, items, cells) {
+  tbody.replaceChildren(...items.map((item) => { const tr = document.createElement('tr'); for (const c of cells(item)) { const td = document.createElement('td'); td.textContent = String(c); tr.append(td); } return tr; }));
+}
+function renderUpstreams(upstreams) {
+  const box = $('upstreams');
+  if (upstreams.length === 0) { const p = document.createElement('p'); p.className = 'dim'; p.textContent = 'no upstream called yet'; return box.replaceChildren(p); }
+  box.replaceChildren(...upstreams.map((u) => {
+    const div = document.createElement('div'); div.dataset.upstream = u.name;
+    const state = u.breaker ? u.breaker.state : 'none';
+    const title = document.createElement('p');
+    const name = document.createElement('strong'); name.textContent = u.name + ' ';
+    const badge = document.createElement('span'); badge.className = 'badge breaker-state ' + state; badge.textContent = state.replace('_', '-');
+    title.append(name, badge);
+    const facts = document.createElement('div'); facts.className = 'grid';
+    const fact = (label, value, cls) => { const d = document.createElement('div'); const s = document.createElement('span'); s.textContent = label; const b = document.createElement('b'); b.className = cls; b.textContent = value; d.append(s, b); return d; };
+    facts.append(fact('in flight', u.limiter ? u.limiter.inFlight + ' / ' + u.limiter.limit : '-', 'in-flight'), fact('queued', u.limiter ? u.limiter.queued + ' / ' + u.limiter.queueSize : '-', 'queued'), fact('failures in a row', u.breaker ? u.breaker.consecutiveFailures : '-', 'failures'));
+    const list = document.createElement('ul'); list.className = 'timeline';
+    const items = u.timeline.slice().reverse().map((t) => { const li = document.createElement('li'); li.textContent = time(t.at) + '  ' + t.from.replace('_', '-') + ' \\u2192 ' + t.to.replace('_', '-'); return li; });
+    if (items.length === 0) { const li = document.createElement('li'); li.className = 'dim'; li.textContent = 'no transition yet'; items.push(li); }
+    list.append(...items);
+    div.append(title, facts, list);
+    return div;
+  }));
+}
+function renderChart(history) {
+  const svg = $('chart'); const w = 600, h = 90, n = 60, bw = w / n;
+  const max = Math.max(1, ...history.map((s) => s.miss + s.joined + s.cached + s.none));
+  const bars = [];
+  history.slice(-n).forEach((s, i) => {
+    let y = h; const x = (n - Math.min(n, history.length) + i) * bw;
+    for (const k of ['miss', 'joined', 'cached', 'none']) { const bh = s[k] / max * (h - 4); if (!bh) continue; y -= bh; const r = document.createElementNS('http://www.w3.org/2000/svg', 'rect'); r.setAttribute('x', x + 1); r.setAttribute('y', y); r.setAttribute('width', bw - 2); r.setAttribute('height', bh); r.setAttribute('fill', 'var(--' + k + ')'); bars.push(r); }
+  });
+  svg.replaceChildren(...bars);
+}
+function render(s) {
+  text($('provider'), s.provider); text($('uptime'), Math.round((s.now - s.startedAt) / 1000) + ' s');
+  text($('draining'), s.draining ? 'draining' : '');
+  renderUpstreams(s.upstreams);
+  const last = s.history[s.history.length - 1] || { miss: 0, joined: 0, cached: 0, none: 0 };
+  for (const k of ['miss', 'joined', 'cached', 'none']) { text($('rate-' + k), fmt(last[k])); text($('total-' + k), fmt(s.totals[k])); }
+  renderChart(s.history);
+  text($('upstream-calls'), fmt(s.upstreamCalls.ok + s.upstreamCalls.error + s.upstreamCalls.timeout));
+  text($('upstream-failed'), fmt(s.upstreamCalls.error + s.upstreamCalls.timeout));
+  text($('calls-saved'), fmt(s.saved.calls));
+  text($('tokens-saved'), fmt(s.saved.tokens));
+  text($('money-saved'), s.saved.priced ? money(s.saved.dollars) : 'no price known for these models');
+  text($('money-spent'), s.spent.dollars ? money(s.spent.dollars) : '-');
+  rows($('refusals'), Object.entries(s.refusals), ([reason, n]) => [reason.replace('_', ' '), fmt(n)]);
+  rows($('tenants'), s.tenants, (t) => [t.tenant, fmt(t.requests)]);
+  rows($('errors'), s.errors, (e) => [time(e.at), e.route, e.status, e.code || '', e.requestId.slice(0, 8)]);
+  text($('window'), fmt(s.window.entries) + ' answers, ' + fmt(Math.round(s.window.bytes / 1024)) + ' KiB');
+}
+function connect() {
+  const events = new EventSource(location.pathname.replace(/\\/$/, '') + '/events');
+  events.addEventListener('snapshot', (e) => { text($('conn'), 'live'); render(JSON.parse(e.data)); });
+  events.onerror = () => text($('conn'), 'reconnecting\\u2026');
+}
+connect();`;
+
+export function statusPageHtml(): string {
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<title>Gateway status</title><style>${STYLE}</style></head>
+<body><header><h1>Gateway status</h1><span class="dim">provider <b id="provider">-</b></span><span class="dim">up <b id="uptime">-</b></span>
+<span class="dim" id="conn">connecting…</span><span class="badge open" id="draining"></span></header>
+<main>
+<section><h2>Upstreams</h2><div id="upstreams"></div></section>
+<section><h2>Requests per second</h2>
+<div class="grid"><div><span>miss</span><b class="big" id="rate-miss">0</b></div><div><span>joined</span><b class="big" id="rate-joined">0</b></div><div><span>cached</span><b class="big" id="rate-cached">0</b></div></div>
+<svg id="chart" viewBox="0 0 600 90" preserveAspectRatio="none"></svg>
+<div class="legend dim"><span><i style="background:var(--miss)"></i>miss</span><span><i style="background:var(--joined)"></i>joined</span><span><i style="background:var(--cached)"></i>cached</span><span><i style="background:var(--none)"></i>not deduplicated <b id="rate-none">0</b>/s</span></div>
+<table><tr><th>since start</th><th>miss</th><th>joined</th><th>cached</th><th>not dedup.</th></tr>
+<tr><td></td><td id="total-miss">0</td><td id="total-joined">0</td><td id="total-cached">0</td><td id="total-none">0</td></tr></table></section>
+<section><h2>Saved</h2><div class="grid">
+<div><span>upstream calls made</span><b class="big" id="upstream-calls">0</b></div><div><span>calls saved</span><b class="big" id="calls-saved">0</b></div><div><span>tokens saved</span><b class="big" id="tokens-saved">0</b></div>
+<div><span>money saved (list price)</span><b id="money-saved">-</b></div><div><span>money spent (list price)</span><b id="money-spent">-</b></div><div><span>upstream calls failed</span><b id="upstream-failed">0</b></div></div>
+<p class="dim">Answer window: <span id="window">-</span></p></section>
+<section><h2>Refusals</h2><table><thead><tr><th>reason</th><th>calls</th></tr></thead><tbody id="refusals"></tbody></table></section>
+<section><h2>Top tenants (hashed)</h2><table><thead><tr><th>tenant</th><th>requests</th></tr></thead><tbody id="tenants"></tbody></table></section>
+<section><h2>Recent errors</h2><table><thead><tr><th>time</th><th>route</th><th>status</th><th>code</th><th>request id</th></tr></thead><tbody id="errors"></tbody></table></section>
+</main><script>${SCRIPT}</script></body></html>`;
+}
+
+export function loginPageHtml(): string {
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<title>Gateway status: sign in</title><style>${STYLE} form{max-width:360px;margin:80px auto;display:grid;gap:10px} input,button{font:inherit;padding:8px;border-radius:6px;border:1px solid #30363d;background:#0d1117;color:var(--fg)} button{background:#238636;border:0;cursor:pointer}</style></head>
+<body><form id="login"><h1>Gateway status</h1><label for="key" class="dim">A gateway key</label>
+<input id="key" type="password" autocomplete="current-password" required autofocus><button type="submit">Sign in</button><p id="message" class="dim"></p></form>
+<script>
+document.getElementById('login').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  const response = await fetch(location.pathname.replace(/\\/$/, '') + '/login', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ key: document.getElementById('key').value }) });
+  if (response.ok) location.reload(); else document.getElementById('message').textContent = 'That key is not one of this gateway\\'s keys.';
+});
+</script></body></html>`;
+}

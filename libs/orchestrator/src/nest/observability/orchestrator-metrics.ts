@@ -1,0 +1,215 @@
+import type * as PromClient from 'prom-client';
+import type { BreakerState } from '../../core/breaker/circuit-breaker.js';
+import type { RefusalReason, RequestOutcome, UpstreamResult } from '../../core/observer.js';
+import type { Orchestrator } from '../../core/orchestrator.js';
+import { loadOptional } from './optional-dependency.js';
+
+/** A prom-client `Registry`, as far as this package uses it (its own types stay out of the public API). */
+export interface MetricsRegistry {
+  metrics(): Promise<string>;
+  readonly contentType: string;
+}
+
+export interface OrchestratorMetricsOptions {
+  /** Route of the scrape endpoint. Default `/metrics`. */
+  path?: string;
+  /** The prom-client `Registry` to register in (e.g. to add the app's own metrics). Default: a new one. */
+  registry?: MetricsRegistry;
+  /** Prefix of every metric name. Default `orchestrator_`. */
+  prefix?: string;
+  /** Also register prom-client's default process metrics (CPU, memory, event loop lag). Default true. */
+  defaultMetrics?: boolean;
+  /** Buckets of the upstream latency histogram, in seconds. */
+  latencyBuckets?: number[];
+  /** Buckets of the queue wait histogram, in seconds. */
+  queueWaitBuckets?: number[];
+}
+
+const BREAKER_VALUE: Record<BreakerState, number> = { closed: 0, half_open: 1, open: 2 };
+
+/** Children of a labelled metric, bound once per label combination (label values here are few and fixed). */
+class Children<C> {
+  private readonly byFirst = new Map<string, Map<string, Map<string, C>>>();
+
+  constructor(private readonly bind: (a: string, b: string, c: string) => C) {}
+
+  get(a: string, b = '', c = ''): C {
+    let second = this.byFirst.get(a);
+    if (!second) this.byFirst.set(a, (second = new Map()));
+    let third = second.get(b);
+    if (!third) second.set(b, (third = new Map()));
+    let child = third.get(c);
+    if (!child) third.set(c, (child = this.bind(a, b, c)));
+    return child;
+  }
+}
+
+/**
+ * The orchestrator's Prometheus metrics, on prom-client (loaded by
+ * `OrchestratorObservabilityModule` only when metrics are on). Counters and
+ * histograms are fed by `Orchestrator.observe`, each label combination bound
+ * once; gauges (breaker state, in flight, queued, window size, store) are
+ * read from `health()` at scrape time, so they cost nothing per request.
+ * No label ever carries a request's own data (prompt, key, id): only route,
+ * upstream and breaker names, and fixed outcome words.
+ */
+export class OrchestratorMetrics {
+  /** The registry scraped at the metrics route; register the app's own metrics in it too. */
+  readonly registry: MetricsRegistry;
+  private readonly unsubscribe: () => void;
+
+  /** Loads prom-client (an optional peer dependency of this package) and starts observing `orchestrator`. */
+  static async create(orchestrator: Orchestrator, options: OrchestratorMetricsOptions = {}): Promise<OrchestratorMetrics> {
+    return new OrchestratorMetrics(await loadOptional('prom-client', 'metrics'), orchestrator, options);
+  }
+
+  /** `prom` is the prom-client module (typed loosely so that apps without it still compile against this package). */
+  constructor(promClient: object, orchestrator: Orchestrator, options: OrchestratorMetricsOptions = {}) {
+    const prom = promClient as typeof PromClient;
+    const registry = (options.registry as PromClient.Registry | undefined) ?? new prom.Registry();
+    this.registry = registry;
+    const p = options.prefix ?? 'orchestrator_';
+    const registers = [registry];
+    if (options.defaultMetrics ?? true) prom.collectDefaultMetrics({ register: registry });
+
+    const requests = new prom.Counter({
+      name: `${p}requests_total`,
+      help: 'Requests under an orchestrator policy, by route, upstream and how they were answered (miss, joined, cached; none: not deduplicated).',
+      labelNames: ['route', 'upstream', 'outcome'],
+      registers,
+    });
+    const saved = new prom.Counter({
+      name: `${p}upstream_calls_saved_total`,
+      help: 'Upstream calls not made: requests that joined a call in flight or were answered from the window.',
+      labelNames: ['upstream'],
+      registers,
+    });
+    const calls = new prom.Counter({
+      name: `${p}upstream_calls_total`,
+      help: 'Attempts that reached the upstream, by result (ok, error, timeout); retries included.',
+      labelNames: ['upstream', 'result'],
+      registers,
+    });
+    const latency = new prom.Histogram({
+      name: `${p}upstream_latency_seconds`,
+      help: "Time from an attempt's start to its answer (a stream's first chunk) or its failure.",
+      labelNames: ['upstream', 'result'],
+      buckets: options.latencyBuckets ?? [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers,
+    });
+    const transitions = new prom.Counter({
+      name: `${p}breaker_transitions_total`,
+      help: 'Circuit breaker state changes.',
+      labelNames: ['name', 'from', 'to'],
+      registers,
+    });
+    const refusals = new prom.Counter({
+      name: `${p}refusals_total`,
+      help: 'Calls answered without reaching the upstream: circuit_open, overloaded (queue full), queue_timeout, shutting_down.',
+      labelNames: ['upstream', 'reason'],
+      registers,
+    });
+    const timeouts = new prom.Counter({
+      name: `${p}timeouts_total`,
+      help: 'Attempts cut by their time limit, by phase (total, first_chunk, idle).',
+      labelNames: ['upstream', 'phase'],
+      registers,
+    });
+    const retries = new prom.Counter({ name: `${p}retries_total`, help: 'Attempts retried.', labelNames: ['upstream'], registers });
+    const queueWait = new prom.Histogram({
+      name: `${p}queue_wait_seconds`,
+      help: 'Time a call waited for a concurrency slot (0 when one was free).',
+      labelNames: ['upstream'],
+      buckets: options.queueWaitBuckets ?? [0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60],
+      registers,
+    });
+    const storeChanges = new prom.Counter({
+      name: `${p}store_transitions_total`,
+      help: "The answer window's shared store became unreachable (degraded) or reachable again (ok).",
+      labelNames: ['state'],
+      registers,
+    });
+
+    const gauge = (name: string, help: string, labelNames: string[], collect: (g: PromClient.Gauge) => void) =>
+      new prom.Gauge({
+        name: `${p}${name}`,
+        help,
+        labelNames,
+        registers,
+        collect() {
+          collect(this);
+        },
+      });
+    gauge('breaker_state', 'Circuit breaker state: 0 closed, 1 half-open, 2 open.', ['name'], (g) => {
+      for (const b of orchestrator.breakers.snapshot()) g.set({ name: b.name }, BREAKER_VALUE[b.state]);
+    });
+    gauge('breaker_consecutive_failures', 'Consecutive failures counted by the breaker.', ['name'], (g) => {
+      for (const b of orchestrator.breakers.snapshot()) g.set({ name: b.name }, b.consecutiveFailures);
+    });
+    const limiterGauge = (name: string, help: string, read: (l: ReturnType<Orchestrator['limiters']['snapshot']>[number]) => number) =>
+      gauge(name, help, ['limiter'], (g) => {
+        for (const l of orchestrator.limiters.snapshot()) g.set({ limiter: l.name }, read(l));
+      });
+    limiterGauge('in_flight', 'Upstream calls holding a concurrency slot.', (l) => l.inFlight);
+    limiterGauge('queued', 'Calls waiting for a concurrency slot.', (l) => l.queued);
+    limiterGauge('queue_size', 'Calls allowed to wait at once; more are refused as overloaded.', (l) => l.queueSize);
+    limiterGauge('concurrency_limit', 'Upstream calls allowed in flight at once.', (l) => l.limit);
+    limiterGauge('detached_in_flight', 'Calls still running with no caller left (their answer goes to the window).', (l) => l.detached);
+    gauge('dedup_in_flight', 'Deduplicated calls in flight (each may have many callers).', [], (g) => g.set(orchestrator.health().inFlight));
+    gauge('window_entries', 'Answers kept in the in-memory window.', [], (g) => g.set(orchestrator.health().window.entries));
+    gauge('window_bytes', 'Bytes the in-memory window holds.', [], (g) => g.set(orchestrator.health().window.bytes));
+    gauge('window_max_bytes', 'Bytes the in-memory window may hold.', [], (g) => g.set(orchestrator.health().window.maxBytes));
+    gauge('store_up', "1 when the window's shared store is reachable, 0 while degraded (absent without one).", [], (g) => {
+      const store = orchestrator.health().window.store;
+      if (store) g.set(store.state === 'ok' ? 1 : 0);
+    });
+
+    const requestChildren = new Children((route, upstream, outcome) => requests.labels(route, upstream, outcome));
+    const savedChildren = new Children((upstream) => saved.labels(upstream));
+    const callChildren = new Children((upstream, result) => calls.labels(upstream, result));
+    const latencyChildren = new Children((upstream, result) => latency.labels(upstream, result));
+    const refusalChildren = new Children((upstream, reason) => refusals.labels(upstream, reason));
+    const timeoutChildren = new Children((upstream, phase) => timeouts.labels(upstream, phase));
+    const retryChildren = new Children((upstream) => retries.labels(upstream));
+    const waitChildren = new Children((upstream) => queueWait.labels(upstream));
+
+    this.unsubscribe = orchestrator.observe({
+      request(route: string, upstream: string, outcome: RequestOutcome) {
+        requestChildren.get(route, upstream, outcome).inc();
+        if (outcome === 'joined' || outcome === 'cached') savedChildren.get(upstream).inc();
+      },
+      breakerTransition(name: string, from: BreakerState, to: BreakerState) {
+        transitions.labels(name, from, to).inc();
+      },
+      refused(upstream: string, reason: RefusalReason) {
+        refusalChildren.get(upstream, reason).inc();
+      },
+      timedOut(upstream: string, phase: string) {
+        timeoutChildren.get(upstream, phase).inc();
+      },
+      retried(upstream: string) {
+        retryChildren.get(upstream).inc();
+      },
+      queueWait(upstream: string, ms: number) {
+        waitChildren.get(upstream).observe(ms / 1000);
+      },
+      upstreamCall(upstream: string, ms: number, result: UpstreamResult) {
+        callChildren.get(upstream, result).inc();
+        latencyChildren.get(upstream, result).observe(ms / 1000);
+      },
+      storeState(state: string) {
+        storeChanges.labels(state).inc();
+      },
+    });
+  }
+
+  /** The exposition text (what the metrics route answers). */
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  /** Stops observing the orchestrator. */
+  close(): void {
+    this.unsubscribe();
+  }
+}
