@@ -3,6 +3,7 @@ import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Pool, request } from 'undici';
 import { percentile } from './metrics.js';
+import { MockControl } from './mock-control.js';
 import { profileByOwner, profileTable, type ProfileSummary } from './profile.js';
 import { repoRoot, startGateway, startMinimalProxy, startMockProvider, type ChildHandle } from './processes.js';
 import { table } from './report.js';
@@ -186,6 +187,8 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
   };
   try {
     const mock = await start(startMockProvider(0));
+    // Streamed events back to back, as a fast provider coalesces them: the row measures relaying, not waiting.
+    await new MockControl(mock.url).configure({ streamChunkDelayMs: 0 });
     const floor = await start(startMinimalProxy(mock.url, 256));
     const gateways: Partial<Record<'fastify' | 'express', ChildHandle>> = {};
     for (const platform of new Set(rows.map((row) => row.platform))) gateways[platform] = await start(startGateway(mock.url, ['--platform', platform]));
