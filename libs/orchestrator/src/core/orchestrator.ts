@@ -7,7 +7,7 @@ import type { BreakerSnapshot } from './breaker/circuit-breaker.js';
 import { guardedCall, toCallEvents, type CallHandle, type CallWork } from './call.js';
 import { CONCURRENCY_FIELDS, type ConcurrencyOptions } from './concurrency/concurrency.options.js';
 import { ConcurrencyRegistry, type LimiterSnapshot } from './concurrency/concurrency.registry.js';
-import { AnswerWindow, replayEntry, type StoreState, type WindowHealth } from './dedup/answer-window.js';
+import { AnswerWindow, replayEntry, type StoreState, type WindowEntry, type WindowHealth } from './dedup/answer-window.js';
 import { DEDUP_FIELDS, type DedupOptions, type DedupRequest } from './dedup/dedup.options.js';
 import { dedupKey } from './dedup/dedup-key.js';
 import { SingleFlight, type DedupOutcome } from './dedup/single-flight.js';
@@ -260,10 +260,8 @@ export class Orchestrator {
           const started = stored ? undefined : flights.join(key);
           if (started) return this.answer('joined', started);
         }
-        const age = stored && Date.now() - stored.storedAt;
-        if (stored && !(reuse?.maxAgeMs !== undefined && age! > reuse.maxAgeMs)) {
-          return { ...this.answer('cached', from(replayEntry(stored))), ageSeconds: Math.max(0, Math.floor(age! / 1000)) };
-        }
+        const cached = stored && this.cached(stored, reuse);
+        if (cached) return cached;
       }
     }
     let reachedUpstream = false;
@@ -304,6 +302,29 @@ export class Orchestrator {
           : async (entry) => void window.setLocal(key, entry, dedup.windowMs),
     });
     return this.answer(outcome, events);
+  }
+
+  /**
+   * The part of `start` that needs no I/O and no promise: a call in flight under
+   * the key to join, or an answer the in-memory window holds. `undefined` when
+   * the call has to go further (shared store, fleet claim, upstream): then call
+   * `start`, which checks both again before leading.
+   */
+  startLocal<T>(policy: RoutePolicy, call: CallRequest): StartedCall<T> | undefined {
+    const { key, reuse } = call;
+    const dedup = policy.dedup;
+    if (this.closing || !dedup || key === undefined || reuse?.noCache) return undefined;
+    const running = (this.flights as SingleFlight<T>).join(key);
+    if (running) return this.answer('joined', running);
+    const stored = dedup.window?.getLocal<T>(key);
+    return stored && this.cached(stored, reuse);
+  }
+
+  /** A stored answer replayed, unless the caller asks for a younger one (`max-age`). */
+  private cached<T>(stored: WindowEntry<T>, reuse: Reuse | undefined): StartedCall<T> | undefined {
+    const age = Date.now() - stored.storedAt;
+    if (reuse?.maxAgeMs !== undefined && age > reuse.maxAgeMs) return undefined;
+    return { ...this.answer('cached', from(replayEntry(stored))), ageSeconds: Math.max(0, Math.floor(age / 1000)) };
   }
 
   /**
