@@ -12,6 +12,7 @@ import { DEDUP_FIELDS, type DedupOptions, type DedupRequest } from './dedup/dedu
 import { dedupKey } from './dedup/dedup-key.js';
 import { SingleFlight, type DedupOutcome } from './dedup/single-flight.js';
 import type { BreakerCoordinator, FlightCoordinator } from './cluster/coordination.js';
+import type { CallSource } from './breaker/failure-attribution.js';
 import { ShuttingDownError } from './errors.js';
 import type { CallEvent } from './events.js';
 import { OrchestratorConfigError, checkFields, describeValue, withDefaults, type Fields } from './options.js';
@@ -264,9 +265,7 @@ export class Orchestrator {
         if (cached) return cached;
       }
     }
-    let reachedUpstream = false;
-    const handle: CallHandle = {};
-    const lead = () => guardedCall(policy, work, { source, onUpstream: () => (reachedUpstream = true), handle });
+    const { state, lead } = this.leader(policy, work, source);
     let outcome: DedupOutcome = 'miss';
     let call$: Observable<CallEvent<T>>;
     const coordinator = this.options.coordinator;
@@ -288,11 +287,31 @@ export class Orchestrator {
         call$ = claim.events;
       } else call$ = claim ? claim.publish(lead()) : lead();
     } else call$ = lead();
-    const window = reuse?.noStore ? undefined : dedup.window;
-    const events = flights.lead(key, call$, {
+    return this.register(policy, call, call$, outcome, state);
+  }
+
+  /** The leader's guarded call, and what is learnt about it while it runs. */
+  private leader<T>(policy: RoutePolicy, work: CallWork<T>, source: CallSource) {
+    const state = { reachedUpstream: false, handle: {} as CallHandle };
+    const lead = () => guardedCall(policy, work, { source, onUpstream: () => (state.reachedUpstream = true), handle: state.handle });
+    return { state, lead };
+  }
+
+  /** Makes `call$` the flight under the call's key, recorded for the window when it succeeds. */
+  private register<T>(
+    policy: RoutePolicy,
+    call: CallRequest,
+    call$: Observable<CallEvent<T>>,
+    outcome: DedupOutcome,
+    state: { reachedUpstream: boolean; handle: CallHandle },
+  ): StartedCall<T> {
+    const dedup = policy.dedup!;
+    const key = call.key!;
+    const window = call.reuse?.noStore ? undefined : dedup.window;
+    const events = (this.flights as SingleFlight<T>).lead(key, call$, {
       // Every caller gone: a call that has not reached the upstream is dropped; one that has keeps running for the
       // window (unless the route says not to) in the limiter's detached budget, or is cancelled when that is full.
-      cancelWhenAbandoned: () => dedup.cancelWhenAbandoned || !reachedUpstream || !(handle.detach?.() ?? true),
+      cancelWhenAbandoned: () => dedup.cancelWhenAbandoned || !state.reachedUpstream || !(state.handle.detach?.() ?? true),
       maxEntryBytes: dedup.maxEntryBytes,
       // The leader keeps the answer (memory and shared store); a replica that followed it keeps a copy in memory.
       onSuccess: !window
@@ -305,19 +324,27 @@ export class Orchestrator {
   }
 
   /**
-   * The part of `start` that needs no I/O and no promise: a call in flight under
-   * the key to join, or an answer the in-memory window holds. `undefined` when
-   * the call has to go further (shared store, fleet claim, upstream): then call
-   * `start`, which checks both again before leading.
+   * `start` without a promise, when nothing has to be asked of a shared store
+   * or the fleet: a call in flight under the key to join, an answer the
+   * in-memory window holds, or the call led from here. `undefined` when the call
+   * needs such I/O (or the orchestrator is closing): then call `start`.
    */
-  startLocal<T>(policy: RoutePolicy, call: CallRequest): StartedCall<T> | undefined {
-    const { key, reuse } = call;
+  startLocal<T>(policy: RoutePolicy, call: CallRequest, work: CallWork<T>): StartedCall<T> | undefined {
+    if (this.closing) return undefined;
+    const { key, tenant, reuse } = call;
+    const source = { key, tenant };
     const dedup = policy.dedup;
-    if (this.closing || !dedup || key === undefined || reuse?.noCache) return undefined;
-    const running = (this.flights as SingleFlight<T>).join(key);
-    if (running) return this.answer('joined', running);
-    const stored = dedup.window?.getLocal<T>(key);
-    return stored && this.cached(stored, reuse);
+    if (!dedup || key === undefined) return { events: guardedCall(policy, work, { source }) };
+    if (!reuse?.noCache) {
+      const running = (this.flights as SingleFlight<T>).join(key);
+      if (running) return this.answer('joined', running);
+      const stored = dedup.window?.getLocal<T>(key);
+      const cached = stored && this.cached(stored, reuse);
+      if (cached) return cached;
+      if (dedup.window?.hasShared || this.options.coordinator) return undefined;
+    }
+    const { state, lead } = this.leader(policy, work, source);
+    return this.register(policy, call, lead(), 'miss', state);
   }
 
   /** A stored answer replayed, unless the caller asks for a younger one (`max-age`). */
@@ -346,7 +373,8 @@ export class Orchestrator {
       policy = this.resolve(normalizeOrchestrate(capabilities, 'run()'), undefined, 'default', 'run()');
       call = { key, tenant, signal };
     }
-    const started = await this.start<T>(policy, call, (signal) => toCallEvents<T>(from(observeWork(work, signal))));
+    const callWork: CallWork<T> = (signal) => toCallEvents<T>(from(observeWork(work, signal)));
+    const started = this.startLocal<T>(policy, call, callWork) ?? (await this.start<T>(policy, call, callWork));
     const event = await lastValueFrom(leaveOnAbort(started.events, call.signal));
     if (event.kind !== 'value') throw new TypeError('run() work must produce a plain value, not a stream');
     return event.value;

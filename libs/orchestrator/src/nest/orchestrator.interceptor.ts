@@ -83,8 +83,8 @@ export class OrchestratorInterceptor implements NestInterceptor {
       return deliver(started.events, { raw, setHeaders, setStatus, platform: adapter.getType() });
     };
     const onError = catchError((error: unknown) => this.rethrow(error, context));
-    // A join or an answer from memory is served without a promise in between.
-    const local = this.orchestrator.startLocal(policy, call);
+    // Without a shared store or a fleet to ask, the call starts without a promise in between.
+    const local = this.orchestrator.startLocal(policy, call, work);
     if (local) return deliverStarted(local).pipe(onError);
     return from(this.orchestrator.start(policy, call, work)).pipe(mergeMap(deliverStarted), onError);
   }
