@@ -5,7 +5,7 @@ import { Pool, request } from 'undici';
 import { percentile } from './metrics.js';
 import { MockControl } from './mock-control.js';
 import { profileByOwner, profileTable, type ProfileSummary } from './profile.js';
-import { repoRoot, startGateway, startMinimalProxy, startMockProvider, type ChildHandle } from './processes.js';
+import { ENTRY, repoRoot, runNodeScript, startGateway, startMinimalProxy, startMockProvider, type ChildHandle } from './processes.js';
 import { table } from './report.js';
 import { BENCH_API_KEY, BENCH_MODEL } from './sdk-client.js';
 import type { TargetCheck } from './targets.js';
@@ -78,7 +78,7 @@ export interface HerdShot {
   floorCpuMsPerRequest: number;
   /** Gateway CPU over the herd, per answer. */
   gatewayCpuMsPerAnswer: number;
-  /** The slowest GET /health round trip while the herd was answered (one probe every 5 ms). */
+  /** The slowest GET /health round trip while the herd was answered (one probe every 10 ms, from a process of its own). */
   healthMaxMs: number;
   upstreamCalls: number;
 }
@@ -267,7 +267,9 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
 
     const profiles: ProfileSummary[] = [];
     if (options.profile) {
-      for (const id of ['small32', 'big']) {
+      // The small and 200 KB rows, or whichever of the profiled rows --only names.
+      const named = ['small32', 'big', 'hits', 'bighit', 'stream'].filter((id) => options.only.includes(id));
+      for (const id of named.length ? named : ['small32', 'big']) {
         const row = ROWS.find((r) => r.id === id)!;
         profiles.push(await profileRow(row, mock.url, options, log));
       }
@@ -352,25 +354,15 @@ async function herdShot(setup: HerdSetup, count: number, round: number): Promise
   const floorBefore = setup.floor.cpuMs();
   const floor = await fire(setup.floor.url);
   const floorCpuMs = setup.floor.cpuMs() - floorBefore;
-  const before = setup.gateway.cpuMs();
   const callsBefore = await upstreamCalls(setup.mock.url);
-  let healthMaxMs = 0;
-  let probing = true;
-  const health = new Pool(setup.gateway.url, { connections: 1 });
-  const probe = (async () => {
-    while (probing) {
-      const t = performance.now();
-      const res = await health.request({ path: '/health', method: 'GET' });
-      await res.body.arrayBuffer();
-      healthMaxMs = Math.max(healthMaxMs, performance.now() - t);
-      await new Promise((resolve) => setTimeout(resolve, 5));
-    }
-  })();
+  // The probe runs from its own process and starts a moment before the herd; it outlasts it.
+  const probe = runNodeScript(ENTRY.healthProbe, ['--url', setup.gateway.url, '--every', '10', '--for', String(HERD_LATENCY_MS * 3 + 2_000)], { timeoutMs: 60_000 });
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  const before = setup.gateway.cpuMs();
   const gateway = await fire(setup.gateway.url);
-  probing = false;
-  await probe;
-  await health.close();
+  // Includes the few probes answered meanwhile (one per 10 ms).
   const cpuMs = setup.gateway.cpuMs() - before;
+  const healthMaxMs = (JSON.parse(await probe) as { maxMs: number }).maxMs;
   return {
     round,
     requests: count,

@@ -26,6 +26,7 @@ export const ENTRY = {
   gateway: 'dist/apps/gateway/src/main.js',
   minimalProxy: 'dist/test/bench/minimal-proxy.js',
   windowMemory: 'dist/test/bench/window-memory.js',
+  healthProbe: 'dist/test/bench/health-probe.js',
 } as const;
 
 export function requireBuild(): void {

@@ -10,7 +10,7 @@ export interface CpuProfile {
   timeDeltas: number[];
 }
 
-export const OWNERS = ['gc', 'node', 'fastify', 'express', '@nestjs', 'rxjs', 'plugin', 'gateway', 'undici', 'other libs', 'program'] as const;
+export const OWNERS = ['gc', 'node', 'writev', 'fastify', 'express', '@nestjs', 'rxjs', 'plugin', 'gateway', 'undici', 'other libs', 'program'] as const;
 export type Owner = (typeof OWNERS)[number];
 
 export interface ProfileSummary {
@@ -30,6 +30,9 @@ const EXPRESS = /\/node_modules\/(express|body-parser|router|raw-body|on-finishe
 export function ownerOf(functionName: string, url: string): Owner {
   if (functionName === '(garbage collector)') return 'gc';
   if (functionName === '(program)') return 'program';
+  // Sampled time is wall time: a write that wakes the reader (on loopback, the provider or the client) is where this
+  // process loses its core, so this frame also collects time spent waiting for one. Kept apart for that reason.
+  if (functionName === 'writev' || functionName === 'writeBuffer' || functionName === 'writeUtf8String') return 'writev';
   if (!url || url.startsWith('node:')) return 'node';
   if (FASTIFY.test(url)) return 'fastify';
   if (EXPRESS.test(url)) return 'express';
@@ -90,7 +93,8 @@ export function profileTable(summary: ProfileSummary): string {
     `${((summary.usPerRequest[o] / Math.max(1e-9, total)) * 100).toFixed(0)}%`,
   ]);
   return [
-    `== CPU profile of the gateway, ${summary.row}: self time per request by owner (${summary.requests} requests, ${summary.sampledMs.toFixed(0)} ms sampled)`,
+    `== CPU profile of the gateway, ${summary.row}: self time per request by owner (${summary.requests} requests, ${summary.sampledMs.toFixed(0)} ms sampled;` +
+      ' writev = socket writes, including time waiting for a core)',
     table(['owner', 'us/request', 'share'], [...owners, ['total', total.toFixed(1), '100%']]),
     '   top functions (self time):',
     table(
