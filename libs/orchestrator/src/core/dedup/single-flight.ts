@@ -1,4 +1,4 @@
-import { NEVER, Observable, ReplaySubject, finalize, of, share, tap } from 'rxjs';
+import { NEVER, Observable, ReplaySubject, of, share } from 'rxjs';
 import { isRawResponse, type CallEvent, type StreamHead } from '../events.js';
 import { sizeOf, type WindowPayload } from './answer-window.js';
 import { DeliveryBatches } from './delivery-batches.js';
@@ -56,21 +56,32 @@ export class SingleFlight<T> {
     const forget = () => {
       if (this.flights.get(key) === delivered) this.flights.delete(key);
     };
-    const shared: Observable<CallEvent<T>> = call.pipe(
-      tap({
-        next: (event) => recorder?.record(event),
-        // Before the callers see the error: one that retries at once must start a new call, not join this one.
-        error: forget,
+    // One operator for what `tap` and `finalize` would do in two.
+    const recorded = new Observable<CallEvent<T>>((subscriber) => {
+      const subscription = call.subscribe({
+        next: (event) => {
+          recorder?.record(event);
+          subscriber.next(event);
+        },
+        error: (error: unknown) => {
+          // Before the callers see the error: one that retries at once must start a new call, not join this one.
+          forget();
+          subscriber.error(error);
+        },
         complete: () => {
           const entry = recorder?.entry();
           if (entry && onSuccess) written = onSuccess(entry);
+          subscriber.complete();
         },
-      }),
-      finalize(() => {
+      });
+      return () => {
+        subscription.unsubscribe();
         // Until the window holds the answer, late callers still join the finished flight.
         if (written) void written.finally(forget);
         else forget();
-      }),
+      };
+    });
+    const shared: Observable<CallEvent<T>> = recorded.pipe(
       share({
         connector: () => new ReplaySubject<CallEvent<T>>(),
         resetOnError: false,
