@@ -119,6 +119,8 @@ export interface OverheadResult {
   rows: RowSummary[];
   herd?: HerdSummary;
   profiles: ProfileSummary[];
+  /** Distinct requests at 200 connections to a provider that takes 50 ms: the floor and the gateway at two limits. */
+  limits?: LimitRun[];
   checks: TargetCheck[];
 }
 
@@ -179,6 +181,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
   const log = options.log ?? (() => undefined);
   const rows = ROWS.filter((row) => options.only.length === 0 || options.only.includes(row.id));
   const withHerd = options.only.length === 0 || options.only.includes('herd');
+  const withLimits = options.only.length === 0 || options.only.includes('limit');
   const children: ChildHandle[] = [];
   const start = async <T extends ChildHandle>(child: Promise<T>) => {
     const handle = await child;
@@ -207,7 +210,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       herdSetup = {
         mock: herdMock,
         floor: await start(startMinimalProxy(herdMock.url, options.herd)),
-        gateway: await start(startGateway(herdMock.url, ['--platform', 'fastify'])),
+        gateway: await start(startGateway(herdMock.url, ['--platform', 'fastify', '--max-connections', String(Math.max(4096, options.herd + 100))])),
       };
       await herdShot(herdSetup, Math.min(options.herd, 200), -1); // warm-up
     }
@@ -274,11 +277,74 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
         profiles.push(await profileRow(row, mock.url, options, log));
       }
     }
+    const limits = withLimits ? await runLimits(options, start, log) : undefined;
     const checks = checksOf(summaries, herd);
-    return { options: { durationSec: options.durationSec, rounds: options.rounds, herd: options.herd }, stretches, rows: summaries, herd, profiles, checks };
+    return { options: { durationSec: options.durationSec, rounds: options.rounds, herd: options.herd }, stretches, rows: summaries, herd, profiles, limits, checks };
   } finally {
     await Promise.all(children.reverse().map((child) => child.stop()));
   }
+}
+
+export interface LimitRun {
+  label: string;
+  requestsPerSec: number;
+  latencyP50: number;
+  latencyP99: number;
+  failed: number;
+}
+
+const LIMIT_LATENCY_MS = 50;
+
+/**
+ * The default concurrency limit against a provider that takes 50 ms, at 200 connections of distinct requests: the
+ * floor (no limit), the gateway at its default (32) and at 256, each for two stretches (the best of the two kept).
+ */
+async function runLimits(
+  options: OverheadOptions,
+  start: (child: Promise<ChildHandle>) => Promise<ChildHandle>,
+  log: (line: string) => void,
+): Promise<LimitRun[]> {
+  const mock = await start(startMockProvider(LIMIT_LATENCY_MS));
+  const targets: Array<[string, ChildHandle]> = [
+    ['floor (no limit)', await start(startMinimalProxy(mock.url, 256))],
+    ['gateway, --concurrency 32 (default)', await start(startGateway(mock.url, []))],
+    ['gateway, --concurrency 256', await start(startGateway(mock.url, ['--concurrency', '256']))],
+  ];
+  const row = { ...ROWS[1], connections: 200 };
+  const spec = requestSpec('small-distinct');
+  const runs: LimitRun[] = [];
+  for (const [label, child] of targets) {
+    await blast(child.url, row, 1, spec);
+    let best: LimitRun | undefined;
+    for (let i = 0; i < 2; i++) {
+      const result = await blast(child.url, row, options.durationSec, spec);
+      const run = {
+        label,
+        requestsPerSec: result['2xx'] / result.duration,
+        latencyP50: result.latency.p50,
+        latencyP99: result.latency.p99,
+        failed: result.non2xx + result.errors + result.timeouts,
+      };
+      if (!best || run.requestsPerSec > best.requestsPerSec) best = run;
+    }
+    runs.push(best!);
+    log(`    limits ${label}: ${Math.round(best!.requestsPerSec)} req/s, p50 ${best!.latencyP50} ms, p99 ${best!.latencyP99} ms`);
+  }
+  return runs;
+}
+
+function limitsMarkdown(limits: LimitRun[]): string {
+  const floor = limits[0];
+  return [
+    `Distinct requests, 200 connections, provider latency ${LIMIT_LATENCY_MS} ms:`,
+    '',
+    '| | req/s | vs floor | p50 | p99 | failed |',
+    '|---|---|---|---|---|---|',
+    ...limits.map(
+      (l) =>
+        `| ${l.label} | ${Math.round(l.requestsPerSec)} | ${(l.requestsPerSec / floor.requestsPerSec).toFixed(2)}x | ${l.latencyP50} ms | ${l.latencyP99} ms | ${l.failed} |`,
+    ),
+  ].join('\n');
 }
 
 function summarise(row: LoadRow, stretches: Stretch[]): RowSummary {
@@ -325,15 +391,25 @@ interface HerdSetup {
 
 /**
  * `count` identical requests at once (a new prompt per shot), straight to a provider that takes HERD_LATENCY_MS,
- * through the floor proxy (every one proxied: its CPU per request, new connections included, is the yardstick), then
+ * over connections opened beforehand, through the floor proxy (every one proxied: its CPU per request is the yardstick), then
  * through the gateway: the slowest answer of direct and gateway, the gateway's CPU per answer, and how long GET /health
  * waits meanwhile (a herd must not freeze the event loop).
  */
 async function herdShot(setup: HerdSetup, count: number, round: number): Promise<HerdShot> {
   const body = JSON.stringify({ model: BENCH_MODEL, messages: [{ role: 'user', content: `Herd ${run} round ${round}: one answer for all.` }] });
-  const fire = async (url: string) => {
+  const fire = async (url: string, measured?: ChildHandle, beforeHerd?: () => Promise<void>) => {
     const pool = new Pool(url, { connections: count, pipelining: 1 });
+    // Every connection opened first (not timed): 1000 connects at once overflow the listen backlog, and a dropped SYN
+    // is retried a whole second later, which would be measured instead of the herd.
+    await Promise.all(
+      Array.from({ length: count }, async () => {
+        const res = await pool.request({ path: '/health', method: 'GET', headersTimeout: 30_000, bodyTimeout: 30_000 }).catch(() => undefined);
+        await res?.body.arrayBuffer();
+      }),
+    );
+    await beforeHerd?.();
     let failed = 0;
+    const cpuBefore = measured?.cpuMs() ?? 0;
     const t0 = performance.now();
     const times = await Promise.all(
       Array.from({ length: count }, async () => {
@@ -347,30 +423,30 @@ async function herdShot(setup: HerdSetup, count: number, round: number): Promise
         return performance.now() - t0;
       }),
     );
+    const cpuMs = (measured?.cpuMs() ?? 0) - cpuBefore;
     await pool.close();
-    return { slowest: Math.max(...times), failed };
+    return { slowest: Math.max(...times), failed, cpuMs };
   };
   const direct = await fire(setup.mock.url);
-  const floorBefore = setup.floor.cpuMs();
-  const floor = await fire(setup.floor.url);
-  const floorCpuMs = setup.floor.cpuMs() - floorBefore;
+  const floor = await fire(setup.floor.url, setup.floor);
   const callsBefore = await upstreamCalls(setup.mock.url);
-  // The probe runs from its own process and starts a moment before the herd; it outlasts it.
-  const probe = runNodeScript(ENTRY.healthProbe, ['--url', setup.gateway.url, '--every', '10', '--for', String(HERD_LATENCY_MS * 3 + 2_000)], { timeoutMs: 60_000 });
-  await new Promise((resolve) => setTimeout(resolve, 500));
-  const before = setup.gateway.cpuMs();
-  const gateway = await fire(setup.gateway.url);
-  // Includes the few probes answered meanwhile (one per 10 ms).
-  const cpuMs = setup.gateway.cpuMs() - before;
-  const healthMaxMs = (JSON.parse(await probe) as { maxMs: number }).maxMs;
+  // The probe runs from its own process, starts a moment before the herd and outlasts it.
+  let probe: Promise<string> | undefined;
+  const startProbe = async () => {
+    probe = runNodeScript(ENTRY.healthProbe, ['--url', setup.gateway.url, '--every', '10', '--for', String(HERD_LATENCY_MS * 3 + 3_000)], { timeoutMs: 60_000 });
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  };
+  // Its CPU includes the few probes answered meanwhile (one per 10 ms).
+  const gateway = await fire(setup.gateway.url, setup.gateway, startProbe);
+  const healthMaxMs = (JSON.parse(await probe!) as { maxMs: number }).maxMs;
   return {
     round,
     requests: count,
     failed: gateway.failed + direct.failed + floor.failed,
-    floorCpuMsPerRequest: floorCpuMs / count,
+    floorCpuMsPerRequest: floor.cpuMs / count,
     directSlowestMs: direct.slowest,
     gatewaySlowestMs: gateway.slowest,
-    gatewayCpuMsPerAnswer: cpuMs / count,
+    gatewayCpuMsPerAnswer: gateway.cpuMs / count,
     healthMaxMs,
     upstreamCalls: (await upstreamCalls(setup.mock.url)) - callsBefore,
   };
@@ -504,6 +580,7 @@ export function overheadTable(result: OverheadResult): string {
         `(floor ${ms(h.floorCpuMsPerRequest)} per proxied request), /health max ${h.healthMaxMs.toFixed(1)} ms during the herd`,
     );
   }
+  if (result.limits) out.push('', limitsMarkdown(result.limits));
   for (const profile of result.profiles) out.push('', profileTable(profile));
   return out.join('\n');
 }
@@ -523,6 +600,7 @@ export async function writeOverheadDocs(result: OverheadResult, before: Overhead
     `Generated by \`${command}\` (${result.options.rounds} rounds, ${result.options.durationSec} s per stretch, ${new Date().toISOString().slice(0, 10)}).`,
     '',
     overheadMarkdown(result, before),
+    ...(result.limits ? ['', limitsMarkdown(result.limits)] : []),
     ...result.profiles.flatMap((p) => ['', '```', profileTable(p), '```']),
     END,
   ].join('\n');
