@@ -544,7 +544,7 @@ export function overheadMarkdown(result: OverheadResult, before?: OverheadResult
     lines.push(
       `| herd of ${h.requests} on one call: slowest vs direct | ${before ? `${b ? `+${b.extraMsMedian.toFixed(0)} ms` : '-'} | ` : ''}+${h.extraMsMedian.toFixed(0)} ms (+${h.extraMsMin.toFixed(0)} ms) | ` +
         `- | - | /health max ${h.healthMaxMs.toFixed(1)} ms during the herd | <= +${HERD_EXTRA_LIMIT_MS} ms | ${h.extraMsMedian <= HERD_EXTRA_LIMIT_MS ? 'met' : '**not met**'} | - |`,
-      `| herd: CPU per joined answer | ${before ? `${b ? ms(b.cpuMsPerAnswerMedian) : '-'} | ` : ''}${ms(h.cpuMsPerAnswerMedian)} ms | ${ms(h.cpuMsPerAnswerMedian)} (${ms(h.floorCpuMsPerRequest)} per proxied request) | - | - | ` +
+      `| herd: CPU per joined answer | ${before ? `${b ? `${ms(b.cpuMsPerAnswerMedian)} ms` : '-'} | ` : ''}${ms(h.cpuMsPerAnswerMedian)} ms | ${ms(h.cpuMsPerAnswerMedian)} (${ms(h.floorCpuMsPerRequest)} per proxied request) | - | - | ` +
         `< floor | ${h.cpuMsPerAnswerMedian < h.floorCpuMsPerRequest ? 'met' : '**not met**'} | - |`,
     );
   }
