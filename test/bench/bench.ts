@@ -1,4 +1,4 @@
-import { copyFile, mkdir, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -6,7 +6,7 @@ import { renderTimelineSvg } from './chart.js';
 import { keyCostTable, runKeyCost } from './keycost.js';
 import { closeControlConnections } from './mock-control.js';
 import { clusterTable, runCluster } from './cluster.js';
-import { overheadTable, runOverhead } from './overhead.js';
+import { overheadTable, runOverhead, writeOverheadDocs, type OverheadResult } from './overhead.js';
 import { repoRoot, requireBuild, stopAllChildren, stopChildrenOnSignals } from './processes.js';
 import { checksTable, scenarioTable } from './report.js';
 import { runScale, scaleTable } from './scale.js';
@@ -28,12 +28,15 @@ Options:
                         The SDK's own retry back-off is not compressed.
   --target T            direct | gateway | both (default both) for herd, distinct, outage503, outagehang
   --out DIR             where JSON results and SVG charts go (default bench-results)
-  --docs                also copy the charts to docs/benchmarks/
+  --docs                also copy the charts to docs/benchmarks/ (overhead: write its table into docs/benchmarks.md)
   --strict              exit non-zero when a timing target is missed too (default: count targets only)
-  --duration S          overhead: seconds per measured stretch (default 10 x scale, at least 1);
-                        soak: length of the run (default 120)
-  --rounds N            overhead: rounds of a,b,c,d,e (default 2, at least 2)
-  --connections N       overhead: autocannon connections (default 32)
+  --duration S          overhead: seconds per measured stretch (default 3); soak: length of the run (default 120)
+  --rounds N            overhead: interleaved rounds of every row, floor and gateway (default 5, at least 2)
+  --only IDS            overhead: a comma list of rows (small32, quiet32, small200, hits, big, bighit, stream, express, herd,
+                        limit)
+  --herd N              overhead: requests in the herd row (default 1000)
+  --profile             overhead: also take a CPU profile of the gateway on the small and 200 KB rows
+  --before FILE         overhead: a JSON result of an earlier run, shown as the "before" column
   --help                this text
 `;
 
@@ -49,7 +52,10 @@ interface Cli {
   durationSec: number;
   soakSec: number;
   rounds: number;
-  connections: number;
+  only: string[];
+  herd: number;
+  profile: boolean;
+  before?: string;
 }
 
 function parseCli(argv: string[]): Cli | undefined {
@@ -65,8 +71,11 @@ function parseCli(argv: string[]): Cli | undefined {
         docs: { type: 'boolean', default: false },
         strict: { type: 'boolean', default: false },
         duration: { type: 'string' },
-        rounds: { type: 'string', default: '2' },
-        connections: { type: 'string', default: '32' },
+        rounds: { type: 'string', default: '5' },
+        only: { type: 'string', default: '' },
+        herd: { type: 'string', default: '1000' },
+        profile: { type: 'boolean', default: false },
+        before: { type: 'string' },
         help: { type: 'boolean', default: false },
       },
     });
@@ -82,12 +91,13 @@ function parseCli(argv: string[]): Cli | undefined {
   if (!Number.isFinite(scale) || scale <= 0 || scale > 10) throw new UsageError(`--scale must be a number in (0, 10], got "${values.scale}"`);
   const target = values.target as TargetChoice;
   if (!['direct', 'gateway', 'both'].includes(target)) throw new UsageError(`--target must be direct, gateway or both, got "${values.target}"`);
-  const durationSec = values.duration === undefined ? Math.max(1, Math.round(10 * scale)) : Number(values.duration);
+  const durationSec = values.duration === undefined ? 3 : Number(values.duration);
   if (!Number.isFinite(durationSec) || durationSec < 1 || durationSec > 600) throw new UsageError('--duration must be 1..600 seconds');
   const rounds = Number(values.rounds);
   if (!Number.isInteger(rounds) || rounds < 2 || rounds > 20) throw new UsageError('--rounds must be a whole number 2..20');
-  const connections = Number(values.connections);
-  if (!Number.isInteger(connections) || connections < 1 || connections > 1000) throw new UsageError('--connections must be 1..1000');
+  const herd = Number(values.herd);
+  if (!Number.isInteger(herd) || herd < 1 || herd > 20_000) throw new UsageError('--herd must be a whole number 1..20000');
+  const only = (values.only ?? '').split(',').map((id) => id.trim()).filter(Boolean);
   return {
     scenarios: name === 'all' ? [...SCENARIOS] : [name as Scenario],
     scale,
@@ -98,7 +108,10 @@ function parseCli(argv: string[]): Cli | undefined {
     durationSec,
     soakSec: values.duration === undefined ? 120 : durationSec,
     rounds,
-    connections,
+    only,
+    herd,
+    profile: values.profile ?? false,
+    before: values.before,
   };
 }
 
@@ -186,13 +199,15 @@ async function main(): Promise<number> {
         written.push(target);
       }
     } else if (scenario === 'overhead') {
-      const result = await runOverhead({ durationSec: cli.durationSec, rounds: cli.rounds, connections: cli.connections, log });
+      const before = cli.before ? (JSON.parse(await readFile(cli.before, 'utf8')) as OverheadResult) : undefined;
+      const result = await runOverhead({ durationSec: cli.durationSec, rounds: cli.rounds, herd: cli.herd, only: cli.only, profile: cli.profile, out: cli.out, log });
       log('');
       log(overheadTable(result));
       log(checksTable(result.checks));
       allChecks.push(...result.checks);
-      await writeFile(file('json'), JSON.stringify({ scenario, scale: cli.scale, machine: machine(), ...result }, null, 1));
+      await writeFile(file('json'), JSON.stringify({ scenario, machine: machine(), ...result }, null, 1));
       written.push(file('json'));
+      if (cli.docs) written.push(await writeOverheadDocs(result, before, `npm run bench -- ${process.argv.slice(2).join(' ')}`));
     } else if (scenario === 'scale') {
       const result = await runScale(cli.scale, log);
       log('');

@@ -1,6 +1,11 @@
 import autocannon from 'autocannon';
+import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { Pool, request } from 'undici';
 import { percentile } from './metrics.js';
-import { startGateway, startMinimalProxy, startMockProvider, type ChildHandle } from './processes.js';
+import { MockControl } from './mock-control.js';
+import { profileByOwner, profileTable, type ProfileSummary } from './profile.js';
+import { ENTRY, repoRoot, runNodeScript, startGateway, startMinimalProxy, startMockProvider, type ChildHandle } from './processes.js';
 import { table } from './report.js';
 import { BENCH_API_KEY, BENCH_MODEL } from './sdk-client.js';
 import type { TargetCheck } from './targets.js';
@@ -8,194 +13,605 @@ import type { TargetCheck } from './targets.js';
 export interface OverheadOptions {
   /** Seconds per measured stretch. */
   durationSec: number;
-  /** Rounds of a,b,c,d,e (at least 2). */
+  /** Interleaved rounds: every row, floor and gateway alternately, once per round. */
   rounds: number;
-  connections: number;
+  /** Requests in the herd row. */
+  herd: number;
+  /** Rows to run (ids of ROWS plus `herd`); all when empty. */
+  only: string[];
+  /** Takes a CPU profile of the gateway on the small and 200 KB rows, after the rounds. */
+  profile: boolean;
+  /** Where profiles go. */
+  out: string;
   log?: (line: string) => void;
 }
 
-type TargetKey = 'a' | 'b' | 'c' | 'd' | 'e';
+type Side = 'floor' | 'gateway';
+type BodyKind = 'small-distinct' | 'small-same' | 'big-distinct' | 'big-same' | 'stream-distinct';
 
-export interface OverheadStretch {
-  round: number;
-  target: TargetKey;
-  durationSec: number;
-  requests2xx: number;
-  non2xx: number;
-  errors: number;
-  timeouts: number;
-  requestsPerSec: number;
-  latencyP50: number;
-  latencyP99: number;
-  /** CPU ms the measured server process used (the proxy; for (a) the mock itself). */
-  serverCpuMs: number;
-  /** CPU ms the mock provider used behind it. */
-  providerCpuMs: number;
+interface LoadRow {
+  id: string;
+  label: string;
+  platform: 'fastify' | 'express';
+  connections: number;
+  body: BodyKind;
+  /** Largest gateway/floor CPU ratio the row aims for. */
+  limit: number;
+  /** Metrics, the request log and the status page off (every other row runs the gateway as it starts by default). */
+  quiet?: boolean;
 }
 
-export interface OverheadSummary {
-  target: TargetKey;
-  label: string;
-  requests2xx: number;
+const QUIET_FLAGS = ['--no-metrics', '--no-request-log', '--no-status-page'];
+const gatewayOf = (row: LoadRow) => (row.quiet ? `${row.platform}-quiet` : row.platform);
+
+/** The rows of the table the gateway is held to, each measured against the floor proxy in the same round. */
+export const ROWS: readonly LoadRow[] = [
+  { id: 'small32', label: 'small distinct, 32 conns', platform: 'fastify', connections: 32, body: 'small-distinct', limit: 2 },
+  { id: 'quiet32', label: 'small distinct, 32 conns, metrics and logs off', platform: 'fastify', connections: 32, body: 'small-distinct', limit: 2, quiet: true },
+  { id: 'small200', label: 'small distinct, 200 conns', platform: 'fastify', connections: 200, body: 'small-distinct', limit: 2 },
+  { id: 'hits', label: 'window hits (identical small requests)', platform: 'fastify', connections: 32, body: 'small-same', limit: 1 },
+  { id: 'big', label: '200 KB conversation, distinct', platform: 'fastify', connections: 8, body: 'big-distinct', limit: 2 },
+  { id: 'bighit', label: '200 KB conversation, window hit', platform: 'fastify', connections: 8, body: 'big-same', limit: 1.5 },
+  { id: 'stream', label: 'streams of 2000 events, distinct', platform: 'fastify', connections: 8, body: 'stream-distinct', limit: 1.5 },
+  { id: 'express', label: '--platform express, small distinct', platform: 'express', connections: 32, body: 'small-distinct', limit: 4 },
+];
+
+const HERD_LATENCY_MS = 300;
+const HERD_EXTRA_LIMIT_MS = 30;
+/** A round is disturbed when the floor's own CPU per request strays this far from its median over the rounds. */
+const DISTURBED = 0.25;
+
+export interface Stretch {
+  row: string;
+  round: number;
+  side: Side;
+  durationSec: number;
+  ok: number;
   failed: number;
   requestsPerSec: number;
   latencyP50: number;
   latencyP99: number;
   cpuMsPerRequest: number;
-  providerCpuMsPerRequest: number;
+}
+
+export interface HerdShot {
+  round: number;
+  requests: number;
+  failed: number;
+  directSlowestMs: number;
+  gatewaySlowestMs: number;
+  /** The floor proxy's CPU over the same herd (every request proxied), per request. */
+  floorCpuMsPerRequest: number;
+  /** Gateway CPU over the herd, per answer. */
+  gatewayCpuMsPerAnswer: number;
+  /** The slowest GET /health round trip while the herd was answered (one probe every 10 ms, from a process of its own). */
+  healthMaxMs: number;
+  upstreamCalls: number;
+}
+
+export interface RowSummary {
+  id: string;
+  label: string;
+  limit: number;
+  ratios: number[];
+  ratioMedian: number;
+  ratioMin: number;
+  disturbedRounds: number[];
+  floor: SideSummary;
+  gateway: SideSummary;
+}
+
+interface SideSummary {
+  cpuMsPerRequest: number;
+  requestsPerSec: number;
+  latencyP50: number;
+  latencyP99: number;
+  failed: number;
+}
+
+export interface HerdSummary {
+  requests: number;
+  shots: HerdShot[];
+  extraMsMedian: number;
+  extraMsMin: number;
+  cpuMsPerAnswerMedian: number;
+  floorCpuMsPerRequest: number;
+  healthMaxMs: number;
 }
 
 export interface OverheadResult {
-  options: Omit<OverheadOptions, 'log'>;
-  stretches: OverheadStretch[];
-  summary: OverheadSummary[];
+  options: { durationSec: number; rounds: number; herd: number };
+  stretches: Stretch[];
+  rows: RowSummary[];
+  herd?: HerdSummary;
+  profiles: ProfileSummary[];
+  /** Distinct requests at 200 connections to a provider that takes 50 ms: the floor and the gateway at two limits. */
+  limits?: LimitRun[];
   checks: TargetCheck[];
 }
 
-const LABELS: Record<TargetKey, string> = {
-  a: '(a) mock provider direct, latency 0',
-  b: '(b) minimal undici proxy',
-  c: '(c) gateway (default platform: fastify), dedup on, metrics + request log on',
-  d: '(d) gateway on express, dedup on, metrics + request log on',
-  e: '(e) gateway (fastify), metrics, request log, status page off',
-};
+const median = (values: readonly number[]) => percentile(values, 50) ?? Number.NaN;
+const HEADERS = { 'content-type': 'application/json', authorization: `Bearer ${BENCH_API_KEY}` };
+
+/** A conversation of ~200 KB in 523 turns, as JSON split around a marker where a counter makes each body distinct. */
+function bigConversation(): [string, string] {
+  const messages: Array<{ role: string; content: string }> = [{ role: 'system', content: 'You are a careful assistant. #MARK#' }];
+  for (let i = 0; messages.length < 523; i++) {
+    const words: string[] = [];
+    for (let w = 0; words.join(' ').length < 340; w++) words.push(`word${(i * 7919 + w * 104729) % 100_000}`);
+    messages.push({ role: i % 2 === 0 ? 'user' : 'assistant', content: `Turn ${i}: ${words.join(' ')}` });
+  }
+  const [head, tail] = JSON.stringify({ model: BENCH_MODEL, temperature: 0.2, max_tokens: 64, messages }).split('#MARK#');
+  return [head, tail];
+}
+
+function streamPrompt(): [string, string] {
+  const words = Array.from({ length: 2000 }, (_, i) => `w${i}`).join(' ');
+  const [head, tail] = JSON.stringify({ model: BENCH_MODEL, stream: true, messages: [{ role: 'user', content: `#MARK# ${words}` }] }).split('#MARK#');
+  return [head, tail];
+}
+
+function smallPrompt(): [string, string] {
+  const [head, tail] = JSON.stringify({ model: BENCH_MODEL, messages: [{ role: 'user', content: 'Overhead prompt #MARK#: reply briefly.' }] }).split('#MARK#');
+  return [head, tail];
+}
+
+let counter = 0;
+const run = `${process.pid}-${Date.now()}`;
+
+function requestSpec(kind: BodyKind): autocannon.RequestSpec {
+  const [head, tail] = kind.startsWith('big') ? bigConversation() : kind.startsWith('stream') ? streamPrompt() : smallPrompt();
+  const base = { method: 'POST', path: '/v1/chat/completions', headers: HEADERS };
+  // A body sent again and again gets the same answer from the window; one new per run so the first is a miss.
+  if (kind.endsWith('same')) return { ...base, body: `${head}same-${run}${tail}` };
+  return {
+    ...base,
+    setupRequest: (req) => {
+      req.body = `${head}${run}-${++counter}${tail}`;
+      return req;
+    },
+  };
+}
+
+function blast(url: string, row: LoadRow, durationSec: number, spec: autocannon.RequestSpec) {
+  return autocannon({ url, connections: row.connections, duration: durationSec, timeout: 20, requests: [spec] });
+}
 
 /**
- * Throughput and CPU cost per request of the gateway against the floor for a Node proxy. One mock provider
- * (latency 0) serves all five; the targets run alternately (a,b,c,d,e, a,b,c,d,e, ...) with the same body shape
- * (every body distinct) and connection count. CPU time is read from /proc/<pid>/stat before and after.
+ * The gateway's per-request overhead against the leanest Node proxy (`minimal-proxy.ts`), row by row. One mock
+ * provider (latency 0) serves every row; in each round every row runs its floor and its gateway back to back (the
+ * order alternating between rounds), and each round gives a ratio of CPU per request. CPU is the proxy process's own
+ * user + system time from /proc/<pid>/stat.
  */
 export async function runOverhead(options: OverheadOptions): Promise<OverheadResult> {
   const log = options.log ?? (() => undefined);
+  const rows = ROWS.filter((row) => options.only.length === 0 || options.only.includes(row.id));
+  const withHerd = options.only.length === 0 || options.only.includes('herd');
+  const withLimits = options.only.length === 0 || options.only.includes('limit');
   const children: ChildHandle[] = [];
+  const start = async <T extends ChildHandle>(child: Promise<T>) => {
+    const handle = await child;
+    children.push(handle);
+    return handle;
+  };
   try {
-    const mock = await startMockProvider(0);
-    children.push(mock);
-    const proxy = await startMinimalProxy(mock.url);
-    children.push(proxy);
-    const fastify = await startGateway(mock.url, ['--platform', 'fastify']);
-    children.push(fastify);
-    const express = await startGateway(mock.url, ['--platform', 'express']);
-    children.push(express);
-    const quiet = await startGateway(mock.url, ['--platform', 'fastify', '--no-metrics', '--no-request-log', '--no-status-page']);
-    children.push(quiet);
-    const servers: Record<TargetKey, ChildHandle> = { a: mock, b: proxy, c: fastify, d: express, e: quiet };
-    log(`  overhead: provider ${mock.url}, minimal proxy ${proxy.url}, gateway express ${express.url}, gateway fastify ${fastify.url}`);
+    const mock = await start(startMockProvider(0));
+    // Streamed events back to back, as a fast provider coalesces them: the row measures relaying, not waiting.
+    await new MockControl(mock.url).configure({ streamChunkDelayMs: 0 });
+    const floor = await start(startMinimalProxy(mock.url, 256));
+    const gateways: Record<string, ChildHandle> = {};
+    for (const row of rows) {
+      gateways[gatewayOf(row)] ??= await start(startGateway(mock.url, ['--platform', row.platform, ...(row.quiet ? QUIET_FLAGS : [])]));
+    }
+    log(`  overhead: provider ${mock.url}, floor ${floor.url}, ${Object.entries(gateways).map(([p, g]) => `gateway ${p} ${g.url}`).join(', ')}`);
 
-    let counter = 0;
-    const blast = (target: TargetKey, durationSec: number) =>
-      autocannon({
-        url: servers[target].url,
-        connections: options.connections,
-        duration: durationSec,
-        timeout: 10,
-        requests: [
-          {
-            method: 'POST',
-            path: '/v1/chat/completions',
-            headers: { 'content-type': 'application/json', authorization: `Bearer ${BENCH_API_KEY}` },
-            setupRequest: (request) => {
-              counter++;
-              request.body = JSON.stringify({
-                model: BENCH_MODEL,
-                messages: [{ role: 'user', content: `Overhead prompt #${String(counter).padStart(9, '0')}: reply briefly.` }],
-              });
-              return request;
-            },
-          },
-        ],
-      });
+    const specs = new Map(rows.map((row) => [row.id, requestSpec(row.body)]));
+    const warmSec = Math.min(2, options.durationSec);
+    for (const row of rows) {
+      await blast(floor.url, row, warmSec, specs.get(row.id)!);
+      await blast(gateways[gatewayOf(row)].url, row, warmSec, specs.get(row.id)!);
+    }
 
-    const keys: TargetKey[] = ['a', 'b', 'c', 'd', 'e'];
-    // Warm-up (not measured): JIT, connection pools, and a full answer window on the gateways.
-    const warmSec = Math.max(3, Math.round(options.durationSec / 3));
-    for (const key of keys) await blast(key, warmSec);
+    let herdSetup: HerdSetup | undefined;
+    if (withHerd) {
+      const herdMock = await start(startMockProvider(HERD_LATENCY_MS));
+      herdSetup = {
+        mock: herdMock,
+        floor: await start(startMinimalProxy(herdMock.url, options.herd)),
+        gateway: await start(startGateway(herdMock.url, ['--platform', 'fastify', '--max-connections', String(Math.max(4096, options.herd + 100))])),
+      };
+      await herdShot(herdSetup, Math.min(options.herd, 200), -1); // warm-up
+    }
 
-    const stretches: OverheadStretch[] = [];
+    const stretches: Stretch[] = [];
+    const shots: HerdShot[] = [];
     for (let round = 1; round <= options.rounds; round++) {
-      for (const key of keys) {
-        const server = servers[key];
-        const serverBefore = server.cpuMs();
-        const providerBefore = mock.cpuMs();
-        const result = await blast(key, options.durationSec);
-        const serverCpuMs = server.cpuMs() - serverBefore;
-        const providerCpuMs = key === 'a' ? serverCpuMs : mock.cpuMs() - providerBefore;
-        const stretch: OverheadStretch = {
-          round,
-          target: key,
-          durationSec: result.duration,
-          requests2xx: result['2xx'],
-          non2xx: result.non2xx,
-          errors: result.errors,
-          timeouts: result.timeouts,
-          requestsPerSec: result['2xx'] / result.duration,
-          latencyP50: result.latency.p50,
-          latencyP99: result.latency.p99,
-          serverCpuMs,
-          providerCpuMs,
-        };
-        stretches.push(stretch);
+      for (const row of rows) {
+        const sides: Side[] = round % 2 === 1 ? ['floor', 'gateway'] : ['gateway', 'floor'];
+        for (const side of sides) {
+          const server = side === 'floor' ? floor : gateways[gatewayOf(row)];
+          const before = server.cpuMs();
+          const result = await blast(server.url, row, options.durationSec, specs.get(row.id)!);
+          const cpuMs = server.cpuMs() - before;
+          const ok = result['2xx'];
+          const stretch: Stretch = {
+            row: row.id,
+            round,
+            side,
+            durationSec: result.duration,
+            ok,
+            failed: result.non2xx + result.errors + result.timeouts,
+            requestsPerSec: ok / result.duration,
+            latencyP50: result.latency.p50,
+            latencyP99: result.latency.p99,
+            cpuMsPerRequest: cpuMs / Math.max(1, ok),
+          };
+          stretches.push(stretch);
+          log(
+            `    round ${round} ${row.id} ${side}: ${Math.round(stretch.requestsPerSec)} req/s, p50 ${stretch.latencyP50} ms, p99 ${stretch.latencyP99} ms, ` +
+              `${stretch.cpuMsPerRequest.toFixed(3)} CPU ms/req${stretch.failed ? `, ${stretch.failed} failed` : ''}`,
+          );
+        }
+      }
+      if (herdSetup) {
+        const shot = await herdShot(herdSetup, options.herd, round);
+        shots.push(shot);
         log(
-          `    round ${round} ${LABELS[key]}: ${Math.round(stretch.requestsPerSec)} req/s, p50 ${stretch.latencyP50} ms, p99 ${stretch.latencyP99} ms, ` +
-            `${(serverCpuMs / Math.max(1, stretch.requests2xx)).toFixed(3)} CPU ms/req${stretch.non2xx + stretch.errors ? `, ${stretch.non2xx} non-2xx, ${stretch.errors} errors` : ''}`,
+          `    round ${round} herd of ${shot.requests}: slowest ${shot.gatewaySlowestMs.toFixed(0)} ms (direct ${shot.directSlowestMs.toFixed(0)} ms), ` +
+            `${shot.gatewayCpuMsPerAnswer.toFixed(3)} CPU ms per answer (floor ${shot.floorCpuMsPerRequest.toFixed(3)} per proxied request), /health max ${shot.healthMaxMs.toFixed(1)} ms, ${shot.upstreamCalls} upstream call(s)${shot.failed ? `, ${shot.failed} failed` : ''}`,
         );
       }
     }
 
-    const summary = keys.map((key): OverheadSummary => {
-      const mine = stretches.filter((s) => s.target === key);
-      const ok = mine.reduce((sum, s) => sum + s.requests2xx, 0);
-      const seconds = mine.reduce((sum, s) => sum + s.durationSec, 0);
-      return {
-        target: key,
-        label: LABELS[key],
-        requests2xx: ok,
-        failed: mine.reduce((sum, s) => sum + s.non2xx + s.errors + s.timeouts, 0),
-        requestsPerSec: ok / seconds,
-        latencyP50: percentile(mine.map((s) => s.latencyP50), 50) ?? 0,
-        latencyP99: Math.max(...mine.map((s) => s.latencyP99)),
-        cpuMsPerRequest: mine.reduce((sum, s) => sum + s.serverCpuMs, 0) / Math.max(1, ok),
-        providerCpuMsPerRequest: mine.reduce((sum, s) => sum + s.providerCpuMs, 0) / Math.max(1, ok),
-      };
-    });
-    const floor = summary.find((s) => s.target === 'b');
-    const checks: TargetCheck[] = (['c', 'd', 'e'] as const).map((key) => {
-      const row = summary.find((s) => s.target === key);
-      const ratio = row && floor ? row.cpuMsPerRequest / floor.cpuMsPerRequest : Number.NaN;
-      return {
-        scenario: 'overhead',
-        run: LABELS[key],
-        kind: 'timing',
-        name: 'CPU per request <= 2x minimal proxy',
-        target: '<= 2.00x',
-        actual: `${ratio.toFixed(2)}x`,
-        pass: ratio <= 2,
-        scaling: 'none',
-      };
-    });
-    return { options: { durationSec: options.durationSec, rounds: options.rounds, connections: options.connections }, stretches, summary, checks };
+    const summaries = rows.map((row) => summarise(row, stretches));
+    const herd = shots.length
+      ? {
+          requests: options.herd,
+          shots,
+          extraMsMedian: median(shots.map((s) => s.gatewaySlowestMs - s.directSlowestMs)),
+          extraMsMin: Math.min(...shots.map((s) => s.gatewaySlowestMs - s.directSlowestMs)),
+          cpuMsPerAnswerMedian: median(shots.map((s) => s.gatewayCpuMsPerAnswer)),
+          floorCpuMsPerRequest: median(shots.map((s) => s.floorCpuMsPerRequest)),
+          healthMaxMs: Math.max(...shots.map((s) => s.healthMaxMs)),
+        }
+      : undefined;
+
+    const profiles: ProfileSummary[] = [];
+    if (options.profile) {
+      // The small and 200 KB rows, or whichever of the profiled rows --only names.
+      const named = ['small32', 'big', 'hits', 'bighit', 'stream'].filter((id) => options.only.includes(id));
+      for (const id of named.length ? named : ['small32', 'big']) {
+        const row = ROWS.find((r) => r.id === id)!;
+        profiles.push(await profileRow(row, mock.url, options, log));
+      }
+    }
+    const limits = withLimits ? await runLimits(options, start, log) : undefined;
+    const checks = checksOf(summaries, herd);
+    return { options: { durationSec: options.durationSec, rounds: options.rounds, herd: options.herd }, stretches, rows: summaries, herd, profiles, limits, checks };
   } finally {
     await Promise.all(children.reverse().map((child) => child.stop()));
   }
 }
 
-export function overheadTable(result: OverheadResult): string {
-  const floor = result.summary.find((s) => s.target === 'b');
-  const rows = result.summary.map((s) => [
-    s.label,
-    String(Math.round(s.requestsPerSec)),
-    floor ? `${(s.requestsPerSec / floor.requestsPerSec).toFixed(2)}x` : '-',
-    `${s.latencyP50} ms`,
-    `${s.latencyP99} ms`,
-    s.cpuMsPerRequest.toFixed(3),
-    floor ? `${(s.cpuMsPerRequest / floor.cpuMsPerRequest).toFixed(2)}x` : '-',
-    s.target === 'a' ? '-' : s.providerCpuMsPerRequest.toFixed(3),
-    String(s.failed),
-  ]);
-  const { durationSec, rounds, connections } = result.options;
+export interface LimitRun {
+  label: string;
+  requestsPerSec: number;
+  latencyP50: number;
+  latencyP99: number;
+  failed: number;
+}
+
+const LIMIT_LATENCY_MS = 50;
+
+/**
+ * The default concurrency limit against a provider that takes 50 ms, at 200 connections of distinct requests: the
+ * floor (no limit), the gateway at its default (32) and at 256, each for two stretches (the best of the two kept).
+ */
+async function runLimits(
+  options: OverheadOptions,
+  start: (child: Promise<ChildHandle>) => Promise<ChildHandle>,
+  log: (line: string) => void,
+): Promise<LimitRun[]> {
+  const mock = await start(startMockProvider(LIMIT_LATENCY_MS));
+  const targets: Array<[string, ChildHandle]> = [
+    ['floor (no limit)', await start(startMinimalProxy(mock.url, 256))],
+    ['gateway, --concurrency 32 (default)', await start(startGateway(mock.url, []))],
+    ['gateway, --concurrency 256', await start(startGateway(mock.url, ['--concurrency', '256']))],
+  ];
+  const row = { ...ROWS[1], connections: 200 };
+  const spec = requestSpec('small-distinct');
+  const runs: LimitRun[] = [];
+  for (const [label, child] of targets) {
+    await blast(child.url, row, 1, spec);
+    let best: LimitRun | undefined;
+    for (let i = 0; i < 2; i++) {
+      const result = await blast(child.url, row, options.durationSec, spec);
+      const run = {
+        label,
+        requestsPerSec: result['2xx'] / result.duration,
+        latencyP50: result.latency.p50,
+        latencyP99: result.latency.p99,
+        failed: result.non2xx + result.errors + result.timeouts,
+      };
+      if (!best || run.requestsPerSec > best.requestsPerSec) best = run;
+    }
+    runs.push(best!);
+    log(`    limits ${label}: ${Math.round(best!.requestsPerSec)} req/s, p50 ${best!.latencyP50} ms, p99 ${best!.latencyP99} ms`);
+  }
+  return runs;
+}
+
+function limitsMarkdown(limits: LimitRun[]): string {
+  const floor = limits[0];
   return [
-    `== overhead: autocannon, ${connections} connections, ${durationSec} s per stretch, ${rounds} rounds of a,b,c,d,e (every body distinct)`,
-    table(['', 'req/s', 'vs (b)', 'p50', 'p99', 'CPU ms/req', 'vs (b)', 'provider CPU ms/req', 'failed'], rows),
-    '   CPU ms/req: user+system time of that server process (for (a), the mock itself) per 2xx answer; p50 is the median of the rounds, p99 the worst.',
+    `Distinct requests, 200 connections, provider latency ${LIMIT_LATENCY_MS} ms:`,
+    '',
+    '| | req/s | vs floor | p50 | p99 | failed |',
+    '|---|---|---|---|---|---|',
+    ...limits.map(
+      (l) =>
+        `| ${l.label} | ${Math.round(l.requestsPerSec)} | ${(l.requestsPerSec / floor.requestsPerSec).toFixed(2)}x | ${l.latencyP50} ms | ${l.latencyP99} ms | ${l.failed} |`,
+    ),
   ].join('\n');
+}
+
+function summarise(row: LoadRow, stretches: Stretch[]): RowSummary {
+  const mine = stretches.filter((s) => s.row === row.id);
+  const rounds = [...new Set(mine.map((s) => s.round))];
+  const side = (name: Side): SideSummary => {
+    const list = mine.filter((s) => s.side === name);
+    return {
+      cpuMsPerRequest: median(list.map((s) => s.cpuMsPerRequest)),
+      requestsPerSec: median(list.map((s) => s.requestsPerSec)),
+      latencyP50: median(list.map((s) => s.latencyP50)),
+      latencyP99: median(list.map((s) => s.latencyP99)),
+      failed: list.reduce((sum, s) => sum + s.failed, 0),
+    };
+  };
+  const floor = side('floor');
+  const ratios: number[] = [];
+  const disturbedRounds: number[] = [];
+  for (const round of rounds) {
+    const f = mine.find((s) => s.round === round && s.side === 'floor');
+    const g = mine.find((s) => s.round === round && s.side === 'gateway');
+    if (!f || !g) continue;
+    ratios.push(g.cpuMsPerRequest / f.cpuMsPerRequest);
+    if (Math.abs(f.cpuMsPerRequest / floor.cpuMsPerRequest - 1) > DISTURBED) disturbedRounds.push(round);
+  }
+  return {
+    id: row.id,
+    label: row.label,
+    limit: row.limit,
+    ratios,
+    ratioMedian: median(ratios),
+    ratioMin: Math.min(...ratios),
+    disturbedRounds,
+    floor,
+    gateway: side('gateway'),
+  };
+}
+
+interface HerdSetup {
+  mock: ChildHandle;
+  floor: ChildHandle;
+  gateway: ChildHandle;
+}
+
+/**
+ * `count` identical requests at once (a new prompt per shot), straight to a provider that takes HERD_LATENCY_MS,
+ * over connections opened beforehand, through the floor proxy (every one proxied: its CPU per request is the yardstick), then
+ * through the gateway: the slowest answer of direct and gateway, the gateway's CPU per answer, and how long GET /health
+ * waits meanwhile (a herd must not freeze the event loop).
+ */
+async function herdShot(setup: HerdSetup, count: number, round: number): Promise<HerdShot> {
+  const body = JSON.stringify({ model: BENCH_MODEL, messages: [{ role: 'user', content: `Herd ${run} round ${round}: one answer for all.` }] });
+  const fire = async (url: string, measured?: ChildHandle, beforeHerd?: () => Promise<void>) => {
+    const pool = new Pool(url, { connections: count, pipelining: 1 });
+    // Every connection opened first (not timed): 1000 connects at once overflow the listen backlog, and a dropped SYN
+    // is retried a whole second later, which would be measured instead of the herd.
+    await Promise.all(
+      Array.from({ length: count }, async () => {
+        const res = await pool.request({ path: '/health', method: 'GET', headersTimeout: 30_000, bodyTimeout: 30_000 }).catch(() => undefined);
+        await res?.body.arrayBuffer();
+      }),
+    );
+    await beforeHerd?.();
+    let failed = 0;
+    const cpuBefore = measured?.cpuMs() ?? 0;
+    const t0 = performance.now();
+    const times = await Promise.all(
+      Array.from({ length: count }, async () => {
+        try {
+          const res = await pool.request({ path: '/v1/chat/completions', method: 'POST', headers: HEADERS, body, headersTimeout: 30_000, bodyTimeout: 30_000 });
+          await res.body.arrayBuffer();
+          if (res.statusCode !== 200) failed++;
+        } catch {
+          failed++;
+        }
+        return performance.now() - t0;
+      }),
+    );
+    const cpuMs = (measured?.cpuMs() ?? 0) - cpuBefore;
+    await pool.close();
+    return { slowest: Math.max(...times), failed, cpuMs };
+  };
+  const direct = await fire(setup.mock.url);
+  const floor = await fire(setup.floor.url, setup.floor);
+  const callsBefore = await upstreamCalls(setup.mock.url);
+  // The probe runs from its own process, starts a moment before the herd and outlasts it.
+  let probe: Promise<string> | undefined;
+  const startProbe = async () => {
+    probe = runNodeScript(ENTRY.healthProbe, ['--url', setup.gateway.url, '--every', '10', '--for', String(HERD_LATENCY_MS * 3 + 3_000)], { timeoutMs: 60_000 });
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  };
+  // Its CPU includes the few probes answered meanwhile (one per 10 ms).
+  const gateway = await fire(setup.gateway.url, setup.gateway, startProbe);
+  const healthMaxMs = (JSON.parse(await probe!) as { maxMs: number }).maxMs;
+  return {
+    round,
+    requests: count,
+    failed: gateway.failed + direct.failed + floor.failed,
+    floorCpuMsPerRequest: floor.cpuMs / count,
+    directSlowestMs: direct.slowest,
+    gatewaySlowestMs: gateway.slowest,
+    gatewayCpuMsPerAnswer: gateway.cpuMs / count,
+    healthMaxMs,
+    upstreamCalls: (await upstreamCalls(setup.mock.url)) - callsBefore,
+  };
+}
+
+async function upstreamCalls(mockUrl: string): Promise<number> {
+  const res = await request(`${mockUrl}/__mock/stats`);
+  return ((await res.body.json()) as { total: number }).total;
+}
+
+/** A gateway started with --cpu-prof, loaded like the row for twice the stretch; samples outside the load are left out. */
+async function profileRow(row: LoadRow, upstream: string, options: OverheadOptions, log: (line: string) => void): Promise<ProfileSummary> {
+  const dir = join(options.out, `profile-${row.id}-${Date.now()}`);
+  await mkdir(dir, { recursive: true });
+  const gateway = await startGateway(upstream, ['--platform', row.platform, ...(row.quiet ? QUIET_FLAGS : [])], ['--cpu-prof', '--cpu-prof-dir', dir]);
+  const spec = requestSpec(row.body);
+  let requests = 0;
+  let from = 0n;
+  let to = 0n;
+  try {
+    await blast(gateway.url, row, Math.min(3, options.durationSec), spec);
+    from = process.hrtime.bigint() / 1000n;
+    const result = await blast(gateway.url, row, options.durationSec * 2, spec);
+    to = process.hrtime.bigint() / 1000n;
+    requests = result['2xx'];
+  } finally {
+    await gateway.stop();
+  }
+  const file = (await readdir(dir)).find((name) => name.endsWith('.cpuprofile'));
+  if (!file) throw new Error(`no CPU profile written in ${dir}`);
+  const summary = profileByOwner(JSON.parse(await readFile(join(dir, file), 'utf8')), { from: Number(from), to: Number(to), requests, row: row.label });
+  await writeFile(join(options.out, `profile-${row.id}.json`), JSON.stringify(summary, null, 1));
+  await rm(dir, { recursive: true, force: true });
+  log(`    profile ${row.id}: ${requests} requests, ${summary.sampledMs.toFixed(0)} ms sampled`);
+  return summary;
+}
+
+function checksOf(rows: RowSummary[], herd: HerdSummary | undefined): TargetCheck[] {
+  const checks: TargetCheck[] = rows.map((row) => ({
+    scenario: 'overhead',
+    run: row.label,
+    kind: 'timing',
+    name: `CPU per request <= ${row.limit}x the floor`,
+    target: `<= ${row.limit.toFixed(2)}x`,
+    actual: `${row.ratioMedian.toFixed(2)}x (min ${row.ratioMin.toFixed(2)}x)`,
+    pass: row.ratioMedian <= row.limit,
+    scaling: 'none',
+  }));
+  if (herd) {
+    checks.push(
+      {
+        scenario: 'overhead',
+        run: `herd of ${herd.requests}`,
+        kind: 'timing',
+        name: 'slowest within 30 ms of direct',
+        target: `<= +${HERD_EXTRA_LIMIT_MS} ms`,
+        actual: `+${herd.extraMsMedian.toFixed(0)} ms`,
+        pass: herd.extraMsMedian <= HERD_EXTRA_LIMIT_MS,
+        scaling: 'none',
+      },
+      {
+        scenario: 'overhead',
+        run: `herd of ${herd.requests}`,
+        kind: 'timing',
+        name: "CPU per joined answer below the floor's per request",
+        target: `< ${herd.floorCpuMsPerRequest.toFixed(3)} ms`,
+        actual: `${herd.cpuMsPerAnswerMedian.toFixed(3)} ms`,
+        pass: herd.cpuMsPerAnswerMedian < herd.floorCpuMsPerRequest,
+        scaling: 'none',
+      },
+    );
+  }
+  return checks;
+}
+
+const ms = (v: number) => (v < 1 ? v.toFixed(3) : v.toFixed(2));
+
+/** The overhead table as Markdown, optionally with the median ratios of an earlier run (`before`) beside it. */
+export function overheadMarkdown(result: OverheadResult, before?: OverheadResult): string {
+  const beforeRow = (id: string) => before?.rows.find((r) => r.id === id);
+  const header = ['work', ...(before ? ['before'] : []), 'gateway / floor CPU per request: median (min)', 'CPU ms/req gateway (floor)', 'req/s gateway (floor)', 'p50 / p99 ms gateway (floor)', 'target', '', 'disturbed rounds'];
+  const lines = [`| ${header.join(' | ')} |`, `|${header.map(() => '---').join('|')}|`];
+  for (const row of result.rows) {
+    const b = beforeRow(row.id);
+    lines.push(
+      `| ${row.label} | ${before ? `${b ? `${b.ratioMedian.toFixed(2)}x` : '-'} | ` : ''}${row.ratioMedian.toFixed(2)}x (${row.ratioMin.toFixed(2)}x) | ` +
+        `${ms(row.gateway.cpuMsPerRequest)} (${ms(row.floor.cpuMsPerRequest)}) | ${Math.round(row.gateway.requestsPerSec)} (${Math.round(row.floor.requestsPerSec)}) | ` +
+        `${row.gateway.latencyP50} / ${row.gateway.latencyP99} (${row.floor.latencyP50} / ${row.floor.latencyP99}) | <= ${row.limit}x | ` +
+        `${row.ratioMedian <= row.limit ? 'met' : '**not met**'} | ${row.disturbedRounds.length ? row.disturbedRounds.join(', ') : '-'} |`,
+    );
+  }
+  if (result.herd) {
+    const h = result.herd;
+    const b = before?.herd;
+    lines.push(
+      `| herd of ${h.requests} on one call: slowest vs direct | ${before ? `${b ? `+${b.extraMsMedian.toFixed(0)} ms` : '-'} | ` : ''}+${h.extraMsMedian.toFixed(0)} ms (+${h.extraMsMin.toFixed(0)} ms) | ` +
+        `- | - | /health max ${h.healthMaxMs.toFixed(1)} ms during the herd | <= +${HERD_EXTRA_LIMIT_MS} ms | ${h.extraMsMedian <= HERD_EXTRA_LIMIT_MS ? 'met' : '**not met**'} | - |`,
+      `| herd: CPU per joined answer | ${before ? `${b ? `${ms(b.cpuMsPerAnswerMedian)} ms` : '-'} | ` : ''}${ms(h.cpuMsPerAnswerMedian)} ms | ${ms(h.cpuMsPerAnswerMedian)} (${ms(h.floorCpuMsPerRequest)} per proxied request) | - | - | ` +
+        `< floor | ${h.cpuMsPerAnswerMedian < h.floorCpuMsPerRequest ? 'met' : '**not met**'} | - |`,
+    );
+  }
+  return lines.join('\n');
+}
+
+/** The table in plain text for the terminal. */
+export function overheadTable(result: OverheadResult): string {
+  const rows = result.rows.map((row) => [
+    row.label,
+    `${row.ratioMedian.toFixed(2)}x`,
+    `${row.ratioMin.toFixed(2)}x`,
+    `<= ${row.limit}x`,
+    ms(row.gateway.cpuMsPerRequest),
+    ms(row.floor.cpuMsPerRequest),
+    String(Math.round(row.gateway.requestsPerSec)),
+    String(Math.round(row.floor.requestsPerSec)),
+    `${row.gateway.latencyP50}/${row.gateway.latencyP99}`,
+    `${row.floor.latencyP50}/${row.floor.latencyP99}`,
+    String(row.gateway.failed + row.floor.failed),
+    row.disturbedRounds.join(',') || '-',
+  ]);
+  const { durationSec, rounds } = result.options;
+  const out = [
+    `== overhead: ${rounds} interleaved rounds, ${durationSec} s per stretch; floor = node:http + undici Pool piping bytes (test/bench/minimal-proxy.ts)`,
+    table(['row', 'ratio med', 'min', 'target', 'gw CPU ms', 'floor CPU ms', 'gw req/s', 'floor req/s', 'gw p50/p99', 'floor p50/p99', 'failed', 'disturbed'], rows),
+    '   ratio: gateway CPU per request / floor CPU per request in the same round; a round is disturbed when the floor strays > 25% from its median.',
+  ];
+  if (result.herd) {
+    const h = result.herd;
+    out.push(
+      `   herd of ${h.requests}: slowest +${h.extraMsMedian.toFixed(0)} ms vs direct (min +${h.extraMsMin.toFixed(0)}), ${ms(h.cpuMsPerAnswerMedian)} CPU ms per answer ` +
+        `(floor ${ms(h.floorCpuMsPerRequest)} per proxied request), /health max ${h.healthMaxMs.toFixed(1)} ms during the herd`,
+    );
+  }
+  if (result.limits) out.push('', limitsMarkdown(result.limits));
+  for (const profile of result.profiles) out.push('', profileTable(profile));
+  return out.join('\n');
+}
+
+const START = '<!-- overhead-table:start -->';
+const END = '<!-- overhead-table:end -->';
+
+/** Writes the table (and the profile summaries) into docs/benchmarks.md between its markers. */
+export async function writeOverheadDocs(result: OverheadResult, before: OverheadResult | undefined, command: string): Promise<string> {
+  const file = join(repoRoot(), 'docs', 'benchmarks.md');
+  const text = await readFile(file, 'utf8');
+  const from = text.indexOf(START);
+  const to = text.indexOf(END);
+  if (from < 0 || to < from) throw new Error(`docs/benchmarks.md has no ${START} ... ${END} markers`);
+  const block = [
+    START,
+    `Generated by \`${command}\` (${result.options.rounds} rounds, ${result.options.durationSec} s per stretch, ${new Date().toISOString().slice(0, 10)}).`,
+    '',
+    overheadMarkdown(result, before),
+    ...(result.limits ? ['', limitsMarkdown(result.limits)] : []),
+    ...result.profiles.flatMap((p) => ['', '```', profileTable(p), '```']),
+    END,
+  ].join('\n');
+  await writeFile(file, text.slice(0, from) + block + text.slice(to + END.length));
+  return file;
 }

@@ -27,6 +27,7 @@ export const ENTRY = {
   minimalProxy: 'dist/test/bench/minimal-proxy.js',
   windowMemory: 'dist/test/bench/window-memory.js',
   loopDelay: 'dist/test/bench/loop-delay.js',
+  healthProbe: 'dist/test/bench/health-probe.js',
 } as const;
 
 export function requireBuild(): void {
@@ -230,7 +231,7 @@ export function startMockProvider(latencyMs: number): Promise<ChildHandle> {
 }
 
 /** Starts the gateway in front of `upstream` on a free port; retries with another port if that one was taken meanwhile. */
-export async function startGateway(upstream: string, flags: readonly string[], options: { nodeArgs?: string[] } = {}): Promise<ChildHandle> {
+export async function startGateway(upstream: string, flags: readonly string[], nodeArgs: string[] = []): Promise<ChildHandle> {
   let lastError: unknown;
   for (let attempt = 0; attempt < 3; attempt++) {
     const port = await freePort();
@@ -240,7 +241,7 @@ export async function startGateway(upstream: string, flags: readonly string[], o
         ENTRY.gateway,
         ['--provider', 'openai', '--upstream', upstream, '--host', '127.0.0.1', '--port', String(port), ...flags],
         /gateway listening on (http:\/\/[\d.]+:\d+)/,
-        { timeoutMs: 30_000, nodeArgs: options.nodeArgs },
+        { timeoutMs: 30_000, nodeArgs },
       );
     } catch (error) {
       lastError = error;
@@ -250,11 +251,11 @@ export async function startGateway(upstream: string, flags: readonly string[], o
   throw lastError;
 }
 
-export function startMinimalProxy(upstream: string): Promise<ChildHandle> {
+export function startMinimalProxy(upstream: string, connections = 256): Promise<ChildHandle> {
   return startNodeChild(
     'minimal-proxy',
     ENTRY.minimalProxy,
-    ['--upstream', upstream, '--port', '0'],
+    ['--upstream', upstream, '--port', '0', '--connections', String(connections)],
     /minimal-proxy listening on (http:\/\/\S+)/,
   );
 }

@@ -60,9 +60,7 @@ export async function runSoak(options: SoakOptions): Promise<SoakResult> {
   const redis = await startOwnedRedis();
   const mock = await startMockProvider(20);
   const control = new MockControl(mock.url);
-  const gateway = await startGateway(mock.url, ['--redis', redis.url, '--redis-prefix', 'soak', '--dedup-window', '30', '--probe-interval', '0.5', '--breaker-open', '5'], {
-    nodeArgs: ['--import', join(repoRoot(), ENTRY.loopDelay)],
-  });
+  const gateway = await startGateway(mock.url, ['--redis', redis.url, '--redis-prefix', 'soak', '--dedup-window', '30', '--probe-interval', '0.5', '--breaker-open', '5'], ['--import', join(repoRoot(), ENTRY.loopDelay)]);
   const agent = new Agent({ connections: CLIENTS + 16, pipelining: 1, headersTimeout: 30_000, bodyTimeout: 30_000 });
   const setMode = (mode: MockMode) => control.setMode(mode).then(() => undefined);
   const faults: Fault[] = [

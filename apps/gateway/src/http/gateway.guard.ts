@@ -18,7 +18,7 @@ import { StatusSessions } from '../status/status-session.js';
 // Deeper than any real request; serialising it again for the provider would overflow the stack.
 const MAX_DEPTH = 128;
 
-type GatewayRequest = IncomingMessage & { body?: unknown; originalUrl?: string; raw?: IncomingMessage };
+type GatewayRequest = IncomingMessage & { body?: unknown; rawBody?: Buffer; originalUrl?: string; raw?: IncomingMessage };
 
 /**
  * Runs before the orchestrator's interceptor (Nest runs guards first), so a
@@ -95,14 +95,19 @@ export class GatewayGuard implements CanActivate {
   }
 
   /**
-   * One pass over the body: its depth is bounded, and (on a deduplicated route, with dedup on) its canonical form
-   * hashed into the key, with the caller's credential and who answers behind the upstream URL.
+   * The body's depth is bounded, and (on a deduplicated route, with dedup on) the key made, with the caller's
+   * credential and who answers behind the upstream URL. The key hashes the bytes the client sent, the same bytes
+   * an untranslated route sends upstream: one hash pass, no second serialisation of a large conversation. A repeat
+   * from the same client code sends the same bytes; a body that only differs in whitespace or field order is
+   * another key (a miss, never a wrong answer). Without the bytes (a body some other parser made), the key falls back
+   * to the canonical form of the parsed body.
    */
   private walkBody(request: GatewayRequest, context: ReturnType<typeof contextOf>, scope: string | undefined): void {
     const input = {
       method: request.method ?? 'GET',
       url: request.originalUrl ?? request.url ?? '',
       body: request.body,
+      rawBody: Buffer.isBuffer(request.rawBody) ? request.rawBody : undefined,
       credential: context.identity,
       scope,
     };

@@ -1,4 +1,4 @@
-import { Observable, concat, defer, from, map, mergeMap, of, type ObservableInput, type Subscriber, type Subscription } from 'rxjs';
+import { Observable, Subscription, defer, from, type Subscriber } from 'rxjs';
 import { ClientClosedError, isOrchestratorError, type UpstreamTimeoutError } from './errors.js';
 import type { ObserverHub, RefusalReason } from './observer.js';
 import { isStreamedResponse, type CallEvent } from './events.js';
@@ -233,16 +233,41 @@ class GuardedCall<T> implements CallControl {
 
 /**
  * Turns what a handler produced (a value, a promise, an Observable of values,
- * or a `StreamedResponse`) into call events.
+ * or a `StreamedResponse`) into call events. Written out rather than as
+ * `mergeMap` + `of`: a plain answer then costs one subscription, not three.
  */
 export function toCallEvents<T>(result: Observable<unknown>): Observable<CallEvent<T>> {
-  return result.pipe(
-    mergeMap((value): ObservableInput<CallEvent<T>> => {
-      if (!isStreamedResponse(value)) return of({ kind: 'value', value: value as T });
-      return concat(
-        of<CallEvent<T>>({ kind: 'head', head: value.head, formatError: value.formatError }),
-        from(value.chunks).pipe(map((chunk): CallEvent<T> => ({ kind: 'chunk', chunk }))),
-      );
-    }),
-  );
+  return new Observable<CallEvent<T>>((subscriber) => {
+    const subscription = new Subscription();
+    let sourceDone = false;
+    let streams = 0;
+    const completeWhenDone = () => {
+      if (sourceDone && streams === 0) subscriber.complete();
+    };
+    subscription.add(
+      result.subscribe({
+        next(value) {
+          if (!isStreamedResponse(value)) return subscriber.next({ kind: 'value', value: value as T });
+          subscriber.next({ kind: 'head', head: value.head, formatError: value.formatError });
+          streams++;
+          subscription.add(
+            from(value.chunks).subscribe({
+              next: (chunk) => subscriber.next({ kind: 'chunk', chunk }),
+              error: (error: unknown) => subscriber.error(error),
+              complete: () => {
+                streams--;
+                completeWhenDone();
+              },
+            }),
+          );
+        },
+        error: (error: unknown) => subscriber.error(error),
+        complete: () => {
+          sourceDone = true;
+          completeWhenDone();
+        },
+      }),
+    );
+    return subscription;
+  });
 }

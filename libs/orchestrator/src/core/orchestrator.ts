@@ -7,11 +7,12 @@ import type { BreakerSnapshot } from './breaker/circuit-breaker.js';
 import { guardedCall, toCallEvents, type CallHandle, type CallWork } from './call.js';
 import { CONCURRENCY_FIELDS, type ConcurrencyOptions } from './concurrency/concurrency.options.js';
 import { ConcurrencyRegistry, type LimiterSnapshot } from './concurrency/concurrency.registry.js';
-import { AnswerWindow, replayEntry, type StoreState, type WindowHealth } from './dedup/answer-window.js';
+import { AnswerWindow, replayEntry, type StoreState, type WindowEntry, type WindowHealth } from './dedup/answer-window.js';
 import { DEDUP_FIELDS, type DedupOptions, type DedupRequest } from './dedup/dedup.options.js';
 import { dedupKey } from './dedup/dedup-key.js';
 import { SingleFlight, type DedupOutcome } from './dedup/single-flight.js';
 import type { BreakerCoordinator, FlightCoordinator } from './cluster/coordination.js';
+import type { CallSource } from './breaker/failure-attribution.js';
 import { ShuttingDownError } from './errors.js';
 import type { CallEvent } from './events.js';
 import { ObserverHub, type OrchestratorObserver } from './observer.js';
@@ -293,15 +294,11 @@ export class Orchestrator {
           const started = stored ? undefined : flights.join(key);
           if (started) return this.answer(policy, 'joined', started);
         }
-        const age = stored && Date.now() - stored.storedAt;
-        if (stored && !(reuse?.maxAgeMs !== undefined && age! > reuse.maxAgeMs)) {
-          return { ...this.answer(policy, 'cached', from(replayEntry(stored))), ageSeconds: Math.max(0, Math.floor(age! / 1000)) };
-        }
+        const cached = stored && this.cached(policy, stored, reuse);
+        if (cached) return cached;
       }
     }
-    let reachedUpstream = false;
-    const handle: CallHandle = {};
-    const lead = () => guardedCall(policy, work, { source, onUpstream: () => (reachedUpstream = true), handle, observer: this.hub });
+    const { state, lead } = this.leader(policy, work, source);
     let outcome: DedupOutcome = 'miss';
     let call$: Observable<CallEvent<T>>;
     const coordinator = this.options.coordinator;
@@ -323,11 +320,31 @@ export class Orchestrator {
         call$ = claim.events;
       } else call$ = claim ? claim.publish(lead()) : lead();
     } else call$ = lead();
-    const window = reuse?.noStore ? undefined : dedup.window;
-    const events = flights.lead(key, call$, {
+    return this.register(policy, call, call$, outcome, state);
+  }
+
+  /** The leader's guarded call, and what is learnt about it while it runs. */
+  private leader<T>(policy: RoutePolicy, work: CallWork<T>, source: CallSource) {
+    const state = { reachedUpstream: false, handle: {} as CallHandle };
+    const lead = () => guardedCall(policy, work, { source, onUpstream: () => (state.reachedUpstream = true), handle: state.handle, observer: this.hub });
+    return { state, lead };
+  }
+
+  /** Makes `call$` the flight under the call's key, recorded for the window when it succeeds. */
+  private register<T>(
+    policy: RoutePolicy,
+    call: CallRequest,
+    call$: Observable<CallEvent<T>>,
+    outcome: DedupOutcome,
+    state: { reachedUpstream: boolean; handle: CallHandle },
+  ): StartedCall<T> {
+    const dedup = policy.dedup!;
+    const key = call.key!;
+    const window = call.reuse?.noStore ? undefined : dedup.window;
+    const events = (this.flights as SingleFlight<T>).lead(key, call$, {
       // Every caller gone: a call that has not reached the upstream is dropped; one that has keeps running for the
       // window (unless the route says not to) in the limiter's detached budget, or is cancelled when that is full.
-      cancelWhenAbandoned: () => dedup.cancelWhenAbandoned || !reachedUpstream || !(handle.detach?.() ?? true),
+      cancelWhenAbandoned: () => dedup.cancelWhenAbandoned || !state.reachedUpstream || !(state.handle.detach?.() ?? true),
       maxEntryBytes: dedup.maxEntryBytes,
       // The leader keeps the answer (memory and shared store); a replica that followed it keeps a copy in memory.
       onSuccess: !window
@@ -337,6 +354,40 @@ export class Orchestrator {
           : async (entry) => void window.setLocal(key, entry, dedup.windowMs),
     });
     return this.answer(policy, outcome, events);
+  }
+
+  /**
+   * `start` without a promise, when nothing has to be asked of a shared store
+   * or the fleet: a call in flight under the key to join, an answer the
+   * in-memory window holds, or the call led from here. `undefined` when the call
+   * needs such I/O (or the orchestrator is closing): then call `start`.
+   */
+  startLocal<T>(policy: RoutePolicy, call: CallRequest, work: CallWork<T>): StartedCall<T> | undefined {
+    if (this.closing) return undefined;
+    const { key, tenant, reuse } = call;
+    const source = { key, tenant };
+    const dedup = policy.dedup;
+    if (!dedup || key === undefined) {
+      this.hub?.request(policy.name, upstreamOf(policy), 'none');
+      return { events: guardedCall(policy, work, { source, observer: this.hub }) };
+    }
+    if (!reuse?.noCache) {
+      const running = (this.flights as SingleFlight<T>).join(key);
+      if (running) return this.answer(policy, 'joined', running);
+      const stored = dedup.window?.getLocal<T>(key);
+      const cached = stored && this.cached(policy, stored, reuse);
+      if (cached) return cached;
+      if (dedup.window?.hasShared || this.options.coordinator) return undefined;
+    }
+    const { state, lead } = this.leader(policy, work, source);
+    return this.register(policy, call, lead(), 'miss', state);
+  }
+
+  /** A stored answer replayed, unless the caller asks for a younger one (`max-age`). */
+  private cached<T>(policy: RoutePolicy, stored: WindowEntry<T>, reuse: Reuse | undefined): StartedCall<T> | undefined {
+    const age = Date.now() - stored.storedAt;
+    if (reuse?.maxAgeMs !== undefined && age > reuse.maxAgeMs) return undefined;
+    return { ...this.answer(policy, 'cached', from(replayEntry(stored))), ageSeconds: Math.max(0, Math.floor(age / 1000)) };
   }
 
   /**
@@ -358,7 +409,8 @@ export class Orchestrator {
       policy = this.resolve(normalizeOrchestrate(capabilities, 'run()'), undefined, 'default', 'run()');
       call = { key, tenant, signal };
     }
-    const started = await this.start<T>(policy, call, (signal) => toCallEvents<T>(from(observeWork(work, signal))));
+    const callWork: CallWork<T> = (signal) => toCallEvents<T>(from(observeWork(work, signal)));
+    const started = this.startLocal<T>(policy, call, callWork) ?? (await this.start<T>(policy, call, callWork));
     const event = await lastValueFrom(leaveOnAbort(started.events, call.signal));
     if (event.kind !== 'value') throw new TypeError('run() work must produce a plain value, not a stream');
     return event.value;

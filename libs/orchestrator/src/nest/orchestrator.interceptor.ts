@@ -5,7 +5,7 @@ import { Observable, catchError, from, mergeMap, throwError } from 'rxjs';
 import { toCallEvents, type CallWork } from '../core/call.js';
 import type { DedupRequest } from '../core/dedup/dedup.options.js';
 import { isOrchestratorError, type OrchestratorError } from '../core/errors.js';
-import type { CallRequest, Reuse } from '../core/orchestrator.js';
+import type { CallRequest, Reuse, StartedCall } from '../core/orchestrator.js';
 import { CAPABILITIES, type RoutePolicy, type RouteSettings } from '../core/policy.js';
 import { CALL_SIGNAL, DEDUP_HEADER, METADATA } from './constants.js';
 import { deliver } from './deliver-response.js';
@@ -76,15 +76,17 @@ export class OrchestratorInterceptor implements NestInterceptor {
       return toCallEvents(next.handle());
     };
 
-    return from(this.orchestrator.start(policy, call, work)).pipe(
-      mergeMap((started) => {
-        if (started.outcome) adapter.setHeader(response, DEDUP_HEADER, started.outcome);
-        if (started.ageSeconds !== undefined) adapter.setHeader(response, 'age', String(started.ageSeconds));
-        const setStatus = (status: number) => adapter.status(response, status);
-        return deliver(started.events, { raw, setHeaders, setStatus, platform: adapter.getType() });
-      }),
-      catchError((error: unknown) => this.rethrow(error, context)),
-    );
+    const deliverStarted = (started: StartedCall<unknown>) => {
+      if (started.outcome) adapter.setHeader(response, DEDUP_HEADER, started.outcome);
+      if (started.ageSeconds !== undefined) adapter.setHeader(response, 'age', String(started.ageSeconds));
+      const setStatus = (status: number) => adapter.status(response, status);
+      return deliver(started.events, { raw, setHeaders, setStatus, platform: adapter.getType() });
+    };
+    const onError = catchError((error: unknown) => this.rethrow(error, context));
+    // Without a shared store or a fleet to ask, the call starts without a promise in between.
+    const local = this.orchestrator.startLocal(policy, call, work);
+    if (local) return deliverStarted(local).pipe(onError);
+    return from(this.orchestrator.start(policy, call, work)).pipe(mergeMap(deliverStarted), onError);
   }
 
   private rethrow(error: unknown, context: ExecutionContext): Observable<never> {

@@ -1,4 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
+import { createHash } from 'node:crypto';
 import { BodyTooDeepError, dedupKey, type DedupKeyInput } from './dedup-key.js';
 
 const CREDENTIAL = 'Bearer sk-live-0123456789abcdefTENANT-A';
@@ -210,5 +211,62 @@ describe('dedupKey', () => {
       const same = JSON.stringify(sortDeep(bodies[i])) === JSON.stringify(sortDeep(bodies[j]));
       expect(dedupKey({ method: 'POST', url: '/x', body: bodies[i] }) === dedupKey({ method: 'POST', url: '/x', body: bodies[j] })).toBe(same);
     }
+  });
+  describe('rawBody: the bytes as sent are the key', () => {
+    const withBytes = (text: string, extra: Partial<DedupKeyInput> = {}): DedupKeyInput => ({
+      method: 'POST',
+      url: '/v1/chat/completions',
+      credential: CREDENTIAL,
+      body: JSON.parse(text) as unknown,
+      rawBody: Buffer.from(text),
+      ...extra,
+    });
+    const compact = JSON.stringify(base.body);
+
+    it('the same bytes give the same key', () => {
+      expect(dedupKey(withBytes(compact))).toBe(dedupKey(withBytes(compact)));
+    });
+
+    it('the same JSON with other whitespace or another field order is another key (a miss, never a shared answer)', () => {
+      const spaced = JSON.stringify(base.body, null, 2);
+      const { model, ...rest } = base.body as Record<string, unknown>;
+      const reordered = JSON.stringify({ ...rest, model });
+      expect(dedupKey(withBytes(spaced))).not.toBe(dedupKey(withBytes(compact)));
+      expect(dedupKey(withBytes(reordered))).not.toBe(dedupKey(withBytes(compact)));
+    });
+
+    it('hashes the bytes, not the parsed body', () => {
+      // A caller passing both must pass the same request; the bytes decide.
+      expect(dedupKey(withBytes(compact, { body: { other: true } }))).toBe(dedupKey(withBytes(compact)));
+      expect(dedupKey(withBytes(compact, { rawBody: Buffer.from(`${compact} `) }))).not.toBe(dedupKey(withBytes(compact)));
+    });
+
+    it('still keeps method, url, credential and scope apart', () => {
+      const keys = new Set([
+        dedupKey(withBytes(compact)),
+        dedupKey(withBytes(compact, { method: 'PUT' })),
+        dedupKey(withBytes(compact, { url: '/v1/completions' })),
+        dedupKey(withBytes(compact, { credential: 'Bearer other' })),
+        dedupKey(withBytes(compact, { scope: 'model-b' })),
+      ]);
+      expect(keys.size).toBe(5);
+    });
+
+    it('still bounds the depth of the parsed body', () => {
+      const ok = JSON.stringify(deepObject(127));
+      const tooDeep = JSON.stringify(deepObject(128));
+      expect(typeof dedupKey(withBytes(ok), { maxDepth: 128 })).toBe('string');
+      expect(() => dedupKey(withBytes(tooDeep), { maxDepth: 128 })).toThrow(BodyTooDeepError);
+      const arrays = '['.repeat(200) + ']'.repeat(200);
+      expect(() => dedupKey(withBytes(arrays), { maxDepth: 128 })).toThrow('nested more than 128 levels');
+    });
+  });
+
+  it('a large body is hashed in pieces with the same key as one string would give', () => {
+    const messages = Array.from({ length: 600 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: `turn ${i} ${'é'.repeat(300)}` }));
+    const body = { model: 'm', messages };
+    const sorted = JSON.stringify({ messages: messages.map((m) => ({ content: m.content, role: m.role })), model: 'm' });
+    const expected = createHash('sha256').update(`POST\n/x\n\n`).update(sorted).digest('base64url');
+    expect(dedupKey({ method: 'POST', url: '/x', body })).toBe(expected);
   });
 });

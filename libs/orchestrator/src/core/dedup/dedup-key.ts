@@ -1,12 +1,19 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { createHash, randomUUID, type Hash } from 'node:crypto';
 
 /** What identifies one request for deduplication. */
 export interface DedupKeyInput {
   method: string;
   /** Path and query string. */
   url: string;
-  /** The parsed request body; its field order does not matter. */
+  /** The parsed request body; its field order does not matter (unless `rawBody` is given). */
   body: unknown;
+  /**
+   * The body's bytes as the client sent them. When given, the key hashes these bytes as they are, in one pass and
+   * without serialising `body` again: two bodies that differ only in whitespace or field order then get different
+   * keys (each is a miss, never a wrong answer), which suits callers that forward these same bytes upstream and whose
+   * repeats come from the same client code. `body` is still walked for its depth against `maxDepth`.
+   */
+  rawBody?: Uint8Array;
   /**
    * The caller's identity (API key, bearer token, tenant id). It is hashed
    * into the key, never stored, so two tenants never share an answer.
@@ -40,31 +47,44 @@ export class BodyTooDeepError extends Error {
 const DEFAULT_WALK_DEPTH = 1_000;
 
 /**
- * SHA-256 over the canonical form of everything that can change the answer:
- * method, URL, credential, scope and the body with its object keys sorted at every
- * depth, in one walk over the body. A body with no canonical form (too deep
- * without `maxDepth`, a throwing `toJSON` or getter) gets a key of its own:
- * it is not deduplicated, and never shares an answer with another body.
+ * SHA-256 over everything that can change the answer: method, URL, credential,
+ * scope and the body, either its bytes as sent (`rawBody`) or its canonical form
+ * (object keys sorted at every depth), written into the hash as the walk goes.
+ * A body with no canonical form (too deep without `maxDepth`, a throwing `toJSON`
+ * or getter) gets a key of its own: it is not deduplicated, and never shares an
+ * answer with another body.
  */
 export function dedupKey(input: DedupKeyInput, options: DedupKeyOptions = {}): string {
-  const hash = createHash('sha256');
-  hash.update(`${input.method}\n${input.url}\n${input.credential ?? ''}\n`);
-  if (input.scope !== undefined) hash.update(`scope:${input.scope}\n`);
-  hash.update(canonicalBody(input.body, options.maxDepth));
-  return hash.digest('base64url');
-}
-
-function canonicalBody(body: unknown, maxDepth: number | undefined): string {
-  if (body === undefined) return '';
-  const writer = new CanonicalWriter(maxDepth ?? DEFAULT_WALK_DEPTH);
+  let head = `${input.method}\n${input.url}\n${input.credential ?? ''}\n`;
+  if (input.scope !== undefined) head += `scope:${input.scope}\n`;
+  const hash = createHash('sha256').update(head);
+  if (input.rawBody !== undefined) {
+    if (options.maxDepth !== undefined) checkDepth(input.body, options.maxDepth);
+    return hash.update(input.rawBody).digest('base64url');
+  }
+  if (input.body === undefined) return hash.digest('base64url');
   try {
-    writer.write(body, 0);
-    return writer.parts.join('');
+    new CanonicalWriter(hash, options.maxDepth ?? DEFAULT_WALK_DEPTH).writeAll(input.body);
+    return hash.digest('base64url');
   } catch (error) {
-    if (error instanceof BodyTooDeepError && maxDepth !== undefined) throw error;
-    return `\u0000unserialisable:${randomUUID()}`;
+    if (error instanceof BodyTooDeepError && options.maxDepth !== undefined) throw error;
+    return createHash('sha256').update(head).update(`\u0000unserialisable:${randomUUID()}`).digest('base64url');
   }
 }
+
+/** Throws `BodyTooDeepError` when objects and arrays nest deeper than `maxDepth`; strings and numbers are not read. */
+function checkDepth(value: unknown, maxDepth: number, depth = 0): void {
+  if (typeof value !== 'object' || value === null) return;
+  if (++depth > maxDepth) throw new BodyTooDeepError(maxDepth);
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) checkDepth(value[i], maxDepth, depth);
+  } else {
+    for (const key in value) checkDepth((value as Record<string, unknown>)[key], maxDepth, depth);
+  }
+}
+
+// Text is handed to the hash in pieces of about this many UTF-16 units: no copy of the whole body is ever built.
+const FLUSH_AT = 16_384;
 
 /**
  * JSON with sorted keys, as `JSON.stringify` would write each value otherwise
@@ -75,34 +95,50 @@ function canonicalBody(body: unknown, maxDepth: number | undefined): string {
  * would let two different bodies share a key.
  */
 class CanonicalWriter {
-  readonly parts: string[] = [];
+  private text = '';
   private readonly ancestors = new Set<object>();
 
-  constructor(private readonly maxDepth: number) {}
+  constructor(
+    private readonly hash: Hash,
+    private readonly maxDepth: number,
+  ) {}
 
-  write(value: unknown, depth: number): void {
+  writeAll(value: unknown): void {
+    this.write(value, 0);
+    if (this.text) this.hash.update(this.text);
+  }
+
+  private push(text: string): void {
+    this.text += text;
+    if (this.text.length >= FLUSH_AT) {
+      this.hash.update(this.text);
+      this.text = '';
+    }
+  }
+
+  private write(value: unknown, depth: number): void {
     switch (typeof value) {
       case 'string':
-        this.parts.push(JSON.stringify(value));
+        this.push(JSON.stringify(value));
         return;
       case 'number':
-        this.parts.push(Number.isFinite(value) ? String(value) : 'null');
+        this.push(Number.isFinite(value) ? String(value) : 'null');
         return;
       case 'boolean':
-        this.parts.push(value ? 'true' : 'false');
+        this.push(value ? 'true' : 'false');
         return;
       case 'bigint':
-        this.parts.push(value.toString());
+        this.push(value.toString());
         return;
       case 'object':
         if (value === null) {
-          this.parts.push('null');
+          this.push('null');
           return;
         }
         return this.writeObject(value, depth + 1);
       default:
         // undefined, functions and symbols: what JSON.stringify writes for them inside an array.
-        this.parts.push('null');
+        this.push('null');
     }
   }
 
@@ -111,28 +147,28 @@ class CanonicalWriter {
     const toJSON = (value as { toJSON?: unknown }).toJSON;
     if (typeof toJSON === 'function') return this.write(toJSON.call(value), depth - 1);
     if (this.ancestors.has(value)) {
-      this.parts.push('"[Circular]"');
+      this.push('"[Circular]"');
       return;
     }
     this.ancestors.add(value);
     if (Array.isArray(value)) {
-      this.parts.push('[');
+      this.push('[');
       for (let i = 0; i < value.length; i++) {
-        if (i > 0) this.parts.push(',');
+        if (i > 0) this.push(',');
         this.write(value[i], depth);
       }
-      this.parts.push(']');
+      this.push(']');
     } else {
-      this.parts.push('{');
+      this.push('{');
       let first = true;
       for (const key of Object.keys(value).sort()) {
         const field = (value as Record<string, unknown>)[key];
         if (field === undefined || typeof field === 'function' || typeof field === 'symbol') continue;
-        this.parts.push(first ? `${JSON.stringify(key)}:` : `,${JSON.stringify(key)}:`);
+        this.push(first ? `${JSON.stringify(key)}:` : `,${JSON.stringify(key)}:`);
         first = false;
         this.write(field, depth);
       }
-      this.parts.push('}');
+      this.push('}');
     }
     this.ancestors.delete(value);
   }

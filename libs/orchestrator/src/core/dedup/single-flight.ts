@@ -1,6 +1,10 @@
-import { NEVER, Observable, ReplaySubject, finalize, of, share, tap } from 'rxjs';
+import { NEVER, Observable, ReplaySubject, of, share } from 'rxjs';
 import { isRawResponse, type CallEvent, type StreamHead } from '../events.js';
 import { sizeOf, type WindowPayload } from './answer-window.js';
+import { DeliveryBatches } from './delivery-batches.js';
+
+/** Callers served at once when one answer reaches many: about 10-20 ms of work before the event loop gets a turn. */
+export const DELIVERY_BATCH_SIZE = 32;
 
 /** How a request was answered, as sent in `x-orchestrator-dedup`. */
 export type DedupOutcome = 'miss' | 'joined' | 'cached';
@@ -26,10 +30,14 @@ export interface LeadOptions<T> {
  * Invariants: a key maps to at most one flight; a flight's entry is removed when
  * its call ends (success, error or cancellation), and only if the map still holds
  * that same flight, so a newer flight under the same key is never clobbered.
- * Errors reach every caller that joined and are never kept.
+ * Errors reach every caller that joined and are never kept. Events reach the
+ * callers in batches (`DeliveryBatches`): a herd's answer never holds the
+ * event loop for more than one batch.
  */
 export class SingleFlight<T> {
   private readonly flights = new Map<string, Observable<CallEvent<T>>>();
+
+  constructor(private readonly batches = new DeliveryBatches({ size: DELIVERY_BATCH_SIZE })) {}
 
   /** Calls in flight; bounded by the number of distinct keys being called right now. */
   get size(): number {
@@ -46,23 +54,34 @@ export class SingleFlight<T> {
     const recorder = onSuccess ? new AnswerRecorder<T>(options.maxEntryBytes) : undefined;
     let written: Promise<void> | undefined;
     const forget = () => {
-      if (this.flights.get(key) === shared) this.flights.delete(key);
+      if (this.flights.get(key) === delivered) this.flights.delete(key);
     };
-    const shared: Observable<CallEvent<T>> = call.pipe(
-      tap({
-        next: (event) => recorder?.record(event),
-        // Before the callers see the error: one that retries at once must start a new call, not join this one.
-        error: forget,
+    // One operator for what `tap` and `finalize` would do in two.
+    const recorded = new Observable<CallEvent<T>>((subscriber) => {
+      const subscription = call.subscribe({
+        next: (event) => {
+          recorder?.record(event);
+          subscriber.next(event);
+        },
+        error: (error: unknown) => {
+          // Before the callers see the error: one that retries at once must start a new call, not join this one.
+          forget();
+          subscriber.error(error);
+        },
         complete: () => {
           const entry = recorder?.entry();
           if (entry && onSuccess) written = onSuccess(entry);
+          subscriber.complete();
         },
-      }),
-      finalize(() => {
+      });
+      return () => {
+        subscription.unsubscribe();
         // Until the window holds the answer, late callers still join the finished flight.
         if (written) void written.finally(forget);
         else forget();
-      }),
+      };
+    });
+    const shared: Observable<CallEvent<T>> = recorded.pipe(
       share({
         connector: () => new ReplaySubject<CallEvent<T>>(),
         resetOnError: false,
@@ -70,8 +89,9 @@ export class SingleFlight<T> {
         resetOnRefCountZero: () => (options.cancelWhenAbandoned() ? of(true) : NEVER),
       }),
     );
-    this.flights.set(key, shared);
-    return shared;
+    const delivered = shared.pipe(this.batches.operator<CallEvent<T>>());
+    this.flights.set(key, delivered);
+    return delivered;
   }
 }
 

@@ -1,0 +1,86 @@
+import { Observable, type MonoTypeOperatorFunction } from 'rxjs';
+
+export interface DeliveryBatchesOptions {
+  /** Deliveries run at once in one turn of the event loop; the rest wait for the next turn. */
+  size: number;
+  /** Runs a function on a later turn of the event loop (`setImmediate` by default; tests inject their own). */
+  schedule?: (run: () => void) => void;
+}
+
+/**
+ * Spreads deliveries over turns of the event loop: up to `size` run at once,
+ * then the loop gets a turn (I/O, timers, other requests) before the next
+ * `size`. One shared answer reaching 10 000 joined callers would otherwise
+ * write 10 000 responses in one synchronous burst, during which `/health` and
+ * every other caller wait. Deliveries keep their order: once one waits, every
+ * later one waits behind it.
+ */
+export class DeliveryBatches {
+  private readonly queue: Array<() => void> = [];
+  private head = 0;
+  private ranThisTurn = 0;
+  private turnScheduled = false;
+  private readonly schedule: (run: () => void) => void;
+
+  constructor(private readonly options: DeliveryBatchesOptions) {
+    this.schedule = options.schedule ?? ((run) => void setImmediate(run));
+  }
+
+  /** Deliveries waiting for a later turn. */
+  get waiting(): number {
+    return this.queue.length - this.head;
+  }
+
+  run(delivery: () => void): void {
+    if (this.waiting === 0 && this.ranThisTurn < this.options.size) {
+      this.ranThisTurn++;
+      this.nextTurn();
+      delivery();
+      return;
+    }
+    this.queue.push(delivery);
+    this.nextTurn();
+  }
+
+  /** Operator: every event of the source reaches its subscriber through these batches. */
+  operator<T>(): MonoTypeOperatorFunction<T> {
+    return (source) =>
+      new Observable<T>((subscriber) =>
+        source.subscribe({
+          next: (value) => this.run(() => subscriber.next(value)),
+          error: (error: unknown) => this.run(() => subscriber.error(error)),
+          complete: () => this.run(() => subscriber.complete()),
+        }),
+      );
+  }
+
+  private nextTurn(): void {
+    if (this.turnScheduled) return;
+    this.turnScheduled = true;
+    this.schedule(() => this.turn());
+  }
+
+  private turn(): void {
+    this.turnScheduled = false;
+    this.ranThisTurn = 0;
+    while (this.waiting > 0 && this.ranThisTurn < this.options.size) {
+      const delivery = this.queue[this.head]!;
+      this.queue[this.head++] = noop;
+      this.ranThisTurn++;
+      try {
+        delivery();
+      } catch (error) {
+        // One caller's failure must not strand the others behind it.
+        queueMicrotask(() => {
+          throw error;
+        });
+      }
+    }
+    if (this.waiting === 0) {
+      this.queue.length = 0;
+      this.head = 0;
+    } else this.nextTurn();
+  }
+}
+
+const noop = () => undefined;
