@@ -13,6 +13,7 @@ import { dedupKey } from './dedup/dedup-key.js';
 import { SingleFlight, type DedupOutcome } from './dedup/single-flight.js';
 import type { BreakerCoordinator, FlightCoordinator } from './cluster/coordination.js';
 import type { CallSource } from './breaker/failure-attribution.js';
+import { describeError } from './bounded.js';
 import { ShuttingDownError } from './errors.js';
 import type { CallEvent } from './events.js';
 import { ObserverHub, type OrchestratorObserver } from './observer.js';
@@ -503,9 +504,6 @@ export function upstreamOf(policy: RoutePolicy): string {
   return policy.breaker?.name ?? policy.limiter?.name ?? policy.name;
 }
 
-function describeError(error: unknown): string {
-  return ((error as Error | undefined)?.message ?? String(error)).slice(0, 200);
-}
 
 /** A short, stable, one-way form of an identity: safe to keep in memory maps, logs and metrics. */
 export function hashIdentity(identity: string): string {

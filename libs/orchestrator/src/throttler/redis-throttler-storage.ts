@@ -1,5 +1,6 @@
 import type { ThrottlerStorageRecord } from './window-counters.js';
 import { MemoryWindowCounters, type WindowCount, type WindowCounters } from './window-counters.js';
+import { withTimeout } from '../core/bounded.js';
 
 /** What the storage needs of a Redis client: commands (node-redis's `sendCommand` has this shape). */
 export interface ThrottlerRedisClient {
@@ -98,30 +99,13 @@ export class RedisThrottlerStorage implements WindowCounters {
   }
 
   private async eval(script: string, keys: string[], args: string[]): Promise<unknown> {
-    const result = await timed(this.options.client.sendCommand(['EVAL', script, String(keys.length), ...keys, ...args]), this.opTimeoutMs);
+    const result = await withTimeout(this.options.client.sendCommand(['EVAL', script, String(keys.length), ...keys, ...args]), this.opTimeoutMs, 'no answer from Redis');
     if (this.degraded) {
       this.degraded = false;
       this.options.onState?.('ok');
     }
     return result;
   }
-}
-
-function timed<T>(promise: Promise<T>, ms: number): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no answer from Redis within ${ms} ms`)), ms);
-    timer.unref?.();
-    promise.then(
-      (value) => {
-        clearTimeout(timer);
-        resolve(value);
-      },
-      (error: unknown) => {
-        clearTimeout(timer);
-        reject(error);
-      },
-    );
-  });
 }
 
 function seconds(ms: number): number {

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { describeError, withTimeout } from '../bounded.js';
 import { Observable, type Subscription } from 'rxjs';
 import type { CallEvent } from '../events.js';
 import {
@@ -399,25 +400,13 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
   }
 
   private timed<T>(promise: Promise<T>): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no answer from Redis within ${this.opTimeoutMs} ms`)), this.opTimeoutMs);
-      timer.unref?.();
-      promise.then(
-        (value) => {
-          clearTimeout(timer);
-          resolve(value);
-        },
-        (error: unknown) => {
-          clearTimeout(timer);
-          reject(error);
-        },
-      );
-    });
+    return withTimeout(promise, this.opTimeoutMs, 'no answer from Redis');
   }
+
 
   private degrade(error: unknown): void {
     this.degradedUntil = Date.now() + this.retryMs;
-    this.lastError = ((error as Error | undefined)?.message ?? String(error)).slice(0, 200);
+    this.lastError = describeError(error);
     if (!this.degraded) {
       this.degraded = true;
       this.options.onState?.('degraded', error);

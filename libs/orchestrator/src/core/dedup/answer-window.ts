@@ -1,6 +1,7 @@
 import { createCache, type Cache } from 'cache-manager';
 import type { Keyv } from 'keyv';
 import { LRUCache } from 'lru-cache';
+import { describeError, withTimeout } from '../bounded.js';
 import { RawResponse, isRawResponse, type CallEvent, type StreamHead } from '../events.js';
 
 /** A finished answer as recorded. Plain data (a `RawResponse` is kept as `bytes`), so a shared store (Redis) can hold it. */
@@ -159,7 +160,7 @@ export class AnswerWindow {
   private degrade(error: unknown): void {
     const store = this.store;
     if (!store || store.state === 'degraded') return;
-    this.store = { state: 'degraded', since: Date.now(), error: describe(error) };
+    this.store = { state: 'degraded', since: Date.now(), error: describeError(error) };
     this.options.onStoreState?.('degraded', error);
     this.scheduleRetry();
   }
@@ -177,7 +178,7 @@ export class AnswerWindow {
       const stores = this.options.stores!;
       await withTimeout(Promise.all(stores.map((store) => store.get('nest-prompt-orchestrator:probe'))), this.options.storeTimeoutMs);
     } catch (error) {
-      this.store!.error = describe(error);
+      this.store!.error = describeError(error);
       return this.scheduleRetry();
     }
     this.store = { state: 'ok', since: Date.now() };
@@ -222,24 +223,3 @@ export function sizeOf(value: unknown): number {
   }
 }
 
-function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-    timer.unref?.();
-    promise.then(
-      (value) => {
-        clearTimeout(timer);
-        resolve(value);
-      },
-      (error: unknown) => {
-        clearTimeout(timer);
-        reject(error);
-      },
-    );
-  });
-}
-
-function describe(error: unknown): string {
-  const message = (error as Error | undefined)?.message ?? String(error);
-  return message.slice(0, 200);
-}
