@@ -69,8 +69,10 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     // A translation reads the body, so it needs one: what it cannot translate is a 400 naming the field.
     const translated = translation?.request ? translation.request(requireObject(body)) : undefined;
     // An OpenAI stream reports its usage (what spend and token limits count) only when asked: the gateway asks, and
-    // hides the answer from a client that did not.
-    const usageAdded = !translation && this.budgets.streamUsage && (route === 'chat' || route === 'completions') ? withStreamUsage(body) : undefined;
+    // hides the answer from a client that did not. Not llama-server: asked, it moves its `timings` into that usage
+    // chunk (hiding it would lose them), and its final chunk counts tokens anyway (`tokens_predicted` on /completion).
+    const usageAdded =
+      !translation && this.provider.kind === 'openai' && this.budgets.streamUsage && (route === 'chat' || route === 'completions') ? withStreamUsage(body) : undefined;
     const settle = (usage: Parameters<Budgets['settle']>[2]) => {
       this.usage.record(context, usage);
       this.budgets.settle(context, body, usage);
