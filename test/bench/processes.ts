@@ -116,6 +116,8 @@ export interface ChildHandle {
   readonly url: string;
   /** The last lines the child wrote (stdout and stderr), for error messages. */
   output(): string;
+  /** The last line that started with `prefix`, however much the child wrote after it (for periodic reports). */
+  lastLine(prefix: string): string | undefined;
   /** CPU time (user + system) the child has used so far, in ms. */
   cpuMs(): number;
   stop(): Promise<void>;
@@ -149,9 +151,13 @@ export function startNodeChild(
 ): Promise<ChildHandle> {
   const child = spawnNode(script, args, options.nodeArgs);
   const lines: string[] = [];
+  const reports = new Map<string, string>();
   const remember = (text: string) => {
     for (const line of text.split('\n')) {
       if (!line) continue;
+      const space = line.indexOf(' ');
+      const key = space > 0 && space < 24 ? line.slice(0, space + 1) : undefined;
+      if (key && (reports.size < 64 || reports.has(key))) reports.set(key, line);
       lines.push(line);
       if (lines.length > KEEP_LINES) lines.shift();
     }
@@ -186,6 +192,7 @@ export function startNodeChild(
         pid,
         url: match[1] ?? '',
         output,
+        lastLine: (prefix) => reports.get(prefix),
         cpuMs: () => processCpuMs(pid),
         stop: () => stopChild(child),
       });
