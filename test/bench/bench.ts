@@ -11,11 +11,12 @@ import { repoRoot, requireBuild, stopAllChildren, stopChildrenOnSignals } from '
 import { checksTable, scenarioTable } from './report.js';
 import { runScale, scaleTable } from './scale.js';
 import { runSoak, soakTable } from './soak.js';
+import { runTenants, tenantsTable } from './tenants.js';
 import { TIMELINE_SCENARIOS, type TargetChoice, type TimelineScenario } from './scenarios.js';
 import { REFERENCE, describeGatewayDefaults, fmtMs, type TargetCheck } from './targets.js';
 import { runTimeline } from './timeline.js';
 
-const SCENARIOS = [...TIMELINE_SCENARIOS, 'overhead', 'scale', 'keycost', 'cluster', 'soak'] as const;
+const SCENARIOS = [...TIMELINE_SCENARIOS, 'overhead', 'scale', 'keycost', 'cluster', 'soak', 'tenants'] as const;
 type Scenario = (typeof SCENARIOS)[number];
 
 const USAGE = `Usage: npm run bench -- <scenario> [options]
@@ -215,6 +216,14 @@ async function main(): Promise<number> {
       log(checksTable(result.checks));
       allChecks.push(...result.checks);
       await writeFile(file('json'), JSON.stringify({ scenario, scale: cli.scale, machine: machine(), ...result }, null, 1));
+      written.push(file('json'));
+    } else if (scenario === 'tenants') {
+      const result = await runTenants(log);
+      log('');
+      log(tenantsTable(result));
+      log(checksTable(result.checks));
+      allChecks.push(...result.checks);
+      await writeFile(file('json'), JSON.stringify({ scenario, machine: machine(), ...result }, null, 1));
       written.push(file('json'));
     } else if (scenario === 'soak') {
       const result = await runSoak({ durationSec: cli.soakSec, log });

@@ -1,7 +1,7 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** The monorepo root, found from this file whether it runs from source (test/bench) or from dist/test/bench. */
@@ -129,7 +129,7 @@ const KEEP_LINES = 60;
 function spawnNode(script: string, args: string[], nodeArgs: string[] = []): ChildProcess {
   installExitHandlers();
   const root = repoRoot();
-  const child = spawn(process.execPath, [...nodeArgs, join(root, script), ...args], {
+  const child = spawn(process.execPath, [...nodeArgs, resolve(root, script), ...args], {
     cwd: root,
     env: childEnv(),
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -245,7 +245,8 @@ export async function startGateway(upstream: string, flags: readonly string[], n
     try {
       return await startNodeChild(
         'gateway',
-        ENTRY.gateway,
+        // BENCH_GATEWAY_ENTRY: another build of the gateway (e.g. an older commit's) against the same floor and harness.
+        process.env.BENCH_GATEWAY_ENTRY ?? ENTRY.gateway,
         ['--provider', 'openai', '--upstream', upstream, '--host', '127.0.0.1', '--port', String(port), ...flags],
         /gateway listening on (http:\/\/[\d.]+:\d+)/,
         { timeoutMs: 30_000, nodeArgs },

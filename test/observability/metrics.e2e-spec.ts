@@ -166,6 +166,9 @@ describe('health', () => {
     await waitFor(async () => (await fetch(`${g!.gatewayUrl}/health/ready`)).status === 503, 'readiness to fail');
     const ready = (await (await fetch(`${g.gatewayUrl}/health/ready`)).json()) as any;
     expect(ready).toMatchObject({ status: 'error', error: { store: { status: 'down', state: 'degraded' } } });
+    // The replicas' coordination goes through the same Redis: down with it.
+    await waitFor(async () => ((await (await fetch(`${g!.gatewayUrl}/health/ready`)).json()) as any).error.coordination !== undefined, 'coordination to be reported');
+    expect(((await (await fetch(`${g.gatewayUrl}/health/ready`)).json()) as any).error.coordination).toMatchObject({ status: 'down', state: 'degraded' });
     expect((await fetch(`${g.gatewayUrl}/health/live`)).status).toBe(200);
     await g.close();
 

@@ -138,6 +138,11 @@ export function tapUsage(chunks: ObservableInput<string>, strip: boolean, onEnd:
     };
     const subscription = from(chunks).subscribe({
       next: (chunk) => {
+        // Nearly every chunk of a long stream is whole events with no usage in them: passed on without splitting.
+        if (!strip && carry === '' && chunk.endsWith('\n') && !chunk.includes('"usage"') && !chunk.includes('"tokens_predicted"')) {
+          subscriber.next(chunk);
+          return;
+        }
         const text = carry + chunk;
         const last = text.lastIndexOf('\n');
         if (last < 0) {

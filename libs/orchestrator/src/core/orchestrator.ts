@@ -153,6 +153,8 @@ export interface OrchestratorHealth {
   dedup: Record<DedupOutcome, number>;
   /** Clients that hung up before their answer was written. */
   clientsGone: number;
+  /** With a `coordinator`: whether the replicas share calls and breakers right now. */
+  coordination?: { state: 'ok' | 'degraded'; error?: string };
 }
 
 export interface OrchestratorHooks {
@@ -445,6 +447,7 @@ export class Orchestrator {
       inFlight: this.flights.size,
       dedup: { ...this.outcomes },
       clientsGone: this.clientsGone,
+      coordination: this.options.coordinator?.health?.(),
     };
   }
 

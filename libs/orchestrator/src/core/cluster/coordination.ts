@@ -31,6 +31,8 @@ export interface FlightCoordinator {
    * anything reached its callers.
    */
   claim<T>(key: string, lead: () => Observable<CallEvent<T>>): Promise<LeadClaim | FollowClaim<T> | undefined>;
+  /** Whether coordination works right now (`degraded`: each replica acts alone), for health reports. */
+  health?(): { state: 'ok' | 'degraded'; error?: string };
 }
 
 /** A breaker transition another replica made, to apply here. */

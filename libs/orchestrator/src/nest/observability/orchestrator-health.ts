@@ -15,7 +15,7 @@ export interface HealthReport {
 }
 
 export interface ReadinessOptions {
-  /** A degraded shared store makes the app not ready (default false: it answers from memory meanwhile). */
+  /** A degraded shared store or replica coordination makes the app not ready (default false: it answers from memory meanwhile). */
   requireStore?: boolean;
   /** More indicators, e.g. `{ database: () => ({ status: 'up' }) }`. */
   indicators?: Record<string, () => HealthIndicatorResult>;
@@ -51,6 +51,14 @@ export function readinessReport(orchestrator: Orchestrator, options: ReadinessOp
       state: store.state,
       since: new Date(store.since).toISOString(),
       ...(store.error ? { error: store.error } : {}),
+    };
+  }
+  const coordination = health.coordination;
+  if (coordination) {
+    details.coordination = {
+      status: coordination.state === 'ok' || !options.requireStore ? 'up' : 'down',
+      state: coordination.state,
+      ...(coordination.error ? { error: coordination.error } : {}),
     };
   }
   details.breakers = {
