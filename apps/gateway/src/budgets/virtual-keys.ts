@@ -1,4 +1,5 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { timingSafeEqual } from 'node:crypto';
+import { keyDigest } from '../http/credentials.js';
 import { readFileSync, statSync, watch, type FSWatcher } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { parseSpendCap, type SpendCap } from './budget-config.js';
@@ -77,7 +78,7 @@ export function parseKeys(text: string): Entry[] {
       }
     }
     const hashed = HASHED.exec(secret);
-    const digest = hashed ? Buffer.from(hashed[1], 'hex') : sha256(secret);
+    const digest = hashed ? Buffer.from(hashed[1], 'hex') : keyDigest(secret);
     const hex = digest.toString('hex');
     if (seen.has(hex)) throw new KeysFileError(`key "${v.name}": the same key is listed twice`);
     seen.add(hex);
@@ -131,7 +132,7 @@ export class VirtualKeys {
   /** The key a client presented, or undefined. */
   find(presented: string | undefined): VirtualKey | undefined {
     if (!presented) return undefined;
-    const digest = sha256(presented);
+    const digest = keyDigest(presented);
     let found: VirtualKey | undefined;
     for (const entry of this.entries) {
       if (timingSafeEqual(entry.digest, digest) && !found) found = entry.key;
@@ -191,8 +192,4 @@ function readKeysFile(file: string): Entry[] {
   } catch (error) {
     throw new KeysFileError(`${file}: ${(error as Error).message}`);
   }
-}
-
-export function sha256(text: string): Buffer {
-  return createHash('sha256').update(text).digest();
 }

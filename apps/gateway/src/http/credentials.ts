@@ -1,3 +1,4 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 
 /** The key a client sent, from `Authorization: Bearer` or `x-api-key`. */
@@ -22,4 +23,16 @@ export function identityOf(headers: IncomingMessage['headers']): string | undefi
   const apiKey = headers['x-api-key'];
   if (authorization === undefined && apiKey === undefined) return undefined;
   return `authorization=${String(authorization ?? '')}\nx-api-key=${String(apiKey ?? '')}`;
+}
+
+/** SHA-256 of a key: what is kept of gateway and virtual keys, and compared in constant time (equal lengths). */
+export function keyDigest(key: string): Buffer {
+  return createHash('sha256').update(key).digest();
+}
+
+/** Whether `key` is one of the keys behind `digests`, compared in constant time. */
+export function isOneOf(digests: readonly Buffer[], key: string | undefined): boolean {
+  if (!key) return false;
+  const presented = keyDigest(key);
+  return digests.some((known) => timingSafeEqual(known, presented));
 }

@@ -1,6 +1,5 @@
 import { Inject, Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
 import { BodyTooDeepError, dedupKey } from 'nest-prompt-orchestrator';
-import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
@@ -10,7 +9,7 @@ import type { VirtualKey } from '../budgets/virtual-keys.js';
 import { ROUTES } from '../providers/provider.js';
 import { routeSpecOf } from '../routes/gateway-route.decorator.js';
 import { ApiError } from './api-error.js';
-import { clientKey, identityOf } from './credentials.js';
+import { clientKey, identityOf, isOneOf, keyDigest } from './credentials.js';
 import { contextOf } from './request-context.js';
 import { STATUS_ACCESS, type StatusAccess } from '../status/status.controller.js';
 import { StatusSessions } from '../status/status-session.js';
@@ -38,7 +37,7 @@ export class GatewayGuard implements CanActivate {
     private readonly gateway: GatewayService,
     private readonly budgets: Budgets,
   ) {
-    this.keyDigests = config.gatewayKeys.map(digest);
+    this.keyDigests = config.gatewayKeys.map(keyDigest);
     this.sessions = new StatusSessions(config.gatewayKeys);
   }
 
@@ -128,10 +127,7 @@ export class GatewayGuard implements CanActivate {
   }
 
   private presentsGatewayKey(request: IncomingMessage): boolean {
-    const key = clientKey(request.headers);
-    if (!key) return false;
-    const presented = digest(key);
-    return this.keyDigests.some((known) => timingSafeEqual(known, presented));
+    return isOneOf(this.keyDigests, clientKey(request.headers));
   }
 }
 
@@ -145,8 +141,4 @@ function hasBody(request: IncomingMessage): boolean {
   const length = request.headers['content-length'];
   if (length !== undefined) return length !== '0';
   return request.headers['transfer-encoding'] !== undefined;
-}
-
-function digest(key: string): Buffer {
-  return createHash('sha256').update(key).digest();
 }

@@ -1,10 +1,9 @@
 import { Body, Controller, Get, Header, HttpCode, Inject, Post, Req, Res, SetMetadata, type Type } from '@nestjs/common';
-import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { ApiError } from '../http/api-error.js';
-import { clientKey } from '../http/credentials.js';
+import { clientKey, isOneOf, keyDigest } from '../http/credentials.js';
 import { StatusBoard } from './status-board.js';
 import { loginPageHtml, statusPageHtml } from './status-page.js';
 import { SESSION_COOKIE, SESSION_SECONDS, StatusSessions } from './status-session.js';
@@ -30,7 +29,7 @@ export function statusController(path: string): Type<unknown> {
       private readonly board: StatusBoard,
     ) {
       this.sessions = new StatusSessions(config.gatewayKeys);
-      this.keyDigests = config.gatewayKeys.map(digest);
+      this.keyDigests = config.gatewayKeys.map(keyDigest);
     }
 
     /** The page, or (gateway keys on, no session yet) the form to sign in with a key. */
@@ -86,13 +85,8 @@ export function statusController(path: string): Type<unknown> {
     }
 
     private isKey(key: string): boolean {
-      const presented = digest(key);
-      return this.keyDigests.some((known) => timingSafeEqual(known, presented));
+      return isOneOf(this.keyDigests, key);
     }
   }
   return StatusController;
-}
-
-function digest(key: string): Buffer {
-  return createHash('sha256').update(key).digest();
 }
