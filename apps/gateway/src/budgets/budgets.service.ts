@@ -1,7 +1,6 @@
 import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
 import { LRUCache } from 'lru-cache';
 import { MemoryWindowCounters, RedisThrottlerStorage, type WindowCounters } from 'nest-prompt-orchestrator/throttler';
-import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
@@ -185,11 +184,6 @@ export class Budgets implements OnApplicationShutdown {
     error.retryable = false;
     throw error;
   }
-}
-
-/** A caller's identity as the logs and limits see it: a short SHA-256, never the credential. */
-export function tenantHash(identity: string | undefined): string | undefined {
-  return identity === undefined ? undefined : createHash('sha256').update(identity).digest('hex').slice(0, 16);
 }
 
 function rateLimited(message: string, retryAfterSeconds: number): ApiError {

@@ -4,7 +4,7 @@ import { dirname } from 'node:path';
 /** One line of the request log. No prompt, no answer, no key: hashes and figures only. */
 export interface RequestLogEntry {
   time: string;
-  /** SHA-256 (first 16 hex digits) of the caller's identity: the same caller, the same hash. */
+  /** A short hash of the caller's identity, the same as in the request line and metrics: the same caller, the same hash. */
   tenant: string | null;
   /** The dedup key (itself a SHA-256): the same request, the same key. */
   key: string | null;

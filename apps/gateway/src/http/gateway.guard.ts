@@ -1,10 +1,10 @@
 import { Inject, Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
-import { BodyTooDeepError, dedupKey } from 'nest-prompt-orchestrator';
+import { BodyTooDeepError, dedupKey, hashIdentity } from 'nest-prompt-orchestrator';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { GatewayService } from '../gateway.service.js';
-import { Budgets, tenantHash } from '../budgets/budgets.service.js';
+import { Budgets } from '../budgets/budgets.service.js';
 import type { VirtualKey } from '../budgets/virtual-keys.js';
 import { ROUTES } from '../providers/provider.js';
 import { routeSpecOf } from '../routes/gateway-route.decorator.js';
@@ -53,6 +53,8 @@ export class GatewayGuard implements CanActivate {
     // A virtual key names its holder: that name is the caller's one identity (dedup, fair queue, limits, spend).
     const key: VirtualKey | undefined = this.budgets.keys?.find(clientKey(request.headers));
     if (key) context.identity = `key=${key.name}`;
+    // Hashed once: the request log, the request line, metrics and rate limits all name the caller by this.
+    if (context.identity !== undefined) context.tenantHash = hashIdentity(context.identity).slice(0, 12);
     if ((this.keyDigests.length > 0 || this.budgets.keysOn) && !key && !this.presentsGatewayKey(request) && !this.statusAllows(execution, request)) {
       throw new ApiError(
         401,
@@ -63,7 +65,6 @@ export class GatewayGuard implements CanActivate {
       );
     }
     if (!spec) return true;
-    context.tenantHash = tenantHash(context.identity);
     this.budgets.track(request, rawResponse(execution.switchToHttp().getResponse()), context);
     const upload = ROUTES[spec.route].body === 'multipart';
     if (spec.validate) {

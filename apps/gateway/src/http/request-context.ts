@@ -17,7 +17,7 @@ export interface RequestContext {
   identity?: string;
   /** The request's dedup key, computed in the same walk as the body's depth check (absent: not deduplicated). */
   dedupKey?: string;
-  /** SHA-256 (16 hex digits) of `identity`: what limits and the request log name the caller by. */
+  /** A short hash (12 base64url characters) of `identity`: how logs, metrics and rate limits name the caller. */
   tenantHash?: string;
   /** The virtual key's name, when keys are on. */
   keyName?: string;

@@ -1,5 +1,5 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
-import { DEDUP_HEADER, OrchestratorMetrics, OrchestratorService, hashIdentity, type RequestOutcome } from 'nest-prompt-orchestrator';
+import { DEDUP_HEADER, OrchestratorMetrics, OrchestratorService, type RequestOutcome } from 'nest-prompt-orchestrator';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
@@ -14,7 +14,6 @@ import { UsageLedger } from './usage-ledger.js';
 const MAX_MODELS = 50;
 const MAX_TENANT_LABELS = 50;
 const MAX_PROMPT_CHARS = 4000;
-const MAX_REMEMBERED_TENANTS = 10_000;
 const OUTCOMES = new Set(['miss', 'joined', 'cached']);
 
 type TokenChildren = [input: { inc(n: number): void }, output: { inc(n: number): void }];
@@ -51,7 +50,6 @@ export class GatewayTelemetry {
   private readonly models = new CappedLabels(MAX_MODELS);
   private readonly tenantLabels = new CappedLabels(MAX_TENANT_LABELS);
   private readonly metricsTenants: boolean;
-  private readonly tenantHashes = new Map<string, string>();
   private readonly boundTokens = new Map<string, TokenChildren>();
   private readonly boundSaved = new Map<string, TokenChildren>();
 
@@ -110,17 +108,6 @@ export class GatewayTelemetry {
     return children;
   }
 
-  /** A tenant's short hash, remembered: the same few callers make most requests, and a hash per request adds up. */
-  private tenantOf(identity: string): string {
-    let tenant = this.tenantHashes.get(identity);
-    if (tenant === undefined) {
-      if (this.tenantHashes.size >= MAX_REMEMBERED_TENANTS) this.tenantHashes.clear();
-      tenant = hashIdentity(identity).slice(0, 12);
-      this.tenantHashes.set(identity, tenant);
-    }
-    return tenant;
-  }
-
   /** Watches one request until its response is over. */
   track(request: IncomingMessage, response: ServerResponse, context: RequestContext): void {
     response.once('close', () => this.finish(request, response, context));
@@ -133,7 +120,7 @@ export class GatewayTelemetry {
     const status = response.writableFinished ? response.statusCode : 499;
     const route = context.route ?? 'unrouted';
     const needTenant = this.board.enabled || this.requestLog || this.metricsTenants;
-    const tenant = needTenant && context.identity !== undefined ? this.tenantOf(context.identity) : undefined;
+    const tenant = needTenant ? context.tenantHash : undefined;
     const body = context.body as { model?: unknown } | undefined;
     const model = typeof body?.model === 'string' ? body.model : undefined;
     const own = context.usage;
