@@ -63,11 +63,21 @@ export interface Exchange {
 
 export async function observe(base: string, exchange: Exchange): Promise<Observed> {
   const hasBody = exchange.body !== undefined;
-  const response = await fetch(`${base}${exchange.path}`, {
-    method: exchange.method ?? (hasBody ? 'POST' : 'GET'),
-    headers: { ...(hasBody ? { 'content-type': 'application/json' } : {}), ...exchange.headers },
-    body: !hasBody ? undefined : typeof exchange.body === 'string' ? exchange.body : JSON.stringify(exchange.body),
-  });
+  const send = () =>
+    fetch(`${base}${exchange.path}`, {
+      method: exchange.method ?? (hasBody ? 'POST' : 'GET'),
+      headers: { ...(hasBody ? { 'content-type': 'application/json' } : {}), ...exchange.headers },
+      body: !hasBody ? undefined : typeof exchange.body === 'string' ? exchange.body : JSON.stringify(exchange.body),
+    });
+  let response: Response;
+  try {
+    response = await send();
+  } catch (error) {
+    // A kept-alive connection the server closed just as it was reused (a server drops idle ones after a while): the
+    // request got no answer at all, so it is sent once more on a new connection, as HTTP clients do.
+    if ((error as { cause?: { code?: string } }).cause?.code !== 'UND_ERR_SOCKET') throw error;
+    response = await send();
+  }
   return { status: response.status, contentType: response.headers.get('content-type'), headers: response.headers, text: await response.text() };
 }
 
