@@ -167,6 +167,15 @@ async function main(): Promise<number> {
     const t0 = performance.now();
     log(`\n-- ${scenario}`);
     const file = (ext: string) => join(cli.out, `${scenario}-${runStamp}.${ext}`);
+    // A scenario's table and target checks, printed; its whole result kept as JSON.
+    const report = async (result: { checks: TargetCheck[] }, text: string, extra: Record<string, unknown> = {}) => {
+      log('');
+      log(text);
+      log(checksTable(result.checks));
+      allChecks.push(...result.checks);
+      await writeFile(file('json'), JSON.stringify({ scenario, ...extra, machine: machine(), ...result }, null, 1));
+      written.push(file('json'));
+    };
     if ((TIMELINE_SCENARIOS as readonly string[]).includes(scenario)) {
       const outcome = await runTimeline(scenario as TimelineScenario, cli.scale, cli.target, { log });
       log('');
@@ -202,45 +211,20 @@ async function main(): Promise<number> {
     } else if (scenario === 'overhead') {
       const before = cli.before ? (JSON.parse(await readFile(cli.before, 'utf8')) as OverheadResult) : undefined;
       const result = await runOverhead({ durationSec: cli.durationSec, rounds: cli.rounds, herd: cli.herd, only: cli.only, profile: cli.profile, out: cli.out, log });
-      log('');
-      log(overheadTable(result));
-      log(checksTable(result.checks));
-      allChecks.push(...result.checks);
-      await writeFile(file('json'), JSON.stringify({ scenario, machine: machine(), ...result }, null, 1));
-      written.push(file('json'));
+      await report(result, overheadTable(result));
       if (cli.docs) written.push(await writeOverheadDocs(result, before, `npm run bench -- ${process.argv.slice(2).join(' ')}`));
     } else if (scenario === 'scale') {
       const result = await runScale(cli.scale, log);
-      log('');
-      log(scaleTable(result, cli.scale));
-      log(checksTable(result.checks));
-      allChecks.push(...result.checks);
-      await writeFile(file('json'), JSON.stringify({ scenario, scale: cli.scale, machine: machine(), ...result }, null, 1));
-      written.push(file('json'));
+      await report(result, scaleTable(result, cli.scale), { scale: cli.scale });
     } else if (scenario === 'tenants') {
       const result = await runTenants(log);
-      log('');
-      log(tenantsTable(result));
-      log(checksTable(result.checks));
-      allChecks.push(...result.checks);
-      await writeFile(file('json'), JSON.stringify({ scenario, machine: machine(), ...result }, null, 1));
-      written.push(file('json'));
+      await report(result, tenantsTable(result));
     } else if (scenario === 'soak') {
       const result = await runSoak({ durationSec: cli.soakSec, log });
-      log('');
-      log(soakTable(result));
-      log(checksTable(result.checks));
-      allChecks.push(...result.checks);
-      await writeFile(file('json'), JSON.stringify({ scenario, machine: machine(), ...result }, null, 1));
-      written.push(file('json'));
+      await report(result, soakTable(result));
     } else if (scenario === 'cluster') {
       const result = await runCluster(log);
-      log('');
-      log(clusterTable(result));
-      log(checksTable(result.checks));
-      allChecks.push(...result.checks);
-      await writeFile(file('json'), JSON.stringify({ scenario, machine: machine(), ...result }, null, 1));
-      written.push(file('json'));
+      await report(result, clusterTable(result));
     } else {
       const result = runKeyCost();
       log(keyCostTable(result));

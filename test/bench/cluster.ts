@@ -4,7 +4,7 @@ import { startOwnedRedis, type OwnedRedis } from '../support/redis-server.js';
 import { MockControl, getJson } from './mock-control.js';
 import { percentile } from './metrics.js';
 import { startGateway, startMockProvider, type ChildHandle } from './processes.js';
-import { table } from './report.js';
+import { countsText, table } from './report.js';
 import { BENCH_API_KEY, BENCH_MODEL } from './sdk-client.js';
 import { fmtMs, type TargetCheck } from './targets.js';
 
@@ -368,9 +368,7 @@ export function clusterTable(result: ClusterResult): string {
       r.redis ? 'yes' : 'no',
       String(r.requests),
       String(r.providerCalls),
-      Object.entries(r.outcomes)
-        .map(([k, v]) => `${k} ${v}`)
-        .join(', '),
+      countsText(r.outcomes),
       fmtMs(r.waitP50),
       fmtMs(r.waitP99),
       r.recoveryMs === undefined ? '' : fmtMs(r.recoveryMs),

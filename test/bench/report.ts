@@ -2,6 +2,13 @@ import { computeMetrics, type RunMetrics } from './metrics.js';
 import type { ScenarioResult } from './scenarios.js';
 import { REFERENCE, REFERENCE_ROWS, fmtMs, type TargetCheck } from './targets.js';
 
+/** Counts by name as one cell: `200 80, 503 4`. */
+export function countsText(counts: Record<string, number>): string {
+  return Object.entries(counts)
+    .map(([name, n]) => `${name} ${n}`)
+    .join(', ');
+}
+
 /** Plain-text table with left-aligned first column and the rest right-aligned. */
 export function table(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));

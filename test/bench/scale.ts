@@ -2,7 +2,7 @@ import { Agent, request } from 'undici';
 import { MockControl } from './mock-control.js';
 import { percentile } from './metrics.js';
 import { ENTRY, runNodeScript, startGateway, startMockProvider, type ChildHandle } from './processes.js';
-import { table } from './report.js';
+import { countsText, table } from './report.js';
 import { BENCH_API_KEY, BENCH_MODEL, ScenarioClock } from './sdk-client.js';
 import { fmtMs, type TargetCheck } from './targets.js';
 import type { WindowMemoryReport } from './window-memory.js';
@@ -203,7 +203,7 @@ export function scaleTable(result: ScaleResult, scale: number): string {
     ['requests / connections', ...both((x) => `${x.requests} / ${x.connections}`)],
     ['provider latency', ...both((x) => fmtMs(x.latencyMs))],
     ['provider calls', ...both((x) => String(x.providerCalls))],
-    ['x-orchestrator-dedup', ...both((x) => Object.entries(x.dedup).map(([k, v]) => `${k} ${v}`).join(', '))],
+    ['x-orchestrator-dedup', ...both((x) => countsText(x.dedup))],
     ['HTTP statuses (transport failures)', ...both((x) => `${Object.entries(x.statuses).map(([k, v]) => `${k}: ${v}`).join(', ')} (${x.failures})`)],
     ['pre-connect of the pool (not timed)', ...both((x) => fmtMs(x.preconnectMs))],
     ['time to hand all requests to the pool', ...both((x) => fmtMs(x.dispatchMs))],

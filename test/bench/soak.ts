@@ -3,7 +3,7 @@ import { Agent, request } from 'undici';
 import { startOwnedRedis } from '../support/redis-server.js';
 import { MockControl, type MockMode } from './mock-control.js';
 import { ENTRY, repoRoot, startGateway, startMockProvider } from './processes.js';
-import { table } from './report.js';
+import { countsText, table } from './report.js';
 import { BENCH_API_KEY, BENCH_MODEL } from './sdk-client.js';
 import type { TargetCheck } from './targets.js';
 
@@ -197,22 +197,16 @@ export async function runSoak(options: SoakOptions): Promise<SoakResult> {
   const checks = [
     check('requests without any HTTP answer', '0', String(transportErrors), transportErrors === 0),
     check('5xx outside the provider faults and the 2 s after them (Redis faults included)', '0', String(unexpected5xx), unexpected5xx === 0),
-    check('malformed and oversized bodies answered 4xx', 'all', summarize({ ...byKindStatus.malformed, ...byKindStatus.oversized }), [byKindStatus.malformed, byKindStatus.oversized].every((c) => !c || Object.keys(c).every((s) => s.startsWith('4')))),
+    check('malformed and oversized bodies answered 4xx', 'all', countsText({ ...byKindStatus.malformed, ...byKindStatus.oversized }), [byKindStatus.malformed, byKindStatus.oversized].every((c) => !c || Object.keys(c).every((s) => s.startsWith('4')))),
     check('gateway RSS peak', '< 512 MiB', `${rssPeak} MiB (${rssSamples.length} samples)`, rssPeak < 512),
   ];
   return { durationSec: options.durationSec, requests, byKindStatus, transportErrors, seconds, phases, checks };
 }
 
-function summarize(counts: Record<string, number>): string {
-  return Object.entries(counts)
-    .map(([k, v]) => `${k} ${v}`)
-    .join(', ');
-}
-
 export function soakTable(result: SoakResult): string {
   const kinds = table(
     ['request kind', 'answers by status'],
-    Object.entries(result.byKindStatus).map(([kind, counts]) => [kind, summarize(counts)]),
+    Object.entries(result.byKindStatus).map(([kind, counts]) => [kind, countsText(counts)]),
   );
   const phases = table(
     ['phase', 'requests', '2xx', 'event-loop delay p99 (worst second)', 'max', 'RSS peak'],

@@ -1,7 +1,7 @@
 import { Agent, request } from 'undici';
 import { percentile } from './metrics.js';
 import { startGateway, startMockProvider, type ChildHandle } from './processes.js';
-import { table } from './report.js';
+import { countsText, table } from './report.js';
 import { BENCH_MODEL } from './sdk-client.js';
 import { fmtMs, type TargetCheck } from './targets.js';
 
@@ -143,9 +143,7 @@ export function tenantsTable(result: TenantsResult): string {
       `${r.lightOk}/${r.lightRequests}`,
       fmtMs(r.lightP50),
       fmtMs(r.lightP99),
-      Object.entries(r.lightStatuses)
-        .map(([k, v]) => `${k} ${v}`)
-        .join(', '),
+      countsText(r.lightStatuses),
       `${r.heavyOk}/${r.heavyRequests}`,
     ]),
   );
