@@ -1,6 +1,6 @@
 import type { Keyv } from 'keyv';
 import { createHash } from 'node:crypto';
-import { Observable, from, isObservable, lastValueFrom, type ObservableInput } from 'rxjs';
+import { NEVER, Observable, from, isObservable, lastValueFrom, type ObservableInput, type Subscription } from 'rxjs';
 import { BreakerRegistry } from './breaker/breaker.registry.js';
 import { checkBreakerOptions, type BreakerOptions } from './breaker/breaker.options.js';
 import type { BreakerSnapshot } from './breaker/circuit-breaker.js';
@@ -189,8 +189,6 @@ export class Orchestrator {
   private closing = false;
   /** Present only while somebody observes: unobserved, every event costs one property check. */
   private hub?: ObserverHub;
-  /** Fleet-wide claims in progress, per key: identical requests here wait for the first one's, then join it. */
-  private readonly claims = new Map<string, Promise<unknown>>();
 
   constructor(options?: OrchestratorOptions, hooks: OrchestratorHooks = {}) {
     this.options = validateOrchestratorOptions(options);
@@ -288,42 +286,51 @@ export class Orchestrator {
     if (!reuse?.noCache) {
       const running = flights.join(key);
       if (running) return this.answer(policy, 'joined', running);
-      const window = dedup.window;
-      if (window) {
-        let stored = window.getLocal<T>(key);
-        if (!stored && window.hasShared) {
-          stored = await window.getShared<T>(key);
-          // Another request may have started the same call while the shared store was read.
-          const started = stored ? undefined : flights.join(key);
-          if (started) return this.answer(policy, 'joined', started);
-        }
-        const cached = stored && this.cached(policy, stored, reuse);
-        if (cached) return cached;
-      }
+      const stored = dedup.window?.getLocal<T>(key);
+      const cached = stored && this.cached(policy, stored, reuse);
+      if (cached) return cached;
     }
     const { state, lead } = this.leader(policy, work, source);
-    let outcome: DedupOutcome = 'miss';
-    let call$: Observable<CallEvent<T>>;
     const coordinator = this.options.coordinator;
-    if (coordinator && !reuse?.noCache) {
-      // Another request here may be claiming the same key across the fleet: wait for it, then join it.
-      const pending = this.claims.get(key);
-      if (pending) {
-        await pending;
-        const running = flights.join(key);
-        if (running) return this.answer(policy, 'joined', running);
+    if (reuse?.noCache || !(dedup.window?.hasShared || coordinator)) {
+      return this.answer(policy, 'miss', this.register(policy, call, lead(), state, () => 'miss'));
+    }
+    // The flight is registered before any I/O: every identical request in this process joins it, whatever the
+    // shared store and the fleet do (slow, frozen or gone). They only decide where its events come from.
+    const found = this.findShared<T>(policy, key, reuse, lead);
+    let outcome: DedupOutcome | undefined;
+    const events = this.register(policy, call, afterFound(found), state, () => outcome);
+    const { outcome: settled, ageSeconds } = await found;
+    outcome = settled;
+    return { ...this.answer(policy, settled, events), ...(ageSeconds === undefined ? {} : { ageSeconds }) };
+  }
+
+  /**
+   * Where a flight's events come from when this process has no answer: the
+   * shared window, else the fleet (follow the replica that leads the call, or
+   * lead it), else a call of our own. Never rejects: a store or a fleet that
+   * fails is a miss, and the call is made here (once per process and key).
+   */
+  private async findShared<T>(policy: RoutePolicy, key: string, reuse: Reuse | undefined, lead: () => Observable<CallEvent<T>>): Promise<Found<T>> {
+    try {
+      const window = policy.dedup!.window;
+      if (window?.hasShared) {
+        const stored = await window.getShared<T>(key);
+        const age = stored ? Date.now() - stored.storedAt : 0;
+        if (stored && !(reuse?.maxAgeMs !== undefined && age > reuse.maxAgeMs)) {
+          return { outcome: 'cached', events: from(replayEntry(stored)), ageSeconds: Math.max(0, Math.floor(age / 1000)) };
+        }
       }
-      const claiming = coordinator.claim<T>(key, lead);
-      this.claims.set(key, claiming);
-      const claim = await claiming.finally(() => {
-        if (this.claims.get(key) === claiming) this.claims.delete(key);
-      });
-      if (claim?.role === 'follow') {
-        outcome = 'joined';
-        call$ = claim.events;
-      } else call$ = claim ? claim.publish(lead()) : lead();
-    } else call$ = lead();
-    return this.register(policy, call, call$, outcome, state);
+      const claim = await this.options.coordinator?.claim<T>(key, lead);
+      if (claim?.role === 'follow') return { outcome: 'joined', events: claim.events };
+      if (claim) {
+        // Nobody here waits any more: the fleet is told at once (followers elsewhere take the call over).
+        return { outcome: 'miss', events: claim.publish(lead()), abandon: () => claim.publish<T>(NEVER).subscribe().unsubscribe() };
+      }
+    } catch {
+      // A coordinator of the app's own that throws is a coordinator that is away.
+    }
+    return { outcome: 'miss', events: lead() };
   }
 
   /** The leader's guarded call, and what is learnt about it while it runs. */
@@ -333,30 +340,35 @@ export class Orchestrator {
     return { state, lead };
   }
 
-  /** Makes `call$` the flight under the call's key, recorded for the window when it succeeds. */
+  /**
+   * Makes `call$` the flight under the call's key, recorded for the window
+   * when it succeeds: by the leader in memory and the shared store, by a
+   * replica that followed another in memory only, not at all when it was
+   * replayed from the window (`outcome()` tells, once the flight is known).
+   */
   private register<T>(
     policy: RoutePolicy,
     call: CallRequest,
     call$: Observable<CallEvent<T>>,
-    outcome: DedupOutcome,
     state: { reachedUpstream: boolean; handle: CallHandle },
-  ): StartedCall<T> {
+    outcome: () => DedupOutcome | undefined,
+  ): Observable<CallEvent<T>> {
     const dedup = policy.dedup!;
     const key = call.key!;
     const window = call.reuse?.noStore ? undefined : dedup.window;
-    const events = (this.flights as SingleFlight<T>).lead(key, call$, {
+    return (this.flights as SingleFlight<T>).lead(key, call$, {
       // Every caller gone: a call that has not reached the upstream is dropped; one that has keeps running for the
       // window (unless the route says not to) in the limiter's detached budget, or is cancelled when that is full.
       cancelWhenAbandoned: () => dedup.cancelWhenAbandoned || !state.reachedUpstream || !(state.handle.detach?.() ?? true),
       maxEntryBytes: dedup.maxEntryBytes,
-      // The leader keeps the answer (memory and shared store); a replica that followed it keeps a copy in memory.
       onSuccess: !window
         ? undefined
-        : outcome === 'miss'
-          ? (entry) => window.set(key, entry, dedup.windowMs)
-          : async (entry) => void window.setLocal(key, entry, dedup.windowMs),
+        : async (entry) => {
+            const how = outcome();
+            if (how === 'miss') return window.set(key, entry, dedup.windowMs);
+            if (how === 'joined') window.setLocal(key, entry, dedup.windowMs);
+          },
     });
-    return this.answer(policy, outcome, events);
   }
 
   /**
@@ -383,7 +395,7 @@ export class Orchestrator {
       if (dedup.window?.hasShared || this.options.coordinator) return undefined;
     }
     const { state, lead } = this.leader(policy, work, source);
-    return this.register(policy, call, lead(), 'miss', state);
+    return this.answer(policy, 'miss', this.register(policy, call, lead(), state, () => 'miss'));
   }
 
   /** A stored answer replayed, unless the caller asks for a younger one (`max-age`). */
@@ -500,6 +512,31 @@ function defaultIdentity(headers: DedupRequest['headers']): string | undefined {
     identity = `${identity ?? ''}${name}=${Array.isArray(value) ? value.join(',') : value}\n`;
   }
   return identity;
+}
+
+/** Where a flight's events come from, once the shared window and the fleet have been asked. */
+interface Found<T> {
+  outcome: DedupOutcome;
+  events: Observable<CallEvent<T>>;
+  ageSeconds?: number;
+  /** Called instead of subscribing when every caller left before the flight was found (gives a won claim back). */
+  abandon?: () => void;
+}
+
+/** The events of `found` once it settles; a subscriber that leaves before then makes it `abandon`. */
+function afterFound<T>(found: Promise<Found<T>>): Observable<CallEvent<T>> {
+  return new Observable<CallEvent<T>>((subscriber) => {
+    let inner: Subscription | undefined;
+    let left = false;
+    void found.then((settled) => {
+      if (left) settled.abandon?.();
+      else inner = settled.events.subscribe(subscriber);
+    });
+    return () => {
+      left = true;
+      inner?.unsubscribe();
+    };
+  });
 }
 
 /** What a policy protects, as observers name it: its breaker, else its limiter, else the policy itself. */

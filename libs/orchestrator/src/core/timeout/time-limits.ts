@@ -17,7 +17,7 @@ export interface TimeLimits {
  * busy (a large body parsed, a burst of answers written), not that the
  * upstream was slow: that time is given back to the call.
  */
-const LOOP_LAG_TOLERANCE_MS = 20;
+export const LOOP_LAG_TOLERANCE_MS = 20;
 
 /**
  * Applies the limits to a call's events, failing it with `UpstreamTimeoutError`
