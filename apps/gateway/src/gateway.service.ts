@@ -1,5 +1,5 @@
 import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
-import { RawResponse, StreamedResponse, isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrator';
+import { RawResponse, RemoteCallError, StreamedResponse, isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrator';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Observable } from 'rxjs';
 import type { GatewayConfig } from './config/gateway-config.js';
@@ -183,13 +183,16 @@ export function streamErrorEvent(api: ClientApi): (error: unknown) => string {
     // The provider's own error event already reached the client with the stream.
     if (error instanceof UpstreamStreamError && error.delivered) return '';
     const timeout = isOrchestratorError(error) && error.code === 'upstream_timeout';
-    const message = timeout ? error.message : 'The provider interrupted the stream.';
+    // A follower's leader (another replica) went away mid-answer: said as such, not blamed on the provider.
+    const lost = error instanceof RemoteCallError && error.code === 'leader_lost';
+    const message = timeout || lost ? (error as Error).message : 'The provider interrupted the stream.';
     if (api === 'anthropic') {
       return '\n\n' + sseEvent({ type: 'error', error: { type: timeout ? 'timeout_error' : 'api_error', message } }, 'error');
     }
     if (api === 'llama') {
       return '\n\n' + sseEvent({ error: { code: timeout ? 504 : 502, message, type: 'server_error' } });
     }
-    return '\n\n' + sseEvent({ error: { message, type: timeout ? 'timeout' : 'server_error', param: null, code: timeout ? 'upstream_timeout' : 'stream_interrupted' } });
+    const code = timeout ? 'upstream_timeout' : lost ? 'leader_lost' : 'stream_interrupted';
+    return '\n\n' + sseEvent({ error: { message, type: timeout ? 'timeout' : 'server_error', param: null, code } });
   };
 }

@@ -42,9 +42,9 @@ function counted(ms = 20) {
 }
 
 /** A coordinator of the test's own: claims answered as `claim` says, breakers left alone. */
-function coordinator(claim: FlightCoordinator['claim']): FlightCoordinator & BreakerCoordinator {
+function coordinator(claim: (key: string) => Promise<LeadClaim | FollowClaim<unknown> | undefined>): FlightCoordinator & BreakerCoordinator {
   return {
-    claim,
+    claim: claim as FlightCoordinator['claim'],
     countFailure: async () => undefined,
     resetFailures: async () => undefined,
     announce: async () => undefined,
@@ -85,7 +85,7 @@ describe('identical requests in one process share one call, whatever the fleet d
   });
 
   it('a coordinator that is slow to answer a claim: every request meanwhile joins the one local flight', async () => {
-    const claims = jest.fn<FlightCoordinator['claim']>(() => new Promise((resolve) => setTimeout(() => resolve(undefined), 30)));
+    const claims = jest.fn(() => new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 30)));
     const made = orchestrator({ coordinator: coordinator(claims) });
     const { work, calls } = counted();
     const { outcomes } = await herd(made, 100, work);
@@ -95,7 +95,7 @@ describe('identical requests in one process share one call, whatever the fleet d
   });
 
   it('a coordinator that throws is a coordinator that is away: one call here', async () => {
-    const claims = jest.fn<FlightCoordinator['claim']>(() => Promise.reject(new Error('connection reset')));
+    const claims = jest.fn(() => Promise.reject<undefined>(new Error("connection reset")));
     const made = orchestrator({ coordinator: coordinator(claims) });
     const { work, calls } = counted();
     const { answers } = await herd(made, 50, work);
@@ -105,8 +105,8 @@ describe('identical requests in one process share one call, whatever the fleet d
 
   it('another replica leads: one claim, no call here, every request joined to its events', async () => {
     const remote = new ReplaySubject<CallEvent<string>>(); // a followed call is read from its first event
-    const claims = jest.fn<FlightCoordinator['claim']>(
-      async () => ({ role: 'follow', events: remote.asObservable() }) as FollowClaim<never>,
+    const claims = jest.fn(
+      async () => ({ role: 'follow', events: remote.asObservable() }) as FollowClaim<unknown>,
     );
     const made = orchestrator({ coordinator: coordinator(claims) });
     const { work, calls } = counted();
@@ -138,7 +138,7 @@ describe('identical requests in one process share one call, whatever the fleet d
       },
     };
     let answer!: (value: LeadClaim) => void;
-    const claims = jest.fn<FlightCoordinator['claim']>(() => new Promise((resolve) => (answer = resolve as never)));
+    const claims = jest.fn(() => new Promise<LeadClaim>((resolve) => (answer = resolve)));
     const made = orchestrator({ coordinator: coordinator(claims) });
     const policy = made.policy({ dedup: true });
     const work = jest.fn(() => new Observable<CallEvent<string>>(() => undefined));
@@ -157,7 +157,7 @@ describe('identical requests in one process share one call, whatever the fleet d
 
   it('a stream replayed to local joiners of a followed call arrives whole, in order', async () => {
     const remote = new ReplaySubject<CallEvent<string>>(); // a followed call is read from its first event
-    const made = orchestrator({ coordinator: coordinator(async () => ({ role: 'follow', events: remote.asObservable() }) as FollowClaim<never>) });
+    const made = orchestrator({ coordinator: coordinator(async () => ({ role: 'follow', events: remote.asObservable() }) as FollowClaim<unknown>) });
     const policy = made.policy({ dedup: true });
     const work = () => new Observable<CallEvent<string>>(() => undefined);
     const first = await made.start(policy, { key: 's' }, work);

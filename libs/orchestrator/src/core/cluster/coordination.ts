@@ -95,10 +95,12 @@ export const DEFAULT_ERROR_CODEC: ErrorCodec = {
 export type WireEvent =
   | { k: 'v'; v: unknown }
   | { k: 'b'; b: string; ct: string; h?: Record<string, string>; s?: number }
-  | { k: 'h'; h: StreamHead }
+  /** `x`: what the leader's own callers would be sent if it were lost mid-stream (its `formatError`, applied here). */
+  | { k: 'h'; h: StreamHead; x?: string }
   | { k: 'c'; c: string }
   | { k: 'end' }
-  | { k: 'err'; e: Record<string, unknown> };
+  /** `f`: the last chunk the leader's callers got for this error (a stream's error event), for followers to send alike. */
+  | { k: 'err'; e: Record<string, unknown>; f?: string };
 
 export function toWire<T>(event: CallEvent<T>): WireEvent {
   switch (event.kind) {
@@ -108,10 +110,44 @@ export function toWire<T>(event: CallEvent<T>): WireEvent {
       return { k: 'b', b: value.body.toString('base64'), ct: value.contentType, h: value.headers, s: value.status };
     }
     case 'head':
-      return { k: 'h', h: event.head };
+      return event.formatError ? { k: 'h', h: event.head, x: event.formatError(leaderLost()) } : { k: 'h', h: event.head };
     case 'chunk':
       return { k: 'c', c: event.chunk };
   }
+}
+
+/** The error a follower's callers get when the replica making the call goes away in the middle of its answer. */
+export function leaderLost(message = 'The replica making this call went away in the middle of its answer.'): RemoteCallError {
+  return new RemoteCallError(message, 502, 'leader_lost');
+}
+
+/**
+ * A followed call's events and errors as the leader's callers saw them: a
+ * stream's head gets an error formatter (functions do not cross the wire)
+ * that writes, for an error from the leader, the very chunk the leader's
+ * callers got, and for a lost leader, the leader's own formatting of that.
+ */
+export class WireReader {
+  private readonly texts = new WeakMap<object, string>();
+  constructor(private readonly codec: ErrorCodec) {}
+
+  event<T>(wire: Exclude<WireEvent, { k: 'end' } | { k: 'err' }>): CallEvent<T> {
+    if (wire.k !== 'h' || wire.x === undefined) return fromWire<T>(wire);
+    const lost = wire.x;
+    return { kind: 'head', head: wire.h, formatError: (error) => (typeof error === 'object' && error !== null ? this.texts.get(error) : undefined) ?? lost };
+  }
+
+  error(wire: Extract<WireEvent, { k: 'err' }>): Error {
+    const error = this.codec.decode(wire.e);
+    if (wire.f !== undefined) this.texts.set(error, wire.f);
+    return error;
+  }
+}
+
+/** What a leader publishes when its call fails: the error, and the chunk its callers got for it (if a stream said so). */
+export function errorToWire(codec: ErrorCodec, error: unknown, formatError: ((error: unknown) => string) | undefined): Extract<WireEvent, { k: 'err' }> {
+  const e = codec.encode(error);
+  return formatError ? { k: 'err', e, f: formatError(error) } : { k: 'err', e };
 }
 
 export function fromWire<T>(wire: Exclude<WireEvent, { k: 'end' } | { k: 'err' }>): CallEvent<T> {

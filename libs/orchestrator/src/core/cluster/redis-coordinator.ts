@@ -4,8 +4,9 @@ import { Observable, type Subscription } from 'rxjs';
 import type { CallEvent } from '../events.js';
 import {
   DEFAULT_ERROR_CODEC,
-  RemoteCallError,
-  fromWire,
+  WireReader,
+  errorToWire,
+  leaderLost,
   toWire,
   type BreakerCoordinator,
   type ErrorCodec,
@@ -152,6 +153,7 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
       const renew = setInterval(() => void this.eval(RENEW, [lease], [holder, String(this.leaseMs)]).catch(() => undefined), this.leaseMs / 3);
       renew.unref?.();
       let ended = false;
+      let formatError: ((error: unknown) => string) | undefined;
       const end = (wire: Wire) => {
         ended = true;
         clearInterval(renew);
@@ -160,11 +162,12 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
       };
       const subscription = events.subscribe({
         next: (event) => {
+          if (event.kind === 'head') formatError = event.formatError;
           append(toWire(event));
           subscriber.next(event);
         },
         error: (error: unknown) => {
-          end({ k: 'err', e: this.codec.encode(error) });
+          end(errorToWire(this.codec, error, formatError));
           subscriber.error(error);
         },
         complete: () => {
@@ -197,6 +200,7 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
       let takeover: Subscription | undefined;
       let channel = '';
       const listener = () => void read();
+      const wires = new WireReader(this.codec);
 
       const finish = () => {
         finished = true;
@@ -211,14 +215,14 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
             return true;
           case 'err':
             finish();
-            subscriber.error(this.codec.decode(wire.e));
+            subscriber.error(wires.error(wire));
             return true;
           case 'gone':
             void takeOver();
             return true;
           default:
             if (wire.k === 'c' || wire.k === 'v' || wire.k === 'b') delivered = true;
-            subscriber.next(fromWire<T>(wire));
+            subscriber.next(wires.event<T>(wire));
             return false;
         }
       };
@@ -259,7 +263,7 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
         if (finished) return;
         if (delivered) {
           finish();
-          subscriber.error(new RemoteCallError('The replica making this call went away in the middle of its answer.', 502, 'leader_lost'));
+          subscriber.error(leaderLost());
           return;
         }
         const claim = await this.claim<T>(key, lead);
@@ -280,7 +284,7 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
         this.degrade(error);
         if (finished) return;
         finish();
-        if (delivered) subscriber.error(new RemoteCallError('Lost the replica making this call in the middle of its answer.', 502, 'leader_lost'));
+        if (delivered) subscriber.error(leaderLost('Lost the replica making this call in the middle of its answer.'));
         else takeover = lead().subscribe(subscriber);
       };
       const poll = setInterval(() => {
