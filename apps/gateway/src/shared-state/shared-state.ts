@@ -36,9 +36,14 @@ export class SharedState implements OnModuleInit, OnApplicationShutdown {
     this.clients.push(client, subscriber);
     this.redis = client;
     this.connecting = Promise.all(this.clients.map((c) => c.connect().catch(() => undefined)));
-    // The Redis adapter prefixes keys with its namespace; Keyv's own namespace would add the prefix twice. Its errors
-    // must reach the window (a failure is a miss and an outage), not turn into "not found".
-    this.windowStore = new Keyv({ store: new KeyvRedis(client, { namespace: `${config.redisPrefix}:window`, throwOnErrors: true, throwOnConnectError: true }), namespace: undefined });
+    // Every entry under `<prefix>:window::` (so `--redis-prefix` isolates answers too): Keyv hands its namespace to
+    // the Redis adapter, which prefixes the keys; Keyv's own key prefix would repeat it. Its errors must reach the
+    // window (a failure is a miss and an outage), not turn into "not found".
+    this.windowStore = new Keyv({
+      store: new KeyvRedis(client, { throwOnErrors: true, throwOnConnectError: true }),
+      namespace: `${config.redisPrefix}:window`,
+      useKeyPrefix: false,
+    });
     this.coordinator = new RedisCoordinator({
       client,
       subscriber,
