@@ -4,6 +4,7 @@ import { startMockProvider, type MockProvider } from '../../apps/mock-provider/s
 import { sseData } from '../support/gateway-harness.js';
 import { PLATFORMS, waitFor } from '../support/platforms.js';
 import { ensureBuilt, startGatewayProcess, type GatewayProcess } from '../support/gateway-process.js';
+import { startOwnedRedis, type OwnedRedis } from '../support/redis-server.js';
 
 /**
  * SIGTERM to the real gateway process: it stops accepting at once, lets the
@@ -17,6 +18,16 @@ const chat = (prompt: string, stream = false) =>
 
 function rawRequest(body: string): string {
   return `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+}
+
+/** A raw kept-alive connection: what it received, and when the server closed it. */
+function rawConnection(url: string) {
+  const socket = connect(Number(new URL(url).port), '127.0.0.1');
+  let received = '';
+  socket.on('data', (b: Buffer) => (received += b.toString('latin1')));
+  socket.on('error', () => undefined);
+  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+  return { socket, closed, received: () => received };
 }
 
 describe.each(PLATFORMS)('graceful shutdown (%s)', (platform) => {
@@ -33,48 +44,49 @@ describe.each(PLATFORMS)('graceful shutdown (%s)', (platform) => {
     gateway = await startGatewayProcess(['--platform', platform, '--upstream', provider.url, '--shutdown-grace', '20']);
     const url = gateway.url;
 
-    // In flight at SIGTERM: a plain answer and a stream.
-    const plain = fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: chat('plain in flight') });
-    const stream = fetch(`${url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: chat('a stream in flight with several words to send', true),
-    }).then((r) => r.text());
-    // A connection with a request in flight, on which a second request will arrive during the drain.
-    const socket = connect(Number(new URL(url).port), '127.0.0.1');
-    let received = '';
-    socket.on('data', (b: Buffer) => (received += b.toString('latin1')));
-    socket.on('error', () => undefined);
-    socket.write(rawRequest(chat('first on the kept connection')));
-    await waitFor(() => provider.stats().total >= 3, 10_000, 'the three calls to reach the provider');
+    // In flight at SIGTERM: a plain answer (on a kept-alive connection, headers not sent yet) and a stream whose
+    // headers went out before it (on another kept-alive connection, which will carry a late arrival).
+    const streamSocket = rawConnection(url);
+    const words = Array.from({ length: 30 }, (_, i) => `word${i}`).join(' ');
+    streamSocket.socket.write(rawRequest(chat(`a stream in flight: ${words}`, true)));
+    await waitFor(() => streamSocket.received().includes('data:'), 10_000, 'the stream to start');
+    const plainSocket = rawConnection(url);
+    plainSocket.socket.write(rawRequest(chat('plain in flight')));
+    await waitFor(() => provider.stats().total >= 2, 10_000, 'the two calls to reach the provider');
 
     const stoppedAt = performance.now();
     gateway.child.kill('SIGTERM');
     await waitFor(() => gateway!.output().includes('draining'), 5_000, 'the drain to start');
-    socket.write(rawRequest(chat('late arrival')));
     const refused = await fetch(`${url}/health`).then(
       () => 'answered',
       (error: { cause?: { code?: string } }) => error.cause?.code,
     );
     expect(refused).toBe('ECONNREFUSED');
 
-    const answer = await plain;
-    expect(answer.status).toBe(200);
-    expect(((await answer.json()) as { choices: Array<{ message: { content: string } }> }).choices[0].message.content).toContain('plain in flight');
-    const events = sseData(await stream);
-    expect(events.at(-1)).toBe('[DONE]');
+    // A request that arrives during the drain on the stream's connection (pipelined behind it).
+    expect(streamSocket.received()).not.toContain('[DONE]');
+    streamSocket.socket.write(rawRequest(chat('late arrival')));
+
+    // The plain answer, written during the drain, closes its connection: no next request can land on a dying socket.
+    await plainSocket.closed;
+    const plain = plainSocket.received();
+    expect(plain).toMatch(/^HTTP\/1\.1 200/);
+    expect(plain.toLowerCase()).toContain('connection: close');
+    expect(plain).toContain('plain in flight');
+
+    // The late arrival: a retryable 503 that says why, and closes the connection.
+    await streamSocket.closed;
+    const [stream, late] = streamSocket.received().split(/(?=HTTP\/1\.1 )/);
+    expect(sseData(stream.slice(stream.indexOf('\r\n\r\n'))).at(-1)).toBe('[DONE]');
+    expect(late).toMatch(/^HTTP\/1\.1 503/);
+    expect(late.toLowerCase()).toContain('connection: close');
+    expect(late.toLowerCase()).toContain('x-should-retry: true');
+    expect(late).toContain('"code":"shutting_down"');
+    expect(late).not.toContain('circuit_open');
 
     expect(await gateway.exited).toBe(0);
     expect(performance.now() - stoppedAt).toBeLessThan(10_000);
     expect(gateway.output()).toContain('drained; stopped');
-
-    const responses = received.split(/(?=HTTP\/1\.1 )/);
-    expect(responses[0]).toMatch(/^HTTP\/1\.1 200/);
-    expect(responses[1]).toMatch(/^HTTP\/1\.1 503/);
-    expect(responses[1].toLowerCase()).toContain('x-should-retry: true');
-    expect(responses[1]).toContain('"code":"shutting_down"');
-    expect(responses[1]).not.toContain('circuit_open');
-    socket.destroy();
   }, 60_000);
 
   it('cuts what is still running once --shutdown-grace has passed, and still exits 0', async () => {
@@ -91,5 +103,22 @@ describe.each(PLATFORMS)('graceful shutdown (%s)', (platform) => {
     expect(performance.now() - stoppedAt).toBeLessThan(5_000);
     expect(gateway.output()).toMatch(/grace period over, 1 request\(s\) cut/);
     expect(await stuck).toBe('cut');
+  }, 60_000);
+
+  it('with --redis: the drain ends without an error line (the shared clients close once, quietly)', async () => {
+    const redis: OwnedRedis = await startOwnedRedis();
+    try {
+      provider = await startMockProvider({ latencyMs: 300 });
+      gateway = await startGatewayProcess(['--platform', platform, '--upstream', provider.url, '--redis', redis.url]);
+      const answer = fetch(`${gateway.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: chat('with redis') });
+      await waitFor(() => provider.stats().total >= 1, 10_000, 'the call to reach the provider');
+      gateway.child.kill('SIGTERM');
+      expect((await answer).status).toBe(200);
+      expect(await gateway.exited).toBe(0);
+      expect(gateway.output()).toContain('drained; stopped');
+      expect(gateway.output()).not.toMatch(/"level":50|The client is closed/);
+    } finally {
+      await redis.close();
+    }
   }, 60_000);
 });

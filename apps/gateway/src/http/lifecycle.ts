@@ -10,7 +10,8 @@ import type { Server, ServerResponse } from 'node:http';
  */
 @Injectable()
 export class Lifecycle {
-  private inFlight = 0;
+  /** Responses not yet over: on drain, those that have not sent their headers yet say `Connection: close`. */
+  private readonly inFlight = new Set<ServerResponse>();
   private draining = false;
   private idle?: () => void;
 
@@ -20,11 +21,20 @@ export class Lifecycle {
 
   /** Counts a request until its response is over (finished, or the client gone). */
   track(response: ServerResponse): void {
-    this.inFlight++;
+    this.inFlight.add(response);
     response.once('close', () => {
-      this.inFlight--;
-      if (this.inFlight === 0) this.idle?.();
+      this.inFlight.delete(response);
+      if (this.inFlight.size === 0) this.idle?.();
     });
+  }
+
+  /**
+   * A request that arrived on an open connection during the drain: its answer
+   * closes the connection, so the client's next request goes to a new one
+   * (another replica) instead of a socket about to be reset.
+   */
+  refuse(response: ServerResponse): void {
+    if (!response.headersSent) response.setHeader('connection', 'close');
   }
 
   /** Stops accepting, then waits for what is in flight, for at most `graceMs`; then cuts what is left. */
@@ -32,14 +42,16 @@ export class Lifecycle {
     this.draining = true;
     server.close();
     server.closeIdleConnections();
+    // Answers still to come close their connections: a kept-alive client must not reuse a socket we are about to cut.
+    for (const response of this.inFlight) this.refuse(response);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const finished = await new Promise<boolean>((resolve) => {
-      if (this.inFlight === 0) return resolve(true);
+      if (this.inFlight.size === 0) return resolve(true);
       this.idle = () => resolve(true);
       timer = setTimeout(() => resolve(false), graceMs);
     });
     clearTimeout(timer);
-    const cut = this.inFlight;
+    const cut = this.inFlight.size;
     server.closeAllConnections();
     return { finished, cut };
   }

@@ -42,7 +42,10 @@ export class RequestContextMiddleware implements NestMiddleware {
       return (writeHead as (...a: unknown[]) => ServerResponse).apply(this, args);
     } as ServerResponse['writeHead'];
     // A request that arrives on an open connection while the gateway drains: retryable, elsewhere.
-    if (this.lifecycle.isDraining) return next(new ShuttingDownError());
+    if (this.lifecycle.isDraining) {
+      this.lifecycle.refuse(response);
+      return next(new ShuttingDownError());
+    }
     this.lifecycle.track(response);
     if (this.telemetry.enabled) this.telemetry.track(request, response, context);
     next();

@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, Logger, type BeforeApplicationShutdown, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import KeyvRedis, { createClient } from '@keyv/redis';
 import { Keyv } from 'keyv';
 import { DEFAULT_ERROR_CODEC, RedisCoordinator, type ErrorCodec } from 'nest-prompt-orchestrator';
@@ -19,7 +19,7 @@ type RedisClient = ReturnType<typeof connect>;
  * /health), then shares again once it is back.
  */
 @Injectable()
-export class SharedState implements OnModuleInit, OnApplicationShutdown {
+export class SharedState implements OnModuleInit, BeforeApplicationShutdown, OnApplicationShutdown {
   readonly windowStore?: Keyv;
   readonly coordinator?: RedisCoordinator;
   /** The commands connection, for other shared counts (rate limits, spend). */
@@ -66,10 +66,32 @@ export class SharedState implements OnModuleInit, OnApplicationShutdown {
     await Promise.race([this.connecting, sleep(1_000)]);
   }
 
-  async onApplicationShutdown(): Promise<void> {
+  /** Before the window's store closes the shared client: the calls still finishing are not an outage to report. */
+  beforeApplicationShutdown(): void {
     this.coordinator?.close();
-    // Bounded: a frozen Redis never holds shutdown up.
-    await Promise.all(this.clients.map((c) => Promise.race([c.quit().catch(() => c.destroy()), sleep(1_000).then(() => c.destroy())])));
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    await Promise.all(this.clients.map(closeClient));
+  }
+}
+
+/**
+ * Quits politely, within a second (a frozen Redis never holds shutdown up),
+ * else drops the connection. A client already closed (the window's store
+ * closes the shared one) is left alone: closing it again throws.
+ */
+async function closeClient(client: RedisClient): Promise<void> {
+  if (!client.isOpen) return;
+  const quit = client.quit().then(
+    () => true,
+    () => false,
+  );
+  if (await Promise.race([quit, sleep(1_000).then(() => false)])) return;
+  try {
+    if (client.isOpen) client.destroy();
+  } catch {
+    // Closed meanwhile: nothing left to drop.
   }
 }
 

@@ -13,11 +13,10 @@ import { RedisCoordinator } from './redis-coordinator.js';
  * silent cut.
  */
 
-type Client = ReturnType<typeof createClient>;
 
 describe('RedisCoordinator: a leader lost in the middle of a stream', () => {
   let redis: OwnedRedis;
-  const clients: Client[] = [];
+  const clients: Array<{ destroy(): void }> = [];
   beforeAll(async () => {
     redis = await startOwnedRedis();
   }, 30_000);

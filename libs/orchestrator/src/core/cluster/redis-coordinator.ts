@@ -89,6 +89,7 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
   private readonly codec: ErrorCodec;
   private degradedUntil = 0;
   private degraded = false;
+  private closed = false;
   private check?: ReturnType<typeof setTimeout>;
   private lastError?: string;
   /** Breakers whose fleet-wide run of failures may be running (a success must then end it). */
@@ -409,6 +410,8 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
 
 
   private degrade(error: unknown): void {
+    // The app is closing and its clients with it: what fails now is no outage.
+    if (this.closed) return;
     this.degradedUntil = Date.now() + this.retryMs;
     this.lastError = describeError(error);
     if (!this.degraded) {
@@ -425,8 +428,9 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
     }
   }
 
-  /** Stops trying Redis again (the app is closing). */
+  /** Stops trying Redis again, and reporting failures (the app is closing: its clients close too). */
   close(): void {
+    this.closed = true;
     clearTimeout(this.check);
     this.check = undefined;
   }
