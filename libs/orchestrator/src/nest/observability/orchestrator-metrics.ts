@@ -159,10 +159,13 @@ export class OrchestratorMetrics {
     gauge('window_entries', 'Answers kept in the in-memory window.', [], (g) => g.set(orchestrator.health().window.entries));
     gauge('window_bytes', 'Bytes the in-memory window holds.', [], (g) => g.set(orchestrator.health().window.bytes));
     gauge('window_max_bytes', 'Bytes the in-memory window may hold.', [], (g) => g.set(orchestrator.health().window.maxBytes));
-    gauge('store_up', "1 when the window's shared store is reachable, 0 while degraded (absent without one).", [], (g) => {
-      const store = orchestrator.health().window.store;
-      if (store) g.set(store.state === 'ok' ? 1 : 0);
-    });
+    // Registered only with a shared store: an unset gauge without labels reads 0, which a StoreDegraded alert takes for an outage.
+    if (orchestrator.health().window.store) {
+      gauge('store_up', "1 when the window's shared store is reachable, 0 while degraded (absent without one).", [], (g) => {
+        const store = orchestrator.health().window.store;
+        if (store) g.set(store.state === 'ok' ? 1 : 0);
+      });
+    }
 
     const requestChildren = new Children((route, upstream, outcome) => requests.labels(route, upstream, outcome));
     const savedChildren = new Children((upstream) => saved.labels(upstream));
