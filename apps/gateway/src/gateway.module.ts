@@ -2,7 +2,6 @@ import { Global, Module, type DynamicModule, type MiddlewareConsumer, type NestM
 import { APP_GUARD } from '@nestjs/core';
 import type { Logger } from 'pino';
 import { OrchestratorModule, OrchestratorObservabilityModule, type OrchestratorModuleOptions } from 'nest-prompt-orchestrator';
-import { Registry } from 'prom-client';
 import type { GatewayConfig } from './config/gateway-config.js';
 import { GatewayService } from './gateway.service.js';
 import { GATEWAY_CONFIG, GATEWAY_LOGGER } from './gateway.tokens.js';
@@ -12,6 +11,7 @@ import { UsageLedger } from './observability/usage-ledger.js';
 import { StatusBoard } from './status/status-board.js';
 import { statusController } from './status/status.controller.js';
 import { SharedState } from './shared-state/shared-state.js';
+import { WorkerCoordination, metricsRegistry } from './cluster/worker-coordination.js';
 import { Budgets } from './budgets/budgets.service.js';
 import { ApiError } from './http/api-error.js';
 import { GatewayGuard } from './http/gateway.guard.js';
@@ -38,16 +38,22 @@ class GatewayCoreModule {
         GatewayService,
         Lifecycle,
         SharedState,
+        WorkerCoordination,
         UsageLedger,
         Budgets,
       ],
-      exports: [GATEWAY_CONFIG, GATEWAY_LOGGER, GatewayService, Lifecycle, SharedState, UsageLedger, Budgets],
+      exports: [GATEWAY_CONFIG, GATEWAY_LOGGER, GatewayService, Lifecycle, SharedState, WorkerCoordination, UsageLedger, Budgets],
     };
   }
 }
 
 /** The CLI's settings as the plugin's module options: the gateway is an ordinary user of the plugin. */
-export function orchestratorOptions(config: GatewayConfig, gateway: GatewayService, shared: SharedState): OrchestratorModuleOptions {
+export function orchestratorOptions(
+  config: GatewayConfig,
+  gateway: GatewayService,
+  shared: SharedState,
+  workers?: WorkerCoordination,
+): OrchestratorModuleOptions {
   return {
     // The guard computed the key in its one walk over the body (absent with --no-dedup: nothing is deduplicated).
     dedup: {
@@ -86,7 +92,9 @@ export function orchestratorOptions(config: GatewayConfig, gateway: GatewayServi
       },
     },
     windowStores: shared.windowStore ? [shared.windowStore] : undefined,
-    coordinator: shared.coordinator,
+    // Redis coordinates whoever shares it (replicas and workers alike); without it, the workers of --workers
+    // coordinate through their primary.
+    coordinator: shared.coordinator ?? workers?.coordinator,
   };
 }
 
@@ -112,13 +120,14 @@ export class GatewayModule implements NestModule {
       imports: [
         GatewayCoreModule.forRoot(config, logger),
         OrchestratorModule.forRootAsync({
-          inject: [GATEWAY_CONFIG, GatewayService, SharedState],
+          inject: [GATEWAY_CONFIG, GatewayService, SharedState, WorkerCoordination],
           useFactory: orchestratorOptions,
           interceptor: GatewayInterceptor,
         }),
-        // Metrics (not at /metrics: llama-server's own, relayed), breaker and store lines, /health/live and /health/ready.
+        // Metrics (not at /metrics: llama-server's own, relayed; with --workers, every worker's added up), breaker and
+        // store lines, /health/live and /health/ready.
         OrchestratorObservabilityModule.forRoot({
-          metrics: o.metricsPath === undefined ? false : { path: o.metricsPath, registry: new Registry() },
+          metrics: o.metricsPath === undefined ? false : { path: o.metricsPath, registry: metricsRegistry(config) },
           logger,
           health: { path: '/health', requireStore: o.readyRequiresStore },
         }),

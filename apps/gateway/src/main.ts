@@ -2,6 +2,7 @@ import 'reflect-metadata';
 import cluster from 'node:cluster';
 import { ConfigError, helpText, parseGatewayConfig, type GatewayConfig } from './config/gateway-config.js';
 import { createGateway, stopGateway } from './gateway.factory.js';
+import { PrimaryHub } from './cluster/primary-hub.js';
 
 async function main(): Promise<void> {
   let config;
@@ -22,11 +23,19 @@ async function main(): Promise<void> {
   await serve(config);
 }
 
-/** One gateway process: listens, and stops gracefully on SIGTERM/SIGINT. */
+/** One gateway process: listens, and stops gracefully on SIGTERM (and SIGINT, unless it is a worker of `--workers`). */
 async function serve(config: GatewayConfig): Promise<void> {
+  if (cluster.isWorker) {
+    // A worker leaves signals to its primary, which passes on what concerns the workers: Ctrl-C in a terminal
+    // reaches every process of the group, and a second one must not cut what the first is draining. SIGHUP (a
+    // terminal hanging up, or a keys file to reload) would otherwise end the worker, even while it starts; the keys,
+    // when there are any, listen for it themselves.
+    process.on('SIGINT', () => undefined);
+    process.on('SIGHUP', () => undefined);
+  }
   const app = await createGateway(config);
   await app.listen(config.port, config.host);
-  // A worker of --workers: the supervisor says where the fleet listens.
+  // A worker of --workers: the supervisor says where the port listens, once every worker does.
   if (cluster.isPrimary) console.log(listeningLine(config, boundPort(app.getHttpServer().address(), config.port)));
 
   let stopping = false;
@@ -46,43 +55,65 @@ async function serve(config: GatewayConfig): Promise<void> {
     );
   };
   process.once('SIGTERM', stop);
-  process.once('SIGINT', stop);
+  if (cluster.isPrimary) process.once('SIGINT', stop);
 }
 
 /**
  * `--workers N`: N gateway processes on one port (node:cluster hands each
- * connection to one of them). They share answers, calls and breaker state
- * only through `--redis`. A worker that dies is replaced; SIGTERM drains them all.
+ * connection to one of them), made one gateway by this primary (`PrimaryHub`):
+ * one upstream call per key and one breaker across the workers (through
+ * Redis instead with `--redis`), and /metrics, /health and the status page
+ * describing them all. A worker that dies is replaced. No signal to this
+ * process cuts a request in flight: SIGTERM and SIGINT drain every worker
+ * (again: they are already draining), and the primary exits once all have
+ * stopped; SIGHUP is passed on only when there is a keys file to reload.
  */
 function supervise(config: GatewayConfig): void {
-  if (!config.redisUrl) {
-    console.warn(`gateway: --workers ${config.workers} without --redis: each worker dedups and breaks on its own`);
-  }
+  new PrimaryHub();
   let stopping = false;
+  const alive = new Set<number>();
+  const listening = new Set<number>();
   let announced = false;
-  cluster.on('listening', (_worker, address) => {
-    if (announced) return;
+  cluster.on('fork', (worker) => alive.add(worker.id));
+  cluster.on('listening', (worker, address) => {
+    listening.add(worker.id);
+    // The port is announced once every worker serves it: until then, one worker would take all the traffic.
+    if (announced || listening.size < config.workers) return;
     announced = true;
     console.log(`${listeningLine(config, address.port)} with ${config.workers} workers`);
   });
   cluster.on('exit', (worker, code, signal) => {
+    alive.delete(worker.id);
     if (stopping) {
-      if (Object.keys(cluster.workers ?? {}).length === 0) process.exit(0);
-      return;
+      if (alive.size > 0) return;
+      console.log('gateway: every worker has stopped; stopped');
+      process.exit(0);
     }
     console.error(`gateway: worker ${worker.process.pid} exited (${signal ?? code}); starting another`);
     cluster.fork();
   });
   for (let i = 0; i < config.workers; i++) cluster.fork();
-  const stop = () => {
-    if (stopping) return;
+  // Handled for as long as the primary lives: a signal it did not handle would end it, and its workers with it.
+  const stop = (signal: NodeJS.Signals) => {
+    if (stopping) {
+      console.log(`gateway: ${signal}: already draining; ${alive.size} worker(s) finishing their requests in flight`);
+      return;
+    }
     stopping = true;
+    console.log(`gateway: ${signal}: draining ${alive.size} worker(s) (at most ${config.shutdownGraceMs / 1000} s)`);
     for (const worker of Object.values(cluster.workers ?? {})) worker?.process.kill('SIGTERM');
+    if (alive.size === 0) process.exit(0);
   };
-  process.once('SIGTERM', stop);
-  process.once('SIGINT', stop);
-  // SIGHUP re-reads the keys file: each worker holds its own copy of the keys.
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
   process.on('SIGHUP', () => {
+    const keysFile = config.budgets.keysFile;
+    if (stopping || keysFile === undefined) {
+      console.log(`gateway: SIGHUP: ${stopping ? 'draining' : 'no --keys-file to reload'}; nothing to do`);
+      return;
+    }
+    // Each worker holds its own copy of the keys.
+    console.log(`gateway: SIGHUP: ${alive.size} worker(s) reload ${keysFile}`);
     for (const worker of Object.values(cluster.workers ?? {})) worker?.process.kill('SIGHUP');
   });
 }

@@ -1,34 +1,55 @@
 import { Controller, Get, Inject } from '@nestjs/common';
-import { OrchestratorService } from 'nest-prompt-orchestrator';
+import { OrchestratorService, type DedupOutcome, type LimiterSnapshot } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
-import { SharedState } from '../shared-state/shared-state.js';
 import { Budgets } from '../budgets/budgets.service.js';
+import { WorkerCoordination } from '../cluster/worker-coordination.js';
+import { Lifecycle } from '../http/lifecycle.js';
 import { UPSTREAM } from './gateway-route.decorator.js';
+
+/** One worker's share of /health under `--workers` (what the primary gathers from each). */
+interface WorkerPart {
+  /** Deduplicated calls in flight (each may have many callers). */
+  inFlight: number;
+  /** Upstream calls holding a concurrency slot, and calls waiting for one. */
+  upstreamInFlight: number;
+  queued: number;
+  dedup: Record<DedupOutcome, number>;
+  breaker: string;
+  draining: boolean;
+  limiters: LimiterSnapshot[];
+  window: { entries: number; bytes: number; maxBytes: number };
+}
 
 /**
  * Liveness of the gateway itself, answered at once (it never waits on the
- * provider), with the upstream's state as the breaker sees it.
+ * provider), with the upstream's state as the breaker sees it. Under
+ * `--workers`, whichever worker answers describes the whole port: counts are
+ * the workers' sums, and `workers` lists each one.
  */
 @Controller()
 export class HealthController {
   constructor(
     private readonly orchestrator: OrchestratorService,
     @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
-    private readonly shared: SharedState,
     private readonly budgets: Budgets,
-  ) {}
+    private readonly workers: WorkerCoordination,
+    private readonly lifecycle: Lifecycle,
+  ) {
+    workers.channel?.provide('health', () => this.part());
+  }
 
   @Get(['health', 'v1/health'])
-  health() {
+  async health() {
     const health = this.orchestrator.health();
     const breaker = health.breakers.find((b) => b.name === UPSTREAM);
     const state = breaker?.state ?? 'closed';
     // Before any call (or probe) has had an outcome, nobody knows whether the provider is up.
     const known = breaker !== undefined && (breaker.observed || state !== 'closed');
     const store = health.window.store;
-    const coordination = this.shared.coordinator?.health();
-    return {
+    // Redis's, or the workers' own through their primary.
+    const coordination = health.coordination;
+    const report = {
       // Degraded: answers keep coming, but from memory only and per replica (Redis is unreachable).
       status: store?.state === 'degraded' || coordination?.state === 'degraded' ? 'degraded' : 'ok',
       upstream: {
@@ -44,5 +65,72 @@ export class HealthController {
       coordination: coordination ?? null,
       budgets: this.budgets.health(),
     };
+    const port = await this.workers.gather<WorkerPart>('health');
+    if (!port) return report;
+    const parts = port.parts.map((p) => p.data);
+    const sum = (read: (part: WorkerPart) => number) => parts.reduce((n, part) => n + read(part), 0);
+    return {
+      ...report,
+      limiters: sumLimiters(parts.map((p) => p.limiters)),
+      dedup: { inFlight: sum((p) => p.inFlight), miss: sum((p) => p.dedup.miss), joined: sum((p) => p.dedup.joined), cached: sum((p) => p.dedup.cached) },
+      window: { entries: sum((p) => p.window.entries), bytes: sum((p) => p.window.bytes), maxBytes: sum((p) => p.window.maxBytes) },
+      workers: {
+        count: port.parts.length + port.silent.length,
+        reporting: port.parts.length,
+        answeredBy: process.pid,
+        list: [
+          ...port.parts.map(({ pid, data }) => ({
+            pid,
+            state: 'ok' as const,
+            inFlight: data.inFlight,
+            upstreamInFlight: data.upstreamInFlight,
+            queued: data.queued,
+            dedup: data.dedup,
+            breaker: data.breaker,
+            draining: data.draining,
+          })),
+          // Alive but too busy to answer within the gathering's bound.
+          ...port.silent.map((pid) => ({ pid, state: 'silent' as const })),
+        ].sort((a, b) => a.pid - b.pid),
+      },
+    };
   }
+
+  /** This worker's figures, for whichever worker answers /health. */
+  private part(): WorkerPart {
+    const health = this.orchestrator.health();
+    const limiter = health.limiters.find((l) => l.name === UPSTREAM);
+    return {
+      inFlight: health.inFlight,
+      upstreamInFlight: limiter?.inFlight ?? 0,
+      queued: limiter?.queued ?? 0,
+      dedup: { ...health.dedup },
+      breaker: health.breakers.find((b) => b.name === UPSTREAM)?.state ?? 'closed',
+      draining: this.lifecycle.isDraining,
+      limiters: health.limiters,
+      window: { entries: health.window.entries, bytes: health.window.bytes, maxBytes: health.window.maxBytes },
+    };
+  }
+}
+
+/** The port's limiters: each worker's are its own, so the port's capacity and load are their sums. */
+function sumLimiters(lists: LimiterSnapshot[][]): LimiterSnapshot[] {
+  const byName = new Map<string, LimiterSnapshot>();
+  for (const limiter of lists.flat()) {
+    const seen = byName.get(limiter.name);
+    byName.set(
+      limiter.name,
+      !seen
+        ? { ...limiter }
+        : {
+            name: limiter.name,
+            limit: seen.limit + limiter.limit,
+            inFlight: seen.inFlight + limiter.inFlight,
+            queued: seen.queued + limiter.queued,
+            queueSize: seen.queueSize + limiter.queueSize,
+            detached: seen.detached + limiter.detached,
+          },
+    );
+  }
+  return [...byName.values()];
 }

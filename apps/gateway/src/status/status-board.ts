@@ -4,6 +4,7 @@ import type { ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { Lifecycle } from '../http/lifecycle.js';
+import { WorkerCoordination } from '../cluster/worker-coordination.js';
 
 const OUTCOMES = ['miss', 'joined', 'cached', 'none'] as const;
 const HISTORY_SECONDS = 60;
@@ -27,12 +28,16 @@ export interface FinishedRequest {
   spentDollars?: number;
 }
 
+/** What the status page shows; under `--workers`, the whole port's (see `portSnapshot`). */
+export type StatusSnapshot = ReturnType<StatusBoard['snapshot']> & { workers?: Array<{ pid: number; state: 'ok' | 'silent' }> };
+
 /**
  * The live status page's data: counts kept as requests finish and as the
  * orchestrator reports, folded into per-second history once a second, and
  * sent to every open page (SSE) then and at once on a breaker transition.
  * Everything is bounded: 60 s of history, the last transitions and errors,
  * and at most 500 tenants (hashed; later ones are counted as "other").
+ * Under `--workers`, a page is sent the sum of every worker's board.
  */
 @Injectable()
 export class StatusBoard implements OnModuleInit, OnModuleDestroy {
@@ -51,17 +56,22 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
   private readonly clients = new Set<ServerResponse>();
   private timer?: ReturnType<typeof setInterval>;
   private stopObserving?: () => void;
+  /** A broadcast is gathering the workers' boards; another asked meanwhile is sent once it is done. */
+  private broadcasting = false;
+  private broadcastAgain = false;
 
   constructor(
     @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
     private readonly orchestrator: OrchestratorService,
     private readonly lifecycle: Lifecycle,
+    private readonly workers: WorkerCoordination,
   ) {
     this.enabled = config.observability.statusPath !== undefined;
   }
 
   onModuleInit(): void {
     if (!this.enabled) return;
+    this.workers.channel?.provide('status', () => this.snapshot());
     this.stopObserving = this.orchestrator.observe({
       upstreamCall: (_upstream: string, _ms: number, result: UpstreamResult) => void this.upstreamCalls[result]++,
       refused: (_upstream: string, reason: RefusalReason) => void this.refusals[reason]++,
@@ -110,7 +120,17 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
   subscribe(response: ServerResponse): void {
     this.clients.add(response);
     response.once('close', () => this.clients.delete(response));
-    this.send(response, JSON.stringify(this.snapshot()));
+    if (!this.workers.channel) return this.send(response, JSON.stringify(this.snapshot()));
+    void this.portSnapshot().then((snapshot) => {
+      if (this.clients.has(response)) this.send(response, JSON.stringify(snapshot));
+    });
+  }
+
+  /** The snapshot of the whole port: this board's alone, or under `--workers` every worker's added up. */
+  async portSnapshot(): Promise<StatusSnapshot> {
+    const local = this.snapshot();
+    const port = await this.workers.gather<ReturnType<StatusBoard['snapshot']>>('status');
+    return port ? mergeSnapshots(local, port.parts, port.silent) : local;
   }
 
   snapshot() {
@@ -167,11 +187,95 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
 
   private broadcast(): void {
     if (this.clients.size === 0) return;
-    const data = JSON.stringify(this.snapshot());
-    for (const client of this.clients) this.send(client, data);
+    if (!this.workers.channel) {
+      const data = JSON.stringify(this.snapshot());
+      for (const client of this.clients) this.send(client, data);
+      return;
+    }
+    if (this.broadcasting) {
+      this.broadcastAgain = true;
+      return;
+    }
+    this.broadcasting = true;
+    void this.portSnapshot()
+      .then((snapshot) => {
+        const data = JSON.stringify(snapshot);
+        for (const client of this.clients) this.send(client, data);
+      })
+      .finally(() => {
+        this.broadcasting = false;
+        if (!this.broadcastAgain) return;
+        this.broadcastAgain = false;
+        this.broadcast();
+      });
   }
 
   private send(client: ServerResponse, data: string): void {
     client.write(`event: snapshot\ndata: ${data}\n\n`);
   }
+}
+
+type Snapshot = ReturnType<StatusBoard['snapshot']>;
+
+/**
+ * Every worker's board as one: counts are summed (history second by second,
+ * newest aligned), tenants and errors merged; breaker states and timelines
+ * are the answering worker's (the workers share their breaker).
+ */
+function mergeSnapshots(local: Snapshot, parts: Array<{ pid: number; data: Snapshot }>, silent: number[]): StatusSnapshot {
+  const boards = parts.map((p) => p.data);
+  const sum = <K extends string>(read: (board: Snapshot) => Record<K, number>): Record<K, number> => {
+    const total = { ...read(local) };
+    for (const key of Object.keys(total) as K[]) total[key] = boards.reduce<number>((n, board) => n + (read(board)[key] ?? 0), 0);
+    return total;
+  };
+  const length = Math.max(0, ...boards.map((b) => b.history.length));
+  const history = Array.from({ length }, (_, i) => {
+    const second = { at: 0, miss: 0, joined: 0, cached: 0, none: 0 };
+    for (const board of boards) {
+      const entry = board.history[board.history.length - length + i];
+      if (!entry) continue;
+      second.at = Math.max(second.at, entry.at);
+      for (const outcome of OUTCOMES) second[outcome] += entry[outcome];
+    }
+    return second;
+  });
+  const tenants = new Map<string, number>();
+  for (const board of boards) for (const { tenant, requests } of board.tenants) tenants.set(tenant, (tenants.get(tenant) ?? 0) + requests);
+  const upstreams = local.upstreams.map((upstream) => {
+    const limiters = boards.map((b) => b.upstreams.find((u) => u.name === upstream.name)?.limiter).filter((l) => l !== undefined);
+    const limiter = upstream.limiter && {
+      inFlight: limiters.reduce((n, l) => n + l.inFlight, 0),
+      queued: limiters.reduce((n, l) => n + l.queued, 0),
+      limit: limiters.reduce((n, l) => n + l.limit, 0),
+      queueSize: limiters.reduce((n, l) => n + l.queueSize, 0),
+    };
+    return { ...upstream, limiter };
+  });
+  return {
+    ...local,
+    startedAt: Math.min(local.startedAt, ...boards.map((b) => b.startedAt)),
+    upstreams,
+    totals: sum((b) => b.totals),
+    history,
+    upstreamCalls: sum((b) => b.upstreamCalls),
+    saved: {
+      calls: boards.reduce((n, b) => n + b.saved.calls, 0),
+      tokens: boards.reduce((n, b) => n + b.saved.tokens, 0),
+      dollars: boards.reduce((n, b) => n + b.saved.dollars, 0),
+      priced: boards.some((b) => b.saved.priced),
+    },
+    spent: sum((b) => b.spent),
+    refusals: sum((b) => b.refusals),
+    tenants: [...tenants.entries()]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 10)
+      .map(([tenant, requests]) => ({ tenant, requests })),
+    errors: boards
+      .flatMap((b) => b.errors)
+      .sort((a, b) => b.at - a.at)
+      .slice(0, MAX_ERRORS),
+    window: { ...local.window, entries: boards.reduce((n, b) => n + b.window.entries, 0), bytes: boards.reduce((n, b) => n + b.window.bytes, 0), maxBytes: boards.reduce((n, b) => n + b.window.maxBytes, 0) },
+    workers: [...parts.map(({ pid }) => ({ pid, state: 'ok' as const })), ...silent.map((pid) => ({ pid, state: 'silent' as const }))].sort((a, b) => a.pid - b.pid),
+  };
 }

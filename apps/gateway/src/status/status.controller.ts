@@ -75,7 +75,7 @@ export function statusController(path: string): Type<unknown> {
     @SetMetadata(STATUS_ACCESS, 'session')
     @Header('cache-control', 'no-store')
     snapshot() {
-      return this.board.snapshot();
+      return this.board.portSnapshot();
     }
 
     private allowed(request: IncomingMessage): boolean {

@@ -1,0 +1,289 @@
+import cluster, { type Worker } from 'node:cluster';
+import type { SharedBreakerState } from 'nest-prompt-orchestrator';
+import { AggregatorRegistry, Gauge } from 'prom-client';
+import { GONE, isGatewayMessage, type ClaimReply, type Gathered, type GatherReply, type ToPrimary, type ToWorker, type WorkerAsk } from './messages.js';
+
+export interface PrimaryHubOptions {
+  /** Events one flight may keep for workers that join it late; past this the flight is not joined any more. Default 32 MiB. */
+  maxFlightBytes?: number;
+  /** How long the prober's claim lasts without a probe renewing it. Default 5 000 ms. */
+  proberLeaseMs?: number;
+  /** Longest a gathering (a scrape, /health) waits for a worker's part. Default 2 000 ms. */
+  gatherTimeoutMs?: number;
+  log?: (line: string) => void;
+}
+
+/** One upstream call for a key, made by one worker, followed by others. */
+interface Flight {
+  id: number;
+  key: string;
+  leader: number;
+  /** Everything published so far (JSON text of each event), for workers that join late; `undefined` once too large. */
+  events: string[] | undefined;
+  bytes: number;
+  followers: Array<{ worker: Worker; c: number }>;
+}
+
+interface Gathering {
+  what: Gathered;
+  asker: Worker;
+  c: number;
+  waiting: Map<number, number>;
+  parts: Array<{ pid: number; data: unknown }>;
+  timer: ReturnType<typeof setTimeout>;
+}
+
+// With a worker's share of a scrape, gauges whose sum would mean nothing: the port's breaker is as open as its most
+// open worker's, and its store is up only if every worker reaches it.
+const METRIC_AGGREGATORS: Record<string, 'max' | 'min'> = {
+  orchestrator_breaker_state: 'max',
+  orchestrator_breaker_consecutive_failures: 'max',
+  orchestrator_store_up: 'min',
+};
+
+/**
+ * The primary's side of `--workers N`: what makes the workers one gateway.
+ * It holds, per key, the claim on the one upstream call and that call's
+ * events so far (a worker that joins late gets them all, then each as it is
+ * published), the port's breaker state (failures counted across workers,
+ * openings and closings told to all, one prober), and gathers metrics, health
+ * and status figures from every worker for the one that was asked.
+ *
+ * Memory is bounded: a flight's events are dropped when it ends, and a flight
+ * whose events outgrow `maxFlightBytes` keeps none (the workers following it
+ * go on live; a worker that asks later calls alone). Every answer to a claim
+ * is sent as the claim is read, with no timer.
+ */
+export class PrimaryHub {
+  private readonly maxFlightBytes: number;
+  private readonly proberLeaseMs: number;
+  private readonly gatherTimeoutMs: number;
+  private readonly log: (line: string) => void;
+  private flightSeq = 0;
+  private gatherSeq = 0;
+  private readonly leases = new Map<string, Flight>();
+  private readonly flights = new Map<number, Flight>();
+  private readonly failures = new Map<string, { n: number; at: number }>();
+  private readonly breakers = new Map<string, { state: SharedBreakerState; until: number }>();
+  private readonly probers = new Map<string, { worker: number; until: number }>();
+  private readonly gatherings = new Map<number, Gathering>();
+  /** Workers that serve (they have listened): the ones asked for figures. */
+  private readonly serving = new Map<number, Worker>();
+
+  constructor(options: PrimaryHubOptions = {}) {
+    this.maxFlightBytes = options.maxFlightBytes ?? 32 * 1024 * 1024;
+    this.proberLeaseMs = options.proberLeaseMs ?? 5_000;
+    this.gatherTimeoutMs = options.gatherTimeoutMs ?? 2_000;
+    this.log = options.log ?? ((line) => console.error(line));
+    cluster.on('message', (worker: Worker, message: unknown) => {
+      if (isGatewayMessage<ToPrimary>(message)) this.receive(worker, message);
+    });
+    cluster.on('listening', (worker) => this.serving.set(worker.id, worker));
+    cluster.on('exit', (worker) => this.gone(worker));
+  }
+
+  /** Flights in progress (for tests and figures). */
+  get flightCount(): number {
+    return this.flights.size;
+  }
+
+  private receive(worker: Worker, message: ToPrimary): void {
+    switch (message.gw) {
+      case 'pub':
+        return this.publish(message.f, message.e, message.last === 1);
+      case 'unfollow': {
+        const flight = this.flights.get(message.f);
+        if (flight) flight.followers = flight.followers.filter((f) => !(f.worker === worker && f.c === message.c));
+        return;
+      }
+      case 'reset':
+        this.failures.delete(message.name);
+        return;
+      case 'part':
+        return this.part(worker, message.g, message.data);
+      default:
+        return this.answer(worker, message);
+    }
+  }
+
+  private answer(worker: Worker, ask: WorkerAsk): void {
+    const reply = (v: unknown) => send(worker, { gw: 're', c: ask.c, v });
+    switch (ask.gw) {
+      case 'claim':
+        return reply(this.claim(worker, ask.key, ask.c));
+      case 'fail':
+        return reply(this.countFailure(ask.name));
+      case 'announce':
+        this.announce(worker, ask.name, ask.state);
+        return reply(null);
+      case 'watch': {
+        const open = this.breakers.get(ask.name);
+        return reply(open && open.until > Date.now() ? open.state : null);
+      }
+      case 'prober':
+        return reply(this.isProber(worker, ask.name));
+      case 'gather':
+        return this.gather(worker, ask.c, ask.what);
+    }
+  }
+
+  // ---- flights ----
+
+  private claim(worker: Worker, key: string, c: number): ClaimReply {
+    const flight = this.leases.get(key);
+    if (!flight) {
+      const created: Flight = { id: ++this.flightSeq, key, leader: worker.id, events: [], bytes: 0, followers: [] };
+      this.leases.set(key, created);
+      this.flights.set(created.id, created);
+      return { role: 'lead', f: created.id };
+    }
+    if (!flight.events) return { role: 'alone' };
+    flight.followers.push({ worker, c });
+    return { role: 'follow', f: flight.id, events: flight.events };
+  }
+
+  private publish(f: number, event: string, last: boolean): void {
+    const flight = this.flights.get(f);
+    if (!flight) return;
+    for (const { worker, c } of flight.followers) send(worker, { gw: 'ev', c, e: event });
+    if (last) return this.end(flight);
+    if (!flight.events) return;
+    flight.bytes += event.length;
+    if (flight.bytes <= this.maxFlightBytes) {
+      flight.events.push(event);
+      return;
+    }
+    // Its followers have every event already and go on live; only a later joiner would need them all again.
+    flight.events = undefined;
+    this.log(`gateway: a call's answer grew past ${this.maxFlightBytes} bytes; workers that ask for it from now on call the provider themselves`);
+  }
+
+  private end(flight: Flight): void {
+    this.flights.delete(flight.id);
+    if (this.leases.get(flight.key) === flight) this.leases.delete(flight.key);
+  }
+
+  // ---- breakers ----
+
+  private countFailure(name: string): number {
+    const now = Date.now();
+    const run = this.failures.get(name);
+    // A run nobody added to for a minute is over (as the Redis coordinator's count expires).
+    const n = run && now - run.at < 60_000 ? run.n + 1 : 1;
+    this.failures.set(name, { n, at: now });
+    if (n === 1) this.broadcast({ gw: 'failing', name });
+    return n;
+  }
+
+  private announce(from: Worker, name: string, state: SharedBreakerState): void {
+    if (state.state === 'open') this.breakers.set(name, { state, until: Date.now() + Math.max(1, state.openMs ?? 60_000) + this.proberLeaseMs });
+    else {
+      this.breakers.delete(name);
+      this.failures.delete(name);
+    }
+    this.broadcast({ gw: 'breaker', name, state }, from);
+  }
+
+  private isProber(worker: Worker, name: string): boolean {
+    const now = Date.now();
+    const held = this.probers.get(name);
+    if (held && held.worker !== worker.id && held.until > now) return false;
+    this.probers.set(name, { worker: worker.id, until: now + this.proberLeaseMs });
+    return true;
+  }
+
+  // ---- a worker gone ----
+
+  private gone(worker: Worker): void {
+    this.serving.delete(worker.id);
+    for (const flight of [...this.flights.values()]) {
+      if (flight.leader === worker.id) {
+        // Its followers take the call over (or fail, if part of it had reached their callers).
+        for (const { worker: follower, c } of flight.followers) send(follower, { gw: 'ev', c, e: GONE });
+        this.end(flight);
+      } else if (flight.followers.some((f) => f.worker === worker)) {
+        flight.followers = flight.followers.filter((f) => f.worker !== worker);
+      }
+    }
+    for (const [name, prober] of this.probers) if (prober.worker === worker.id) this.probers.delete(name);
+    for (const [g, gathering] of this.gatherings) {
+      if (gathering.asker === worker) {
+        clearTimeout(gathering.timer);
+        this.gatherings.delete(g);
+      } else if (gathering.waiting.delete(worker.id) && gathering.waiting.size === 0) void this.finish(g);
+    }
+  }
+
+  // ---- figures from every worker ----
+
+  private gather(asker: Worker, c: number, what: Gathered): void {
+    const g = ++this.gatherSeq;
+    const workers = [...this.serving.values()].filter((w) => w.isConnected());
+    const gathering: Gathering = {
+      what,
+      asker,
+      c,
+      waiting: new Map(workers.map((w) => [w.id, w.process.pid ?? 0])),
+      parts: [],
+      // One timer per gathering (a scrape, a /health), never per proxied request.
+      timer: setTimeout(() => void this.finish(g), this.gatherTimeoutMs),
+    };
+    gathering.timer.unref();
+    this.gatherings.set(g, gathering);
+    for (const worker of workers) send(worker, { gw: 'collect', g, what });
+    if (workers.length === 0) void this.finish(g);
+  }
+
+  private part(worker: Worker, g: number, data: unknown): void {
+    const gathering = this.gatherings.get(g);
+    if (!gathering || !gathering.waiting.delete(worker.id)) return;
+    if (data !== null) gathering.parts.push({ pid: worker.process.pid ?? 0, data });
+    if (gathering.waiting.size === 0) void this.finish(g);
+  }
+
+  private async finish(g: number): Promise<void> {
+    const gathering = this.gatherings.get(g);
+    if (!gathering) return;
+    this.gatherings.delete(g);
+    clearTimeout(gathering.timer);
+    const silent = [...gathering.waiting.values()];
+    let reply: GatherReply;
+    if (gathering.what === 'metrics') {
+      reply = { what: 'metrics', text: await aggregateMetrics(gathering.parts.map((p) => p.data), silent.length) };
+    } else reply = { what: gathering.what, parts: gathering.parts, silent };
+    if (gathering.asker.isConnected()) send(gathering.asker, { gw: 're', c: gathering.c, v: reply });
+  }
+
+  private broadcast(message: ToWorker, except?: Worker): void {
+    for (const worker of Object.values(cluster.workers ?? {})) {
+      if (worker && worker !== except && worker.isConnected()) send(worker, message);
+    }
+  }
+}
+
+/** Every worker's metrics as one registry's text: counters and histograms summed, a few gauges by max or min. */
+async function aggregateMetrics(parts: unknown[], silent: number): Promise<string> {
+  const lists = parts.filter(Array.isArray).map((metrics) =>
+    (metrics as Array<{ name: string; aggregator?: string }>).map((metric) => {
+      const aggregator = METRIC_AGGREGATORS[metric.name];
+      return aggregator ? { ...metric, aggregator } : metric;
+    }),
+  );
+  const registry = AggregatorRegistry.aggregate(lists);
+  const workers = new Gauge({
+    name: 'gateway_workers',
+    help: 'Workers whose figures this scrape adds up (reporting), and those that did not answer in time (silent).',
+    labelNames: ['state'],
+    registers: [registry],
+  });
+  workers.set({ state: 'reporting' }, lists.length);
+  workers.set({ state: 'silent' }, silent);
+  return registry.metrics();
+}
+
+function send(worker: Worker, message: ToWorker): void {
+  // A worker that has just died: its 'exit' (handled above) follows; the failed send is not an error of ours.
+  if (worker.isConnected()) worker.send(message, undefined, ignore);
+}
+
+const ignore = () => undefined;

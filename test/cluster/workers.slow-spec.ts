@@ -1,0 +1,541 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { RawResponse, type CallEvent } from 'nest-prompt-orchestrator';
+import { startMockProvider, type MockProvider } from '../../apps/mock-provider/src/index.js';
+import { WireReader, errorToWire, fromWire, toWire } from '../../apps/gateway/src/cluster/wire.js';
+import { GATEWAY_ERROR_CODEC } from '../../apps/gateway/src/shared-state/shared-state.js';
+import {
+  WireReader as PluginWireReader,
+  errorToWire as pluginErrorToWire,
+  fromWire as pluginFromWire,
+  toWire as pluginToWire,
+} from '../../libs/orchestrator/src/core/cluster/coordination.js';
+import { sseData, uniquePrompt } from '../support/gateway-harness.js';
+import { ensureBuilt, startGatewayProcess, type AppProcess } from '../support/gateway-process.js';
+import { parseMetrics, valueOf } from '../support/metrics-text.js';
+import { Gate } from '../support/platforms.js';
+import { redisServerMissing, startOwnedRedis, type OwnedRedis } from '../support/redis-server.js';
+import { createClient } from '@keyv/redis';
+
+/**
+ * `--workers 2` without `--redis`: two gateway processes on one port behave as
+ * one gateway. A herd spread over both makes one provider call (streams too,
+ * late joiners on the other worker included), a metrics scrape and /health
+ * describe both workers whichever answers, and signals to the primary never
+ * drop a request in flight.
+ *
+ * Between the gateway and the simulated provider sits a gate (below): it holds
+ * the provider's answer until the test has seen, through the gateway, that
+ * every request of the herd has arrived, so that no timing stands in for it.
+ */
+
+const KEY = 'sk-workers-suite';
+
+const chat = (content: string, stream = false) => JSON.stringify({ model: 'mock-model', stream, temperature: 0, messages: [{ role: 'user', content }] });
+
+interface Answer {
+  status: number;
+  outcome: string | null;
+  text: string;
+}
+
+async function ask(url: string, body: string, key = KEY): Promise<Answer> {
+  const response = await fetch(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+    body,
+  });
+  return { status: response.status, outcome: response.headers.get('x-orchestrator-dedup'), text: await response.text() };
+}
+
+/** A request on a connection of its own: node:cluster hands each new connection to the next worker in turn. */
+function askOnNewConnection(url: string, body: string): Promise<{ status: number; code?: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      `${url}/v1/chat/completions`,
+      { method: 'POST', agent: false, headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` } },
+      (response) => {
+        let text = '';
+        response.setEncoding('utf8');
+        response.on('data', (chunk: string) => (text += chunk));
+        response.on('end', () => {
+          let code: string | undefined;
+          try {
+            code = (JSON.parse(text) as { error?: { code?: string } }).error?.code;
+          } catch {
+            code = undefined;
+          }
+          resolve({ status: response.statusCode ?? 0, code });
+        });
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+/** A request whose answer is read as it comes: `started` resolves once the first SSE event has reached the client. */
+function askStreaming(url: string, body: string): { started: Promise<void>; done: Promise<Answer> } {
+  const started = new Gate();
+  const done = (async () => {
+    const response = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
+      body,
+    });
+    const reader = response.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = '';
+    for (;;) {
+      const { value, done: finished } = await reader.read();
+      if (finished) break;
+      text += decoder.decode(value, { stream: true });
+      if (text.includes('data:')) started.resolve();
+    }
+    started.resolve();
+    return { status: response.status, outcome: response.headers.get('x-orchestrator-dedup'), text };
+  })();
+  done.catch((error: unknown) => started.reject(error));
+  return { started: started.promise, done };
+}
+
+/**
+ * A loopback proxy in front of the simulated provider. While `hold()` is on,
+ * model calls (POST) wait here before reaching the provider; `pauseStreams()`
+ * lets an answer's first bytes through and keeps the rest until `resume()`.
+ * Everything else (health probes, GET /v1/models) passes at once.
+ */
+class GatedUpstream {
+  url = '';
+  private server?: Server;
+  private holding = false;
+  private readonly held: Array<() => void> = [];
+  private streamGate?: Gate;
+  /** Model calls that arrived here, held or not. */
+  calls = 0;
+
+  constructor(private readonly target: string) {}
+
+  async start(): Promise<void> {
+    this.server = createServer((req, res) => this.handle(req, res));
+    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
+    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  }
+
+  get heldCount(): number {
+    return this.held.length;
+  }
+
+  hold(): void {
+    this.holding = true;
+  }
+
+  release(): void {
+    this.holding = false;
+    for (const forward of this.held.splice(0)) forward();
+  }
+
+  pauseStreams(): void {
+    this.streamGate = new Gate();
+  }
+
+  resume(): void {
+    this.streamGate?.resolve();
+    this.streamGate = undefined;
+  }
+
+  async close(): Promise<void> {
+    this.release();
+    this.resume();
+    this.server?.closeAllConnections();
+    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+  }
+
+  private handle(req: IncomingMessage, res: ServerResponse): void {
+    const forward = () => {
+      const upstream = request(`${this.target}${req.url}`, { method: req.method, headers: req.headers }, (answer) => {
+        res.writeHead(answer.statusCode ?? 502, answer.headers);
+        const gate = this.streamGate;
+        let first = true;
+        answer.on('data', (chunk: Buffer) => {
+          res.write(chunk);
+          if (first && gate) {
+            answer.pause();
+            void gate.promise.then(() => answer.resume());
+          }
+          first = false;
+        });
+        answer.on('end', () => res.end());
+        answer.on('error', () => res.destroy());
+      });
+      upstream.on('error', () => res.destroy());
+      req.pipe(upstream);
+    };
+    if (req.method !== 'POST') return forward();
+    this.calls++;
+    if (this.holding) this.held.push(forward);
+    else forward();
+  }
+}
+
+interface WorkerHealth {
+  pid: number;
+  state: string;
+  inFlight: number;
+  dedup: { miss: number; joined: number; cached: number };
+}
+
+interface Health {
+  dedup: { inFlight: number; miss: number; joined: number; cached: number };
+  coordination: { state: string } | null;
+  workers?: { count: number; reporting: number; answeredBy: number; list: WorkerHealth[] };
+}
+
+async function health(url: string): Promise<Health> {
+  // With --keys-file, /health wants a key like any route.
+  return (await (await fetch(`${url}/health`, { headers: { authorization: `Bearer ${KEY}` } })).json()) as Health;
+}
+
+/** Polls `condition` until it holds; the failure names what was last seen. */
+async function until<T>(what: string, read: () => Promise<T>, condition: (value: T) => boolean, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await read();
+    if (condition(value)) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; last seen: ${JSON.stringify(value).slice(0, 2_000)}`);
+    await new Promise((resolve) => setTimeout(resolve, 25)); // polling interval
+  }
+}
+
+/** Requests the gateway has attached to a call (led or joined) since `before`, across the workers. */
+const attached = (now: Health, before: Health) => now.dedup.miss + now.dedup.joined - (before.dedup.miss + before.dedup.joined);
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe('--workers 2 without --redis: one gateway on one port', () => {
+  let provider: MockProvider;
+  let upstream: GatedUpstream;
+  let redis: OwnedRedis | undefined;
+  const gateways: AppProcess[] = [];
+
+  beforeAll(async () => {
+    await ensureBuilt();
+  }, 180_000);
+  afterEach(async () => {
+    for (const gateway of gateways.splice(0)) gateway.kill();
+    await upstream?.close();
+    await provider?.close();
+    await redis?.close();
+    redis = undefined;
+  });
+  afterAll(async () => {
+    for (const gateway of gateways.splice(0)) gateway.kill();
+  });
+
+  /** Provider, gate and a `--workers 2` gateway whose two workers both answer. */
+  const start = async (flags: string[] = [], mock: Parameters<typeof startMockProvider>[0] = {}) => {
+    provider = await startMockProvider({ streamChunkDelayMs: 20, ...mock });
+    upstream = new GatedUpstream(provider.url);
+    await upstream.start();
+    const gateway = await startGatewayProcess(['--upstream', upstream.url, '--workers', '2', ...flags]);
+    gateways.push(gateway);
+    // (A gateway whose /health has no workers section cannot tell; it is tested as it is.)
+    const ready = await until('both workers to report in /health', () => health(gateway.url), (h) => h.workers === undefined || h.workers.reporting === 2, 60_000);
+    if (ready.workers) expect(ready.workers.list).toHaveLength(2);
+    return { gateway, workerPids: ready.workers?.list.map((w) => w.pid) ?? [] };
+  };
+
+  it('a herd of 300 over both workers: 1 provider call, one identical answer; then streams, metrics and /health for the whole port', async () => {
+    const { gateway, workerPids } = await start();
+    const url = gateway.url;
+
+    // --- the herd: held at the gate until all 300 are attached to a call, across both workers ---
+    const before = await health(url);
+    upstream.hold();
+    const body = chat(uniquePrompt('workers herd'));
+    const herd = Array.from({ length: 300 }, () => ask(url, body));
+    const arrived = await until(
+      'the herd of 300 to arrive',
+      async () => ({ health: await health(url), upstreamCalls: upstream.calls }),
+      ({ health: h }) => attached(h, before) === 300,
+      60_000,
+    );
+    const perWorker = arrived.health.workers!.list;
+    upstream.release();
+    const answers = await Promise.all(herd);
+    expect(upstream.calls).toBe(1);
+    expect(provider.stats().byRoute['/v1/chat/completions']).toBe(1);
+    expect(answers.map((a) => a.status)).toEqual(answers.map(() => 200));
+    expect(new Set(answers.map((a) => a.text)).size).toBe(1);
+    expect(answers.filter((a) => a.outcome === 'miss')).toHaveLength(1);
+    expect(answers.filter((a) => a.outcome === 'joined')).toHaveLength(299);
+    // Both workers took part: the one that did not call followed the other's call.
+    const share = (now: WorkerHealth[], then: Health) =>
+      now.map((w) => {
+        const was = then.workers!.list.find((b) => b.pid === w.pid)!;
+        return w.dedup.miss + w.dedup.joined - (was.dedup.miss + was.dedup.joined);
+      });
+    expect(share(perWorker, before).every((n) => n > 0)).toBe(true);
+
+    // --- 50 identical streams: one starts, its first chunk reaches its client, then 49 join (on either worker) ---
+    const midway = await health(url);
+    const prompt = uniquePrompt('workers stream with a few more words to send one by one');
+    upstream.pauseStreams();
+    const first = askStreaming(url, chat(prompt, true));
+    await first.started;
+    const rest = Array.from({ length: 49 }, () => askStreaming(url, chat(prompt, true)).done);
+    const joined = await until(
+      '49 streams to join the one in flight',
+      async () => ({ health: await health(url), upstreamCalls: upstream.calls }),
+      ({ health: h }) => attached(h, midway) === 50,
+      60_000,
+    );
+    // The worker that did not lead joined the call midway: the primary gave it the events so far, then the rest.
+    expect(share(joined.health.workers!.list, midway).every((n) => n > 0)).toBe(true);
+    upstream.resume();
+    const streams = await Promise.all([first.done, ...rest]);
+    expect(upstream.calls).toBe(2);
+    const sequences = streams.map((s) => sseData(s.text));
+    expect(streams.every((s) => s.status === 200)).toBe(true);
+    expect(new Set(sequences.map((s) => JSON.stringify(s))).size).toBe(1);
+    expect(sequences[0].at(-1)).toBe('[DONE]');
+    const content = sequences[0]
+      .filter((d) => d !== '[DONE]')
+      .map((d) => (JSON.parse(d) as { choices: Array<{ delta: { content?: string } }> }).choices[0]?.delta.content ?? '')
+      .join('');
+    expect(content).toBe(`Echo: ${prompt}`);
+
+    // --- every scrape describes the whole port, whichever worker answers it ---
+    const scrapes = [];
+    for (let i = 0; i < 6; i++) {
+      const response = await fetch(`${url}/orchestrator/metrics`);
+      expect(response.status).toBe(200);
+      scrapes.push(parseMetrics(await response.text()));
+    }
+    for (const samples of scrapes) {
+      expect(valueOf(samples, 'orchestrator_requests_total')).toBe(350);
+      expect(valueOf(samples, 'orchestrator_requests_total', { outcome: 'miss' })).toBe(2);
+      expect(valueOf(samples, 'orchestrator_requests_total', { outcome: 'joined' })).toBe(348);
+      expect(valueOf(samples, 'orchestrator_upstream_calls_total', { result: 'ok' })).toBe(2);
+      expect(valueOf(samples, 'gateway_workers', { state: 'reporting' })).toBe(2);
+    }
+
+    // --- /health lists both workers, with totals that are their sums, whichever answers ---
+    expect(new Set(workerPids).size).toBe(2);
+    expect(workerPids).not.toContain(gateway.pid);
+    const seenBy = new Set<number>();
+    for (let i = 0; i < 6; i++) {
+      const h = await health(url);
+      seenBy.add(h.workers!.answeredBy);
+      expect(h.workers!.count).toBe(2);
+      expect(h.workers!.list.map((w) => w.pid).sort()).toEqual([...workerPids].sort());
+      expect(h.workers!.list.every((w) => w.state === 'ok' && w.inFlight === 0)).toBe(true);
+      expect(h.dedup.miss).toBe(2);
+      expect(h.dedup.joined).toBe(348);
+      expect(h.workers!.list.reduce((n, w) => n + w.dedup.joined, 0)).toBe(348);
+      expect(h.coordination).toEqual({ state: 'ok' });
+    }
+    expect([...seenBy].every((pid) => workerPids.includes(pid))).toBe(true);
+
+    // --- the status page's summary counts both workers too ---
+    const snapshot = (await (await fetch(`${url}/orchestrator/snapshot`)).json()) as { totals: { miss: number; joined: number }; workers?: unknown[] };
+    expect(snapshot.totals.miss).toBe(2);
+    expect(snapshot.totals.joined).toBe(348);
+    expect(snapshot.workers).toHaveLength(2);
+  }, 240_000);
+
+  it('the events crossing between workers are in the plugin\'s wire format', () => {
+    const formatError = (error: unknown) => `data: ${JSON.stringify({ error: (error as Error).message })}\n\n`;
+    const events: Array<CallEvent<unknown>> = [
+      { kind: 'value', value: { id: 'x', n: [1, 2] } },
+      { kind: 'value', value: new RawResponse(Buffer.from('{"ok":true}'), 'application/json', { 'x-a': 'b' }, 201) },
+      { kind: 'head', head: { contentType: 'text/event-stream; charset=utf-8', headers: { 'x-b': 'c' } } },
+      { kind: 'head', head: { contentType: 'text/event-stream' }, formatError },
+      { kind: 'chunk', chunk: 'data: {"choices":[]}\n\n' },
+    ];
+    const reader = new WireReader(GATEWAY_ERROR_CODEC);
+    const pluginReader = new PluginWireReader(GATEWAY_ERROR_CODEC);
+    for (const event of events) {
+      const wire = toWire(event);
+      expect(wire).toEqual(pluginToWire(event));
+      const copy = JSON.parse(JSON.stringify(wire)) as Parameters<typeof pluginFromWire>[0];
+      expect(fromWire(copy as Parameters<typeof fromWire>[0])).toEqual(pluginFromWire(copy));
+      const read = reader.event(copy as Parameters<typeof reader.event>[0]);
+      const pluginRead = pluginReader.event(copy);
+      expect({ ...read, formatError: undefined }).toEqual({ ...pluginRead, formatError: undefined });
+      if (read.kind === 'head' && pluginRead.kind === 'head') expect(read.formatError?.(new Error('lost'))).toBe(pluginRead.formatError?.(new Error('lost')));
+    }
+    const error = new Error('provider cut');
+    expect(errorToWire(GATEWAY_ERROR_CODEC, error, formatError)).toEqual(pluginErrorToWire(GATEWAY_ERROR_CODEC, error, formatError));
+    expect(errorToWire(GATEWAY_ERROR_CODEC, error, undefined)).toEqual(pluginErrorToWire(GATEWAY_ERROR_CODEC, error, undefined));
+  });
+
+  it('an outage: the failures of both workers count together (at most 5 calls in all), one prober, and both recover together', async () => {
+    const { gateway } = await start(['--retries', '0', '--probe-interval', '0.2', '--breaker-open', '30']);
+    provider.setMode('error503');
+    const outageStarted = performance.now();
+    const refusals: Array<string | undefined> = [];
+    for (let i = 0; i < 20; i++) {
+      const answer = await askOnNewConnection(gateway.url, chat(uniquePrompt(`outage ${i}`)));
+      expect(answer.status).toBe(503);
+      refusals.push(answer.code);
+    }
+    const stats = provider.stats();
+    expect(stats.byRoute['/v1/chat/completions']).toBeLessThanOrEqual(5);
+    // Once open, every worker refuses (connections alternate between them).
+    expect(refusals.slice(-10).every((code) => code === 'circuit_open')).toBe(true);
+    // One prober for the port, every 0.2 s at most.
+    expect(stats.byRoute['/v1/models'] ?? 0).toBeLessThanOrEqual(Math.ceil((performance.now() - outageStarted) / 200) + 1);
+    provider.setMode('ok');
+    await until('the breaker to close', () => askOnNewConnection(gateway.url, chat(uniquePrompt('after'))), (a) => a.status === 200, 10_000);
+    const after = await Promise.all(Array.from({ length: 6 }, (_, i) => askOnNewConnection(gateway.url, chat(uniquePrompt(`recovered ${i}`)))));
+    expect(after.map((a) => a.status)).toEqual(after.map(() => 200));
+  }, 120_000);
+
+  it('the leading worker killed before its answer: the other worker\'s callers get one answer from a single takeover call', async () => {
+    const { gateway } = await start();
+    const before = await health(gateway.url);
+    upstream.hold();
+    const body = chat(uniquePrompt('leader dies'));
+    const herd = Array.from({ length: 20 }, () => ask(gateway.url, body).catch(() => ({ status: 0, outcome: null, text: '' })));
+    const arrived = await until('20 requests to join one call', () => health(gateway.url), (h) => attached(h, before) === 20);
+    const grew = (w: WorkerHealth, field: 'miss' | 'joined') => w.dedup[field] - before.workers!.list.find((b) => b.pid === w.pid)!.dedup[field];
+    const leader = arrived.workers!.list.find((w) => grew(w, 'miss') === 1)!;
+    const follower = arrived.workers!.list.find((w) => w !== leader)!;
+    expect(grew(follower, 'joined')).toBeGreaterThan(0);
+    process.kill(leader.pid, 'SIGKILL');
+    await until('the follower to take the call over', async () => upstream.calls, (n) => n === 2);
+    upstream.release();
+    const answers = await Promise.all(herd);
+    const served = answers.filter((a) => a.status !== 0);
+    // Every caller of the surviving worker is answered, all alike; the dead worker's callers lost their connection.
+    expect(served).toHaveLength(grew(follower, 'joined'));
+    expect(served.every((a) => a.status === 200)).toBe(true);
+    expect(new Set(served.map((a) => a.text)).size).toBe(1);
+    expect(upstream.calls).toBe(2);
+    // The primary replaced the dead worker.
+    await until('a new worker to serve', () => health(gateway.url), (h) => h.workers?.reporting === 2 && !h.workers.list.some((w) => w.pid === leader.pid));
+  }, 120_000);
+
+  it('the leading worker killed in the middle of a stream: the other worker\'s callers get a leader_lost error event, never an answer stitched from a second call', async () => {
+    const { gateway } = await start();
+    const before = await health(gateway.url);
+    const prompt = uniquePrompt('leader dies mid-stream with a few more words to send');
+    upstream.pauseStreams();
+    const first = askStreaming(gateway.url, chat(prompt, true));
+    await first.started;
+    const rest = Array.from({ length: 9 }, () => askStreaming(gateway.url, chat(prompt, true)));
+    const arrived = await until('10 streams on one call', () => health(gateway.url), (h) => attached(h, before) === 10);
+    const leader = arrived.workers!.list.find((w) => w.dedup.miss - before.workers!.list.find((b) => b.pid === w.pid)!.dedup.miss === 1)!;
+    // The followers have the first chunk: a takeover could only stitch two calls together.
+    await Promise.all(rest.map((r) => r.started.catch(() => undefined)));
+    process.kill(leader.pid, 'SIGKILL');
+    // Let the provider go on: a (wrong) takeover call would then complete, and show below.
+    upstream.resume();
+    const outcomes = await Promise.all([first, ...rest].map((r) => r.done.then((a) => a.text, () => 'cut')));
+    expect(outcomes.some((text) => text.includes('[DONE]'))).toBe(false);
+    expect(upstream.calls).toBe(1);
+    // The dead worker's callers lost their connection; the other worker's were told why, in their stream.
+    const told = outcomes.filter((text) => text !== 'cut');
+    expect(told.length).toBeGreaterThan(0);
+    expect(told.every((text) => sseData(text).some((d) => d.includes('"code":"leader_lost"')))).toBe(true);
+  }, 120_000);
+
+  it('with --redis, Redis stays the coordinator of the workers\' calls; /health still lists both', async () => {
+    const missing = redisServerMissing();
+    if (missing) throw new Error(missing);
+    redis = await startOwnedRedis();
+    const { gateway } = await start(['--redis', redis.url]);
+    const before = await until('Redis coordination', () => health(gateway.url), (h) => h.coordination?.state === 'ok' && h.workers?.reporting === 2);
+    upstream.hold();
+    const body = chat(uniquePrompt('workers with redis'));
+    const herd = Array.from({ length: 40 }, () => ask(gateway.url, body));
+    await until('the herd of 40 to arrive', () => health(gateway.url), (h) => attached(h, before) === 40);
+    upstream.release();
+    const answers = await Promise.all(herd);
+    expect(answers.every((a) => a.status === 200)).toBe(true);
+    expect(new Set(answers.map((a) => a.text)).size).toBe(1);
+    expect(upstream.calls).toBe(1);
+    // The call's events went through Redis (a stream per call), not through the primary.
+    const client = createClient({ url: redis.url });
+    await client.connect();
+    try {
+      expect(await client.keys('npo:flight:*')).toHaveLength(1);
+    } finally {
+      await client.quit();
+    }
+  }, 120_000);
+
+  it('SIGHUP to the primary without --keys-file: the workers live on and the 10 requests in flight are all answered', async () => {
+    const { gateway, workerPids } = await start();
+    upstream.hold();
+    const inFlight = Array.from({ length: 10 }, (_, i) => ask(gateway.url, chat(uniquePrompt(`hangup ${i}`))));
+    await until('10 calls to reach the gate', async () => upstream.heldCount, (n) => n === 10);
+    process.kill(gateway.pid, 'SIGHUP');
+    // The primary says what it did with it (the unfixed gateway's workers die of it instead).
+    await until('the primary to handle SIGHUP', async () => gateway.output(), (out) => /SIGHUP|exited/.test(out));
+    upstream.release();
+    const answers = await Promise.all(inFlight);
+    expect(answers.map((a) => a.status)).toEqual(answers.map(() => 200));
+    expect(gateway.output()).not.toMatch(/worker \d+ exited/);
+    expect(workerPids.every(alive)).toBe(true);
+    expect((await health(gateway.url)).workers!.list.map((w) => w.pid).sort()).toEqual([...workerPids].sort());
+  }, 120_000);
+
+  it('SIGHUP with --keys-file: the workers reload the keys, requests in flight are all answered', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'npo-workers-'));
+    const keys = join(dir, 'keys.json');
+    writeFileSync(keys, JSON.stringify({ [KEY]: { name: 'suite' } }));
+    const { gateway, workerPids } = await start(['--keys-file', keys]);
+    upstream.hold();
+    const inFlight = Array.from({ length: 10 }, (_, i) => ask(gateway.url, chat(uniquePrompt(`reload ${i}`))));
+    await until('10 calls to reach the gate', async () => upstream.heldCount, (n) => n === 10);
+    process.kill(gateway.pid, 'SIGHUP');
+    await until('the primary to pass SIGHUP on', async () => gateway.output(), (out) => /SIGHUP|exited/.test(out));
+    upstream.release();
+    const answers = await Promise.all(inFlight);
+    expect(answers.map((a) => a.status)).toEqual(answers.map(() => 200));
+    expect(gateway.output()).not.toMatch(/worker \d+ exited/);
+    expect(workerPids.every(alive)).toBe(true);
+  }, 120_000);
+
+  it('SIGTERM (then SIGINT and SIGTERM again) to the primary: every request in flight is answered, then the workers and the primary exit', async () => {
+    const { gateway, workerPids } = await start();
+    const before = await health(gateway.url);
+    upstream.hold();
+    const body = chat(uniquePrompt('drain herd'));
+    const inFlight = [
+      ...Array.from({ length: 12 }, () => ask(gateway.url, body)),
+      ...Array.from({ length: 6 }, (_, i) => ask(gateway.url, chat(uniquePrompt(`drain ${i}`)))),
+    ];
+    await until(
+      '18 requests to be in flight',
+      async () => ({ health: await health(gateway.url), upstreamCalls: upstream.calls }),
+      ({ health: h }) => attached(h, before) === 18,
+    );
+    process.kill(gateway.pid, 'SIGTERM');
+    await until('the drain to start', async () => gateway.output(), (out) => /draining/.test(out));
+    // Impatient operators: more signals must not turn the drain into a cut.
+    process.kill(gateway.pid, 'SIGINT');
+    process.kill(gateway.pid, 'SIGTERM');
+    await until('the primary to see the repeated signals', async () => gateway.output(), (out) => (out.match(/already draining/g) ?? []).length === 2 || gateway.child.exitCode !== null || gateway.child.signalCode !== null);
+    upstream.release();
+    const answers = await Promise.all(inFlight.map((p) => p.catch((error: Error) => ({ status: 0, outcome: null, text: error.message }))));
+    expect(answers.map((a) => a.status)).toEqual(answers.map(() => 200));
+    expect(new Set(answers.slice(0, 12).map((a) => a.text)).size).toBe(1);
+    expect(upstream.calls).toBe(7);
+    expect(await gateway.exited).toBe(0);
+    expect(workerPids.some(alive)).toBe(false);
+  }, 120_000);
+});
