@@ -6,6 +6,7 @@ import { renderTimelineSvg } from './chart.js';
 import { keyCostTable, runKeyCost } from './keycost.js';
 import { closeControlConnections } from './mock-control.js';
 import { clusterTable, runCluster } from './cluster.js';
+import { clusterLoadedTable, runClusterLoaded } from './cluster-loaded.js';
 import { overheadTable, runOverhead, writeOverheadDocs, type OverheadResult } from './overhead.js';
 import { repoRoot, requireBuild, stopAllChildren, stopChildrenOnSignals } from './processes.js';
 import { checksTable, scenarioTable } from './report.js';
@@ -38,6 +39,8 @@ Options:
   --herd N              overhead: requests in the herd row (default 1000)
   --profile             overhead: also take a CPU profile of the gateway on the small and 200 KB rows
   --before FILE         overhead: a JSON result of an earlier run, shown as the "before" column
+  --loaded              cluster: the fleet's promises with two busy processes taking the cores (herds of 300 over 4
+                        replicas, Redis frozen under a herd, a leader killed mid-stream)
   --help                this text
 `;
 
@@ -56,6 +59,7 @@ interface Cli {
   only: string[];
   herd: number;
   profile: boolean;
+  loaded: boolean;
   before?: string;
 }
 
@@ -76,6 +80,7 @@ function parseCli(argv: string[]): Cli | undefined {
         only: { type: 'string', default: '' },
         herd: { type: 'string', default: '1000' },
         profile: { type: 'boolean', default: false },
+        loaded: { type: 'boolean', default: false },
         before: { type: 'string' },
         help: { type: 'boolean', default: false },
       },
@@ -112,6 +117,7 @@ function parseCli(argv: string[]): Cli | undefined {
     only,
     herd,
     profile: values.profile ?? false,
+    loaded: values.loaded ?? false,
     before: values.before,
   };
 }
@@ -222,6 +228,9 @@ async function main(): Promise<number> {
     } else if (scenario === 'soak') {
       const result = await runSoak({ durationSec: cli.soakSec, log });
       await report(result, soakTable(result));
+    } else if (scenario === 'cluster' && cli.loaded) {
+      const result = await runClusterLoaded(log);
+      await report(result, clusterLoadedTable(result));
     } else if (scenario === 'cluster') {
       const result = await runCluster(log);
       await report(result, clusterTable(result));

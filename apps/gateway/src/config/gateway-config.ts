@@ -187,7 +187,7 @@ const FLAGS: Record<string, FlagSpec> = {
   'redis-timeout': {
     env: 'ORCHESTRATOR_REDIS_TIMEOUT_SECS',
     value: 'SECS',
-    help: 'longest one Redis operation may take; slower is a miss, and Redis is skipped until it answers (default 0.1)',
+    help: 'longest one Redis operation may take; slower is a miss, and Redis is skipped until it answers (default 0.5)',
   },
   'gateway-keys': {
     env: 'ORCHESTRATOR_GATEWAY_KEYS',
@@ -328,7 +328,7 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     shutdownGraceMs: seconds('shutdown-grace', 30),
     windowMaxBytes,
     redisUrl,
-    redisTimeoutMs: seconds('redis-timeout', 0.1),
+    redisTimeoutMs: seconds('redis-timeout', 0.5),
     redisPrefix: raw('redis-prefix') ?? 'npo',
     gatewayKeys: (raw('gateway-keys') ?? '')
       .split(',')
