@@ -25,6 +25,16 @@ async function ask(url: string, body: string, headers: Record<string, string> = 
   return { status: response.status, outcome: response.headers.get('x-orchestrator-dedup'), text: await response.text() };
 }
 
+/** Until a replica's flight is forgotten, i.e. its answer is in the window (memory and Redis). */
+async function stored(url: string): Promise<void> {
+  for (const deadline = Date.now() + 5_000; ; ) {
+    const health = (await (await fetch(`${url}/health`)).json()) as { dedup: { inFlight: number } };
+    if (health.dedup.inFlight === 0) return;
+    if (Date.now() > deadline) throw new Error('the answer was never stored');
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
 describe('replicas sharing one Redis', () => {
   let redis: OwnedRedis;
   let provider: MockProvider;
@@ -150,5 +160,69 @@ describe('replicas sharing one Redis', () => {
     const answers = await Promise.all(Array.from({ length: 10 }, (_, i) => ask(urls[i % 2], body)));
     expect(answers.every((a) => a.status === 200)).toBe(true);
     expect(provider.stats().total - before).toBe(1);
+  }, 60_000);
+
+  it('Redis frozen (SIGSTOP): a herd of 100 on one replica makes 1 call, over 4 replicas at most 4; joined means joined', async () => {
+    const urls = (await fleet(4, { latencyMs: 300 })).map((r) => r.url);
+    redis.freeze();
+    try {
+      const onePrompt = chat(uniquePrompt('frozen, one replica'));
+      const before = provider.stats().total;
+      const herd = await Promise.all(Array.from({ length: 100 }, () => ask(urls[0], onePrompt)));
+      expect(provider.stats().total - before).toBe(1);
+      expect(herd.every((a) => a.status === 200)).toBe(true);
+      expect(herd.filter((a) => a.outcome === 'miss')).toHaveLength(1);
+
+      const fourPrompt = chat(uniquePrompt('frozen, four replicas'));
+      const beforeFour = provider.stats().total;
+      const four = await Promise.all(Array.from({ length: 100 }, (_, i) => ask(urls[i % 4], fourPrompt)));
+      const calls = provider.stats().total - beforeFour;
+      expect(calls).toBeLessThanOrEqual(4);
+      expect(four.every((a) => a.status === 200)).toBe(true);
+      // Every request that did not call was really joined to a call in its own replica.
+      expect(four.filter((a) => a.outcome === 'miss')).toHaveLength(calls);
+    } finally {
+      redis.thaw();
+    }
+  }, 60_000);
+
+  it('the leader SIGKILLed mid-stream: followers on other replicas get a leader_lost error event within the lease', async () => {
+    const [leader, ...others] = await fleet(4, { latencyMs: 100, streamChunkDelayMs: 200 });
+    const words = Array.from({ length: 60 }, (_, i) => `w${i}`).join(' ');
+    const body = chat(uniquePrompt(`a long stream ${words}`), true);
+    void ask(leader.url, body).catch(() => undefined);
+    await waitFor(() => provider.stats().total === 1, 10_000, 'the leader to call');
+    const followers = others.map((replica) => ask(replica.url, body));
+    // Every follower has part of the answer before the leader dies.
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    const killedAt = Date.now();
+    leader.kill();
+    const answers = await Promise.all(followers.map((f) => f.then((a) => ({ ...a, endedAt: Date.now() }))));
+    for (const answer of answers) {
+      const events = sseData(answer.text);
+      expect(events.length).toBeGreaterThan(1);
+      const last = JSON.parse(events.at(-1)!) as { error?: { code?: string } };
+      expect(last.error?.code).toBe('leader_lost');
+      expect(answer.endedAt - killedAt).toBeLessThan(5_000 + 1_000); // the lease (5 s) and a poll
+    }
+    expect(provider.stats().total).toBe(1);
+  }, 60_000);
+
+  it('--redis-prefix isolates everything, the answer window included', async () => {
+    redis = await startOwnedRedis();
+    provider = await startMockProvider({ latencyMs: 50 });
+    const start = (prefix: string) =>
+      startGatewayProcess(['--upstream', provider.url, '--redis', redis.url, '--redis-prefix', prefix]);
+    replicas = await Promise.all([start('staging'), start('production'), start('production')]);
+    const [staging, production, production2] = replicas.map((r) => r.url);
+    const body = chat(uniquePrompt('prefixed'));
+    expect((await ask(staging, body)).outcome).toBe('miss');
+    await stored(staging);
+    expect((await ask(production, body)).outcome).toBe('miss');
+    expect(provider.stats().total).toBe(2);
+    await stored(production);
+    // Same prefix: the stored answer is shared.
+    expect((await ask(production2, body)).outcome).toBe('cached');
+    expect(provider.stats().total).toBe(2);
   }, 60_000);
 });
