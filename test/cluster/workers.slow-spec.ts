@@ -7,6 +7,8 @@ import { join } from 'node:path';
 import { RawResponse, type CallEvent } from 'nest-prompt-orchestrator';
 import { startMockProvider, type MockProvider } from '../../apps/mock-provider/src/index.js';
 import { WireReader, errorToWire, fromWire, toWire } from '../../apps/gateway/src/cluster/wire.js';
+import { GONE, type ToWorker } from '../../apps/gateway/src/cluster/messages.js';
+import { PrimaryHub, type HubWorker } from '../../apps/gateway/src/cluster/primary-hub.js';
 import { GATEWAY_ERROR_CODEC } from '../../apps/gateway/src/shared-state/shared-state.js';
 import {
   WireReader as PluginWireReader,
@@ -31,6 +33,8 @@ import { createClient } from '@keyv/redis';
  * Between the gateway and the simulated provider sits a gate (below): it holds
  * the provider's answer until the test has seen, through the gateway, that
  * every request of the herd has arrived, so that no timing stands in for it.
+ * First, in this process: the events cross in the plugin's wire format, and
+ * the primary's bookkeeping, message by message.
  */
 
 const KEY = 'sk-workers-suite';
@@ -192,7 +196,7 @@ interface WorkerHealth {
 interface Health {
   dedup: { inFlight: number; miss: number; joined: number; cached: number };
   coordination: { state: string } | null;
-  workers?: { count: number; reporting: number; answeredBy: number; list: WorkerHealth[] };
+  workers?: { configured: number; count: number; reporting: number; answeredBy: number; list: WorkerHealth[] };
 }
 
 async function health(url: string): Promise<Health> {
@@ -222,6 +226,100 @@ function alive(pid: number): boolean {
     return false;
   }
 }
+
+describe('--workers: what crosses between the workers and their primary', () => {
+  it('the events crossing between workers are in the plugin\'s wire format', () => {
+    const formatError = (error: unknown) => `data: ${JSON.stringify({ error: (error as Error).message })}\n\n`;
+    const events: Array<CallEvent<unknown>> = [
+      { kind: 'value', value: { id: 'x', n: [1, 2] } },
+      { kind: 'value', value: new RawResponse(Buffer.from('{"ok":true}'), 'application/json', { 'x-a': 'b' }, 201) },
+      { kind: 'head', head: { contentType: 'text/event-stream; charset=utf-8', headers: { 'x-b': 'c' } } },
+      { kind: 'head', head: { contentType: 'text/event-stream' }, formatError },
+      { kind: 'chunk', chunk: 'data: {"choices":[]}\n\n' },
+    ];
+    const reader = new WireReader(GATEWAY_ERROR_CODEC);
+    const pluginReader = new PluginWireReader(GATEWAY_ERROR_CODEC);
+    for (const event of events) {
+      const wire = toWire(event);
+      expect(wire).toEqual(pluginToWire(event));
+      const copy = JSON.parse(JSON.stringify(wire)) as Parameters<typeof pluginFromWire>[0];
+      expect(fromWire(copy as Parameters<typeof fromWire>[0])).toEqual(pluginFromWire(copy));
+      const read = reader.event(copy as Parameters<typeof reader.event>[0]);
+      const pluginRead = pluginReader.event(copy);
+      expect({ ...read, formatError: undefined }).toEqual({ ...pluginRead, formatError: undefined });
+      if (read.kind === 'head' && pluginRead.kind === 'head') expect(read.formatError?.(new Error('lost'))).toBe(pluginRead.formatError?.(new Error('lost')));
+    }
+    const error = new Error('provider cut');
+    expect(errorToWire(GATEWAY_ERROR_CODEC, error, formatError)).toEqual(pluginErrorToWire(GATEWAY_ERROR_CODEC, error, formatError));
+    expect(errorToWire(GATEWAY_ERROR_CODEC, error, undefined)).toEqual(pluginErrorToWire(GATEWAY_ERROR_CODEC, error, undefined));
+  });
+
+  it('the primary, message by message: one lead per key, a late follower gets every event so far, a call too large to keep is not joined late, a dead leader\'s followers are told; one failure count and one prober', () => {
+    const worker = (id: number) => {
+      const inbox: ToWorker[] = [];
+      const handle: HubWorker = {
+        id,
+        process: { pid: 1_000 + id },
+        isConnected: () => true,
+        send: (message) => inbox.push(JSON.parse(JSON.stringify(message)) as ToWorker) > 0,
+      };
+      return { handle, inbox, answer: () => inbox.filter((m) => m.gw === 're').at(-1)?.v, events: () => inbox.filter((m) => m.gw === 'ev') };
+    };
+    const head = JSON.stringify({ k: 'h', h: { contentType: 'text/event-stream' } });
+    const chunk = JSON.stringify({ k: 'c', c: 'data: 0123456789\n\n' });
+    const lines: string[] = [];
+    // Room for the head and one chunk: the second chunk is one too many to keep.
+    const hub = new PrimaryHub({ maxFlightBytes: head.length + chunk.length, log: (line) => lines.push(line) });
+    const [a, b, c] = [1, 2, 3].map(worker);
+
+    hub.receive(a.handle, { gw: 'claim', c: 1, key: 'k' });
+    expect(a.answer()).toEqual({ role: 'lead', f: 1 });
+    hub.receive(a.handle, { gw: 'pub', f: 1, e: head });
+    hub.receive(b.handle, { gw: 'claim', c: 7, key: 'k' });
+    expect(b.answer()).toEqual({ role: 'follow', f: 1, events: [head] });
+    hub.receive(a.handle, { gw: 'pub', f: 1, e: chunk });
+    hub.receive(a.handle, { gw: 'pub', f: 1, e: chunk });
+    // The follower already there gets each event live, kept or not.
+    expect(b.events()).toEqual([
+      { gw: 'ev', c: 7, e: chunk },
+      { gw: 'ev', c: 7, e: chunk },
+    ]);
+    hub.receive(c.handle, { gw: 'claim', c: 1, key: 'k' });
+    expect(c.answer()).toEqual({ role: 'alone' });
+    expect(lines).toHaveLength(1);
+    hub.receive(a.handle, { gw: 'pub', f: 1, e: '{"k":"end"}', last: 1 });
+    expect(b.events().at(-1)).toEqual({ gw: 'ev', c: 7, e: '{"k":"end"}' });
+    expect(hub.flightCount).toBe(0);
+
+    hub.receive(c.handle, { gw: 'claim', c: 2, key: 'k' });
+    expect(c.answer()).toEqual({ role: 'lead', f: 2 });
+    hub.receive(b.handle, { gw: 'claim', c: 8, key: 'k' });
+    expect(b.answer()).toEqual({ role: 'follow', f: 2, events: [] });
+    hub.gone(c.handle);
+    expect(b.events().at(-1)).toEqual({ gw: 'ev', c: 8, e: GONE });
+    expect(hub.flightCount).toBe(0);
+
+    hub.receive(a.handle, { gw: 'fail', c: 2, name: 'upstream' });
+    expect(a.answer()).toBe(1);
+    hub.receive(b.handle, { gw: 'fail', c: 9, name: 'upstream' });
+    expect(b.answer()).toBe(2);
+    // Told once, at the start of the run: a success anywhere must end it.
+    expect([...a.inbox, ...b.inbox].filter((m) => m.gw === 'failing')).toHaveLength(2);
+    hub.receive(b.handle, { gw: 'announce', c: 10, name: 'upstream', state: { state: 'open', openMs: 30_000 } });
+    expect(a.inbox.at(-1)).toEqual({ gw: 'breaker', name: 'upstream', state: { state: 'open', openMs: 30_000 } });
+    hub.receive(a.handle, { gw: 'prober', c: 3, name: 'upstream' });
+    expect(a.answer()).toBe(true);
+    hub.receive(b.handle, { gw: 'prober', c: 11, name: 'upstream' });
+    expect(b.answer()).toBe(false);
+    hub.gone(a.handle);
+    hub.receive(b.handle, { gw: 'prober', c: 12, name: 'upstream' });
+    expect(b.answer()).toBe(true);
+    // A worker that starts now learns the port's breaker is open.
+    const d = worker(4);
+    hub.receive(d.handle, { gw: 'watch', c: 1, name: 'upstream' });
+    expect(d.answer()).toEqual({ state: 'open', openMs: 30_000 });
+  });
+});
 
 describe('--workers 2 without --redis: one gateway on one port', () => {
   let provider: MockProvider;
@@ -338,6 +436,7 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     for (let i = 0; i < 6; i++) {
       const h = await health(url);
       seenBy.add(h.workers!.answeredBy);
+      expect(h.workers!.configured).toBe(2);
       expect(h.workers!.count).toBe(2);
       expect(h.workers!.list.map((w) => w.pid).sort()).toEqual([...workerPids].sort());
       expect(h.workers!.list.every((w) => w.state === 'ok' && w.inFlight === 0)).toBe(true);
@@ -354,32 +453,6 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     expect(snapshot.totals.joined).toBe(348);
     expect(snapshot.workers).toHaveLength(2);
   }, 240_000);
-
-  it('the events crossing between workers are in the plugin\'s wire format', () => {
-    const formatError = (error: unknown) => `data: ${JSON.stringify({ error: (error as Error).message })}\n\n`;
-    const events: Array<CallEvent<unknown>> = [
-      { kind: 'value', value: { id: 'x', n: [1, 2] } },
-      { kind: 'value', value: new RawResponse(Buffer.from('{"ok":true}'), 'application/json', { 'x-a': 'b' }, 201) },
-      { kind: 'head', head: { contentType: 'text/event-stream; charset=utf-8', headers: { 'x-b': 'c' } } },
-      { kind: 'head', head: { contentType: 'text/event-stream' }, formatError },
-      { kind: 'chunk', chunk: 'data: {"choices":[]}\n\n' },
-    ];
-    const reader = new WireReader(GATEWAY_ERROR_CODEC);
-    const pluginReader = new PluginWireReader(GATEWAY_ERROR_CODEC);
-    for (const event of events) {
-      const wire = toWire(event);
-      expect(wire).toEqual(pluginToWire(event));
-      const copy = JSON.parse(JSON.stringify(wire)) as Parameters<typeof pluginFromWire>[0];
-      expect(fromWire(copy as Parameters<typeof fromWire>[0])).toEqual(pluginFromWire(copy));
-      const read = reader.event(copy as Parameters<typeof reader.event>[0]);
-      const pluginRead = pluginReader.event(copy);
-      expect({ ...read, formatError: undefined }).toEqual({ ...pluginRead, formatError: undefined });
-      if (read.kind === 'head' && pluginRead.kind === 'head') expect(read.formatError?.(new Error('lost'))).toBe(pluginRead.formatError?.(new Error('lost')));
-    }
-    const error = new Error('provider cut');
-    expect(errorToWire(GATEWAY_ERROR_CODEC, error, formatError)).toEqual(pluginErrorToWire(GATEWAY_ERROR_CODEC, error, formatError));
-    expect(errorToWire(GATEWAY_ERROR_CODEC, error, undefined)).toEqual(pluginErrorToWire(GATEWAY_ERROR_CODEC, error, undefined));
-  });
 
   it('an outage: the failures of both workers count together (at most 5 calls in all), one prober, and both recover together', async () => {
     const { gateway } = await start(['--retries', '0', '--probe-interval', '0.2', '--breaker-open', '30']);

@@ -69,7 +69,7 @@ async function serve(config: GatewayConfig): Promise<void> {
  * stopped; SIGHUP is passed on only when there is a keys file to reload.
  */
 function supervise(config: GatewayConfig): void {
-  new PrimaryHub();
+  new PrimaryHub().listen();
   let stopping = false;
   const alive = new Set<number>();
   const listening = new Set<number>();

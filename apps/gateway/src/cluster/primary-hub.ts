@@ -1,4 +1,4 @@
-import cluster, { type Worker } from 'node:cluster';
+import cluster from 'node:cluster';
 import type { SharedBreakerState } from 'nest-prompt-orchestrator';
 import { AggregatorRegistry, Gauge } from 'prom-client';
 import { GONE, isGatewayMessage, type ClaimReply, type Gathered, type GatherReply, type ToPrimary, type ToWorker, type WorkerAsk } from './messages.js';
@@ -8,10 +8,22 @@ export interface PrimaryHubOptions {
   maxFlightBytes?: number;
   /** How long the prober's claim lasts without a probe renewing it. Default 5 000 ms. */
   proberLeaseMs?: number;
-  /** Longest a gathering (a scrape, /health) waits for a worker's part. Default 2 000 ms. */
-  gatherTimeoutMs?: number;
+  /**
+   * Longest a gathering waits for each worker's part, by what is gathered. Default 3 000 ms for a scrape (well
+   * within Prometheus's 10 s), 1 000 ms for /health and the status page: a probe must not wait on a busy worker.
+   */
+  gatherTimeoutMs?: Partial<Record<Gathered, number>>;
   log?: (line: string) => void;
 }
+
+/** A worker as the hub uses it (node:cluster's `Worker` is one). */
+export interface HubWorker {
+  readonly id: number;
+  readonly process: { readonly pid?: number };
+  isConnected(): boolean;
+  send(message: ToWorker, sendHandle: undefined, callback: (error: Error | null) => void): boolean;
+}
+type Worker = HubWorker;
 
 /** One upstream call for a key, made by one worker, followed by others. */
 interface Flight {
@@ -57,7 +69,7 @@ const METRIC_AGGREGATORS: Record<string, 'max' | 'min'> = {
 export class PrimaryHub {
   private readonly maxFlightBytes: number;
   private readonly proberLeaseMs: number;
-  private readonly gatherTimeoutMs: number;
+  private readonly gatherTimeoutMs: Record<Gathered, number>;
   private readonly log: (line: string) => void;
   private flightSeq = 0;
   private gatherSeq = 0;
@@ -69,17 +81,22 @@ export class PrimaryHub {
   private readonly gatherings = new Map<number, Gathering>();
   /** Workers that serve (they have listened): the ones asked for figures. */
   private readonly serving = new Map<number, Worker>();
+  /** Workers that have spoken or listened: the ones told of breaker changes. */
+  private readonly known = new Map<number, Worker>();
 
   constructor(options: PrimaryHubOptions = {}) {
     this.maxFlightBytes = options.maxFlightBytes ?? 32 * 1024 * 1024;
     this.proberLeaseMs = options.proberLeaseMs ?? 5_000;
-    this.gatherTimeoutMs = options.gatherTimeoutMs ?? 2_000;
+    this.gatherTimeoutMs = { metrics: 3_000, health: 1_000, status: 1_000, ...options.gatherTimeoutMs };
     this.log = options.log ?? ((line) => console.error(line));
-    cluster.on('message', (worker: Worker, message: unknown) => {
-      if (isGatewayMessage<ToPrimary>(message)) this.receive(worker, message);
-    });
-    cluster.on('listening', (worker) => this.serving.set(worker.id, worker));
+  }
+
+  /** Serves node:cluster's workers (the primary of `--workers`). */
+  listen(): this {
+    cluster.on('message', (worker, message: unknown) => this.receive(worker, message));
+    cluster.on('listening', (worker) => this.serve(worker));
     cluster.on('exit', (worker) => this.gone(worker));
+    return this;
   }
 
   /** Flights in progress (for tests and figures). */
@@ -87,7 +104,10 @@ export class PrimaryHub {
     return this.flights.size;
   }
 
-  private receive(worker: Worker, message: ToPrimary): void {
+  /** A message from a worker (anything else on the channel is not ours and is ignored). */
+  receive(worker: Worker, message: unknown): void {
+    if (!isGatewayMessage<ToPrimary>(message)) return;
+    this.known.set(worker.id, worker);
     switch (message.gw) {
       case 'pub':
         return this.publish(message.f, message.e, message.last === 1);
@@ -192,10 +212,18 @@ export class PrimaryHub {
     return true;
   }
 
-  // ---- a worker gone ----
+  // ---- workers coming and going ----
 
-  private gone(worker: Worker): void {
+  /** A worker listens: it is asked for its figures from now on. */
+  serve(worker: Worker): void {
+    this.serving.set(worker.id, worker);
+    this.known.set(worker.id, worker);
+  }
+
+  /** A worker exited: whoever followed its calls takes them over, and nothing waits for it any more. */
+  gone(worker: Worker): void {
     this.serving.delete(worker.id);
+    this.known.delete(worker.id);
     for (const flight of [...this.flights.values()]) {
       if (flight.leader === worker.id) {
         // Its followers take the call over (or fail, if part of it had reached their callers).
@@ -226,7 +254,7 @@ export class PrimaryHub {
       waiting: new Map(workers.map((w) => [w.id, w.process.pid ?? 0])),
       parts: [],
       // One timer per gathering (a scrape, a /health), never per proxied request.
-      timer: setTimeout(() => void this.finish(g), this.gatherTimeoutMs),
+      timer: setTimeout(() => void this.finish(g), this.gatherTimeoutMs[what]),
     };
     gathering.timer.unref();
     this.gatherings.set(g, gathering);
@@ -255,8 +283,8 @@ export class PrimaryHub {
   }
 
   private broadcast(message: ToWorker, except?: Worker): void {
-    for (const worker of Object.values(cluster.workers ?? {})) {
-      if (worker && worker !== except && worker.isConnected()) send(worker, message);
+    for (const worker of this.known.values()) {
+      if (worker !== except) send(worker, message);
     }
   }
 }

@@ -75,6 +75,7 @@ export class HealthController {
       dedup: { inFlight: sum((p) => p.inFlight), miss: sum((p) => p.dedup.miss), joined: sum((p) => p.dedup.joined), cached: sum((p) => p.dedup.cached) },
       window: { entries: sum((p) => p.window.entries), bytes: sum((p) => p.window.bytes), maxBytes: sum((p) => p.window.maxBytes) },
       workers: {
+        configured: this.config.workers,
         count: port.parts.length + port.silent.length,
         reporting: port.parts.length,
         answeredBy: process.pid,

@@ -16,7 +16,7 @@ section{background:var(--card);border-radius:8px;padding:12px 16px}h2{font-size:
 .big{font-size:22px;font-weight:600}.grid{display:grid;grid-template-columns:repeat(3,1fr);gap:8px}.grid div span{display:block;color:var(--dim);font-size:12px}
 table{width:100%;border-collapse:collapse}td,th{text-align:left;padding:3px 6px;border-bottom:1px solid #30363d;font-variant-numeric:tabular-nums}th{color:var(--dim);font-weight:500}
 ul{margin:0;padding-left:18px}.legend span{margin-right:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px}
-svg{width:100%;height:90px;display:block}#draining:empty{display:none}`;
+svg{width:100%;height:90px;display:block}#draining:empty,#workers:empty{display:none}`;
 
 const SCRIPT = `
 const $ = (id) => document.getElementById(id);
@@ -61,6 +61,7 @@ function renderChart(history) {
 function render(s) {
   text($('provider'), s.provider); text($('uptime'), Math.round((s.now - s.startedAt) / 1000) + ' s');
   text($('draining'), s.draining ? 'draining' : '');
+  text($('workers'), s.workers ? s.workers.length + ' workers' + (s.workers.some((w) => w.state !== 'ok') ? ' (' + s.workers.filter((w) => w.state !== 'ok').length + ' silent)' : '') : '');
   renderUpstreams(s.upstreams);
   const last = s.history[s.history.length - 1] || { miss: 0, joined: 0, cached: 0, none: 0 };
   for (const k of ['miss', 'joined', 'cached', 'none']) { text($('rate-' + k), fmt(last[k])); text($('total-' + k), fmt(s.totals[k])); }
@@ -88,7 +89,7 @@ export function statusPageHtml(): string {
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <title>Gateway status</title><style>${STYLE}</style></head>
 <body><header><h1>Gateway status</h1><span class="dim">provider <b id="provider">-</b></span><span class="dim">up <b id="uptime">-</b></span>
-<span class="dim" id="conn">connecting…</span><span class="badge open" id="draining"></span></header>
+<span class="dim" id="workers"></span><span class="dim" id="conn">connecting…</span><span class="badge open" id="draining"></span></header>
 <main>
 <section><h2>Upstreams</h2><div id="upstreams"></div></section>
 <section><h2>Requests per second</h2>
