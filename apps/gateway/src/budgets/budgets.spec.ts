@@ -30,7 +30,8 @@ describe('keys documents', () => {
     ['{"sk-secret-123": {"name": "a", "requestsPerMinute": 0}}', '"requestsPerMinute" must be a whole number'],
     ['{"sk-secret-123": {"name": "a", "requestsPerMinute": "9"}}', '"requestsPerMinute" must be a whole number'],
     ['{"sk-secret-123": {"name": "a", "maxSpend": "lots"}}', '"maxSpend" must look like'],
-    ['{"sk-secret-123": {"name": "a", "admin": true}}', 'unknown field "admin"'],
+    ['{"sk-secret-123": {"name": "a", "owner": true}}', 'unknown field "owner"'],
+    ['{"sk-secret-123": {"name": "a", "admin": "yes"}}', '"admin" must be true or false'],
     ['{"sk-secret-123": {"name": "a", "__proto__": {"x": 1}}}', 'unknown field "__proto__"'],
     [`{"sk-secret-123": {"name": "a"}, "${'x'.repeat(2_000_000)}": {"name": "b"}}`, 'larger than'],
   ])('refuses %j naming the problem, never the key', (text, problem) => {

@@ -10,6 +10,8 @@ export interface VirtualKey {
   requestsPerMinute?: number;
   tokensPerMinute?: number;
   maxSpend?: SpendCap;
+  /** May sign in to the status page (which shows every caller's traffic, hashed). */
+  admin?: boolean;
 }
 
 interface Entry {
@@ -30,7 +32,7 @@ export class KeysFileError extends Error {
 
 /**
  * Parses a keys document: `{ "<client key>" | "sha256:<hex of the key>": { "name", "requestsPerMinute"?,
- * "tokensPerMinute"?, "maxSpend"?: "20/day" } }`. Throws `KeysFileError` naming the first problem by the
+ * "tokensPerMinute"?, "maxSpend"?: "20/day", "admin"?: true } }`. Throws `KeysFileError` naming the first problem by the
  * entry's position or name (never by its key).
  */
 export function parseKeys(text: string): Entry[] {
@@ -58,7 +60,7 @@ export function parseKeys(text: string): Entry[] {
     if (names.has(v.name)) throw new KeysFileError(`${where}: the name "${v.name}" is used twice`);
     names.add(v.name);
     for (const field of Object.keys(v)) {
-      if (!['name', 'requestsPerMinute', 'tokensPerMinute', 'maxSpend'].includes(field)) {
+      if (!['name', 'requestsPerMinute', 'tokensPerMinute', 'maxSpend', 'admin'].includes(field)) {
         throw new KeysFileError(`key "${v.name}": unknown field "${field.slice(0, 40)}"`);
       }
     }
@@ -77,12 +79,15 @@ export function parseKeys(text: string): Entry[] {
         throw new KeysFileError((error as Error).message);
       }
     }
+    if (v.admin !== undefined && typeof v.admin !== 'boolean') throw new KeysFileError(`key "${v.name}": "admin" must be true or false`);
     const hashed = HASHED.exec(secret);
     const digest = hashed ? Buffer.from(hashed[1], 'hex') : keyDigest(secret);
     const hex = digest.toString('hex');
     if (seen.has(hex)) throw new KeysFileError(`key "${v.name}": the same key is listed twice`);
     seen.add(hex);
-    entries.push({ digest, key: { name: v.name, requestsPerMinute: limit('requestsPerMinute'), tokensPerMinute: limit('tokensPerMinute'), maxSpend } });
+    const key: VirtualKey = { name: v.name, requestsPerMinute: limit('requestsPerMinute'), tokensPerMinute: limit('tokensPerMinute'), maxSpend };
+    if (v.admin === true) key.admin = true;
+    entries.push({ digest, key });
   });
   if (entries.length === 0) throw new KeysFileError('lists no keys');
   return entries;
@@ -97,6 +102,7 @@ export function parseKeys(text: string): Entry[] {
  */
 export class VirtualKeys {
   private entries: Entry[];
+  private admins?: { of: Entry[]; digests: readonly Buffer[] };
   private watcher?: FSWatcher;
   private debounce?: NodeJS.Timeout;
   private readonly onHangup = () => this.reload('SIGHUP');
@@ -138,6 +144,12 @@ export class VirtualKeys {
       if (timingSafeEqual(entry.digest, digest) && !found) found = entry.key;
     }
     return found;
+  }
+
+  /** Digests of the keys that may sign in to the status page (the same array until the keys change). */
+  adminDigests(): readonly Buffer[] {
+    if (this.admins?.of !== this.entries) this.admins = { of: this.entries, digests: this.entries.filter((e) => e.key.admin).map((e) => e.digest) };
+    return this.admins.digests;
   }
 
   /** Reads the file again; keeps the keys in force if it cannot be used. Returns whether the new keys took over. */

@@ -74,6 +74,8 @@ export interface ObservabilityConfig {
   logPrompts: boolean;
   /** Route of the live status page; undefined with --no-status-page. */
   statusPath?: string;
+  /** The status page needs no sign-in even beyond loopback. */
+  statusPublic: boolean;
   /** A degraded Redis makes /health/ready fail. */
   readyRequiresStore: boolean;
 }
@@ -225,6 +227,11 @@ const FLAGS: Record<string, FlagSpec> = {
   },
   'status-path': { env: 'ORCHESTRATOR_STATUS_PATH', value: 'PATH', help: 'route of the live status page (default /orchestrator)' },
   'no-status-page': { env: 'ORCHESTRATOR_NO_STATUS_PAGE', boolean: true, help: 'serve no status page' },
+  'status-public': {
+    env: 'ORCHESTRATOR_STATUS_PUBLIC',
+    boolean: true,
+    help: 'show the status page without a sign-in even when listening beyond loopback (default: beyond loopback it needs a gateway key or an admin key)',
+  },
   'ready-requires-store': {
     env: 'ORCHESTRATOR_READY_REQUIRES_STORE',
     boolean: true,
@@ -361,6 +368,7 @@ function parseObservability(raw: (name: string) => string | undefined, flag: (na
     requestLog: !flag('no-request-log'),
     logPrompts: flag('log-prompts'),
     statusPath,
+    statusPublic: flag('status-public'),
     readyRequiresStore: flag('ready-requires-store'),
   };
 }

@@ -11,7 +11,7 @@ import { routeSpecOf } from '../routes/gateway-route.decorator.js';
 import { ApiError } from './api-error.js';
 import { clientKey, identityOf, isOneOf, keyDigest } from './credentials.js';
 import { contextOf } from './request-context.js';
-import { STATUS_ACCESS, type StatusAccess } from '../status/status.controller.js';
+import { STATUS_ACCESS, statusSignIn, type StatusAccess } from '../status/status.controller.js';
 import { StatusSessions } from '../status/status-session.js';
 
 // Deeper than any real request; serialising it again for the provider would overflow the stack.
@@ -38,7 +38,7 @@ export class GatewayGuard implements CanActivate {
     private readonly budgets: Budgets,
   ) {
     this.keyDigests = config.gatewayKeys.map(keyDigest);
-    this.sessions = new StatusSessions(config.gatewayKeys);
+    this.sessions = new StatusSessions(statusSignIn(config, budgets));
   }
 
   async canActivate(execution: ExecutionContext): Promise<boolean> {

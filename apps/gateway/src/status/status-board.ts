@@ -31,6 +31,18 @@ export interface FinishedRequest {
 /** What the status page shows; under `--workers`, the whole port's (see `portSnapshot`). */
 export type StatusSnapshot = ReturnType<StatusBoard['snapshot']> & { workers?: Array<{ pid: number; state: 'ok' | 'silent' }> };
 
+/** Bounds of the status page's event streams (docs/operations.md, "The status page"). */
+export const STREAM_LIMITS = {
+  /** Streams open at once, for everybody. */
+  total: 32,
+  /** Streams open at once from one client address (a few tabs). */
+  perClient: 4,
+  /** A stream ends after this long; the page's EventSource reconnects by itself (and is checked again). */
+  maxSeconds: 600,
+  /** Snapshots a watcher may leave unread before it is cut. */
+  unreadBytes: 1024 * 1024,
+};
+
 /**
  * The live status page's data: counts kept as requests finish and as the
  * orchestrator reports, folded into per-second history once a second, and
@@ -54,6 +66,7 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
   private readonly saved = { calls: 0, tokens: 0, dollars: 0, priced: false };
   private readonly spent = { tokens: 0, dollars: 0 };
   private readonly clients = new Set<ServerResponse>();
+  private readonly streamsByPeer = new Map<string, number>();
   private timer?: ReturnType<typeof setInterval>;
   private stopObserving?: () => void;
   /** A broadcast is gathering the workers' boards; another asked meanwhile is sent once it is done. */
@@ -116,10 +129,31 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
     }
   }
 
-  /** Keeps `response` (an SSE stream) up to date until it closes. */
-  subscribe(response: ServerResponse): void {
+  /**
+   * Whether one more event stream may open for `peer`, and why not: the
+   * streams are few and bounded (an operator's page, not a public feed), so
+   * that idle or never-reading watchers cannot take the gateway's connections
+   * or memory from its callers.
+   */
+  refuseStream(peer: string): string | undefined {
+    if (this.clients.size >= STREAM_LIMITS.total) return `the status page already has ${STREAM_LIMITS.total} event streams open`;
+    if ((this.streamsByPeer.get(peer) ?? 0) >= STREAM_LIMITS.perClient) return `this client already has ${STREAM_LIMITS.perClient} event streams open`;
+    return undefined;
+  }
+
+  /** Keeps `response` (an SSE stream) up to date until it closes, or its time is up (the browser then reconnects). */
+  subscribe(response: ServerResponse, peer = 'unknown'): void {
     this.clients.add(response);
-    response.once('close', () => this.clients.delete(response));
+    this.streamsByPeer.set(peer, (this.streamsByPeer.get(peer) ?? 0) + 1);
+    const timeUp = setTimeout(() => response.end(), STREAM_LIMITS.maxSeconds * 1000);
+    timeUp.unref();
+    response.once('close', () => {
+      clearTimeout(timeUp);
+      this.clients.delete(response);
+      const left = (this.streamsByPeer.get(peer) ?? 1) - 1;
+      if (left > 0) this.streamsByPeer.set(peer, left);
+      else this.streamsByPeer.delete(peer);
+    });
     if (!this.workers.channel) return this.send(response, JSON.stringify(this.snapshot()));
     void this.portSnapshot().then((snapshot) => {
       if (this.clients.has(response)) this.send(response, JSON.stringify(snapshot));
@@ -211,6 +245,8 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
   }
 
   private send(client: ServerResponse, data: string): void {
+    // A watcher that does not read: cut, rather than buffer a snapshot a second for it without end.
+    if (client.writableLength > STREAM_LIMITS.unreadBytes) return void client.destroy();
     client.write(`event: snapshot\ndata: ${data}\n\n`);
   }
 }

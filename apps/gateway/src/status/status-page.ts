@@ -122,3 +122,11 @@ document.getElementById('login').addEventListener('submit', async (event) => {
 });
 </script></body></html>`;
 }
+
+/** What a locked page says (beyond loopback, nobody may sign in): how to open it, nothing about the gateway. */
+export function lockedPageHtml(): string {
+  return `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Gateway status</title></head>
+<body><h1>Gateway status</h1><p>This gateway listens beyond loopback and nobody may sign in to its status page.
+Start it with <code>--gateway-keys</code>, or give a key of its keys file <code>"admin": true</code>, to sign in
+with that key; or pass <code>--status-public</code> to show the page to anyone who can reach it.</p></body></html>`;
+}

@@ -8,26 +8,37 @@ export const SESSION_SECONDS = 12 * 60 * 60;
 
 /**
  * Status page sessions without server-side state: the cookie is an expiry and
- * an HMAC of it, keyed by a digest of the gateway's keys. Every worker of
- * --workers accepts it, and changing the keys ends every session. It is only
- * ever accepted on the status page's own routes.
+ * an HMAC of it, keyed by the digests of the keys that may sign in (the
+ * gateway keys and the keys file's admin keys). Every worker and replica with
+ * the same keys accepts it, and changing those keys ends every session.
+ * Without any such key no session exists at all: a secret derived from
+ * nothing would let anyone forge a cookie. It is only ever accepted on the
+ * status page's own routes.
  */
 export class StatusSessions {
-  private readonly secret: Buffer;
+  private secret?: Buffer;
+  private secretOf: readonly Buffer[] = [];
 
-  constructor(gatewayKeys: string[]) {
-    this.secret = createHash('sha256').update(`status-page\n${gatewayKeys.join('\n')}`).digest();
+  /** `signInDigests` is read at each use: a reloaded keys file takes effect at once. */
+  constructor(private readonly signInDigests: () => readonly Buffer[]) {}
+
+  /** Whether anybody can sign in (there is a key that may). */
+  get possible(): boolean {
+    return this.signInDigests().length > 0;
   }
 
   issue(now = Date.now()): string {
+    const secret = this.currentSecret();
+    if (!secret) throw new Error('no key may sign in to the status page');
     const expires = Math.floor(now / 1000) + SESSION_SECONDS;
-    return `${expires}.${this.sign(expires)}`;
+    return `${expires}.${sign(secret, expires)}`;
   }
 
   /** Whether the request carries an unexpired session cookie issued with these keys. */
   isValid(headers: IncomingHttpHeaders, now = Date.now()): boolean {
+    const secret = this.currentSecret();
     const cookie = headers.cookie;
-    if (typeof cookie !== 'string') return false;
+    if (!secret || typeof cookie !== 'string') return false;
     const value = cookie
       .split(';')
       .map((part) => part.trim())
@@ -35,12 +46,25 @@ export class StatusSessions {
       ?.slice(SESSION_COOKIE.length + 1);
     const [expires, signature] = value?.split('.') ?? [];
     if (!expires || !signature || !/^\d+$/.test(expires) || Number(expires) * 1000 < now) return false;
-    const expected = Buffer.from(this.sign(Number(expires)));
+    const expected = Buffer.from(sign(secret, Number(expires)));
     const given = Buffer.from(signature);
     return given.length === expected.length && timingSafeEqual(given, expected);
   }
 
-  private sign(expires: number): string {
-    return createHmac('sha256', this.secret).update(String(expires)).digest('base64url');
+  private currentSecret(): Buffer | undefined {
+    const digests = this.signInDigests();
+    if (digests.length === 0) return undefined;
+    // Recomputed only when the keys changed (a reload makes a new array).
+    if (digests !== this.secretOf || !this.secret) {
+      const hash = createHash('sha256').update('status-page\n');
+      for (const digest of digests) hash.update(digest);
+      this.secret = hash.digest();
+      this.secretOf = digests;
+    }
+    return this.secret;
   }
+}
+
+function sign(secret: Buffer, expires: number): string {
+  return createHmac('sha256', secret).update(String(expires)).digest('base64url');
 }

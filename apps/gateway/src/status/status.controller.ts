@@ -1,11 +1,13 @@
 import { Body, Controller, Get, Header, HttpCode, Inject, Post, Req, Res, SetMetadata, type Type } from '@nestjs/common';
+import { LRUCache } from 'lru-cache';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Budgets } from '../budgets/budgets.service.js';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { ApiError } from '../http/api-error.js';
 import { clientKey, isOneOf, keyDigest } from '../http/credentials.js';
 import { StatusBoard } from './status-board.js';
-import { loginPageHtml, statusPageHtml } from './status-page.js';
+import { lockedPageHtml, loginPageHtml, statusPageHtml } from './status-page.js';
 import { SESSION_COOKIE, SESSION_SECONDS, StatusSessions } from './status-session.js';
 
 /** Handler metadata read by the gateway guard: who may reach a status route when gateway keys are on. */
@@ -17,19 +19,66 @@ const CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-i
 
 type AnyResponse = ServerResponse | { raw: ServerResponse; hijack(): void };
 
+/** Failed sign-ins one client address may make per minute; then it waits (a key cannot be guessed by trying). */
+export const LOGIN_FAILURES_PER_MINUTE = 10;
+
+/**
+ * The keys that may sign in to the status page: the gateway keys, and the
+ * keys file's `"admin": true` keys (read at each use: a reload takes effect).
+ * The same array comes back while nothing changed, so sessions keep their secret.
+ */
+export function statusSignIn(config: GatewayConfig, budgets: Budgets): () => readonly Buffer[] {
+  const gateway = config.gatewayKeys.map(keyDigest);
+  let admins: readonly Buffer[] = [];
+  let both: readonly Buffer[] = gateway;
+  return () => {
+    const current = budgets.keys?.adminDigests() ?? [];
+    if (current !== admins) {
+      admins = current;
+      both = current.length === 0 ? gateway : [...gateway, ...current];
+    }
+    return both;
+  };
+}
+
+/** Whether the gateway listens on loopback only (then an open page shows nothing to the network). */
+export function listensOnLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
+function peerOf(request: IncomingMessage): string {
+  return request.socket.remoteAddress ?? 'unknown';
+}
+
+/** The status page's origin check: a browser's cross-site request says where it comes from, and that is not here. */
+function crossSite(request: IncomingMessage): boolean {
+  const origin = request.headers.origin;
+  if (origin === undefined) return false;
+  try {
+    return new URL(origin).host !== request.headers.host;
+  } catch {
+    return true;
+  }
+}
+
 /** The status page's routes under `path`: the page, its login, its SSE stream and a JSON snapshot. */
 export function statusController(path: string): Type<unknown> {
   @Controller()
   class StatusController {
     private readonly sessions: StatusSessions;
-    private readonly keyDigests: Buffer[];
+    private readonly signIn: () => readonly Buffer[];
+    /** Beyond loopback, with no key that may sign in and no --status-public: the page serves nobody. */
+    private readonly locked: boolean;
+    private readonly failures = new LRUCache<string, number>({ max: 10_000, ttl: 60_000 });
 
     constructor(
       @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
       private readonly board: StatusBoard,
+      budgets: Budgets,
     ) {
-      this.sessions = new StatusSessions(config.gatewayKeys);
-      this.keyDigests = config.gatewayKeys.map(keyDigest);
+      this.signIn = statusSignIn(config, budgets);
+      this.sessions = new StatusSessions(this.signIn);
+      this.locked = !this.sessions.possible && !listensOnLoopback(config.host) && !config.observability.statusPublic;
     }
 
     /** The page, or (gateway keys on, no session yet) the form to sign in with a key. */
@@ -39,53 +88,91 @@ export function statusController(path: string): Type<unknown> {
     @Header('cache-control', 'no-store')
     @Header('content-security-policy', CSP)
     @Header('x-frame-options', 'DENY')
-    page(@Req() request: IncomingMessage): string {
+    page(@Req() request: IncomingMessage, @Res({ passthrough: true }) response: AnyResponse): string {
+      if (this.locked) {
+        (('raw' in response ? response.raw : response) as ServerResponse).statusCode = 403;
+        return lockedPageHtml();
+      }
       return this.allowed(request) ? statusPageHtml() : loginPageHtml();
     }
 
-    /** Trades a gateway key for an HttpOnly, SameSite=Strict session cookie valid on the status routes only. */
+    /**
+     * Trades a key that may sign in (a gateway key, or an admin key of the keys
+     * file) for an HttpOnly, SameSite=Strict session cookie valid on the status
+     * routes only. JSON only and same-origin only (a cross-site form cannot
+     * post here), and throttled per client address.
+     */
     @Post(`${path}/login`)
     @SetMetadata(STATUS_ACCESS, 'public')
     @HttpCode(204)
-    login(@Body() body: unknown, @Res({ passthrough: true }) response: AnyResponse): void {
+    login(@Req() request: IncomingMessage, @Body() body: unknown, @Res({ passthrough: true }) response: AnyResponse): void {
+      const raw = 'raw' in response ? response.raw : response;
+      if (crossSite(request)) throw new ApiError(403, 'Sign in from the status page itself: cross-site requests are refused.', 'cross_site_request');
+      const type = request.headers['content-type'];
+      if (type === undefined || !/^application\/json\b/i.test(type)) {
+        throw new ApiError(415, `Content-Type must be application/json, got ${type ? `"${type.slice(0, 100)}"` : 'none'}.`, 'unsupported_media_type');
+      }
+      const peer = peerOf(request);
+      if ((this.failures.get(peer) ?? 0) >= LOGIN_FAILURES_PER_MINUTE) {
+        raw.setHeader('retry-after', '60');
+        throw new ApiError(429, `Too many failed sign-ins from this address: wait a minute.`, 'too_many_sign_ins', null, 'rate_limit_error');
+      }
+      if (!this.sessions.possible) {
+        throw new ApiError(403, 'Nobody can sign in: this gateway has no --gateway-keys and no "admin": true key in its keys file.', 'status_login_unavailable');
+      }
       const key = (body as { key?: unknown } | undefined)?.key;
       if (typeof key !== 'string' || !this.isKey(key)) {
-        throw new ApiError(401, 'That key is not one of this gateway\'s keys.', 'invalid_api_key', 'key', 'authentication_error');
+        this.failures.set(peer, (this.failures.get(peer) ?? 0) + 1);
+        throw new ApiError(401, 'That key may not sign in here (a gateway key, or an "admin": true key of the keys file).', 'invalid_api_key', 'key', 'authentication_error');
       }
-      const raw = 'raw' in response ? response.raw : response;
       raw.setHeader('set-cookie', `${SESSION_COOKIE}=${this.sessions.issue()}; Path=${path}; Max-Age=${SESSION_SECONDS}; HttpOnly; SameSite=Strict`);
     }
 
     /** Snapshots as server-sent events: one at once, then every second and at every breaker transition. */
     @Get(`${path}/events`)
     @SetMetadata(STATUS_ACCESS, 'session')
-    events(@Res() response: AnyResponse): void {
-      let raw: ServerResponse;
-      if ('raw' in response) {
-        response.hijack();
-        raw = response.raw;
-      } else raw = response;
+    events(@Req() request: IncomingMessage, @Res() response: AnyResponse): void {
+      const raw = 'raw' in response ? response.raw : response;
+      this.requireAccess(request);
+      const peer = peerOf(request);
+      const refused = this.board.refuseStream(peer);
+      if (refused) {
+        // Closed after the answer: a refused watcher must not keep holding one of the gateway's connections.
+        raw.setHeader('connection', 'close');
+        raw.setHeader('retry-after', '10');
+        throw new ApiError(429, `${refused}; try again later.`, 'too_many_streams', null, 'rate_limit_error');
+      }
+      if ('raw' in response) response.hijack();
       raw.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-store', 'x-accel-buffering': 'no' });
       raw.flushHeaders();
-      this.board.subscribe(raw);
+      this.board.subscribe(raw, peer);
     }
 
     /** The same snapshot once, as JSON (for scripts). */
     @Get(`${path}/snapshot`)
     @SetMetadata(STATUS_ACCESS, 'session')
     @Header('cache-control', 'no-store')
-    snapshot() {
+    snapshot(@Req() request: IncomingMessage) {
+      this.requireAccess(request);
       return this.board.portSnapshot();
     }
 
     private allowed(request: IncomingMessage): boolean {
-      if (this.keyDigests.length === 0) return true;
+      if (this.locked) return false;
+      if (!this.sessions.possible) return true;
       const key = clientKey(request.headers);
       return (key !== undefined && this.isKey(key)) || this.sessions.isValid(request.headers);
     }
 
+    /** The data routes: the guard checks keys and sessions when keys are on; a locked page serves nobody. */
+    private requireAccess(request: IncomingMessage): void {
+      if (this.locked || (this.sessions.possible && !this.allowed(request))) {
+        throw new ApiError(403, 'The status page needs a sign-in here (see docs/operations.md, "The status page").', 'status_login_required');
+      }
+    }
+
     private isKey(key: string): boolean {
-      return isOneOf(this.keyDigests, key);
+      return isOneOf(this.signIn(), key);
     }
   }
   return StatusController;
