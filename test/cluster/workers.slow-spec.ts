@@ -1,5 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
 import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -17,7 +18,7 @@ import {
   toWire as pluginToWire,
 } from '../../libs/orchestrator/src/core/cluster/coordination.js';
 import { sseData, uniquePrompt } from '../support/gateway-harness.js';
-import { ensureBuilt, startGatewayProcess, type AppProcess } from '../support/gateway-process.js';
+import { GATEWAY_MAIN, ROOT, ensureBuilt, type AppProcess } from '../support/gateway-process.js';
 import { parseMetrics, valueOf } from '../support/metrics-text.js';
 import { Gate } from '../support/platforms.js';
 import { redisServerMissing, startOwnedRedis, type OwnedRedis } from '../support/redis-server.js';
@@ -204,6 +205,28 @@ async function health(url: string): Promise<Health> {
   return (await (await fetch(`${url}/health`, { headers: { authorization: `Bearer ${KEY}` } })).json()) as Health;
 }
 
+/**
+ * The built gateway as a process, `--workers` and all. Started here rather than with the support's
+ * startGatewayProcess for its longer bound: two Nest apps booting at once on a saturated two-core machine take
+ * well over its 20 s.
+ */
+async function startGateway(args: string[]): Promise<AppProcess> {
+  const child = spawn(process.execPath, [GATEWAY_MAIN, '--port', '0', ...args], { cwd: ROOT, env: { PATH: process.env.PATH }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout!.on('data', (b: Buffer) => (output += b.toString()));
+  child.stderr!.on('data', (b: Buffer) => (output += b.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const kill = () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  };
+  const url = await until('the gateway to listen', async () => /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(output)?.[1] ?? (child.exitCode !== null ? 'exited' : undefined), (found) => found !== undefined, 120_000).catch((error: Error) => {
+    kill();
+    throw new Error(`${error.message}\n${output}`);
+  });
+  if (url === 'exited') throw new Error(`the gateway exited at start:\n${output}`);
+  return { child, url: url!, pid: child.pid!, output: () => output, exited, kill };
+}
+
 /** Polls `condition` until it holds; the failure names what was last seen. */
 async function until<T>(what: string, read: () => Promise<T>, condition: (value: T) => boolean, timeoutMs = 30_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
@@ -346,10 +369,10 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     provider = await startMockProvider({ streamChunkDelayMs: 20, ...mock });
     upstream = new GatedUpstream(provider.url);
     await upstream.start();
-    const gateway = await startGatewayProcess(['--upstream', upstream.url, '--workers', '2', ...flags]);
+    const gateway = await startGateway(['--upstream', upstream.url, '--workers', '2', ...flags]);
     gateways.push(gateway);
     // (A gateway whose /health has no workers section cannot tell; it is tested as it is.)
-    const ready = await until('both workers to report in /health', () => health(gateway.url), (h) => h.workers === undefined || h.workers.reporting === 2, 60_000);
+    const ready = await until('both workers to report in /health', () => health(gateway.url), (h) => h.workers === undefined || h.workers.reporting === 2, 120_000);
     if (ready.workers) expect(ready.workers.list).toHaveLength(2);
     return { gateway, workerPids: ready.workers?.list.map((w) => w.pid) ?? [] };
   };
@@ -452,7 +475,7 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     expect(snapshot.totals.miss).toBe(2);
     expect(snapshot.totals.joined).toBe(348);
     expect(snapshot.workers).toHaveLength(2);
-  }, 240_000);
+  }, 360_000);
 
   it('an outage: the failures of both workers count together (at most 5 calls in all), one prober, and both recover together', async () => {
     const { gateway } = await start(['--retries', '0', '--probe-interval', '0.2', '--breaker-open', '30']);
@@ -474,7 +497,7 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     await until('the breaker to close', () => askOnNewConnection(gateway.url, chat(uniquePrompt('after'))), (a) => a.status === 200, 10_000);
     const after = await Promise.all(Array.from({ length: 6 }, (_, i) => askOnNewConnection(gateway.url, chat(uniquePrompt(`recovered ${i}`)))));
     expect(after.map((a) => a.status)).toEqual(after.map(() => 200));
-  }, 120_000);
+  }, 300_000);
 
   it('the leading worker killed before its answer: the other worker\'s callers get one answer from a single takeover call', async () => {
     const { gateway } = await start();
@@ -499,7 +522,7 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     expect(upstream.calls).toBe(2);
     // The primary replaced the dead worker.
     await until('a new worker to serve', () => health(gateway.url), (h) => h.workers?.reporting === 2 && !h.workers.list.some((w) => w.pid === leader.pid));
-  }, 120_000);
+  }, 300_000);
 
   it('the leading worker killed in the middle of a stream: the other worker\'s callers get a leader_lost error event, never an answer stitched from a second call', async () => {
     const { gateway } = await start();
@@ -523,7 +546,7 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     const told = outcomes.filter((text) => text !== 'cut');
     expect(told.length).toBeGreaterThan(0);
     expect(told.every((text) => sseData(text).some((d) => d.includes('"code":"leader_lost"')))).toBe(true);
-  }, 120_000);
+  }, 300_000);
 
   it('with --redis, Redis stays the coordinator of the workers\' calls; /health still lists both', async () => {
     const missing = redisServerMissing();
@@ -548,7 +571,7 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     } finally {
       await client.quit();
     }
-  }, 120_000);
+  }, 300_000);
 
   it('SIGHUP to the primary without --keys-file: the workers live on and the 10 requests in flight are all answered', async () => {
     const { gateway, workerPids } = await start();
@@ -564,7 +587,7 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     expect(gateway.output()).not.toMatch(/worker \d+ exited/);
     expect(workerPids.every(alive)).toBe(true);
     expect((await health(gateway.url)).workers!.list.map((w) => w.pid).sort()).toEqual([...workerPids].sort());
-  }, 120_000);
+  }, 300_000);
 
   it('SIGHUP with --keys-file: the workers reload the keys, requests in flight are all answered', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'npo-workers-'));
@@ -581,7 +604,7 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     expect(answers.map((a) => a.status)).toEqual(answers.map(() => 200));
     expect(gateway.output()).not.toMatch(/worker \d+ exited/);
     expect(workerPids.every(alive)).toBe(true);
-  }, 120_000);
+  }, 300_000);
 
   it('SIGTERM (then SIGINT and SIGTERM again) to the primary: every request in flight is answered, then the workers and the primary exit', async () => {
     const { gateway, workerPids } = await start();
@@ -610,5 +633,5 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     expect(upstream.calls).toBe(7);
     expect(await gateway.exited).toBe(0);
     expect(workerPids.some(alive)).toBe(false);
-  }, 120_000);
+  }, 300_000);
 });

@@ -35,7 +35,7 @@ async function serve(config: GatewayConfig): Promise<void> {
   }
   const app = await createGateway(config);
   await app.listen(config.port, config.host);
-  // A worker of --workers: the supervisor says where the port listens, once every worker does.
+  // A worker of --workers: the supervisor says where the port listens.
   if (cluster.isPrimary) console.log(listeningLine(config, boundPort(app.getHttpServer().address(), config.port)));
 
   let stopping = false;
@@ -76,11 +76,15 @@ function supervise(config: GatewayConfig): void {
   let announced = false;
   cluster.on('fork', (worker) => alive.add(worker.id));
   cluster.on('listening', (worker, address) => {
+    if (listening.has(worker.id) || listening.size >= config.workers) return;
     listening.add(worker.id);
-    // The port is announced once every worker serves it: until then, one worker would take all the traffic.
-    if (announced || listening.size < config.workers) return;
-    announced = true;
-    console.log(`${listeningLine(config, address.port)} with ${config.workers} workers`);
+    // The port serves from its first worker on (on a saturated machine the others may take many seconds more);
+    // /health lists the workers that serve.
+    if (!announced) {
+      announced = true;
+      console.log(`${listeningLine(config, address.port)} with ${config.workers} workers`);
+    }
+    if (listening.size === config.workers) console.log(`gateway: all ${config.workers} workers serve`);
   });
   cluster.on('exit', (worker, code, signal) => {
     alive.delete(worker.id);
