@@ -7,16 +7,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { RawResponse, type CallEvent } from 'nest-prompt-orchestrator';
 import { startMockProvider, type MockProvider } from '../../apps/mock-provider/src/index.js';
-import { WireReader, errorToWire, fromWire, toWire } from '../../apps/gateway/src/cluster/wire.js';
 import { GONE, type ToWorker } from '../../apps/gateway/src/cluster/messages.js';
 import { PrimaryHub, type HubWorker } from '../../apps/gateway/src/cluster/primary-hub.js';
 import { GATEWAY_ERROR_CODEC } from '../../apps/gateway/src/shared-state/shared-state.js';
-import {
-  WireReader as PluginWireReader,
-  errorToWire as pluginErrorToWire,
-  fromWire as pluginFromWire,
-  toWire as pluginToWire,
-} from '../../libs/orchestrator/src/core/cluster/coordination.js';
 import { sseData, uniquePrompt } from '../support/gateway-harness.js';
 import { GATEWAY_MAIN, ROOT, ensureBuilt, type AppProcess } from '../support/gateway-process.js';
 import { parseMetrics, valueOf } from '../support/metrics-text.js';
@@ -251,32 +244,6 @@ function alive(pid: number): boolean {
 }
 
 describe('--workers: what crosses between the workers and their primary', () => {
-  it('the events crossing between workers are in the plugin\'s wire format', () => {
-    const formatError = (error: unknown) => `data: ${JSON.stringify({ error: (error as Error).message })}\n\n`;
-    const events: Array<CallEvent<unknown>> = [
-      { kind: 'value', value: { id: 'x', n: [1, 2] } },
-      { kind: 'value', value: new RawResponse(Buffer.from('{"ok":true}'), 'application/json', { 'x-a': 'b' }, 201) },
-      { kind: 'head', head: { contentType: 'text/event-stream; charset=utf-8', headers: { 'x-b': 'c' } } },
-      { kind: 'head', head: { contentType: 'text/event-stream' }, formatError },
-      { kind: 'chunk', chunk: 'data: {"choices":[]}\n\n' },
-    ];
-    const reader = new WireReader(GATEWAY_ERROR_CODEC);
-    const pluginReader = new PluginWireReader(GATEWAY_ERROR_CODEC);
-    for (const event of events) {
-      const wire = toWire(event);
-      expect(wire).toEqual(pluginToWire(event));
-      const copy = JSON.parse(JSON.stringify(wire)) as Parameters<typeof pluginFromWire>[0];
-      expect(fromWire(copy as Parameters<typeof fromWire>[0])).toEqual(pluginFromWire(copy));
-      const read = reader.event(copy as Parameters<typeof reader.event>[0]);
-      const pluginRead = pluginReader.event(copy);
-      expect({ ...read, formatError: undefined }).toEqual({ ...pluginRead, formatError: undefined });
-      if (read.kind === 'head' && pluginRead.kind === 'head') expect(read.formatError?.(new Error('lost'))).toBe(pluginRead.formatError?.(new Error('lost')));
-    }
-    const error = new Error('provider cut');
-    expect(errorToWire(GATEWAY_ERROR_CODEC, error, formatError)).toEqual(pluginErrorToWire(GATEWAY_ERROR_CODEC, error, formatError));
-    expect(errorToWire(GATEWAY_ERROR_CODEC, error, undefined)).toEqual(pluginErrorToWire(GATEWAY_ERROR_CODEC, error, undefined));
-  });
-
   it('the primary, message by message: one lead per key, a late follower gets every event so far, a call too large to keep is not joined late, a dead leader\'s followers are told; one failure count and one prober', () => {
     const worker = (id: number) => {
       const inbox: ToWorker[] = [];

@@ -64,7 +64,11 @@ export {
   type BreakerCoordinator,
   type SharedBreakerState,
   type ErrorCodec,
+  type LeadClaim,
+  type FollowClaim,
 } from './core/cluster/coordination.js';
+// Building blocks of a coordinator of your own (over IPC, a message bus...): a call's events as they cross the wire.
+export { toWire, fromWire, WireReader, errorToWire, leaderLost, type WireEvent } from './core/cluster/coordination.js';
 export { RedisCoordinator, type RedisCoordinatorOptions, type RedisCommands, type RedisSubscriber } from './core/cluster/redis-coordinator.js';
 
 // Observability: metrics (prom-client), event logs (pino-shaped), terminus-style health. Optional peers, loaded on use.

@@ -1,19 +1,24 @@
 import {
   DEFAULT_ERROR_CODEC,
+  WireReader,
+  errorToWire,
+  leaderLost,
+  toWire,
   type BreakerCoordinator,
   type CallEvent,
   type ErrorCodec,
   type FlightCoordinator,
+  type FollowClaim,
+  type LeadClaim,
   type SharedBreakerState,
+  type WireEvent as CallWireEvent,
 } from 'nest-prompt-orchestrator';
 import { Observable, type Subscription } from 'rxjs';
 import { GONE, type ClaimReply } from './messages.js';
 import { WorkerChannel } from './worker-channel.js';
-import { WireReader, errorToWire, leaderLost, toWire, type WireEvent } from './wire.js';
 
-// The plugin's claim results, by their shape (the package exports the interface, not these two names).
-type LeadClaim = Extract<Awaited<ReturnType<FlightCoordinator['claim']>>, { role: 'lead' }>;
-type FollowClaim<T> = { role: 'follow'; events: Observable<CallEvent<T>> };
+/** What crosses for a call: its events, or word that its leader's callers all left (a follower takes over). */
+type WireEvent = CallWireEvent | { k: 'gone' };
 
 export interface IpcCoordinatorOptions {
   /** How errors cross between workers (the gateway's carry the provider's status and bytes). */

@@ -115,7 +115,7 @@ const FLAGS: Record<string, FlagSpec> = {
   workers: {
     env: 'ORCHESTRATOR_WORKERS',
     value: 'N',
-    help: 'gateway processes on this port (node:cluster); they share calls and breakers through --redis (default 1)',
+    help: 'gateway processes on this port (node:cluster), one gateway: one upstream call per key and one breaker across them, through their primary or --redis (default 1)',
   },
   platform: { env: 'ORCHESTRATOR_PLATFORM', value: 'NAME', help: 'fastify | express (default fastify: less CPU per request)' },
   concurrency: { env: 'ORCHESTRATOR_CONCURRENCY', value: 'N', help: 'upstream calls in flight at once (default 32)' },
