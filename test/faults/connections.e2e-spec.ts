@@ -93,13 +93,27 @@ describe.each(PLATFORMS)('slow and abusive connections (%s)', (platform) => {
     expect(connection.received).toMatch(/^HTTP\/1\.1 401/);
     expect(connection.received.toLowerCase()).toContain('connection: close');
   });
+});
 
-  it.each(['fetch', 'sdk'])('a body over --max-body: a %s client in its own process reads a 413 every time (no reset, no retry)', async (client) => {
-    // 20 MB against a 64 KiB limit, 20 times: a gateway that closes before reading the body resets ~1 in 5.
-    const { stdout } = await run(process.execPath, [CLIENT, g.gatewayUrl, '20', '20', client]);
+describe.each(PLATFORMS)('bodies over --max-body (%s)', (platform) => {
+  // The default --request-timeout (30 s), not the 1 s above: a body of megabytes takes its time to arrive, and on a
+  // busy machine (load 15) more than a second; a request not received within --request-timeout is rightly cut with
+  // Node's 408 (which the SDK retries) whatever its size. What is tested here is the 413, not that clock.
+  let g: GatewayUnderTest;
+  beforeAll(async () => {
+    g = await startGateway({ flags: ['--platform', platform, '--max-connections', '60', '--max-body', '65536', '--gateway-keys', 'gk-1'] });
+  });
+  afterAll(() => g?.close());
+
+  it.each(['fetch', 'sdk'])('a %s client in its own process reads a 413 every time (no reset, no retry)', async (client) => {
+    // 12 MiB against a 64 KiB limit, 20 times: a server that answers 413 and closes without reading the body resets
+    // most of them (14 of 20 with fetch, measured). The gateway reads and drops what is left up to a bound (16 MiB
+    // for this limit, docs/operations.md) before its 413: a body past that bound may still be cut mid-upload
+    // (EPIPE, about 1 in 200 at 20 MiB on Fastify), which is the bound doing its job, not what is tested here.
+    const { stdout } = await run(process.execPath, [CLIENT, g.gatewayUrl, '12', '20', client]);
     const outcome = JSON.parse(stdout) as { statuses: Record<string, number>; errors: Record<string, number>; attempts: number };
     expect(outcome.errors).toEqual({});
     expect(outcome.statuses).toEqual({ 413: 20 });
     expect(outcome.attempts).toBe(20); // the SDK did not retry any of them
-  }, 120_000);
+  }, 180_000);
 });

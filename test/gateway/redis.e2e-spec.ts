@@ -1,26 +1,30 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import OpenAI from 'openai';
 import { postJson, send, startGateway, uniquePrompt, type GatewayUnderTest } from '../support/gateway-harness.js';
+import { redisServerMissing, startOwnedRedis, type OwnedRedis } from '../support/redis-server.js';
 
 /**
- * Two gateway replicas sharing their answer window through Redis
- * (127.0.0.1:6379, see toolchain notes). Prompts are unique per run, so
- * entries left by an earlier run never answer this one.
+ * Two gateway replicas sharing their answer window through a Redis this suite
+ * starts for itself (`redis-server` on its own port, never the machine's
+ * 6379). Prompts are unique per run all the same.
  */
 
-const REDIS = process.env.ORCHESTRATOR_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
-
 describe('two gateways sharing the answer window through --redis', () => {
+  let redis: OwnedRedis | undefined;
   let a: GatewayUnderTest;
   let b: GatewayUnderTest;
   beforeAll(async () => {
-    const flags = ['--redis', REDIS, '--dedup-window', '120'];
+    const missing = redisServerMissing();
+    if (missing) throw new Error(missing);
+    redis = await startOwnedRedis();
+    const flags = ['--redis', redis.url, '--dedup-window', '120'];
     a = await startGateway({ flags, mock: { latencyMs: 50 } });
     b = await startGateway({ flags: [...flags, '--platform', 'fastify'], provider: a.provider });
   });
   afterAll(async () => {
     await b?.close();
     await a?.close();
+    await redis?.close();
   });
 
   /** A's flight is forgotten only once its answer is written to the window (here: Redis). */

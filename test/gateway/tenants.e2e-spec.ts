@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import OpenAI from 'openai';
+import { hashCredential } from '../../apps/mock-provider/src/index.js';
 import { PLATFORMS, waitFor } from '../support/platforms.js';
 import { countingFetch, postJson, send, startGateway, uniquePrompt, type GatewayUnderTest } from '../support/gateway-harness.js';
 
@@ -28,7 +29,9 @@ describe.each(PLATFORMS)('tenants (%s)', (platform) => {
   describe('failures are attributed before they count', () => {
     it.each([
       ['500s on its own prompts', [] as string[], (i: number) => `mock:fail-500 poison ${i}`, 500],
-      ['its own generations running past --timeout', ['--timeout', '0.3'], (i: number) => `mock:slow-2000 long ${i}`, 504],
+      // 2 s, not less: the victim's own calls (5 ms at the mock, in this process) must fit in it on a busy machine too
+      // (measured: 1.5 s for one of them beside six busy processes).
+      ['its own generations running past --timeout', ['--timeout', '2'], (i: number) => `mock:slow-5000 long ${i}`, 504],
     ])('a tenant getting %s never opens the breaker for another: the victim keeps >= 99%% answered', async (_what, flags, prompt, status) => {
       const gateway = await start(['--retries', '0', ...flags]);
       // The victim is being served when the bad tenant arrives (with nobody else around, one tenant's failures
@@ -46,8 +49,10 @@ describe.each(PLATFORMS)('tenants (%s)', (platform) => {
         }
       });
       let answered = 0;
-      const victimRequests = 150;
-      for (let i = 0; i < victimRequests; i++) if ((await victim(i)).status === 200) answered++;
+      let victimRequests = 0;
+      // At least 150 requests, and on until the bad tenant has failed 16 times meanwhile (each of its timeouts takes
+      // --timeout): a count reached, not a duration guessed.
+      while (victimRequests < 150 || badStatuses.length < 16) if ((await victim(victimRequests++)).status === 200) answered++;
       stop = true;
       await Promise.all(bad);
       expect(badStatuses.length).toBeGreaterThan(8);
@@ -152,18 +157,35 @@ describe.each(PLATFORMS)('tenants (%s)', (platform) => {
 
     it('a flood from one tenant delays another by a turn, not by the whole backlog', async () => {
       const gateway = await start(['--concurrency', '2'], { latencyMs: 150 });
+      const url = `${gateway.gatewayUrl}/v1/chat/completions`;
       const order: string[] = [];
-      const flood = Array.from({ length: 30 }, (_, i) =>
-        postJson(`${gateway.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt(`flood ${i}`)), bearer('sk-flood')).then(() => order.push('flood')),
-      );
-      await waitFor(() => gateway.provider.stats().total >= 2, 5_000, 'the flood to take both slots');
-      const light = postJson(`${gateway.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt('light')), bearer('sk-light')).then((r) => {
+      const queued = async () => (await send(`${gateway.gatewayUrl}/health`)).json.limiters.find((l: { name: string }) => l.name === 'upstream').queued as number;
+      const until = async (condition: () => Promise<boolean>, what: string) => {
+        const deadline = Date.now() + 10_000;
+        while (!(await condition())) {
+          if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+          await new Promise((resolve) => setTimeout(resolve, 20)); // polling interval
+        }
+      };
+      const flood = (label: string) => postJson(url, chat(uniquePrompt(label)), bearer('sk-flood')).then(() => order.push('flood'));
+      // Two of the flood hold both slots (3 s at the mock) while the other 28 and then the light request queue up: the
+      // queue is looked at, not guessed from a delay, so the light request is known to wait behind the whole backlog.
+      const holding = [flood('mock:slow-3000 flood 0'), flood('mock:slow-3000 flood 1')];
+      await waitFor(() => gateway.provider.stats().total === 2, 10_000, 'the flood to take both slots');
+      const backlog = Array.from({ length: 28 }, (_, i) => flood(`flood ${i + 2}`));
+      await until(async () => (await queued()) === 28, 'the rest of the flood to queue');
+      const light = postJson(url, chat(uniquePrompt('light')), bearer('sk-light')).then((r) => {
         order.push('light');
         return r;
       });
+      await until(async () => (await queued()) === 29, 'the light request to queue behind the flood');
+      expect(gateway.provider.stats().total).toBe(2); // both slots still held: nothing of the backlog went first
       expect((await light).status).toBe(200);
-      await Promise.all(flood);
-      // In turn: at most the two in flight and the next two finish before it, not thirty.
+      await Promise.all([...holding, ...backlog]);
+      // In turn: the light request has the next free slot, not the one after thirty.
+      const lightCall = gateway.provider.calls().find((c) => c.authHash === hashCredential('sk-light'));
+      expect(lightCall?.seq).toBeLessThanOrEqual(4);
+      // As its client sees it: at most the two in flight and the next two finish before it, not thirty.
       expect(order.indexOf('light')).toBeLessThanOrEqual(4);
     }, 30_000);
   });

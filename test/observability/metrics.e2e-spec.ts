@@ -34,21 +34,31 @@ async function waitFor(check: () => Promise<boolean>, what: string, ms = 5_000):
 }
 
 describe('gateway metrics', () => {
-  it('a herd of 50 identical requests: 1 miss, 49 joined, 49 calls saved, 1 upstream call, tokens billed once', async () => {
+  it('a herd of 50 identical requests: 1 miss, 49 joined or cached, 49 calls saved, 1 upstream call, tokens billed once', async () => {
     g = await startGateway({ mock: { latencyMs: 400 } });
     const openai = client(g);
     const before = await metricsOf(g);
     const params = { model: 'gpt-4o-mini', temperature: 0, messages: [{ role: 'user' as const, content: uniquePrompt('herd') }] };
     const answers = await Promise.all(Array.from({ length: 50 }, () => openai.chat.completions.create(params)));
     const usage = answers[0].usage!;
-    // The request lines and token counts are written when each response is over: give the last one its turn.
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    // The request lines and token counts are written when each response is over, which may be after its client has
+    // read it: wait for all 50 to be counted.
+    const promptTokensCounted = async () => {
+      const now = await metricsOf(g!);
+      const labels = { direction: 'in', model: 'gpt-4o-mini' };
+      return delta(before, now, 'gateway_tokens_total', labels) + delta(before, now, 'gateway_tokens_saved_total', labels);
+    };
+    await waitFor(async () => (await promptTokensCounted()) >= 50 * usage.prompt_tokens, 'the 50 answers to be counted');
     const after = await metricsOf(g);
 
     expect(chatCalls(g)).toBe(1);
     expect(delta(before, after, 'orchestrator_requests_total', { upstream: 'upstream', outcome: 'miss' })).toBe(1);
-    expect(delta(before, after, 'orchestrator_requests_total', { upstream: 'upstream', outcome: 'joined' })).toBe(49);
-    expect(delta(before, after, 'orchestrator_requests_total', { outcome: 'cached' })).toBe(0);
+    // Nothing holds the provider's answer until the herd is in: on a busy machine (two busy processes beside, 25 of
+    // 49 measured) the later ones arrive after the 400 ms call ended and are answered from the window. Either way
+    // each is counted once, as a request that cost no call.
+    const joined = delta(before, after, 'orchestrator_requests_total', { upstream: 'upstream', outcome: 'joined' });
+    expect(joined).toBeGreaterThan(0);
+    expect(joined + delta(before, after, 'orchestrator_requests_total', { upstream: 'upstream', outcome: 'cached' })).toBe(49);
     expect(delta(before, after, 'orchestrator_upstream_calls_saved_total', { upstream: 'upstream' })).toBe(49);
     expect(delta(before, after, 'orchestrator_upstream_calls_total', { upstream: 'upstream', result: 'ok' })).toBe(1);
     expect(delta(before, after, 'orchestrator_upstream_latency_seconds_count', { upstream: 'upstream' })).toBe(1);
@@ -121,7 +131,10 @@ describe('gateway metrics', () => {
     const auth = { authorization: 'Bearer gw-key-one' };
     await client(g, 'gw-key-one').chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: uniquePrompt('tenant') }] });
     await client(g, 'gw-key-two').chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: uniquePrompt('tenant') }] });
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    // Tokens are counted once each response is over, which may be after its client has read it.
+    const tenantsCounted = async () =>
+      (await metricsOf(g!, auth)).filter((s) => s.name === 'gateway_tokens_total' && s.labels.direction === 'in' && s.value > 0).length;
+    await waitFor(async () => (await tenantsCounted()) >= 2, 'both tenants to be counted');
     expect((await fetch(`${g.gatewayUrl}${METRICS}`)).status).toBe(401);
     const response = await fetch(`${g.gatewayUrl}${METRICS}`, { headers: auth });
     expect(response.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);

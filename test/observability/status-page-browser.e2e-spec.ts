@@ -36,7 +36,7 @@ describe('status page in headless Chromium', () => {
 
   beforeAll(async () => {
     if (!existsSync(CHROMIUM)) {
-      throw new Error(`Chromium is missing at ${CHROMIUM}: install it with "apt-get install -y chromium" (.ci/run does).`);
+      throw new Error(`Chromium is missing at ${CHROMIUM}: install it with "apt-get install -y chromium" (npm test does it first, as root: scripts/test-prerequisites.mjs).`);
     }
     browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS, headless: true });
     g = await startGateway({

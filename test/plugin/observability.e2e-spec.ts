@@ -1,8 +1,16 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { Body, Controller, HttpCode, HttpException, Post } from '@nestjs/common';
-import { CircuitBreaker, Dedup, OrchestratorMetrics, OrchestratorModule, OrchestratorObservabilityModule, type StructuredLogger } from 'nest-prompt-orchestrator';
+import {
+  CircuitBreaker,
+  Dedup,
+  OrchestratorMetrics,
+  OrchestratorModule,
+  OrchestratorObservabilityModule,
+  OrchestratorService,
+  type StructuredLogger,
+} from 'nest-prompt-orchestrator';
 import { Counter, type Registry } from 'prom-client';
-import { Gate, PLATFORMS, postJson, startApp, type RunningApp } from '../support/platforms.js';
+import { Gate, PLATFORMS, postJson, startApp, waitFor, type RunningApp } from '../support/platforms.js';
 import { scrape, valueOf } from '../support/metrics-text.js';
 
 /**
@@ -60,7 +68,10 @@ describe.each(PLATFORMS)('OrchestratorObservabilityModule on %s', (platform) => 
     });
     const url = running.url;
     const herd = Array.from({ length: 10 }, () => postJson(`${url}/quotes`, { symbol: 'ACME' }));
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    // The gate opens once the whole herd is in: one call started, nine joined it (on a busy machine that can take
+    // far longer than any fixed wait; opened early, the late ones would be answered from the window instead).
+    const orchestrator = running.app.get(OrchestratorService);
+    await waitFor(() => calls === 1 && orchestrator.health().dedup.joined === 9, 10_000, 'one call and 9 requests joined to it');
     gate.resolve();
     await Promise.all(herd);
     expect(calls).toBe(1);

@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { accessSync, constants } from 'node:fs';
 import { createServer, connect } from 'node:net';
 
 /**
@@ -29,21 +29,45 @@ export interface OwnedRedisOptions {
 
 /** Why `redis-server` cannot be started here, if it cannot (tests fail with this reason rather than hang). */
 export function redisServerMissing(): string | undefined {
-  const found = (process.env.PATH ?? '').split(':').some((dir) => dir && existsSync(`${dir}/redis-server`));
-  return found ? undefined : 'redis-server is not on PATH (Debian: apt-get install redis-server; .ci/run installs it)';
+  const executable = (path: string) => {
+    try {
+      accessSync(path, constants.X_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  const found = (process.env.PATH ?? '').split(':').some((dir) => dir && executable(`${dir}/redis-server`));
+  return found
+    ? undefined
+    : 'redis-server is not on PATH: on Debian, as root, apt-get install -y redis-server (npm test does it first: scripts/test-prerequisites.mjs)';
 }
 
 export async function startOwnedRedis(options: OwnedRedisOptions = {}): Promise<OwnedRedis> {
-  const port = await freePort();
+  const missing = redisServerMissing();
+  if (missing) throw new Error(missing);
+  let port = 0;
   let child: ChildProcess | undefined;
   let output = '';
   const start = async () => {
     const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'];
     if (options.requirePassword) args.push('--requirepass', options.requirePassword);
-    child = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    child.stdout?.on('data', (b: Buffer) => (output = (output + b.toString()).slice(-4_000)));
-    child.stderr?.on('data', (b: Buffer) => (output = (output + b.toString()).slice(-4_000)));
-    await waitForPort(port, 10_000).catch((error: Error) => {
+    output = '';
+    const started = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    child = started;
+    let failed = false;
+    started.on('error', (error) => {
+      failed = true;
+      output = `${output}${error.message}\n`.slice(-4_000);
+    });
+    started.stdout?.on('data', (b: Buffer) => (output = (output + b.toString()).slice(-4_000)));
+    started.stderr?.on('data', (b: Buffer) => (output = (output + b.toString()).slice(-4_000)));
+    const closed = new Promise((resolve) => started.once('close', resolve));
+    const gone = () => failed || started.exitCode !== null || started.signalCode !== null;
+    await waitForPort(port, 10_000, gone).catch(async (error: Error) => {
+      if (!gone()) started.kill('SIGKILL');
+      // Its last words (e.g. "Address already in use") are read before they are reported.
+      await Promise.race([closed, new Promise((resolve) => setTimeout(resolve, 1_000))]);
       throw new Error(`redis-server did not start on port ${port}: ${error.message}\n${output}`);
     });
   };
@@ -55,7 +79,16 @@ export async function startOwnedRedis(options: OwnedRedisOptions = {}): Promise<
     running.kill(signal);
     await exited;
   };
-  await start();
+  // The port is free when picked, yet another process may take it before redis-server binds it: then another one.
+  for (let attempt = 1; ; attempt++) {
+    port = await freePort();
+    try {
+      await start();
+      break;
+    } catch (error) {
+      if (attempt === 3 || !/Address already in use/i.test((error as Error).message)) throw error;
+    }
+  }
   const auth = options.requirePassword ? `:${encodeURIComponent(options.requirePassword)}@` : '';
   return {
     url: `redis://${auth}127.0.0.1:${port}`,
@@ -83,10 +116,11 @@ function freePort(): Promise<number> {
   });
 }
 
-/** Polls until a connection to the port succeeds (no fixed sleep). */
-async function waitForPort(port: number, timeoutMs: number): Promise<void> {
+/** Polls until a connection to the port succeeds (no fixed sleep); gives up at once if the server is `gone`. */
+async function waitForPort(port: number, timeoutMs: number, gone: () => boolean): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
+    if (gone()) throw new Error('redis-server exited before it listened');
     const open = await new Promise<boolean>((resolve) => {
       const socket = connect(port, '127.0.0.1');
       socket.once('connect', () => {

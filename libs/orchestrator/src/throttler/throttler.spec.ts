@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { createClient } from '@keyv/redis';
+import { startOwnedRedis, type OwnedRedis } from '../../../../test/support/redis-server.js';
 import { MemoryWindowCounters, RedisThrottlerStorage } from './index.js';
 
 describe('MemoryWindowCounters', () => {
@@ -18,12 +19,20 @@ describe('MemoryWindowCounters', () => {
   });
 });
 
-describe('RedisThrottlerStorage (Redis at 127.0.0.1:6379)', () => {
-  const client = createClient({ url: 'redis://127.0.0.1:6379', disableOfflineQueue: true });
-  client.on('error', () => undefined);
+describe('RedisThrottlerStorage (a Redis of its own, never the machine\'s)', () => {
+  let redis: OwnedRedis;
+  let client: ReturnType<typeof createClient>;
   const prefix = `npo-test-${process.pid}-${Date.now()}`;
-  beforeAll(() => client.connect());
-  afterAll(() => client.quit());
+  beforeAll(async () => {
+    redis = await startOwnedRedis();
+    client = createClient({ url: redis.url, disableOfflineQueue: true });
+    client.on('error', () => undefined);
+    await client.connect();
+  });
+  afterAll(async () => {
+    await client?.quit().catch(() => undefined);
+    await redis?.close();
+  });
 
   it('shares counts between two storages (two replicas), with Retry-After from the window', async () => {
     const a = new RedisThrottlerStorage({ client, prefix });
