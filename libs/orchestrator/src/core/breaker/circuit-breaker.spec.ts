@@ -587,6 +587,17 @@ describe('CircuitBreaker', () => {
         expect(calls).toBe(5);
       });
 
+      it('failures of two callers with standing beside new callers open it without waiting for the probe', async () => {
+        const healthProbe = jest.fn(async () => true);
+        const breaker = makeBreaker({ healthProbe });
+        await succeedAs(breaker, 'old-1');
+        await succeedAs(breaker, 'old-2');
+        await jest.advanceTimersByTimeAsync(1_000);
+        for (const tenant of ['new-1', 'old-1', 'new-2', 'old-2', 'new-3']) await failAs(breaker, tenant);
+        expect(breaker.state).toBe('open');
+        expect(healthProbe).not.toHaveBeenCalled();
+      });
+
       it('right after start (nobody answered yet), new callers failing open it after the threshold, probe or not', async () => {
         const healthProbe = jest.fn(async () => true);
         const breaker = makeBreaker({ healthProbe });

@@ -49,6 +49,8 @@ export class CircuitBreaker {
   private readonly streakTenants = new Set<string | undefined>();
   /** The current run holds a failure of a caller never answered while others were: only a health check may confirm it. */
   private streakHasNewcomer = false;
+  /** Tenants whose failures in the current run were the upstream's without doubt (callers with standing). */
+  private readonly streakEstablished = new Set<string | undefined>();
   /** The verdict on the failure opossum is handling, from its errorFilter to its `failure` event (synchronous). */
   private verdict?: Attribution;
   /** A health probe deciding whether one tenant's failures are the upstream's (see `openOrConfirm`). */
@@ -280,12 +282,14 @@ export class CircuitBreaker {
     this.consecutiveFailures = 0;
     this.streakTenants.clear();
     this.streakHasNewcomer = false;
+    this.streakEstablished.clear();
   }
 
   private onFailure(source: CallSource | undefined, newcomer: boolean): void {
     this.consecutiveFailures++;
     this.streakTenants.add(source?.tenant);
     if (newcomer) this.streakHasNewcomer = true;
+    else this.streakEstablished.add(source?.tenant);
     if (this.breaker.halfOpen) {
       this.doubleOpenPeriod();
       return; // opossum reopens a breaker whose probe failed
@@ -371,7 +375,8 @@ export class CircuitBreaker {
    * The threshold is reached. Failures from one tenant only, while other
    * tenants were active lately, may be that tenant's own (its prompts fail,
    * its generations run long), and failures of callers never answered while
-   * others were may be one caller posing as many: the health probe decides,
+   * others were may be one caller posing as many: unless at least two
+   * callers with standing failed in the run too, the health probe decides,
    * and the breaker opens only if it sees the upstream down. Otherwise
    * (several established tenants failing, or nobody else around to protect,
    * or no probe), it opens now.
@@ -379,7 +384,9 @@ export class CircuitBreaker {
   private openOrConfirm(): void {
     const probe = this.options.healthProbe;
     const only = this.streakTenants.size === 1 ? this.streakTenants.values().next().value : undefined;
-    const doubtful = this.streakHasNewcomer || (only !== undefined && this.attribution.othersActiveSince(only, Date.now() - ATTRIBUTION_WINDOW_MS));
+    const doubtful = this.streakHasNewcomer
+      ? this.streakEstablished.size < 2
+      : only !== undefined && this.attribution.othersActiveSince(only, Date.now() - ATTRIBUTION_WINDOW_MS);
     if (!probe || !doubtful) {
       this.breaker.open();
       return;
