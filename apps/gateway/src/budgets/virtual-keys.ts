@@ -24,6 +24,8 @@ const MAX_FILE_BYTES = 1024 * 1024;
 const MAX_KEYS = 10_000;
 const NAME = /^[\w.:@-]{1,64}$/;
 const HASHED = /^sha256:([0-9a-f]{64})$/i;
+const RELOAD_QUIET_MS = 200;
+const RELOAD_MAX_WAIT_MS = 1_000;
 
 /** A keys file (or ORCHESTRATOR_KEYS) that cannot be used; the message names the problem, never a key. */
 export class KeysFileError extends Error {
@@ -96,8 +98,8 @@ export function parseKeys(text: string): Entry[] {
 /**
  * The virtual keys in force. Lookups compare SHA-256 digests in constant
  * time, against every entry (the time taken says nothing about which key
- * nearly matched). A file is read again when it changes (debounced) and on
- * SIGHUP; a file that cannot be used leaves the keys in force unchanged and
+ * nearly matched). A file is read again when it changes and on SIGHUP (both
+ * debounced); a file that cannot be used leaves the keys in force unchanged and
  * is reported in one line naming the problem.
  */
 export class VirtualKeys {
@@ -105,7 +107,9 @@ export class VirtualKeys {
   private admins?: { of: Entry[]; digests: readonly Buffer[] };
   private watcher?: FSWatcher;
   private debounce?: NodeJS.Timeout;
-  private readonly onHangup = () => this.reload('SIGHUP');
+  /** When the first event of the burst being debounced arrived. */
+  private pendingSince?: number;
+  private readonly onHangup = () => this.reloadSoon('SIGHUP');
 
   private constructor(
     entries: Entry[],
@@ -165,6 +169,22 @@ export class VirtualKeys {
     }
   }
 
+  /**
+   * Several events arrive for one save, and signals can come in bursts (a loop of `kill -HUP`): the file, up to
+   * 10,000 keys to hash, is read once they stop for 200 ms, and at least once a second while they do not.
+   */
+  private reloadSoon(reason: string): void {
+    const now = Date.now();
+    this.pendingSince ??= now;
+    clearTimeout(this.debounce);
+    const delay = Math.max(0, Math.min(RELOAD_QUIET_MS, this.pendingSince + RELOAD_MAX_WAIT_MS - now));
+    this.debounce = setTimeout(() => {
+      this.pendingSince = undefined;
+      this.reload(reason);
+    }, delay);
+    this.debounce.unref();
+  }
+
   close(): void {
     clearTimeout(this.debounce);
     this.watcher?.close();
@@ -178,10 +198,7 @@ export class VirtualKeys {
     try {
       this.watcher = watch(dirname(this.file!), { persistent: false }, (_event, changed) => {
         if (changed !== null && changed !== name) return;
-        clearTimeout(this.debounce);
-        // Several events arrive for one save; the file is read once they stop.
-        this.debounce = setTimeout(() => this.reload('file changed'), 200);
-        this.debounce.unref();
+        this.reloadSoon('file changed');
       });
       this.watcher.on('error', () => undefined);
     } catch (error) {

@@ -13,7 +13,7 @@ export interface RequestContext {
   route?: GatewayRoute;
   /** The API the client speaks: the format of every error it gets. Until a route matched, OpenAI's. */
   api: ClientApi;
-  /** Who the caller is: the credentials it presented (see `identityOf`), hashed by the plugin before any use. */
+  /** Who the caller is: the one credential that names it (see `identityOf`), hashed by the plugin before any use. */
   identity?: string;
   /** The request's dedup key, computed in the same walk as the body's depth check (absent: not deduplicated). */
   dedupKey?: string;
