@@ -95,6 +95,28 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
       signal: caller.signal,
       api: plan.api,
     };
+    // Only the call that reaches the provider holds money against a cap: joined and cached requests never get here.
+    await this.budgets.reserve(context, body, caller.rawBody?.length);
+    try {
+      return await this.call(caller, plan, call, auth, usageAdded, settle);
+    } catch (error) {
+      // No answer the client could use: the hold is let go (an answer that did end has already settled it).
+      this.budgets.release(context);
+      throw error;
+    }
+  }
+
+  private async call(
+    caller: Caller,
+    plan: UpstreamPlan,
+    call: Parameters<UpstreamClient['open']>[0],
+    auth: Parameters<Provider['authHeaders']>[0],
+    usageAdded: Record<string, unknown> | undefined,
+    settle: (usage: Parameters<Budgets['settle']>[2]) => void,
+  ): Promise<RawResponse | StreamedResponse> {
+    const { context, body } = caller;
+    const route = context.route!;
+    const translation = plan.translation;
     context.upstreamStartedAt = performance.now();
     let answer;
     try {
@@ -128,6 +150,7 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     // the provider sent it, and never kept as an answer.
     if (startsWithErrorField(bytes)) throw new UpstreamHttpError(answer.status, bytes, answer.contentType, plan.api);
     if (answer.status < 300) settle(usageOfJson(bytes));
+    else this.budgets.release(context);
     if (!translation) {
       if (route === 'props') this.identity.observe(parseJson(bytes));
       return new RawResponse(bytes, answer.contentType ?? 'application/json', undefined, answer.status === 200 ? undefined : answer.status);
