@@ -2,6 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { calcPrice } from '@pydantic/genai-prices';
 import { firstValueFrom, from, toArray } from 'rxjs';
 import { parseSpendCap } from './budget-config.js';
 import { PriceTable, parsePrice, parsePrices } from './prices.js';
@@ -65,6 +66,16 @@ describe('prices', () => {
     expect(new PriceTable({ upstreamUrl: 'https://api.anthropic.com' }).costOf('claude-3-5-sonnet-20241022', million)).toBeCloseTo(18, 9);
     // Any other address: the name says whose model it is.
     expect(new PriceTable({ upstreamUrl: 'http://127.0.0.1:9999/v1' }).costOf('claude-3-5-sonnet-20241022', million)).toBeCloseTo(18, 9);
+  });
+
+  it("costs what the catalogue's own calculation says, long-context tiers and cached input included", () => {
+    const table = new PriceTable();
+    for (const model of ['gpt-4o', 'claude-sonnet-4-5', 'claude-3-5-haiku-20241022', 'o1', 'gemini-2.5-pro']) {
+      for (const usage of [{ input: 1_000, cached: 0, output: 500 }, { input: 300_000, cached: 100_000, output: 4_000 }]) {
+        const expected = calcPrice({ input_tokens: usage.input, cache_read_tokens: usage.cached, output_tokens: usage.output }, model);
+        expect(table.costOf(model, usage)).toBeCloseTo(expected!.total_price, 12);
+      }
+    }
   });
 
   it('has no price for an unknown model unless the operator gives one; a llama.cpp server costs 0', () => {

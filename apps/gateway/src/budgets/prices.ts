@@ -1,4 +1,4 @@
-import { calcPrice, findProvider, type ModelInfo, type Provider } from '@pydantic/genai-prices';
+import { calcPrice, findProvider, type ModelInfo, type ModelPrice as CataloguePrice, type Provider, type TieredPrices } from '@pydantic/genai-prices';
 import { readFileSync } from 'node:fs';
 
 /** USD per 1M tokens. `cached` is the price of prompt tokens served from the provider's own prompt cache. */
@@ -27,8 +27,14 @@ interface Resolved {
   price?: ModelPrice;
   /** A catalogue model, kept alone in a provider of its own: pricing it again skips the catalogue's search. */
   catalogue?: Provider;
+  /** Its prices in force (some change by date or time of day), and when they were chosen. */
+  current?: CataloguePrice;
+  chosenAt?: number;
   maxOutput?: number;
 }
+
+// Some catalogue prices hold from a date or at certain hours: the prices in force are chosen again this often.
+const RECHOOSE_MS = 60_000;
 
 export interface PriceTableOptions {
   /** The operator's prices (`--prices FILE`): exact name, then longest prefix, then `*`; case does not matter. */
@@ -102,10 +108,23 @@ export class PriceTable {
       const price = found.price;
       return ((usage.input - cached) * price.input + cached * (price.cached ?? price.input) + usage.output * price.output) / 1e6;
     }
-    const result = calcPrice({ input_tokens: usage.input, cache_read_tokens: cached, output_tokens: usage.output }, normalName(model), {
-      provider: found.catalogue,
-    });
-    return result?.total_price ?? 0;
+    // The catalogue's own calcPrice takes tens of microseconds (it decomposes usage into every unit it knows): the
+    // three units a usage report has are priced here, with the catalogue's rule for tiers (a tier's price applies to
+    // all tokens once the prompt passes its start).
+    const now = Date.now();
+    if (!found.current || now - (found.chosenAt ?? 0) > RECHOOSE_MS) {
+      found.current = calcPrice({ input_tokens: 1, output_tokens: 1 }, normalName(model), { provider: found.catalogue })?.model_price ?? {};
+      found.chosenAt = now;
+    }
+    const price = found.current;
+    const per = (unit: number | TieredPrices | undefined, tokens: number) => {
+      if (unit === undefined || tokens <= 0) return 0;
+      if (typeof unit === 'number') return (unit * tokens) / 1e6;
+      let rate = unit.base;
+      for (const tier of unit.tiers) if (usage.input > tier.start) rate = tier.price;
+      return (rate * tokens) / 1e6;
+    };
+    return per(price.input_mtok, usage.input - cached) + per(price.cache_read_mtok ?? price.input_mtok, cached) + per(price.output_mtok, usage.output);
   }
 
   private resolve(model: string | undefined): Resolved | undefined {
