@@ -136,12 +136,19 @@ const VIRTUAL_KEY = 'plainvirtualkey1357924680';
 /** A provider that refuses every call with the given status, quoting the key it was sent and every shaped key. */
 async function startLeakyProvider(status: number): Promise<{ url: string; close: () => Promise<void> }> {
   const server: Server = createServer((req, res) => {
-    req.resume();
+    let received = '';
+    req.on('data', (chunk: Buffer) => (received += chunk.toString()));
     req.on('end', () => {
       const sent = String(req.headers.authorization ?? req.headers['x-api-key'] ?? '').replace(/^Bearer /, '');
-      const body = JSON.stringify({
-        error: { message: `Incorrect API key provided: ${sent}. Other keys seen: ${SHAPED_KEYS.join(', ')}.`, type: 'invalid_request_error', param: null, code: 'invalid_api_key' },
-      });
+      const error = { message: `Incorrect API key provided: ${sent}. Other keys seen: ${SHAPED_KEYS.join(', ')}.`, type: 'invalid_request_error', param: null, code: 'invalid_api_key' };
+      if (received.includes('"stream":true')) {
+        // A stream that starts, then fails with an error event quoting the keys.
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.write(`data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: 'hi' } }] })}\n\n`);
+        res.end(`data: ${JSON.stringify({ error })}\n\n`);
+        return;
+      }
+      const body = JSON.stringify({ error });
       res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
       res.end(body);
     });
@@ -195,6 +202,10 @@ describe('keys never leave the gateway in what it says', () => {
     expect(rewritten.status).toBe(500);
     expect(rewritten.json.error.message).toContain('[redacted]');
     expectClean(rewritten.text);
+    // A stream the provider started, then failed with an error event quoting the keys.
+    const streamed = await postJson(`${gateway.url}/v1/chat/completions`, { model: 'gpt-4o', stream: true, messages: messages('stream') }, { authorization: `Bearer ${VIRTUAL_KEY}` });
+    expect(streamed.text).toContain('[redacted]');
+    expectClean(streamed.text);
     // The log: request lines (with the prompts, as asked) and the failure's warning.
     for (const deadline = Date.now() + 5_000; !gateway.output().includes('failed with 500'); ) {
       if (Date.now() > deadline) throw new Error(`no failure line:\n${gateway.output()}`);

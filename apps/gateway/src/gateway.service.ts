@@ -1,10 +1,11 @@
 import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
 import { RawResponse, RemoteCallError, StreamedResponse, isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrator';
 import type { IncomingHttpHeaders } from 'node:http';
-import type { Observable } from 'rxjs';
+import { map, type Observable } from 'rxjs';
 import type { GatewayConfig } from './config/gateway-config.js';
 import { GATEWAY_CONFIG } from './gateway.tokens.js';
 import { clientKey } from './http/credentials.js';
+import { redactor } from './http/redaction.js';
 import { requireObject } from './http/request-validation.js';
 import { createProvider } from './providers/provider.factory.js';
 import { ROUTES, type ClientApi, type Provider, type UpstreamPlan } from './providers/provider.js';
@@ -134,11 +135,11 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
         // A passed-through stream is read for its end marker on the way (its bytes are not changed).
         const end = ROUTES[route].streamEnd ?? plan.api;
         const checked = end === false ? text : checkStreamEnd(text, end);
-        const chunks = tapUsage(checked, usageAdded !== undefined, settle);
+        const chunks = tapUsage(checked, usageAdded !== undefined, settle).pipe(redactErrors(auth.clientKey));
         return new StreamedResponse(chunks, { contentType: answer.contentType ?? SSE.contentType }, streamErrorEvent(context.api));
       }
       // A translated stream is checked by its translator.
-      const chunks: Observable<string> = translateSse(tapUsage(text, false, settle), translation.stream(body as Json));
+      const chunks: Observable<string> = translateSse(tapUsage(text, false, settle), translation.stream(body as Json)).pipe(redactErrors(auth.clientKey));
       return new StreamedResponse(chunks, SSE, streamErrorEvent(context.api));
     }
     const bytes = await answer.bytes();
@@ -186,6 +187,14 @@ export function upstreamUrl(plan: UpstreamPlan, params: Record<string, string>, 
     params[name] === undefined ? match : encodeURIComponent(params[name]),
   );
   return url + query;
+}
+
+/**
+ * A provider's error event in a stream may quote a key, as its error bodies do. Only chunks with an `"error"` key are
+ * read (in a model's text the quotes are escaped), so a stream's ordinary chunks pass untouched.
+ */
+function redactErrors(presented: string | undefined) {
+  return map((chunk: string) => (chunk.includes('"error"') ? redactor.text(chunk, [presented]) : chunk));
 }
 
 function parseJson(bytes: Buffer): unknown {
