@@ -76,7 +76,7 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
       !translation && this.provider.kind === 'openai' && this.budgets.streamUsage && (route === 'chat' || route === 'completions') ? withStreamUsage(body) : undefined;
     const settle = (usage: Parameters<Budgets['settle']>[2]) => {
       this.usage.record(context, usage);
-      this.budgets.settle(context, body, usage);
+      return this.budgets.settle(context, body, usage);
     };
     const auth = { clientKey: clientKey(caller.headers), headers: caller.headers };
     // An upload keeps its own Content-Type (the multipart boundary is in it).
@@ -113,7 +113,7 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     call: Parameters<UpstreamClient['open']>[0],
     auth: Parameters<Provider['authHeaders']>[0],
     usageAdded: Record<string, unknown> | undefined,
-    settle: (usage: Parameters<Budgets['settle']>[2]) => void,
+    settle: (usage: Parameters<Budgets['settle']>[2]) => Promise<void>,
   ): Promise<RawResponse | StreamedResponse> {
     const { context, body } = caller;
     const route = context.route!;
@@ -135,11 +135,11 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
         // A passed-through stream is read for its end marker on the way (its bytes are not changed).
         const end = ROUTES[route].streamEnd ?? plan.api;
         const checked = end === false ? text : checkStreamEnd(text, end);
-        const chunks = tapUsage(checked, usageAdded !== undefined, settle).pipe(redactErrors(auth.clientKey));
+        const chunks = tapUsage(checked, usageAdded !== undefined, (usage) => void settle(usage)).pipe(redactErrors(auth.clientKey));
         return new StreamedResponse(chunks, { contentType: answer.contentType ?? SSE.contentType }, streamErrorEvent(context.api));
       }
       // A translated stream is checked by its translator.
-      const chunks: Observable<string> = translateSse(tapUsage(text, false, settle), translation.stream(body as Json)).pipe(redactErrors(auth.clientKey));
+      const chunks: Observable<string> = translateSse(tapUsage(text, false, (usage) => void settle(usage)), translation.stream(body as Json)).pipe(redactErrors(auth.clientKey));
       return new StreamedResponse(chunks, SSE, streamErrorEvent(context.api));
     }
     const bytes = await answer.bytes();
@@ -150,7 +150,9 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     // A 2xx whose body is an error object (llama-server sends some failures so) is relayed as the error it is, as
     // the provider sent it, and never kept as an answer.
     if (startsWithErrorField(bytes)) throw new UpstreamHttpError(answer.status, bytes, answer.contentType, plan.api);
-    if (answer.status < 300) settle(usageOfJson(bytes));
+    // Awaited (one Redis round trip, under a cap only): a client that has its answer finds its cost counted on every
+    // replica, rather than still held.
+    if (answer.status < 300) await settle(usageOfJson(bytes));
     else this.budgets.release(context);
     if (!translation) {
       if (route === 'props') this.identity.observe(parseJson(bytes));

@@ -148,27 +148,27 @@ export class Budgets implements OnApplicationShutdown {
     const hold = context.hold;
     if (!hold) return;
     context.hold = undefined;
-    this.ledger.settle(hold, context.keyName, 0);
+    void this.ledger.settle(hold, context.keyName, 0);
   }
 
   /**
    * A call the gateway made has ended: its usage is priced and counted (spend, tokens), and its hold let go. An
    * answer whose usage is unknown costs what was held for it: under a cap, nothing the provider answered is free.
+   * Resolves once the shared totals have it (never rejects).
    */
-  settle(context: RequestContext, body: unknown, usage: Usage | undefined): void {
+  settle(context: RequestContext, body: unknown, usage: Usage | undefined): Promise<void> {
     const hold = context.hold;
     context.hold = undefined;
-    if (!usage) {
-      if (hold) this.ledger.settle(hold, context.keyName, hold.amountNano);
-      return;
-    }
+    if (!usage) return hold ? this.ledger.settle(hold, context.keyName, hold.amountNano) : Promise.resolve();
     const model = modelOf(body);
     const costNano = Math.round(this.prices.costOf(model, usage) * NANO);
     const settled = { usage, costNano };
     context.settled = settled;
-    this.ledger.settle(hold, context.keyName, costNano);
     if (context.rateKey) void this.counters.add(`tokens:${context.rateKey}`, this.window, usage.input + usage.output);
     if (context.dedupKey) this.answers.set(context.dedupKey, settled);
+    const counted = this.ledger.settle(hold, context.keyName, costNano);
+    // Only a capped request waits for it: without a cap, nothing reads the totals before the next answer.
+    return context.caps ? counted : Promise.resolve();
   }
 
   /**

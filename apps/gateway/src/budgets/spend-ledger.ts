@@ -171,7 +171,7 @@ export class SpendLedger {
    * A request's cost is known (0 when it failed before the provider answered): it is added to the totals of
    * `scope` and of all, and its hold (if any) is dropped, in one step.
    */
-  settle(hold: Hold | undefined, scope: string | undefined, costNano: number): void {
+  settle(hold: Hold | undefined, scope: string | undefined, costNano: number): Promise<void> {
     if (hold && this.holds.delete(hold.id)) {
       for (const id of hold.totals) {
         const left = (this.held.get(id) ?? 0) - hold.amountNano;
@@ -194,10 +194,11 @@ export class SpendLedger {
       }
       this.scheduleFlush();
     }
-    if (!this.options.redis || (cost === 0 && !hold)) return;
+    if (!this.options.redis || (cost === 0 && !hold)) return Promise.resolve();
     const keys = [...spentIds.map((id) => this.redisKey(id, 'spent')), ...(hold?.totals ?? []).map((id) => this.redisKey(id, 'held'))];
     const ttls = spentIds.map((id) => String(EXPIRE_SECONDS[id.startsWith('day:') ? 'day' : 'month']));
-    void this.command(['EVAL', SETTLE, String(keys.length), ...keys, String(spentIds.length), String(cost), hold?.id ?? '-', ...ttls]);
+    // Never rejects: a failure is reported once by `command`, and the hold expires in Redis.
+    return this.command(['EVAL', SETTLE, String(keys.length), ...keys, String(spentIds.length), String(cost), hold?.id ?? '-', ...ttls]).then(() => undefined);
   }
 
   /** Money this replica holds for its requests in flight under `scope`'s cap (USD in billionths). */
@@ -216,7 +217,7 @@ export class SpendLedger {
 
   /** Holds of requests that never settled (a bug, or a stream longer than the hold) stop holding. */
   private expireHolds(now: number): void {
-    for (const hold of this.holds.values()) if (hold.expiresAt <= now) this.settle(hold, undefined, 0);
+    for (const hold of this.holds.values()) if (hold.expiresAt <= now) void this.settle(hold, undefined, 0);
   }
 
   /** USD (in billionths) spent by `scope` in the cap's current period; the fleet's total when shared through Redis. */
