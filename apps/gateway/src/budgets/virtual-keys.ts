@@ -1,5 +1,6 @@
 import { timingSafeEqual } from 'node:crypto';
 import { keyDigest } from '../http/credentials.js';
+import { redactor } from '../http/redaction.js';
 import { readFileSync, statSync, watch, type FSWatcher } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { parseSpendCap, type SpendCap } from './budget-config.js';
@@ -17,6 +18,8 @@ export interface VirtualKey {
 interface Entry {
   digest: Buffer;
   key: VirtualKey;
+  /** The key itself when the file lists it in clear: only so that it can be removed from anything said or logged. */
+  plain?: string;
 }
 
 // A keys file is a short list written by hand: anything larger is not one.
@@ -89,7 +92,7 @@ export function parseKeys(text: string): Entry[] {
     seen.add(hex);
     const key: VirtualKey = { name: v.name, requestsPerMinute: limit('requestsPerMinute'), tokensPerMinute: limit('tokensPerMinute'), maxSpend };
     if (v.admin === true) key.admin = true;
-    entries.push({ digest, key });
+    entries.push({ plain: hashed ? undefined : secret, digest, key });
   });
   if (entries.length === 0) throw new KeysFileError('lists no keys');
   return entries;
@@ -117,6 +120,7 @@ export class VirtualKeys {
     private readonly log: (line: string, problem: boolean) => void,
   ) {
     this.entries = entries;
+    redactor.add(entries.map((entry) => entry.plain));
   }
 
   /** From a file (watched) or inline JSON; throws `KeysFileError` when the first read fails (start-up stops). */
@@ -161,6 +165,7 @@ export class VirtualKeys {
     if (this.file === undefined) return false;
     try {
       this.entries = readKeysFile(this.file);
+      redactor.add(this.entries.map((entry) => entry.plain));
       this.log(`keys file reloaded (${reason}): ${this.entries.length} key(s)`, false);
       return true;
     } catch (error) {

@@ -86,8 +86,8 @@ export class GatewayGuard implements CanActivate {
       }
       spec.validate(request.body);
     }
-    await this.budgets.admit(context, key);
     context.body = request.body;
+    await this.budgets.admit(context, key);
     // An upload is relayed as bytes: there is no JSON to walk, and nothing to share.
     if (upload) return true;
     const deduplicated = this.config.dedup && ROUTES[spec.route].kind === 'generation';
