@@ -9,10 +9,28 @@ import { fmtMs, type TargetCheck } from './targets.js';
  * One gateway shared by two keys: a heavy tenant floods it (64 callers, back to back) or poisons it (prompts the
  * provider fails with 500), while a light tenant asks once every 100 ms. What the light tenant gets: its answer rate
  * and its waits, with the fair queue (the default) and without it (`--no-fair-queue`).
+ *
+ * The poisoning tenant also poses as many (with the fair queue only): one key spelt differently on every request
+ * beside a random `x-api-key` the provider never reads (`rotating`), or a fresh key on every request, each a new
+ * tenant for the provider too (`swarm`). The light tenant has been answered once before any run starts, as a caller
+ * that was being served when the attack began.
  */
 
+type Scenario = 'flood' | 'poison' | 'rotating' | 'swarm';
+
+const RUNS: Array<{ scenario: Scenario; fairQueue: boolean }> = [
+  { scenario: 'flood', fairQueue: true },
+  { scenario: 'flood', fairQueue: false },
+  { scenario: 'poison', fairQueue: true },
+  { scenario: 'poison', fairQueue: false },
+  { scenario: 'rotating', fairQueue: true },
+  { scenario: 'swarm', fairQueue: true },
+];
+
+const SPELLINGS = ['Bearer %', 'bearer %', 'BEARER %', 'Bearer  %', 'bEaReR %', 'Bearer\t%'];
+
 export interface TenantRow {
-  scenario: 'flood' | 'poison';
+  scenario: Scenario;
   fairQueue: boolean;
   heavyRequests: number;
   heavyOk: number;
@@ -36,19 +54,17 @@ export async function runTenants(log: (line: string) => void): Promise<TenantsRe
   const mock = await startMockProvider(PROVIDER_LATENCY_MS);
   const rows: TenantRow[] = [];
   try {
-    for (const scenario of ['flood', 'poison'] as const) {
-      for (const fairQueue of [true, false]) {
-        const gateway = await startGateway(mock.url, ['--concurrency', String(CONCURRENCY), ...(fairQueue ? [] : ['--no-fair-queue'])]);
-        try {
-          const row = await measure(gateway, scenario, fairQueue);
-          rows.push(row);
-          log(
-            `    ${scenario}, ${fairQueue ? 'fair queue' : 'first come, first served'}: light tenant ${row.lightOk}/${row.lightRequests} answered, ` +
-              `p50 ${fmtMs(row.lightP50)}, p99 ${fmtMs(row.lightP99)}; heavy tenant ${row.heavyOk}/${row.heavyRequests}`,
-          );
-        } finally {
-          await gateway.stop();
-        }
+    for (const { scenario, fairQueue } of RUNS) {
+      const gateway = await startGateway(mock.url, ['--concurrency', String(CONCURRENCY), ...(fairQueue ? [] : ['--no-fair-queue'])]);
+      try {
+        const row = await measure(gateway, scenario, fairQueue);
+        rows.push(row);
+        log(
+          `    ${scenario}, ${fairQueue ? 'fair queue' : 'first come, first served'}: light tenant ${row.lightOk}/${row.lightRequests} answered, ` +
+            `p50 ${fmtMs(row.lightP50)}, p99 ${fmtMs(row.lightP99)}; heavy tenant ${row.heavyOk}/${row.heavyRequests}`,
+        );
+      } finally {
+        await gateway.stop();
       }
     }
   } finally {
@@ -75,13 +91,13 @@ export async function runTenants(log: (line: string) => void): Promise<TenantsRe
 async function measure(gateway: ChildHandle, scenario: TenantRow['scenario'], fairQueue: boolean): Promise<TenantRow> {
   const agent = new Agent({ connections: 96, pipelining: 1 });
   const tag = `${scenario}-${fairQueue}-${Date.now()}`;
-  const send = async (key: string, content: string) => {
+  const send = async (credentials: string | Record<string, string>, content: string) => {
     const started = performance.now();
     try {
       const response = await request(`${gateway.url}/v1/chat/completions`, {
         method: 'POST',
         dispatcher: agent,
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+        headers: { 'content-type': 'application/json', ...(typeof credentials === 'string' ? { authorization: `Bearer ${credentials}` } : credentials) },
         body: JSON.stringify({ model: BENCH_MODEL, messages: [{ role: 'user', content }] }),
         headersTimeout: 60_000,
         bodyTimeout: 60_000,
@@ -92,6 +108,8 @@ async function measure(gateway: ChildHandle, scenario: TenantRow['scenario'], fa
       return { status: 0, ms: performance.now() - started };
     }
   };
+  // Answered once before the heavy tenant starts: a caller the gateway was already serving.
+  await send('sk-light-tenant', `light ${tag} warm-up`);
   const until = performance.now() + RUN_MS;
   let heavyRequests = 0;
   let heavyOk = 0;
@@ -99,8 +117,9 @@ async function measure(gateway: ChildHandle, scenario: TenantRow['scenario'], fa
   const heavy = async () => {
     while (performance.now() < until) {
       // A poisoning tenant sends what the provider fails on (its own fault, not the provider's).
-      const content = scenario === 'poison' ? `mock:fail-500 ${tag} ${n++}` : `flood ${tag} ${n++}`;
-      const { status } = await send('sk-heavy-tenant', content);
+      const i = n++;
+      const content = scenario === 'flood' ? `flood ${tag} ${i}` : `mock:fail-500 ${tag} ${i}`;
+      const { status } = await send(heavyCredentials(scenario, i), content);
       heavyRequests++;
       if (status === 200) heavyOk++;
     }
@@ -115,7 +134,7 @@ async function measure(gateway: ChildHandle, scenario: TenantRow['scenario'], fa
     }
     await Promise.all(pending);
   };
-  const heavyCallers = scenario === 'poison' ? 8 : 64;
+  const heavyCallers = scenario === 'flood' ? 64 : 8;
   await Promise.all([...Array.from({ length: heavyCallers }, heavy), lightLoop()]);
   await agent.close();
   const waits = light.filter((a) => a.status === 200).map((a) => a.ms);
@@ -134,11 +153,27 @@ async function measure(gateway: ChildHandle, scenario: TenantRow['scenario'], fa
   };
 }
 
+/** Who the heavy tenant says it is on its i-th request. */
+function heavyCredentials(scenario: Scenario, i: number): string | Record<string, string> {
+  if (scenario === 'rotating') {
+    return { authorization: SPELLINGS[i % SPELLINGS.length].replace('%', 'sk-heavy-tenant'), 'x-api-key': `sk-junk-${i}-${Math.random().toString(36).slice(2)}` };
+  }
+  if (scenario === 'swarm') return `sk-swarm-${i}-${Math.random().toString(36).slice(2)}`;
+  return 'sk-heavy-tenant';
+}
+
+const HEAVY: Record<Scenario, string> = {
+  flood: '64 callers back to back',
+  poison: '8 callers, prompts the provider fails',
+  rotating: '8 callers, failing prompts, one key spelt 6 ways + a random x-api-key each time',
+  swarm: '8 callers, failing prompts, a new key on every request',
+};
+
 export function tenantsTable(result: TenantsResult): string {
   return table(
     ['heavy tenant', 'queue', 'light: answered', 'light p50 wait', 'light p99 wait', 'light statuses', 'heavy: answered'],
     result.rows.map((r) => [
-      r.scenario === 'flood' ? '64 callers back to back' : '8 callers, prompts the provider fails',
+      HEAVY[r.scenario],
       r.fairQueue ? 'fair (default)' : 'first come, first served',
       `${r.lightOk}/${r.lightRequests}`,
       fmtMs(r.lightP50),

@@ -110,4 +110,44 @@ describe('budgets shared by replicas through Redis', () => {
     expect(refused.status).toBe(429);
     expect(refused.body.error?.code).toBe('insufficient_quota');
   }, 60_000);
+
+  it('100 concurrent requests over 4 replicas on a cap worth 4: at most 5 answered (holds are taken in Redis)', async () => {
+    redis = await startOwnedRedis();
+    provider = await startMockProvider({ latencyMs: 300 });
+    const dir = mkdtempSync(join(tmpdir(), 'npo-holds-'));
+    // 4 output tokens at 1 USD each, input free: every answer costs 4 USD, and holds 4 USD (max_tokens: 4) in flight.
+    writeFileSync(join(dir, 'prices.json'), JSON.stringify({ 'priced-model': { input: 0, output: 1_000_000 } }));
+    replicas = await Promise.all(
+      [0, 1, 2, 3].map(() =>
+        startGatewayProcess(['--upstream', provider!.url, '--redis', redis!.url, '--prices', join(dir, 'prices.json'), '--max-spend', '16/day', '--log-level', 'warn']),
+      ),
+    );
+    const urls = replicas.map((r) => r.url);
+    const statuses = await Promise.all(
+      Array.from({ length: 100 }, async (_, i) => {
+        const response = await fetch(`${urls[i % 4]}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'priced-model', max_tokens: 4, messages: [{ role: 'user', content: `c${i}-${Math.random()} two three` }] }),
+        });
+        const body = (await response.json()) as { error?: { code?: string } };
+        return response.status === 200 ? 200 : `${response.status} ${body.error?.code}`;
+      }),
+    );
+    const ok = statuses.filter((s) => s === 200).length;
+    expect(ok).toBeGreaterThanOrEqual(1);
+    expect(ok).toBeLessThanOrEqual(5);
+    expect(new Set(statuses.filter((s) => s !== 200))).toEqual(new Set(['429 insufficient_quota']));
+    expect(provider!.stats().total).toBe(ok);
+    // And the fleet stays at its cap afterwards, on every replica.
+    for (const url of urls) {
+      const after = await fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'priced-model', max_tokens: 4, messages: [{ role: 'user', content: `after ${Math.random()} x` }] }),
+      });
+      if (ok >= 4) expect(after.status).toBe(429);
+      await after.arrayBuffer();
+    }
+  }, 90_000);
 });

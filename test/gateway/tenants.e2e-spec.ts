@@ -1,4 +1,7 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import OpenAI from 'openai';
 import { hashCredential } from '../../apps/mock-provider/src/index.js';
 import { PLATFORMS, waitFor } from '../support/platforms.js';
@@ -13,6 +16,14 @@ import { countingFetch, postJson, send, startGateway, uniquePrompt, type Gateway
 
 const chat = (content: string) => ({ model: 'mock-model', messages: [{ role: 'user', content }] });
 const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
+const junk = () => Math.random().toString(36).slice(2, 12);
+/** Ways of writing one key that every provider reads as the same credential. */
+const SPELLINGS = ['Bearer %', 'bearer %', 'BEARER %', 'Bearer  %', 'bEaReR %', 'Bearer\t%', 'Bearer   %  '];
+/** The n-th spelling of `key`, with an `x-api-key` the provider never reads (Authorization wins) on every other one. */
+const spelt = (key: string, n: number): Record<string, string> => ({
+  authorization: SPELLINGS[n % SPELLINGS.length].replace('%', key),
+  ...(n % 2 ? { 'x-api-key': `sk-junk-${junk()}` } : {}),
+});
 
 describe.each(PLATFORMS)('tenants (%s)', (platform) => {
   let g: GatewayUnderTest | undefined;
@@ -24,7 +35,9 @@ describe.each(PLATFORMS)('tenants (%s)', (platform) => {
     g = await startGateway({ flags: ['--platform', platform, ...flags], mock });
     return g;
   };
-  const breakerState = async (gateway: GatewayUnderTest) => (await send(`${gateway.gatewayUrl}/health`)).json.upstream.breaker as string;
+  // With a key: the gateway may check keys (any key is let in when it does not).
+  const breakerState = async (gateway: GatewayUnderTest) =>
+    (await send(`${gateway.gatewayUrl}/health`, { headers: bearer('sk-victim') })).json.upstream.breaker as string;
 
   describe('failures are attributed before they count', () => {
     it.each([
@@ -73,6 +86,100 @@ describe.each(PLATFORMS)('tenants (%s)', (platform) => {
       expect(gateway.provider.stats().total - before).toBe(5);
       expect(statuses.filter((s) => s === 503)).toHaveLength(12);
       expect(await breakerState(gateway)).not.toBe('closed');
+    });
+  });
+
+  describe('one caller posing as many', () => {
+    it.each([
+      ['one key, spelt differently each time, with a random x-api-key', [] as string[], (n: number) => spelt('sk-attacker', n)],
+      ['one gateway key spelt differently, with a random x-api-key (--gateway-keys)', ['--gateway-keys', 'sk-victim,sk-attacker'], (n: number) => spelt('sk-attacker', n)],
+      ['a fresh credential on every request (each one a new tenant for the provider too)', [] as string[], () => bearer(`sk-swarm-${junk()}`)],
+    ])('poisoning as %s never opens the breaker for an established caller: the victim keeps >= 95%% answered', async (_what, flags, attacker) => {
+      const gateway = await start(['--retries', '0', ...flags]);
+      const victim = new OpenAI({ baseURL: `${gateway.gatewayUrl}/v1`, apiKey: 'sk-victim', maxRetries: 0 });
+      const ask = (i: number) =>
+        victim.chat.completions.create(chat(uniquePrompt(`victim ${i}`)) as OpenAI.ChatCompletionCreateParamsNonStreaming).then(
+          () => true,
+          () => false,
+        );
+      for (let i = 0; i < 3; i++) expect(await ask(-1 - i)).toBe(true);
+      let stop = false;
+      let n = 0;
+      const attackStatuses: number[] = [];
+      const attack = Array.from({ length: 8 }, async () => {
+        while (!stop) {
+          const i = n++;
+          const r = await postJson(`${gateway.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt(`mock:fail-500 poison ${i}`)), attacker(i));
+          attackStatuses.push(r.status);
+        }
+      });
+      let answered = 0;
+      const victimRequests = 100;
+      for (let i = 0; i < victimRequests; i++) if (await ask(i)) answered++;
+      stop = true;
+      await Promise.all(attack);
+      expect(attackStatuses.length).toBeGreaterThan(50);
+      // The attacker got its own errors: the provider's 500s, never a refusal meant for everyone.
+      expect(attackStatuses.filter((status) => status === 503)).toHaveLength(0);
+      expect(answered / victimRequests).toBeGreaterThanOrEqual(0.95);
+      expect(await breakerState(gateway)).toBe('closed');
+    }, 60_000);
+
+    it('an outage right after start, seen only by brand-new callers, still opens the breaker after 5 calls', async () => {
+      const gateway = await start(['--retries', '0']);
+      gateway.provider.setMode('error503');
+      const before = gateway.provider.stats().total;
+      const statuses: number[] = [];
+      for (let i = 0; i < 12; i++) {
+        statuses.push((await postJson(`${gateway.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt(`outage ${i}`)), bearer(`sk-new-${i}`))).status);
+      }
+      expect(gateway.provider.stats().total - before).toBe(5);
+      expect(statuses.filter((s) => s === 503)).toHaveLength(12);
+      expect(await breakerState(gateway)).not.toBe('closed');
+    });
+
+    it('an outage after callers were answered opens it after 5 calls, whoever sees it first', async () => {
+      const gateway = await start(['--retries', '0']);
+      for (const key of ['sk-old-1', 'sk-old-2']) {
+        expect((await postJson(`${gateway.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt('before')), bearer(key))).status).toBe(200);
+      }
+      gateway.provider.setMode('error503');
+      const before = gateway.provider.stats().total;
+      for (let i = 0; i < 12; i++) {
+        // Established callers and new ones alike: the health probe confirms what the new callers see.
+        const key = i % 3 === 0 ? `sk-new-${i}` : `sk-old-${1 + (i % 2)}`;
+        expect((await postJson(`${gateway.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt(`outage ${i}`)), bearer(key))).status).toBe(503);
+      }
+      expect(gateway.provider.stats().total - before).toBe(5);
+      expect(await breakerState(gateway)).not.toBe('closed');
+    });
+
+    it('20 spellings of one key under --requests-per-minute 5: 5 answered, one tenant in the request log, one answer shared', async () => {
+      const log = join(mkdtempSync(join(tmpdir(), 'npo-identity-')), 'requests.jsonl');
+      const gateway = await start(['--requests-per-minute', '5', '--request-log', log]);
+      const url = `${gateway.gatewayUrl}/v1/chat/completions`;
+      const prompt = uniquePrompt('spelt');
+      const statuses: number[] = [];
+      const outcomes: Array<string | null> = [];
+      for (let i = 0; i < 20; i++) {
+        const r = await postJson(url, chat(prompt), spelt('sk-limited', i));
+        statuses.push(r.status);
+        outcomes.push(r.headers.get('x-orchestrator-dedup'));
+      }
+      expect(statuses.filter((s) => s === 200)).toHaveLength(5);
+      expect(statuses.filter((s) => s === 429)).toHaveLength(15);
+      // One caller: the first spelling paid for the answer, the others were given it.
+      expect(outcomes.slice(0, 5)).toEqual(['miss', 'cached', 'cached', 'cached', 'cached']);
+      expect(gateway.provider.stats().total).toBe(1);
+      // Another key is another caller, with its own allowance.
+      expect((await postJson(url, chat(prompt), bearer('sk-other'))).status).toBe(200);
+      await gateway.close();
+      g = undefined;
+      await waitFor(() => readFileSync(log, 'utf8').trim().split('\n').length === 21, 5_000, 'the request log');
+      const lines = readFileSync(log, 'utf8').trim().split('\n').map((line) => JSON.parse(line) as { tenant: string });
+      expect(new Set(lines.slice(0, 20).map((line) => line.tenant)).size).toBe(1);
+      expect(lines[20].tenant).not.toBe(lines[0].tenant);
+      expect(lines[0].tenant).toMatch(/^[\w-]{12}$/);
     });
   });
 

@@ -10,6 +10,7 @@ import { GatewayExpressAdapter, createGatewayServer } from './http/http-server.j
 import { Lifecycle } from './http/lifecycle.js';
 import { unroutedApi } from './http/request-context.middleware.js';
 import { createLogger, nestLoggerOf } from './observability/logger.js';
+import { redactor } from './http/redaction.js';
 
 export interface CreateGatewayOptions {
   logger?: false | LogLevel[] | LoggerService;
@@ -19,6 +20,7 @@ const MULTIPART = 'multipart/form-data';
 
 /** Builds the gateway app on the configured platform (not yet listening). */
 export async function createGateway(config: GatewayConfig, options: CreateGatewayOptions = {}): Promise<INestApplication> {
+  redactor.add([config.providerKey, ...config.gatewayKeys]);
   const log = createLogger(config.observability);
   const module = GatewayModule.forRoot(config, log);
   // Nest's own warnings and errors go through the same logger: one format on stdout.

@@ -1,10 +1,11 @@
 import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
 import { RawResponse, RemoteCallError, StreamedResponse, isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrator';
 import type { IncomingHttpHeaders } from 'node:http';
-import type { Observable } from 'rxjs';
+import { map, type Observable } from 'rxjs';
 import type { GatewayConfig } from './config/gateway-config.js';
 import { GATEWAY_CONFIG } from './gateway.tokens.js';
 import { clientKey } from './http/credentials.js';
+import { redactor } from './http/redaction.js';
 import { requireObject } from './http/request-validation.js';
 import { createProvider } from './providers/provider.factory.js';
 import { ROUTES, type ClientApi, type Provider, type UpstreamPlan } from './providers/provider.js';
@@ -75,7 +76,7 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
       !translation && this.provider.kind === 'openai' && this.budgets.streamUsage && (route === 'chat' || route === 'completions') ? withStreamUsage(body) : undefined;
     const settle = (usage: Parameters<Budgets['settle']>[2]) => {
       this.usage.record(context, usage);
-      this.budgets.settle(context, body, usage);
+      return this.budgets.settle(context, body, usage);
     };
     const auth = { clientKey: clientKey(caller.headers), headers: caller.headers };
     // An upload keeps its own Content-Type (the multipart boundary is in it).
@@ -95,6 +96,28 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
       signal: caller.signal,
       api: plan.api,
     };
+    // Only the call that reaches the provider holds money against a cap: joined and cached requests never get here.
+    await this.budgets.reserve(context, body, caller.rawBody?.length);
+    try {
+      return await this.call(caller, plan, call, auth, usageAdded, settle);
+    } catch (error) {
+      // No answer the client could use: the hold is let go (an answer that did end has already settled it).
+      this.budgets.release(context);
+      throw error;
+    }
+  }
+
+  private async call(
+    caller: Caller,
+    plan: UpstreamPlan,
+    call: Parameters<UpstreamClient['open']>[0],
+    auth: Parameters<Provider['authHeaders']>[0],
+    usageAdded: Record<string, unknown> | undefined,
+    settle: (usage: Parameters<Budgets['settle']>[2]) => Promise<void>,
+  ): Promise<RawResponse | StreamedResponse> {
+    const { context, body } = caller;
+    const route = context.route!;
+    const translation = plan.translation;
     context.upstreamStartedAt = performance.now();
     let answer;
     try {
@@ -112,11 +135,11 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
         // A passed-through stream is read for its end marker on the way (its bytes are not changed).
         const end = ROUTES[route].streamEnd ?? plan.api;
         const checked = end === false ? text : checkStreamEnd(text, end);
-        const chunks = tapUsage(checked, usageAdded !== undefined, settle);
+        const chunks = tapUsage(checked, usageAdded !== undefined, (usage) => void settle(usage)).pipe(redactErrors(auth.clientKey));
         return new StreamedResponse(chunks, { contentType: answer.contentType ?? SSE.contentType }, streamErrorEvent(context.api));
       }
       // A translated stream is checked by its translator.
-      const chunks: Observable<string> = translateSse(tapUsage(text, false, settle), translation.stream(body as Json));
+      const chunks: Observable<string> = translateSse(tapUsage(text, false, (usage) => void settle(usage)), translation.stream(body as Json)).pipe(redactErrors(auth.clientKey));
       return new StreamedResponse(chunks, SSE, streamErrorEvent(context.api));
     }
     const bytes = await answer.bytes();
@@ -127,7 +150,10 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     // A 2xx whose body is an error object (llama-server sends some failures so) is relayed as the error it is, as
     // the provider sent it, and never kept as an answer.
     if (startsWithErrorField(bytes)) throw new UpstreamHttpError(answer.status, bytes, answer.contentType, plan.api);
-    if (answer.status < 300) settle(usageOfJson(bytes));
+    // Awaited (one Redis round trip, under a cap only): a client that has its answer finds its cost counted on every
+    // replica, rather than still held.
+    if (answer.status < 300) await settle(usageOfJson(bytes));
+    else this.budgets.release(context);
     if (!translation) {
       if (route === 'props') this.identity.observe(parseJson(bytes));
       return new RawResponse(bytes, answer.contentType ?? 'application/json', undefined, answer.status === 200 ? undefined : answer.status);
@@ -163,6 +189,14 @@ export function upstreamUrl(plan: UpstreamPlan, params: Record<string, string>, 
     params[name] === undefined ? match : encodeURIComponent(params[name]),
   );
   return url + query;
+}
+
+/**
+ * A provider's error event in a stream may quote a key, as its error bodies do. Only chunks with an `"error"` key are
+ * read (in a model's text the quotes are escaped), so a stream's ordinary chunks pass untouched.
+ */
+function redactErrors(presented: string | undefined) {
+  return map((chunk: string) => (chunk.includes('"error"') ? redactor.text(chunk, [presented]) : chunk));
 }
 
 function parseJson(bytes: Buffer): unknown {

@@ -1,5 +1,5 @@
 import { ConfigError } from '../config/config-error.js';
-import { PriceTable } from './prices.js';
+import { PriceTable, parsePrice, type ModelPrice } from './prices.js';
 import { VirtualKeys } from './virtual-keys.js';
 
 /** A spend cap: at most `usd` per calendar `period` (UTC). */
@@ -19,8 +19,12 @@ export interface BudgetConfig {
   /** Provider tokens one key may use per rate window (same default rule). */
   tokensPerWindow?: number;
   rateWindowMs: number;
-  /** A price table overriding the built-in one. */
+  /** The operator's prices, on top of the catalogue. */
   pricesFile?: string;
+  /** The price of a model neither the prices file nor the catalogue knows (undefined: such a model has none). */
+  defaultPrice?: ModelPrice;
+  /** Output tokens reserved under a spend cap for a request that does not bound its answer. */
+  reserveOutputTokens: number;
   /** Cap over every key together. */
   maxSpend?: SpendCap;
   /** Where spend is kept across restarts without Redis. */
@@ -57,7 +61,17 @@ export const BUDGET_FLAGS: Record<string, FlagSpec> = {
     help: 'provider tokens (from usage) one key may use per rate window, for keys without their own (default: no limit)',
   },
   'rate-window': { env: 'ORCHESTRATOR_RATE_WINDOW_SECS', value: 'SECS', help: 'window the rate limits count over (default 60)' },
-  prices: { env: 'ORCHESTRATOR_PRICES_FILE', value: 'FILE', help: 'price table (JSON, USD per 1M tokens) replacing the built-in one' },
+  prices: { env: 'ORCHESTRATOR_PRICES_FILE', value: 'FILE', help: 'prices (JSON, USD per 1M tokens) per model or name prefix, on top of the bundled catalogue' },
+  'default-price': {
+    env: 'ORCHESTRATOR_DEFAULT_PRICE',
+    value: 'IN/OUT',
+    help: 'USD per 1M input/output tokens of any model nothing else prices, e.g. 3/15 (default: none; under a spend cap such a model is refused)',
+  },
+  'reserve-output-tokens': {
+    env: 'ORCHESTRATOR_RESERVE_OUTPUT_TOKENS',
+    value: 'N',
+    help: 'output tokens a request under a spend cap reserves when it sets no max_tokens (default 4096)',
+  },
   'max-spend': { env: 'ORCHESTRATOR_MAX_SPEND', value: 'USD/PERIOD', help: 'spend cap over all keys, e.g. 50/day or 1000/month (default: none)' },
   'spend-file': {
     env: 'ORCHESTRATOR_SPEND_FILE',
@@ -98,6 +112,7 @@ export function parseBudgetConfig(
   const keysFile = raw('keys-file');
   const keysJson = keysFile === undefined ? env.ORCHESTRATOR_KEYS || undefined : undefined;
   const pricesFile = raw('prices');
+  const defaultPriceText = raw('default-price');
   // Checked now so that a bad file stops start-up with a line naming the problem.
   try {
     if (keysFile !== undefined || keysJson !== undefined) VirtualKeys.check({ file: keysFile, json: keysJson });
@@ -105,7 +120,13 @@ export function parseBudgetConfig(
     throw new ConfigError(`${keysFile === undefined ? 'ORCHESTRATOR_KEYS' : '--keys-file'}: ${(error as Error).message}`);
   }
   try {
-    if (pricesFile !== undefined) PriceTable.fromFile(pricesFile);
+    if (pricesFile !== undefined) PriceTable.readFile(pricesFile);
+  } catch (error) {
+    throw new ConfigError((error as Error).message);
+  }
+  let defaultPrice: ModelPrice | undefined;
+  try {
+    defaultPrice = defaultPriceText === undefined ? undefined : parsePrice(defaultPriceText, '--default-price');
   } catch (error) {
     throw new ConfigError((error as Error).message);
   }
@@ -116,6 +137,8 @@ export function parseBudgetConfig(
     tokensPerWindow: count('tokens-per-minute', undefined, 1),
     rateWindowMs: Math.round(window * 1000),
     pricesFile,
+    defaultPrice,
+    reserveOutputTokens: count('reserve-output-tokens', 4096, 1)!,
     maxSpend: maxSpend === undefined ? undefined : parseSpendCap(maxSpend, '--max-spend'),
     spendFile: raw('spend-file'),
     streamUsage: !flag('no-stream-usage'),

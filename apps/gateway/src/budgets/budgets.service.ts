@@ -8,9 +8,10 @@ import { ApiError } from '../http/api-error.js';
 import type { RequestContext } from '../http/request-context.js';
 import { SharedState } from '../shared-state/shared-state.js';
 import type { SpendCap } from './budget-config.js';
+import { ROUTES } from '../providers/provider.js';
 import { PriceTable, type Usage } from './prices.js';
 import { RequestLog } from './request-log.js';
-import { NANO, SpendLedger } from './spend-ledger.js';
+import { NANO, SpendLedger, type ScopedCap } from './spend-ledger.js';
 import { VirtualKeys, type VirtualKey } from './virtual-keys.js';
 
 /** What one request used, as known once its answer ended. */
@@ -37,6 +38,8 @@ export class Budgets implements OnApplicationShutdown {
   private readonly logger = new Logger('Gateway');
   private readonly window: number;
   private readonly settings: GatewayConfig['budgets'];
+  // Long enough for any answer the gateway waits for; a replica that dies leaves its holds this long at most.
+  private readonly holdMs: number;
 
   constructor(@Inject(GATEWAY_CONFIG) config: GatewayConfig, shared: SharedState) {
     const budgets = config.budgets;
@@ -47,7 +50,13 @@ export class Budgets implements OnApplicationShutdown {
       // A refused reload is a warning (shown by default); a reload that took is news.
       this.keys = VirtualKeys.load({ file: budgets.keysFile, json: budgets.keysJson }, (line, problem) => (problem ? this.logger.warn(line) : this.logger.log(line)));
     }
-    this.prices = budgets.pricesFile ? PriceTable.fromFile(budgets.pricesFile) : new PriceTable();
+    this.prices = new PriceTable({
+      operator: budgets.pricesFile ? PriceTable.readFile(budgets.pricesFile) : undefined,
+      defaultPrice: budgets.defaultPrice,
+      upstreamUrl: config.upstream,
+      localModels: config.provider === 'llama',
+    });
+    this.holdMs = Math.max(10 * 60_000, 2 * config.timeoutMs);
     const redis = shared.redis;
     const opTimeoutMs = Math.max(config.redisTimeoutMs, 50);
     this.counters = redis
@@ -98,20 +107,92 @@ export class Budgets implements OnApplicationShutdown {
         throw rateLimited(`Rate limit reached: ${requests} requests per ${this.window / 1000} s window.`, hit.timeToBlockExpire);
       }
     }
-    await this.checkCap('*', this.settings.maxSpend, 'The gateway');
-    if (key?.maxSpend) await this.checkCap(key.name, key.maxSpend, `Key "${key.name}"`);
+    const caps: ScopedCap[] = [];
+    if (this.settings.maxSpend) caps.push({ scope: '*', cap: this.settings.maxSpend });
+    if (key?.maxSpend) caps.push({ scope: key.name, cap: key.maxSpend });
+    if (caps.length === 0) return;
+    context.caps = caps;
+    // Under a cap, a model call whose price is unknown would count as free: refused, saying how to price it.
+    if (context.route && ROUTES[context.route].kind === 'generation') {
+      const model = modelOf(context.body);
+      if (!this.prices.sourceOf(model)) throw unpriced(model);
+    }
+    for (const { scope, cap } of caps) await this.checkCap(scope, cap, who(scope));
   }
 
-  /** A call the gateway made has ended: its usage is priced and counted (spend, tokens). */
-  settle(context: RequestContext, body: unknown, usage: Usage | undefined): void {
-    if (!usage) return;
+  /**
+   * Just before a call goes to the provider (only the call that does: joined and cached requests never get here):
+   * its worst-case cost is held against every cap it is under, or it is refused if those caps are already reached
+   * by what is spent and held. Across replicas with --redis. `settle` or `release` ends the hold.
+   */
+  async reserve(context: RequestContext, body: unknown, bodyBytes: number | undefined): Promise<void> {
+    const caps = context.caps;
+    if (!caps || context.hold || !context.route || ROUTES[context.route].kind !== 'generation') return;
+    const worstNano = Math.round(this.worstCase(context, body, bodyBytes) * NANO);
+    const result = await this.ledger.reserve(caps, worstNano, this.holdMs);
+    if ('hold' in result) {
+      context.hold = result.hold;
+      return;
+    }
+    const { scope, cap } = caps[result.refused.index];
+    const usd = (nano: number) => Number((nano / NANO).toFixed(6));
+    const message =
+      result.refused.heldNano > 0 && result.refused.spentNano < Math.round(cap.usd * NANO)
+        ? `${who(scope)} is at its spend cap of ${cap.usd} USD per ${cap.period} (UTC): ${usd(result.refused.spentNano)} USD spent and ${usd(result.refused.heldNano)} USD held by requests still in flight.`
+        : `${who(scope)} has reached its spend cap of ${cap.usd} USD per ${cap.period} (UTC); requests resume next ${cap.period}.`;
+    throw quotaExceeded(message);
+  }
+
+  /** The call failed before the provider answered it: its hold is let go, nothing is spent. */
+  release(context: RequestContext): void {
+    const hold = context.hold;
+    if (!hold) return;
+    context.hold = undefined;
+    void this.ledger.settle(hold, context.keyName, 0);
+  }
+
+  /**
+   * A call the gateway made has ended: its usage is priced and counted (spend, tokens), and its hold let go. An
+   * answer whose usage is unknown costs what was held for it: under a cap, nothing the provider answered is free.
+   * Resolves once the shared totals have it (never rejects).
+   */
+  settle(context: RequestContext, body: unknown, usage: Usage | undefined): Promise<void> {
+    const hold = context.hold;
+    context.hold = undefined;
+    if (!usage) return hold ? this.ledger.settle(hold, context.keyName, hold.amountNano) : Promise.resolve();
     const model = modelOf(body);
     const costNano = Math.round(this.prices.costOf(model, usage) * NANO);
     const settled = { usage, costNano };
     context.settled = settled;
-    this.ledger.record(context.keyName, costNano, 0);
     if (context.rateKey) void this.counters.add(`tokens:${context.rateKey}`, this.window, usage.input + usage.output);
     if (context.dedupKey) this.answers.set(context.dedupKey, settled);
+    const counted = this.ledger.settle(hold, context.keyName, costNano);
+    // Only a capped request waits for it: without a cap, nothing reads the totals before the next answer.
+    return context.caps ? counted : Promise.resolve();
+  }
+
+  /**
+   * USD a request may cost at most: every byte of its body a prompt token (a token is at least one byte of text),
+   * and the answer as long as it allows (`max_tokens` and kin, times the choices asked for), else the prices
+   * file's `maxOutput` for the model, else --reserve-output-tokens.
+   */
+  private worstCase(context: RequestContext, body: unknown, bodyBytes: number | undefined): number {
+    const b = (typeof body === 'object' && body !== null ? body : {}) as Record<string, unknown>;
+    const model = modelOf(body);
+    let input = bodyBytes;
+    if (input === undefined) {
+      try {
+        input = Buffer.byteLength(JSON.stringify(body ?? null));
+      } catch {
+        input = 0;
+      }
+    }
+    const embeds = context.route === 'embeddings' || context.route === 'embedding' || context.route === 'rerank';
+    const count = (value: unknown) => (typeof value === 'number' && Number.isFinite(value) && value > 0 ? Math.ceil(value) : undefined);
+    const declared = count(b.max_completion_tokens) ?? count(b.max_tokens) ?? count(b.max_output_tokens) ?? count(b.n_predict);
+    const perChoice = embeds ? 0 : (declared ?? this.prices.maxOutputOf(model) ?? this.settings.reserveOutputTokens);
+    const choices = Math.max(1, count(b.n) ?? 1, count(b.best_of) ?? 1);
+    return this.prices.costOf(model, { input, output: perChoice * choices, cached: 0 });
   }
 
   /** Once the response is sent: money saved by a joined or cached answer, and the request's log line. */
@@ -170,20 +251,34 @@ export class Budgets implements OnApplicationShutdown {
     await this.requestLog?.close();
   }
 
-  private async checkCap(scope: string, cap: SpendCap | undefined, who: string): Promise<void> {
-    if (!cap) return;
+  private async checkCap(scope: string, cap: SpendCap, who: string): Promise<void> {
     const spent = await this.ledger.spent(scope, cap);
     if (spent < Math.round(cap.usd * NANO)) return;
-    const error = new ApiError(
-      429,
-      `${who} has reached its spend cap of ${cap.usd} USD per ${cap.period} (UTC); requests resume next ${cap.period}.`,
-      'insufficient_quota',
-      null,
-      'insufficient_quota',
-    );
-    error.retryable = false;
-    throw error;
+    throw quotaExceeded(`${who} has reached its spend cap of ${cap.usd} USD per ${cap.period} (UTC); requests resume next ${cap.period}.`);
   }
+}
+
+function who(scope: string): string {
+  return scope === '*' ? 'The gateway' : `Key "${scope}"`;
+}
+
+/** Past a cap: not retryable (the SDKs would only spend their retries on it). */
+function quotaExceeded(message: string): ApiError {
+  const error = new ApiError(429, message, 'insufficient_quota', null, 'insufficient_quota');
+  error.retryable = false;
+  return error;
+}
+
+function unpriced(model: string | undefined): ApiError {
+  const name = model === undefined ? 'The request names no model, so it' : `Model ${JSON.stringify(model.slice(0, 100))}`;
+  return new ApiError(
+    400,
+    `${name} has no known price, and a spend cap applies: the gateway does not let a call it cannot price pass as free. ` +
+      'Price the model in the file given to --prices (USD per 1M tokens), or price every unknown model with --default-price INPUT/OUTPUT.',
+    'model_not_priced',
+    'model',
+    'invalid_request_error',
+  );
 }
 
 function rateLimited(message: string, retryAfterSeconds: number): ApiError {

@@ -2,9 +2,10 @@ import { describe, expect, it } from '@jest/globals';
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { calcPrice } from '@pydantic/genai-prices';
 import { firstValueFrom, from, toArray } from 'rxjs';
 import { parseSpendCap } from './budget-config.js';
-import { PriceTable, parsePrices } from './prices.js';
+import { PriceTable, parsePrice, parsePrices } from './prices.js';
 import { RequestLog, type RequestLogEntry } from './request-log.js';
 import { SpendLedger, periodKey } from './spend-ledger.js';
 import { tapUsage, usageOfJson, withStreamUsage } from './usage.js';
@@ -48,13 +49,60 @@ describe('keys documents', () => {
 });
 
 describe('prices', () => {
-  it('prices input, cached input and output per 1M tokens, matching the longest model prefix', () => {
-    const table = new PriceTable();
+  const million = { input: 1_000_000, cached: 0, output: 1_000_000 };
+
+  it('prices models from the bundled catalogue as providers spell them: any case, dated snapshots, fine-tunes', () => {
+    const table = new PriceTable({ upstreamUrl: 'https://api.openai.com/v1' });
     // gpt-4o-mini: 0.15 in, 0.075 cached, 0.6 out.
-    expect(table.costOf('gpt-4o-mini-2024-07-18', { input: 1_000_000, cached: 400_000, output: 100_000 })).toBeCloseTo(0.6 * 0.15 + 0.4 * 0.075 + 0.1 * 0.6, 12);
-    expect(table.priceOf('gpt-4o-2024-08-06')).toEqual({ input: 2.5, output: 10, cached: 1.25 });
-    expect(table.costOf('my-local-gguf', { input: 10, cached: 0, output: 10 })).toBe(0);
-    expect(new PriceTable({ a: { input: 1, output: 1 } }).costOf('b', { input: 1e6, output: 0, cached: 0 })).toBe(0);
+    expect(table.costOf('gpt-4o-mini-2024-07-18', { input: 1_000_000, cached: 400_000, output: 100_000 })).toBeCloseTo(0.6 * 0.15 + 0.4 * 0.075 + 0.1 * 0.6, 9);
+    for (const name of ['gpt-4o', 'GPT-4o', 'gpt-4o-2024-08-06']) expect(table.costOf(name, million)).toBeCloseTo(12.5, 9);
+    for (const name of ['o1', 'gpt-4-turbo', 'ft:gpt-4o-mini:org::id', 'ft:gpt-4o-mini-2024-07-18:org:custom:abc123']) {
+      expect(table.sourceOf(name)).toBe('catalogue');
+      expect(table.costOf(name, million)).toBeGreaterThan(0);
+    }
+    // A fine-tune costs more than its base.
+    expect(table.costOf('ft:gpt-4o-mini:org::id', million)).toBeGreaterThan(table.costOf('gpt-4o-mini', million));
+    // A known provider's address keeps other providers' models out.
+    expect(table.sourceOf('claude-3-5-sonnet-20241022')).toBeUndefined();
+    expect(new PriceTable({ upstreamUrl: 'https://api.anthropic.com' }).costOf('claude-3-5-sonnet-20241022', million)).toBeCloseTo(18, 9);
+    // Any other address: the name says whose model it is.
+    expect(new PriceTable({ upstreamUrl: 'http://127.0.0.1:9999/v1' }).costOf('claude-3-5-sonnet-20241022', million)).toBeCloseTo(18, 9);
+  });
+
+  it("costs what the catalogue's own calculation says, long-context tiers and cached input included", () => {
+    const table = new PriceTable();
+    for (const model of ['gpt-4o', 'claude-sonnet-4-5', 'claude-3-5-haiku-20241022', 'o1', 'gemini-2.5-pro']) {
+      for (const usage of [{ input: 1_000, cached: 0, output: 500 }, { input: 300_000, cached: 100_000, output: 4_000 }]) {
+        const expected = calcPrice({ input_tokens: usage.input, cache_read_tokens: usage.cached, output_tokens: usage.output }, model);
+        expect(table.costOf(model, usage)).toBeCloseTo(expected!.total_price, 12);
+      }
+    }
+  });
+
+  it('has no price for an unknown model unless the operator gives one; a llama.cpp server costs 0', () => {
+    expect(new PriceTable().sourceOf('my-local-gguf')).toBeUndefined();
+    expect(new PriceTable().costOf('my-local-gguf', million)).toBe(0);
+    expect(new PriceTable({ defaultPrice: { input: 1, output: 2 } }).costOf('my-local-gguf', million)).toBe(3);
+    expect(new PriceTable({ localModels: true }).sourceOf('my-local-gguf')).toBe('local');
+  });
+
+  it("puts the operator's prices on top: exact name, then longest prefix, then the catalogue, then *", () => {
+    const table = new PriceTable({
+      operator: { 'GPT-4o': { input: 1, output: 1 }, 'my-vllm': { input: 2, output: 2, maxOutput: 100 }, '*': { input: 9, output: 9 } },
+    });
+    expect(table.costOf('gpt-4o', million)).toBe(2);
+    expect(table.costOf('gpt-4o-2024-08-06', million)).toBe(2);
+    expect(table.costOf('my-vllm-7b', million)).toBe(4);
+    expect(table.maxOutputOf('my-vllm-7b')).toBe(100);
+    expect(table.costOf('gpt-4o-mini', million)).toBe(2);
+    expect(table.costOf('o1', million)).toBeCloseTo(75, 9);
+    expect(table.costOf('something-else', million)).toBe(18);
+  });
+
+  it('parses --default-price', () => {
+    expect(parsePrice('3/15', 'x')).toEqual({ input: 3, output: 15, cached: undefined });
+    expect(parsePrice(' 0.5 / 2 / 0.1 ', 'x')).toEqual({ input: 0.5, output: 2, cached: 0.1 });
+    expect(() => parsePrice('3', 'x')).toThrow('INPUT/OUTPUT');
   });
 
   it.each([
@@ -66,13 +114,14 @@ describe('prices', () => {
     ['{"m": {"input": 1, "output": 2, "extra": 3}}', 'unknown field'],
     ['{"": {"input": 1, "output": 2}}', 'model names must be'],
     ['{"m": null}', 'must be an object'],
+    ['{"m": {"input": 1, "output": 2, "maxOutput": 0}}', '"maxOutput" must be a whole number'],
   ])('refuses the price table %j', (text, problem) => {
     expect(() => parsePrices(text)).toThrow(problem);
   });
 
   it('reads a __proto__ model name as a name, not a prototype', () => {
     const table = parsePrices('{"__proto__": {"input": 1, "output": 2}}');
-    expect(new PriceTable(table).priceOf('__proto__-model')).toEqual({ input: 1, output: 2, cached: undefined });
+    expect(new PriceTable({ operator: table }).costOf('__proto__-model', { input: 1e6, output: 1e6, cached: 0 })).toBe(3);
     expect(({} as Record<string, unknown>).input).toBeUndefined();
   });
 
@@ -191,5 +240,35 @@ describe('the spend ledger', () => {
     // A new day and month: nothing spent yet.
     now += 2 * 60_000;
     expect(again.snapshot()).toEqual({});
+  });
+});
+
+describe('holds against a cap', () => {
+  const cap = { usd: 10, period: 'day' as const };
+
+  it('lets requests in while spent + held is under the cap, and a settled or released hold makes room again', async () => {
+    const ledger = new SpendLedger();
+    const caps = [{ scope: '*', cap }];
+    const first = await ledger.reserve(caps, 6e9, 60_000);
+    const second = await ledger.reserve(caps, 6e9, 60_000);
+    // 12 of 10 held: the second passed the cap by one request's hold, and nothing more gets in.
+    expect('hold' in first && 'hold' in second).toBe(true);
+    expect(await ledger.reserve(caps, 1e9, 60_000)).toEqual({ refused: { index: 0, spentNano: 0, heldNano: 12e9 } });
+    ledger.settle('hold' in first ? first.hold : undefined, undefined, 2e9);
+    ledger.settle('hold' in second ? second.hold : undefined, undefined, 0);
+    expect(ledger.heldBy('*', cap)).toBe(0);
+    const third = await ledger.reserve(caps, 1e9, 60_000);
+    expect('hold' in third).toBe(true);
+    expect(await ledger.spent('*', cap)).toBe(2e9);
+  });
+
+  it('names the cap that refuses, and lets a hold that never settled expire', async () => {
+    let now = Date.parse('2026-06-01T10:00:00Z');
+    const ledger = new SpendLedger({ now: () => now });
+    const caps = [{ scope: '*', cap: { usd: 100, period: 'month' as const } }, { scope: 'alpha', cap }];
+    expect('hold' in (await ledger.reserve(caps, 10e9, 1_000))).toBe(true);
+    expect(await ledger.reserve(caps, 1e9, 1_000)).toEqual({ refused: { index: 1, spentNano: 0, heldNano: 10e9 } });
+    now += 1_001;
+    expect('hold' in (await ledger.reserve(caps, 1e9, 1_000))).toBe(true);
   });
 });

@@ -1,3 +1,4 @@
+import { calcPrice, findProvider, type ModelInfo, type ModelPrice as CataloguePrice, type Provider, type TieredPrices } from '@pydantic/genai-prices';
 import { readFileSync } from 'node:fs';
 
 /** USD per 1M tokens. `cached` is the price of prompt tokens served from the provider's own prompt cache. */
@@ -5,6 +6,8 @@ export interface ModelPrice {
   input: number;
   output: number;
   cached?: number;
+  /** Output tokens reserved under a spend cap when a request does not bound its answer (prices file only). */
+  maxOutput?: number;
 }
 
 /** Token counts of one answer, as the provider reported them. */
@@ -15,50 +18,64 @@ export interface Usage {
   cached: number;
 }
 
-/**
- * Defaults (list prices, USD per 1M tokens) for common models; `--prices FILE`
- * replaces the table. A model is matched by its exact name, then by the
- * longest name it starts with (`gpt-4o-mini-2024-07-18` is priced as
- * `gpt-4o-mini`), then by `*` (the price of anything else; local models cost 0).
- */
-export const DEFAULT_PRICES: Readonly<Record<string, ModelPrice>> = {
-  'gpt-4.1': { input: 2, output: 8, cached: 0.5 },
-  'gpt-4.1-mini': { input: 0.4, output: 1.6, cached: 0.1 },
-  'gpt-4.1-nano': { input: 0.1, output: 0.4, cached: 0.025 },
-  'gpt-4o': { input: 2.5, output: 10, cached: 1.25 },
-  'gpt-4o-mini': { input: 0.15, output: 0.6, cached: 0.075 },
-  'gpt-5': { input: 1.25, output: 10, cached: 0.125 },
-  'gpt-5-mini': { input: 0.25, output: 2, cached: 0.025 },
-  'gpt-5-nano': { input: 0.05, output: 0.4, cached: 0.005 },
-  o3: { input: 2, output: 8, cached: 0.5 },
-  'o4-mini': { input: 1.1, output: 4.4, cached: 0.275 },
-  'text-embedding-3-small': { input: 0.02, output: 0 },
-  'text-embedding-3-large': { input: 0.13, output: 0 },
-  'claude-opus-4': { input: 15, output: 75, cached: 1.5 },
-  'claude-sonnet-4': { input: 3, output: 15, cached: 0.3 },
-  'claude-3-7-sonnet': { input: 3, output: 15, cached: 0.3 },
-  'claude-3-5-haiku': { input: 0.8, output: 4, cached: 0.08 },
-  'claude-haiku-4-5': { input: 1, output: 5, cached: 0.1 },
-  // llama.cpp, vLLM and other models served locally: no per-token bill.
-  '*': { input: 0, output: 0, cached: 0 },
-};
+/** Where a model's price came from; `undefined` from `resolve` means it has none. */
+export type PriceSource = 'prices-file' | 'catalogue' | 'default' | 'local';
+
+interface Resolved {
+  source: PriceSource;
+  /** The operator's price (prices file, `*`, --default-price, or 0 for a local server). */
+  price?: ModelPrice;
+  /** A catalogue model, kept alone in a provider of its own: pricing it again skips the catalogue's search. */
+  catalogue?: Provider;
+  /** Its prices in force (some change by date or time of day), and when they were chosen. */
+  current?: CataloguePrice;
+  chosenAt?: number;
+  maxOutput?: number;
+}
+
+// Some catalogue prices hold from a date or at certain hours: the prices in force are chosen again this often.
+const RECHOOSE_MS = 60_000;
+
+export interface PriceTableOptions {
+  /** The operator's prices (`--prices FILE`): exact name, then longest prefix, then `*`; case does not matter. */
+  operator?: Readonly<Record<string, ModelPrice>>;
+  /** `--default-price`: what a model priced nowhere else costs. */
+  defaultPrice?: ModelPrice;
+  /** The upstream URL: a known provider's address (api.openai.com, ...) limits the catalogue to that provider. */
+  upstreamUrl?: string;
+  /** A llama.cpp server bills nothing per token: its models cost 0 unless the operator prices them. */
+  localModels?: boolean;
+}
 
 // A price table is a short list written by hand.
 const MAX_FILE_BYTES = 1024 * 1024;
 const MAX_MODELS = 10_000;
 
-/** Prices per model, looked up once per model name and remembered (bounded). */
+/**
+ * Prices per model: the operator's prices file first, then the catalogue of
+ * `@pydantic/genai-prices` (bundled with the package, read offline: prices are
+ * never fetched at run time), then the operator's default. A model none of
+ * them prices has no price: under a spend cap it is refused rather than free.
+ * Names are matched as providers spell them: any case, dated snapshots
+ * (`gpt-4o-2024-08-06`) and fine-tunes (`ft:gpt-4o-mini-2024-07-18:org::id`).
+ */
 export class PriceTable {
-  private readonly names: string[];
-  private readonly resolved = new Map<string, ModelPrice | undefined>();
+  private readonly operator = new Map<string, ModelPrice>();
+  private readonly prefixes: string[];
+  private readonly provider?: Provider;
+  private readonly resolved = new Map<string, Resolved | undefined>();
 
-  constructor(private readonly prices: Readonly<Record<string, ModelPrice>> = DEFAULT_PRICES) {
+  constructor(private readonly options: PriceTableOptions = {}) {
+    for (const [name, price] of Object.entries(options.operator ?? {})) this.operator.set(name.toLowerCase(), price);
     // Longest first: the most specific prefix wins.
-    this.names = Object.keys(prices).filter((name) => name !== '*').sort((a, b) => b.length - a.length);
+    this.prefixes = [...this.operator.keys()].filter((name) => name !== '*').sort((a, b) => b.length - a.length);
+    // An address the catalogue knows fixes the provider; any other (a self-hosted server, a proxy) leaves the
+    // model's name to say whose it is (`gpt-` is OpenAI's, `claude-` Anthropic's).
+    this.provider = options.upstreamUrl ? findProvider({ providerApiUrl: options.upstreamUrl }) : undefined;
   }
 
   /** Reads `--prices FILE`; throws an error naming the problem (the gateway then does not start). */
-  static fromFile(file: string): PriceTable {
+  static readFile(file: string): Record<string, ModelPrice> {
     let text: string;
     try {
       text = readFileSync(file, 'utf8');
@@ -66,32 +83,102 @@ export class PriceTable {
       throw new Error(`--prices ${file}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`);
     }
     try {
-      return new PriceTable(parsePrices(text));
+      return parsePrices(text);
     } catch (error) {
       throw new Error(`--prices ${file}: ${(error as Error).message}`);
     }
   }
 
-  priceOf(model: string | undefined): ModelPrice | undefined {
-    const name = (model ?? '').slice(0, 200);
-    if (this.resolved.has(name)) return this.resolved.get(name);
-    const price = this.prices[name] ?? this.prices[this.names.find((known) => name.startsWith(known)) ?? '*'];
-    if (this.resolved.size > 10_000) this.resolved.clear();
-    this.resolved.set(name, price);
-    return price;
+  /** Where the model's price comes from, or undefined when nothing prices it. */
+  sourceOf(model: string | undefined): PriceSource | undefined {
+    return this.resolve(model)?.source;
   }
 
-  /** USD for an answer's usage; an unpriced model (no `*` entry) costs 0. */
+  /** Output tokens to reserve for a request that does not bound its answer: the prices file's `maxOutput`, if any. */
+  maxOutputOf(model: string | undefined): number | undefined {
+    return this.resolve(model)?.maxOutput;
+  }
+
+  /** USD for an answer's usage; 0 for a model without a price (callers that must not let it pass check `sourceOf`). */
   costOf(model: string | undefined, usage: Usage): number {
-    const price = this.priceOf(model);
-    if (!price) return 0;
+    const found = this.resolve(model);
+    if (!found) return 0;
     const cached = Math.min(usage.cached, usage.input);
-    const fresh = usage.input - cached;
-    return (fresh * price.input + cached * (price.cached ?? price.input) + usage.output * price.output) / 1e6;
+    if (found.price) {
+      const price = found.price;
+      return ((usage.input - cached) * price.input + cached * (price.cached ?? price.input) + usage.output * price.output) / 1e6;
+    }
+    // The catalogue's own calcPrice takes tens of microseconds (it decomposes usage into every unit it knows): the
+    // three units a usage report has are priced here, with the catalogue's rule for tiers (a tier's price applies to
+    // all tokens once the prompt passes its start).
+    const now = Date.now();
+    if (!found.current || now - (found.chosenAt ?? 0) > RECHOOSE_MS) {
+      found.current = calcPrice({ input_tokens: 1, output_tokens: 1 }, normalName(model), { provider: found.catalogue })?.model_price ?? {};
+      found.chosenAt = now;
+    }
+    const price = found.current;
+    const per = (unit: number | TieredPrices | undefined, tokens: number) => {
+      if (unit === undefined || tokens <= 0) return 0;
+      if (typeof unit === 'number') return (unit * tokens) / 1e6;
+      let rate = unit.base;
+      for (const tier of unit.tiers) if (usage.input > tier.start) rate = tier.price;
+      return (rate * tokens) / 1e6;
+    };
+    return per(price.input_mtok, usage.input - cached) + per(price.cache_read_mtok ?? price.input_mtok, cached) + per(price.output_mtok, usage.output);
+  }
+
+  private resolve(model: string | undefined): Resolved | undefined {
+    const name = normalName(model);
+    if (this.resolved.has(name)) return this.resolved.get(name);
+    const found = this.lookUp(name);
+    // Bounded: model names come from clients.
+    if (this.resolved.size > 10_000) this.resolved.clear();
+    this.resolved.set(name, found);
+    return found;
+  }
+
+  private lookUp(name: string): Resolved | undefined {
+    const own = this.operator.get(name) ?? this.operator.get(this.prefixes.find((known) => name.startsWith(known)) ?? '');
+    if (own) return { source: 'prices-file', price: own, maxOutput: own.maxOutput };
+    const catalogue = name === '' ? undefined : this.fromCatalogue(name);
+    if (catalogue) return { source: 'catalogue', catalogue };
+    const fallback = this.operator.get('*');
+    if (fallback) return { source: 'prices-file', price: fallback, maxOutput: fallback.maxOutput };
+    if (this.options.defaultPrice) return { source: 'default', price: this.options.defaultPrice, maxOutput: this.options.defaultPrice.maxOutput };
+    if (this.options.localModels) return { source: 'local', price: { input: 0, output: 0 } };
+    return undefined;
+  }
+
+  /** The catalogue's entry for a model, alone in a copy of its provider. */
+  private fromCatalogue(name: string): Provider | undefined {
+    const options = this.provider ? { provider: this.provider } : {};
+    const probe = { input_tokens: 1, output_tokens: 1 };
+    const result = calcPrice(probe, name, options);
+    // A fine-tune, `ft:<base>:<org>:<suffix>:<id>`: the catalogue lists fine-tunes by their dated base
+    // (`ft:gpt-4o-mini-2024-`); a name given with an undated base is priced as that base's fine-tune.
+    if (!result && name.startsWith('ft:')) {
+      const base = name.slice(3).split(':')[0];
+      const baseResult = base ? calcPrice(probe, base, options) : null;
+      const fineTune = baseResult?.provider.models.find((m: ModelInfo) => m.id === `ft:${baseResult.model.id}`);
+      if (baseResult && fineTune) return alone(baseResult.provider, fineTune, name);
+    }
+    return result ? alone(result.provider, result.model, name) : undefined;
   }
 }
 
-/** `{ "<model or prefix or *>": { "input": n, "output": n, "cached"?: n } }`, USD per 1M tokens. */
+/** The provider with only this model, matched by exactly this name. */
+function alone(provider: Provider, model: ModelInfo, name: string): Provider {
+  return { ...provider, fallback_model_providers: undefined, models: [{ ...model, match: { equals: name } }] };
+}
+
+function normalName(model: string | undefined): string {
+  return (model ?? '').slice(0, 200).trim().toLowerCase();
+}
+
+/**
+ * `{ "<model or prefix or *>": { "input": n, "output": n, "cached"?: n, "maxOutput"?: n } }`, USD per 1M tokens;
+ * `maxOutput` is how many output tokens to reserve under a spend cap when a request does not say.
+ */
 export function parsePrices(text: string): Record<string, ModelPrice> {
   if (Buffer.byteLength(text) > MAX_FILE_BYTES) throw new Error(`larger than ${MAX_FILE_BYTES} bytes`);
   let document: unknown;
@@ -111,14 +198,27 @@ export function parsePrices(text: string): Record<string, ModelPrice> {
     if (model === '' || model.length > 200) throw new Error(`model names must be 1-200 characters, got ${name}`);
     if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new Error(`${name}: must be an object with "input" and "output"`);
     const v = value as Record<string, unknown>;
-    for (const field of Object.keys(v)) if (!['input', 'output', 'cached'].includes(field)) throw new Error(`${name}: unknown field ${JSON.stringify(field.slice(0, 40))}`);
+    for (const field of Object.keys(v)) if (!['input', 'output', 'cached', 'maxOutput'].includes(field)) throw new Error(`${name}: unknown field ${JSON.stringify(field.slice(0, 40))}`);
     const price = (field: string, required: boolean) => {
       const n = v[field];
       if (n === undefined && !required) return undefined;
       if (typeof n !== 'number' || !Number.isFinite(n) || n < 0 || n > 1e6) throw new Error(`${name}: "${field}" must be a number of USD per 1M tokens (0 to 1000000)`);
       return n;
     };
-    table[model] = { input: price('input', true)!, output: price('output', true)!, cached: price('cached', false) };
+    const maxOutput = v.maxOutput;
+    if (maxOutput !== undefined && (typeof maxOutput !== 'number' || !Number.isInteger(maxOutput) || maxOutput < 1 || maxOutput > 10_000_000)) {
+      throw new Error(`${name}: "maxOutput" must be a whole number of tokens (1 to 10000000)`);
+    }
+    const entry: ModelPrice = { input: price('input', true)!, output: price('output', true)!, cached: price('cached', false) };
+    if (maxOutput !== undefined) entry.maxOutput = maxOutput;
+    table[model] = entry;
   }
   return table;
+}
+
+/** `--default-price 3/15` or `3/15/0.3`: USD per 1M input / output (/ cached input) tokens. */
+export function parsePrice(text: string, what: string): ModelPrice {
+  const match = /^\s*(\d+(?:\.\d+)?)\s*\/\s*(\d+(?:\.\d+)?)\s*(?:\/\s*(\d+(?:\.\d+)?)\s*)?$/.exec(text);
+  if (!match) throw new Error(`${what} must look like INPUT/OUTPUT or INPUT/OUTPUT/CACHED in USD per 1M tokens (e.g. 3/15), got "${text.slice(0, 60)}"`);
+  return { input: Number(match[1]), output: Number(match[2]), cached: match[3] === undefined ? undefined : Number(match[3]) };
 }

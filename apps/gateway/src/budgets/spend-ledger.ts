@@ -16,6 +16,67 @@ export interface SpendTotals {
 
 export const NANO = 1e9;
 
+/** A cap that applies to a request: who it limits (a key's name, or `*`) and how much. */
+export interface ScopedCap {
+  scope: string;
+  cap: SpendCap;
+}
+
+/** Money held for a request in flight, against every cap it is under, until its cost is known. */
+export interface Hold {
+  id: string;
+  amountNano: number;
+  /** The totals it is held against (`day:2026-11-30:*`, ...), as of when it was made. */
+  totals: string[];
+  expiresAt: number;
+}
+
+/** A reservation refused: the cap (by its index in the list given) that spent and held money already reach. */
+export interface Refusal {
+  index: number;
+  spentNano: number;
+  heldNano: number;
+}
+
+// Checks every cap, then holds the amount against all of them, in one step: replicas never both take the last room.
+// Holds are `id -> "amount:expiresAt"` in a hash per cap; those of a replica that died expire.
+const RESERVE = `
+local now = tonumber(ARGV[1])
+local n = #KEYS / 2
+for i = 1, n do
+  local spent = tonumber(redis.call('GET', KEYS[2 * i - 1]) or '0')
+  local held = 0
+  local holds = redis.call('HGETALL', KEYS[2 * i])
+  for j = 1, #holds, 2 do
+    local sep = string.find(holds[j + 1], ':', 1, true)
+    if sep == nil or tonumber(string.sub(holds[j + 1], sep + 1)) <= now then
+      redis.call('HDEL', KEYS[2 * i], holds[j])
+    else
+      held = held + tonumber(string.sub(holds[j + 1], 1, sep - 1))
+    end
+  end
+  if spent + held >= tonumber(ARGV[5 + i]) then return {i, spent, held} end
+end
+for i = 1, n do
+  redis.call('HSET', KEYS[2 * i], ARGV[2], ARGV[3] .. ':' .. ARGV[4])
+  redis.call('EXPIRE', KEYS[2 * i], ARGV[5])
+end
+return {0}
+`;
+
+// Adds a request's cost to its totals and drops its hold, in one step: the cap never counts both or neither.
+const SETTLE = `
+local m = tonumber(ARGV[1])
+for i = 1, m do
+  if ARGV[2] ~= '0' then
+    redis.call('INCRBY', KEYS[i], ARGV[2])
+    redis.call('EXPIRE', KEYS[i], ARGV[3 + i])
+  end
+end
+for i = m + 1, #KEYS do redis.call('HDEL', KEYS[i], ARGV[3]) end
+return 1
+`;
+
 /** `day:2026-11-30` or `month:2026-11` (UTC). */
 export function periodKey(period: SpendCap['period'], now: number): string {
   const iso = new Date(now).toISOString();
@@ -34,6 +95,10 @@ const EXPIRE_SECONDS = { day: 3 * 86_400, month: 62 * 86_400 };
  */
 export class SpendLedger {
   private readonly totals = new Map<string, SpendTotals>();
+  // This replica's holds, so that caps still hold (for its own requests) while Redis is away.
+  private readonly holds = new Map<string, Hold>();
+  private readonly held = new Map<string, number>();
+  private holdSeq = 0;
   private flushTimer?: NodeJS.Timeout;
   private redisDown = false;
 
@@ -75,6 +140,86 @@ export class SpendLedger {
     this.scheduleFlush();
   }
 
+  /**
+   * Holds `amountNano` against every cap, unless one of them is already reached by what is spent and held: a
+   * request is let in while the cap has room, so concurrent requests pass a cap by at most one request's hold.
+   * Across replicas through Redis (one Lua script); in this replica alone while Redis is away.
+   */
+  async reserve(caps: ScopedCap[], amountNano: number, holdMs: number): Promise<{ hold: Hold } | { refused: Refusal }> {
+    const now = this.now;
+    const totals = caps.map(({ scope, cap }) => `${periodKey(cap.period, now)}:${scope}`);
+    const amount = Math.max(0, Math.round(amountNano));
+    const hold: Hold = { id: `${process.pid}.${Date.now().toString(36)}.${(this.holdSeq++).toString(36)}`, amountNano: amount, totals, expiresAt: now + holdMs };
+    this.expireHolds(now);
+    let refused: Refusal | undefined;
+    if (this.options.redis) {
+      const keys = totals.flatMap((id) => [this.redisKey(id, 'spent'), this.redisKey(id, 'held')]);
+      const args = [String(now), hold.id, String(amount), String(hold.expiresAt), String(Math.ceil(holdMs / 1000) + 60), ...caps.map(({ cap }) => String(Math.round(cap.usd * NANO)))];
+      const answer = await this.command(['EVAL', RESERVE, String(keys.length), ...keys, ...args]);
+      if (Array.isArray(answer)) {
+        const [index, spent, held] = answer.map(Number);
+        if (index > 0) refused = { index: index - 1, spentNano: spent, heldNano: held };
+      } else refused = this.localRefusal(caps, totals);
+    } else refused = this.localRefusal(caps, totals);
+    if (refused) return { refused };
+    this.holds.set(hold.id, hold);
+    for (const id of totals) this.held.set(id, (this.held.get(id) ?? 0) + amount);
+    return { hold };
+  }
+
+  /**
+   * A request's cost is known (0 when it failed before the provider answered): it is added to the totals of
+   * `scope` and of all, and its hold (if any) is dropped, in one step.
+   */
+  settle(hold: Hold | undefined, scope: string | undefined, costNano: number): Promise<void> {
+    if (hold && this.holds.delete(hold.id)) {
+      for (const id of hold.totals) {
+        const left = (this.held.get(id) ?? 0) - hold.amountNano;
+        if (left > 0) this.held.set(id, left);
+        else this.held.delete(id);
+      }
+    }
+    const cost = Math.max(0, Math.round(costNano));
+    const now = this.now;
+    const spentIds: string[] = [];
+    for (const period of PERIODS) {
+      const p = periodKey(period, now);
+      for (const s of scope === undefined ? ['*'] : ['*', scope]) spentIds.push(`${p}:${s}`);
+    }
+    if (cost > 0) {
+      for (const id of spentIds) {
+        const totals = this.totals.get(id) ?? { spentNano: 0, savedNano: 0 };
+        totals.spentNano += cost;
+        this.totals.set(id, totals);
+      }
+      this.scheduleFlush();
+    }
+    if (!this.options.redis || (cost === 0 && !hold)) return Promise.resolve();
+    const keys = [...spentIds.map((id) => this.redisKey(id, 'spent')), ...(hold?.totals ?? []).map((id) => this.redisKey(id, 'held'))];
+    const ttls = spentIds.map((id) => String(EXPIRE_SECONDS[id.startsWith('day:') ? 'day' : 'month']));
+    // Never rejects: a failure is reported once by `command`, and the hold expires in Redis.
+    return this.command(['EVAL', SETTLE, String(keys.length), ...keys, String(spentIds.length), String(cost), hold?.id ?? '-', ...ttls]).then(() => undefined);
+  }
+
+  /** Money this replica holds for its requests in flight under `scope`'s cap (USD in billionths). */
+  heldBy(scope: string, cap: SpendCap): number {
+    return this.held.get(`${periodKey(cap.period, this.now)}:${scope}`) ?? 0;
+  }
+
+  private localRefusal(caps: ScopedCap[], totals: string[]): Refusal | undefined {
+    for (let i = 0; i < caps.length; i++) {
+      const spentNano = this.totals.get(totals[i])?.spentNano ?? 0;
+      const heldNano = this.held.get(totals[i]) ?? 0;
+      if (spentNano + heldNano >= Math.round(caps[i].cap.usd * NANO)) return { index: i, spentNano, heldNano };
+    }
+    return undefined;
+  }
+
+  /** Holds of requests that never settled (a bug, or a stream longer than the hold) stop holding. */
+  private expireHolds(now: number): void {
+    for (const hold of this.holds.values()) if (hold.expiresAt <= now) void this.settle(hold, undefined, 0);
+  }
+
   /** USD (in billionths) spent by `scope` in the cap's current period; the fleet's total when shared through Redis. */
   async spent(scope: string, cap: SpendCap): Promise<number> {
     const id = `${periodKey(cap.period, this.now)}:${scope}`;
@@ -99,7 +244,7 @@ export class SpendLedger {
     }
   }
 
-  private redisKey(id: string, what: 'spent' | 'saved'): string {
+  private redisKey(id: string, what: 'spent' | 'saved' | 'held'): string {
     return `${this.options.prefix ?? 'npo'}:spend:${what}:${id}`;
   }
 

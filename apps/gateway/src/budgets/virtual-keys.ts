@@ -1,5 +1,6 @@
 import { timingSafeEqual } from 'node:crypto';
 import { keyDigest } from '../http/credentials.js';
+import { redactor } from '../http/redaction.js';
 import { readFileSync, statSync, watch, type FSWatcher } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { parseSpendCap, type SpendCap } from './budget-config.js';
@@ -17,6 +18,8 @@ export interface VirtualKey {
 interface Entry {
   digest: Buffer;
   key: VirtualKey;
+  /** The key itself when the file lists it in clear: only so that it can be removed from anything said or logged. */
+  plain?: string;
 }
 
 // A keys file is a short list written by hand: anything larger is not one.
@@ -24,6 +27,8 @@ const MAX_FILE_BYTES = 1024 * 1024;
 const MAX_KEYS = 10_000;
 const NAME = /^[\w.:@-]{1,64}$/;
 const HASHED = /^sha256:([0-9a-f]{64})$/i;
+const RELOAD_QUIET_MS = 200;
+const RELOAD_MAX_WAIT_MS = 1_000;
 
 /** A keys file (or ORCHESTRATOR_KEYS) that cannot be used; the message names the problem, never a key. */
 export class KeysFileError extends Error {
@@ -87,7 +92,7 @@ export function parseKeys(text: string): Entry[] {
     seen.add(hex);
     const key: VirtualKey = { name: v.name, requestsPerMinute: limit('requestsPerMinute'), tokensPerMinute: limit('tokensPerMinute'), maxSpend };
     if (v.admin === true) key.admin = true;
-    entries.push({ digest, key });
+    entries.push({ plain: hashed ? undefined : secret, digest, key });
   });
   if (entries.length === 0) throw new KeysFileError('lists no keys');
   return entries;
@@ -96,8 +101,8 @@ export function parseKeys(text: string): Entry[] {
 /**
  * The virtual keys in force. Lookups compare SHA-256 digests in constant
  * time, against every entry (the time taken says nothing about which key
- * nearly matched). A file is read again when it changes (debounced) and on
- * SIGHUP; a file that cannot be used leaves the keys in force unchanged and
+ * nearly matched). A file is read again when it changes and on SIGHUP (both
+ * debounced); a file that cannot be used leaves the keys in force unchanged and
  * is reported in one line naming the problem.
  */
 export class VirtualKeys {
@@ -105,7 +110,9 @@ export class VirtualKeys {
   private admins?: { of: Entry[]; digests: readonly Buffer[] };
   private watcher?: FSWatcher;
   private debounce?: NodeJS.Timeout;
-  private readonly onHangup = () => this.reload('SIGHUP');
+  /** When the first event of the burst being debounced arrived. */
+  private pendingSince?: number;
+  private readonly onHangup = () => this.reloadSoon('SIGHUP');
 
   private constructor(
     entries: Entry[],
@@ -113,6 +120,7 @@ export class VirtualKeys {
     private readonly log: (line: string, problem: boolean) => void,
   ) {
     this.entries = entries;
+    redactor.add(entries.map((entry) => entry.plain));
   }
 
   /** From a file (watched) or inline JSON; throws `KeysFileError` when the first read fails (start-up stops). */
@@ -157,12 +165,29 @@ export class VirtualKeys {
     if (this.file === undefined) return false;
     try {
       this.entries = readKeysFile(this.file);
+      redactor.add(this.entries.map((entry) => entry.plain));
       this.log(`keys file reloaded (${reason}): ${this.entries.length} key(s)`, false);
       return true;
     } catch (error) {
       this.log(`keys file not reloaded (${reason}), the previous ${this.entries.length} key(s) stay in force: ${(error as Error).message}`, true);
       return false;
     }
+  }
+
+  /**
+   * Several events arrive for one save, and signals can come in bursts (a loop of `kill -HUP`): the file, up to
+   * 10,000 keys to hash, is read once they stop for 200 ms, and at least once a second while they do not.
+   */
+  private reloadSoon(reason: string): void {
+    const now = Date.now();
+    this.pendingSince ??= now;
+    clearTimeout(this.debounce);
+    const delay = Math.max(0, Math.min(RELOAD_QUIET_MS, this.pendingSince + RELOAD_MAX_WAIT_MS - now));
+    this.debounce = setTimeout(() => {
+      this.pendingSince = undefined;
+      this.reload(reason);
+    }, delay);
+    this.debounce.unref();
   }
 
   close(): void {
@@ -178,10 +203,7 @@ export class VirtualKeys {
     try {
       this.watcher = watch(dirname(this.file!), { persistent: false }, (_event, changed) => {
         if (changed !== null && changed !== name) return;
-        clearTimeout(this.debounce);
-        // Several events arrive for one save; the file is read once they stop.
-        this.debounce = setTimeout(() => this.reload('file changed'), 200);
-        this.debounce.unref();
+        this.reloadSoon('file changed');
       });
       this.watcher.on('error', () => undefined);
     } catch (error) {

@@ -1,28 +1,48 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
+import type { ProviderKind } from '../config/gateway-config.js';
 
-/** The key a client sent, from `Authorization: Bearer` or `x-api-key`. */
+// RFC 9110: the scheme is case-insensitive and separated from its token by one or more spaces; clients and proxies
+// also send tabs and trailing blanks. Each spelling of one token is the same credential.
+const BEARER = /^[ \t]*bearer(?:[ \t]+(.*?))?[ \t]*$/i;
+
+/** The token of an `Authorization: Bearer` value, in any spelling of the scheme; undefined when it is not Bearer. */
+export function bearerToken(authorization: unknown): string | undefined {
+  if (typeof authorization !== 'string') return undefined;
+  const match = BEARER.exec(authorization);
+  return match ? (match[1] ?? '') : undefined;
+}
+
+/** The key a client sent, from `Authorization: Bearer` or `x-api-key`: what goes upstream when the client's key is passed on. */
 export function clientKey(headers: IncomingMessage['headers']): string | undefined {
-  const authorization = headers.authorization;
-  if (typeof authorization === 'string' && authorization.toLowerCase().startsWith('bearer ')) {
-    return authorization.slice(7).trim() || undefined;
-  }
+  const token = bearerToken(headers.authorization);
+  if (token !== undefined) return token || undefined;
   const apiKey = headers['x-api-key'];
-  return typeof apiKey === 'string' && apiKey ? apiKey : undefined;
+  return typeof apiKey === 'string' && apiKey.trim() ? apiKey.trim() : undefined;
 }
 
 /**
- * The caller's identity, derived once per request: every credential it
- * presents (`authorization`, whatever its scheme, and `x-api-key`), the gateway
- * key it was let in with included. Two callers that differ in either never
- * share an answer; the identity is hashed before any use (key, fair share,
- * failure attribution), never kept as it is.
+ * The credential llama-server itself reads: `Authorization` when present (a Bearer token, or the value as it is:
+ * the server accepts a key without a scheme), and `X-Api-Key` only without it.
  */
-export function identityOf(headers: IncomingMessage['headers']): string | undefined {
+function llamaCredential(headers: IncomingMessage['headers']): string | undefined {
   const authorization = headers.authorization;
+  if (typeof authorization === 'string' && authorization.trim()) return bearerToken(authorization) || authorization.trim().replace(/\s+/g, ' ');
   const apiKey = headers['x-api-key'];
-  if (authorization === undefined && apiKey === undefined) return undefined;
-  return `authorization=${String(authorization ?? '')}\nx-api-key=${String(apiKey ?? '')}`;
+  return typeof apiKey === 'string' && apiKey.trim() ? apiKey.trim() : undefined;
+}
+
+/**
+ * The caller's one identity, derived once per request from the credential that decides who it is: the gateway or
+ * virtual key it was let in with when the gateway checks keys, else the credential the provider reads (the
+ * client's key as it is passed on: a Bearer token or `x-api-key` for OpenAI and Anthropic, Authorization first for
+ * llama.cpp). Every spelling of one credential is one caller, and a header the provider never reads makes no new
+ * one: a caller that varies it is still one tenant for answers, limits, the fair queue and failure attribution.
+ * The identity is hashed before any use, never kept as it is; undefined for a caller with no credential.
+ */
+export function identityOf(headers: IncomingMessage['headers'], provider: ProviderKind, checksKeys: boolean): string | undefined {
+  const credential = provider === 'llama' && !checksKeys ? llamaCredential(headers) : clientKey(headers);
+  return credential === undefined ? undefined : `credential=${credential}`;
 }
 
 /** SHA-256 of a key: what is kept of gateway and virtual keys, and compared in constant time (equal lengths). */

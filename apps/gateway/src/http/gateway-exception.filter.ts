@@ -6,6 +6,8 @@ import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
 import { UpstreamHttpError, UpstreamProtocolError, upstreamMessage } from '../upstream/upstream-client.js';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { ApiError } from './api-error.js';
+import { clientKey } from './credentials.js';
+import { redactor } from './redaction.js';
 import { findContext } from './request-context.js';
 
 /** An error as the gateway answers it, before it is written in the client's API format. */
@@ -52,9 +54,6 @@ const ANTHROPIC_TYPE: Record<number, string> = {
   529: 'overloaded_error',
 };
 
-// Provider messages sometimes quote a (masked) key: such fragments never reach a client or a log.
-const KEY_LIKE = /\b(sk|pk|rk|key|tok|sess)-[\w*.-]{4,}/gi;
-
 /**
  * Every error the gateway answers with, rendered here and only here, in the
  * API the client speaks on the route (OpenAI, Anthropic, or llama.cpp's own
@@ -89,6 +88,8 @@ export class GatewayExceptionFilter implements ExceptionFilter {
     const route = context ? undefined : routeAt(request.url ?? '');
     const api: ClientApi = context?.api ?? (route ? ROUTES[route].api : this.defaultApi);
     const adapter = this.adapterHost.httpAdapter;
+    // Provider messages quote keys (the one sent, masked or whole): none reaches a client or a log.
+    const presented = [clientKey(request.headers)];
     // Retries happen at one layer: here. Only a replica shutting down (retry elsewhere) and a rate limit, the
     // provider's or the gateway's own (back off as it says), are left to the client to retry.
     const retryable = isOrchestratorError(exception)
@@ -103,7 +104,7 @@ export class GatewayExceptionFilter implements ExceptionFilter {
       // The provider already answered in the client's own format: its status and bytes, unchanged.
       if (exception.retryAfter) adapter.setHeader(response, 'retry-after', exception.retryAfter);
       adapter.setHeader(response, 'content-type', exception.contentType ?? 'application/json');
-      const body = redactBytes(exception.body);
+      const body = redactor.bytes(exception.body, presented);
       // Fastify sends a Buffer as it is; Express's adapter would serialise it as JSON, so it is written directly.
       if (adapter.getType() === 'fastify') adapter.reply(response, body, exception.status);
       else {
@@ -117,12 +118,12 @@ export class GatewayExceptionFilter implements ExceptionFilter {
     if (context && !context.errorCode) context.errorCode = String(info.code ?? info.type ?? info.status);
     if (info.status >= 500 && !(exception instanceof ApiError) && !(exception instanceof HttpException)) {
       const name = (exception as Error | undefined)?.name ?? 'Error';
-      this.logger.warn(`request ${String(context?.id)} failed with ${info.status} (${name}: ${redact(info.message)})`);
+      this.logger.warn(`request ${String(context?.id)} failed with ${info.status} (${name}: ${redactor.text(info.message, presented)})`);
     }
     if (info.retryAfter) adapter.setHeader(response, 'retry-after', info.retryAfter);
     // Nothing more is wanted from this client on this connection: a failed key, a body too large, a replica leaving.
     if (info.status === 401 || info.status === 413 || info.code === 'shutting_down') adapter.setHeader(response, 'connection', 'close');
-    const reply = () => adapter.reply(response, errorBody(api, info, context?.id), info.status);
+    const reply = () => adapter.reply(response, errorBody(api, { ...info, message: redactor.text(info.message, presented) }, context?.id), info.status);
     const rawRequest = (request as { raw?: IncomingMessage }).raw ?? request;
     // A client still sending a body that is too large would read a reset instead of this 413 (and its SDK would
     // retry): the rest of the body is read and dropped first, up to a bound.
@@ -161,7 +162,7 @@ function drain(request: IncomingMessage, maxBytes: number): Promise<void> {
  * (`code` is the HTTP status, no `param`), OpenAI's elsewhere.
  */
 function errorBody(api: ClientApi, info: ErrorInfo, requestId: string | undefined): object {
-  const message = redact(info.message);
+  const message = info.message;
   if (api === 'anthropic') {
     const type = ANTHROPIC_TYPE[info.status] ?? (info.status >= 500 ? 'api_error' : 'invalid_request_error');
     return { type: 'error', error: { type, message }, request_id: requestId ?? null };
@@ -249,15 +250,4 @@ function fromFrameworkError(error: unknown, status: number, fallback: string): E
     return { status: 415, message: 'The request body encoding is not supported.', param: null, code: 'unsupported_encoding' };
   }
   return { status, message: status < 500 ? fallback.slice(0, 300) : 'The gateway failed to handle this request.', param: null, code: null };
-}
-
-function redact(message: string): string {
-  return message.replace(KEY_LIKE, '[redacted]');
-}
-
-/** The bytes as they are, unless they quote something key-like. */
-function redactBytes(body: Buffer): Buffer {
-  const text = body.toString('utf8');
-  KEY_LIKE.lastIndex = 0;
-  return KEY_LIKE.test(text) ? Buffer.from(redact(text)) : body;
 }

@@ -6,7 +6,7 @@ import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { GatewayService } from '../gateway.service.js';
 import { Budgets } from '../budgets/budgets.service.js';
 import type { VirtualKey } from '../budgets/virtual-keys.js';
-import { ROUTES } from '../providers/provider.js';
+import { ROUTES, gatewayChecksKeys } from '../providers/provider.js';
 import { routeSpecOf } from '../routes/gateway-route.decorator.js';
 import { ApiError } from './api-error.js';
 import { clientKey, identityOf, isOneOf, keyDigest } from './credentials.js';
@@ -31,6 +31,7 @@ type GatewayRequest = IncomingMessage & { body?: unknown; rawBody?: Buffer; orig
 export class GatewayGuard implements CanActivate {
   private readonly keyDigests: Buffer[];
   private readonly sessions: StatusSessions;
+  private readonly checksKeys: boolean;
 
   constructor(
     @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
@@ -39,6 +40,7 @@ export class GatewayGuard implements CanActivate {
   ) {
     this.keyDigests = config.gatewayKeys.map(keyDigest);
     this.sessions = new StatusSessions(statusSignIn(config, budgets));
+    this.checksKeys = gatewayChecksKeys(config);
   }
 
   async canActivate(execution: ExecutionContext): Promise<boolean> {
@@ -48,7 +50,7 @@ export class GatewayGuard implements CanActivate {
     if (spec) {
       context.route = spec.route;
       context.api = ROUTES[spec.route].api;
-      context.identity = identityOf(request.headers);
+      context.identity = identityOf(request.headers, this.config.provider, this.checksKeys);
     }
     // A virtual key names its holder: that name is the caller's one identity (dedup, fair queue, limits, spend).
     const key: VirtualKey | undefined = this.budgets.keys?.find(clientKey(request.headers));
@@ -84,8 +86,8 @@ export class GatewayGuard implements CanActivate {
       }
       spec.validate(request.body);
     }
-    await this.budgets.admit(context, key);
     context.body = request.body;
+    await this.budgets.admit(context, key);
     // An upload is relayed as bytes: there is no JSON to walk, and nothing to share.
     if (upload) return true;
     const deduplicated = this.config.dedup && ROUTES[spec.route].kind === 'generation';

@@ -1,6 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { ClientApi, GatewayRoute } from '../providers/provider.js';
 import type { Usage } from '../budgets/prices.js';
+import type { Hold, ScopedCap } from '../budgets/spend-ledger.js';
 
 const REQUEST_CONTEXT = Symbol('gateway.request-context');
 
@@ -13,7 +14,7 @@ export interface RequestContext {
   route?: GatewayRoute;
   /** The API the client speaks: the format of every error it gets. Until a route matched, OpenAI's. */
   api: ClientApi;
-  /** Who the caller is: the credentials it presented (see `identityOf`), hashed by the plugin before any use. */
+  /** Who the caller is: the one credential that names it (see `identityOf`), hashed by the plugin before any use. */
   identity?: string;
   /** The request's dedup key, computed in the same walk as the body's depth check (absent: not deduplicated). */
   dedupKey?: string;
@@ -25,6 +26,10 @@ export interface RequestContext {
   rateKey?: string;
   /** The request's hash (method, URL, credential, body), computed whether or not it is deduplicated. */
   requestHash?: string;
+  /** The spend caps this request is under (set on admission; absent: none). */
+  caps?: ScopedCap[];
+  /** Money held against those caps while this request's own upstream call is in flight. */
+  hold?: Hold;
   /** Usage and price of this request's own upstream call, once its answer ended. */
   settled?: { usage: { input: number; output: number; cached: number }; costNano: number };
   /** When this request's own upstream call started (absent if it joined another or was answered from the window). */

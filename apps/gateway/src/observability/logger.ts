@@ -2,6 +2,7 @@ import type { LoggerService, LogLevel } from '@nestjs/common';
 import { pino, type Logger } from 'pino';
 import pretty from 'pino-pretty';
 import type { ObservabilityConfig } from '../config/gateway-config.js';
+import { redactor } from '../http/redaction.js';
 
 /**
  * The gateway's structured logger (pino) on stdout. JSON lines go through an
@@ -16,6 +17,8 @@ export function createLogger(config: ObservabilityConfig): Logger {
     timestamp: pino.stdTimeFunctions.isoTime,
     // Whatever a caller passes by mistake, these never reach a line.
     redact: { paths: ['authorization', 'headers.authorization', 'headers["x-api-key"]', 'apiKey', 'key'], censor: '[redacted]' },
+    // And whatever a message quotes: the keys the gateway knows, by value, and the shapes of common providers' keys.
+    hooks: { streamWrite: (line: string) => redactor.text(line) },
   };
   if (config.logFormat === 'pretty') {
     return pino(options, pretty({ colorize: Boolean(process.stdout.isTTY), sync: true, ignore: 'pid,hostname', translateTime: 'SYS:HH:MM:ss.l' }));

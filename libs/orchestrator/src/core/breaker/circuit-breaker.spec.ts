@@ -541,6 +541,89 @@ describe('CircuitBreaker', () => {
       expect(healthProbe).not.toHaveBeenCalled();
     });
 
+    describe('a caller posing as a new tenant on every request', () => {
+      it('never opens it while an established tenant is answered, without a probe', async () => {
+        const breaker = makeBreaker();
+        await succeedAs(breaker, 'victim');
+        for (let i = 0; i < 200; i++) {
+          await failAs(breaker, `swarm-${i}`);
+          if (i % 20 === 0) await succeedAs(breaker, 'victim');
+          await jest.advanceTimersByTimeAsync(10);
+        }
+        expect(breaker.state).toBe('closed');
+      });
+
+      it('with a probe, asks it once the threshold is reached: healthy, the count starts over and the victim stays served', async () => {
+        const healthProbe = jest.fn(async () => true);
+        const breaker = makeBreaker({ healthProbe });
+        await succeedAs(breaker, 'victim');
+        await jest.advanceTimersByTimeAsync(1);
+        for (let i = 0; i < 50; i++) {
+          await failAs(breaker, `swarm-${i}`);
+          await jest.advanceTimersByTimeAsync(1);
+        }
+        expect(breaker.state).toBe('closed');
+        expect(healthProbe.mock.calls.length).toBeGreaterThanOrEqual(1);
+        expect(healthProbe.mock.calls.length).toBeLessThanOrEqual(10);
+        expect(await succeedAs(breaker, 'victim')).toBe('ok');
+      });
+
+      it('... and opens at the threshold when the probe sees the upstream down: a real outage seen only by new callers', async () => {
+        const healthProbe = jest.fn(async () => false);
+        const breaker = makeBreaker({ healthProbe });
+        await succeedAs(breaker, 'old');
+        await jest.advanceTimersByTimeAsync(1_000);
+        let calls = 0;
+        for (let i = 0; i < 12; i++) {
+          await breaker
+            .execute(() => {
+              calls++;
+              return Promise.reject(httpError(503));
+            }, { tenant: `new-${i}`, key: `k${i}` })
+            .catch(() => undefined);
+          await jest.advanceTimersByTimeAsync(0);
+        }
+        expect(breaker.state).toBe('open');
+        expect(calls).toBe(5);
+      });
+
+      it('failures of two callers with standing beside new callers open it without waiting for the probe', async () => {
+        const healthProbe = jest.fn(async () => true);
+        const breaker = makeBreaker({ healthProbe });
+        await succeedAs(breaker, 'old-1');
+        await succeedAs(breaker, 'old-2');
+        await jest.advanceTimersByTimeAsync(1_000);
+        for (const tenant of ['new-1', 'old-1', 'new-2', 'old-2', 'new-3']) await failAs(breaker, tenant);
+        expect(breaker.state).toBe('open');
+        expect(healthProbe).not.toHaveBeenCalled();
+      });
+
+      it('right after start (nobody answered yet), new callers failing open it after the threshold, probe or not', async () => {
+        const healthProbe = jest.fn(async () => true);
+        const breaker = makeBreaker({ healthProbe });
+        let calls = 0;
+        for (let i = 0; i < 12; i++) {
+          await breaker
+            .execute(() => {
+              calls++;
+              return Promise.reject(httpError(503));
+            }, { tenant: `new-${i}`, key: `k${i}` })
+            .catch(() => undefined);
+        }
+        expect(calls).toBe(5);
+        expect(breaker.state).toBe('open');
+        expect(healthProbe).not.toHaveBeenCalled();
+      });
+
+      it('once nobody has been answered for the grace period, new callers failing open it without a probe', async () => {
+        const breaker = makeBreaker();
+        await succeedAs(breaker, 'old');
+        await jest.advanceTimersByTimeAsync(10_000);
+        for (let i = 0; i < 5; i++) await failAs(breaker, `new-${i}`);
+        expect(breaker.state).toBe('open');
+      });
+    });
+
     it('failures of calls without a tenant count as before', async () => {
       const breaker = makeBreaker();
       for (let i = 0; i < 5; i++) await fail(breaker);

@@ -2,7 +2,7 @@ import OpossumBreaker from 'opossum';
 import { CircuitOpenError, isOrchestratorError } from '../errors.js';
 import type { WithDefaults } from '../options.js';
 import type { BreakerCoordinator, SharedBreakerState } from '../cluster/coordination.js';
-import { FailureAttribution, type CallSource } from './failure-attribution.js';
+import { FailureAttribution, type Attribution, type CallSource } from './failure-attribution.js';
 import type { BREAKER_FIELDS, BreakerOptions, FAILURE_RATE_FIELDS, FailureRateOptions } from './breaker.options.js';
 
 export type BreakerState = 'closed' | 'open' | 'half_open';
@@ -47,6 +47,12 @@ export class CircuitBreaker {
   private readonly attribution = new FailureAttribution();
   /** Tenants whose failures make up the current run of consecutive failures. */
   private readonly streakTenants = new Set<string | undefined>();
+  /** The current run holds a failure of a caller never answered while others were: only a health check may confirm it. */
+  private streakHasNewcomer = false;
+  /** Tenants whose failures in the current run were the upstream's without doubt (callers with standing). */
+  private readonly streakEstablished = new Set<string | undefined>();
+  /** The verdict on the failure opossum is handling, from its errorFilter to its `failure` event (synchronous). */
+  private verdict?: Attribution;
   /** A health probe deciding whether one tenant's failures are the upstream's (see `openOrConfirm`). */
   private confirming?: Promise<void>;
   private openedAt?: number;
@@ -85,28 +91,32 @@ export class CircuitBreaker {
       rollingCountTimeout: rate?.windowMs ?? 10_000,
       // Not a failure of the upstream: not one by its kind (a 4xx, a refusal), or one request's or one tenant's own.
       // opossum calls it with fire()'s arguments after the error (its typings show only the error).
-      errorFilter: ((error: unknown, _action: Action, source?: CallSource) =>
-        !options.isFailure(error) || !this.attribution.isUpstreams(source)) as (error: unknown) => boolean,
+      errorFilter: ((error: unknown, _action: Action, source?: CallSource) => !options.isFailure(error) || !this.counts(source)) as (
+        error: unknown,
+      ) => boolean,
     };
     // The source rides along as fire()'s second argument so that errorFilter sees it; the action ignores it.
     this.breaker = new OpossumBreaker((action: Action, _source?: CallSource) => action(), this.opossumOptions);
     // opossum reports a filtered error as a success; a call its caller abandoned proves nothing either way.
     this.breaker.on('success', (result: unknown) => {
       if (isAbandoned(result)) return;
-      this.consecutiveFailures = 0;
-      this.streakTenants.clear();
+      this.resetRun();
       if (this.fleet) void this.fleet.resetFailures(name);
     });
     // Registered before opossum decides to reopen after a failed probe, so the
     // doubled period is in place when its reset timer starts.
-    this.breaker.on('failure', (_error: unknown, _latency: number, args: [Action, CallSource?]) => this.onFailure(args[1]));
+    this.breaker.on('failure', (_error: unknown, _latency: number, args: [Action, CallSource?]) => {
+      const newcomer = this.verdict === 'newcomer';
+      this.verdict = undefined;
+      this.onFailure(args[1], newcomer);
+    });
     this.breaker.on('open', () => {
       this.openedAt = Date.now();
       this.scheduleProbe();
       if (this.fleet && !this.applyingRemote) this.announcing = this.fleet.announce(name, { state: 'open', openMs: this.opossumOptions.resetTimeout });
     });
     this.breaker.on('close', () => {
-      this.consecutiveFailures = 0;
+      this.resetRun();
       this.openedAt = undefined;
       this.upstreamKnownDown = false;
       this.opossumOptions.resetTimeout = options.openMs;
@@ -218,7 +228,8 @@ export class CircuitBreaker {
     this.attribution.seen(source);
     try {
       const result = (await this.breaker.fire(probe, source)) as T;
-      this.attribution.succeeded(source);
+      // An answer nobody waited for proves nothing about the caller, and gives it no standing.
+      if (!isAbandoned(result)) this.attribution.succeeded(source);
       return result;
     } catch (error) {
       if ((error as { code?: string } | undefined)?.code === 'EOPENBREAKER') {
@@ -236,8 +247,10 @@ export class CircuitBreaker {
    * as a stream cut or stalled mid-answer.
    */
   recordFailure(error: unknown, source?: CallSource): void {
-    if (!this.options.isFailure(error) || !this.attribution.isUpstreams(source)) return;
-    this.onFailure(source);
+    if (!this.options.isFailure(error) || !this.counts(source)) return;
+    const newcomer = this.verdict === 'newcomer';
+    this.verdict = undefined;
+    this.onFailure(source, newcomer);
   }
 
   snapshot(): BreakerSnapshot {
@@ -256,9 +269,27 @@ export class CircuitBreaker {
     this.breaker.shutdown();
   }
 
-  private onFailure(source?: CallSource): void {
+  /**
+   * Whether a failure counts at all. A newcomer's failure (see `FailureAttribution`) counts only where a health
+   * probe can confirm it before it opens the breaker; without one, only callers with standing can open it.
+   */
+  private counts(source: CallSource | undefined): boolean {
+    this.verdict = this.attribution.attribute(source);
+    return this.verdict === 'upstream' || (this.verdict === 'newcomer' && this.options.healthProbe !== undefined);
+  }
+
+  private resetRun(): void {
+    this.consecutiveFailures = 0;
+    this.streakTenants.clear();
+    this.streakHasNewcomer = false;
+    this.streakEstablished.clear();
+  }
+
+  private onFailure(source: CallSource | undefined, newcomer: boolean): void {
     this.consecutiveFailures++;
     this.streakTenants.add(source?.tenant);
+    if (newcomer) this.streakHasNewcomer = true;
+    else this.streakEstablished.add(source?.tenant);
     if (this.breaker.halfOpen) {
       this.doubleOpenPeriod();
       return; // opossum reopens a breaker whose probe failed
@@ -343,14 +374,20 @@ export class CircuitBreaker {
   /**
    * The threshold is reached. Failures from one tenant only, while other
    * tenants were active lately, may be that tenant's own (its prompts fail,
-   * its generations run long): the health probe decides, and the breaker opens
-   * only if it sees the upstream down. Otherwise (several tenants failing, or
-   * nobody else around to protect, or no probe), it opens now.
+   * its generations run long), and failures of callers never answered while
+   * others were may be one caller posing as many: unless at least two
+   * callers with standing failed in the run too, the health probe decides,
+   * and the breaker opens only if it sees the upstream down. Otherwise
+   * (several established tenants failing, or nobody else around to protect,
+   * or no probe), it opens now.
    */
   private openOrConfirm(): void {
     const probe = this.options.healthProbe;
     const only = this.streakTenants.size === 1 ? this.streakTenants.values().next().value : undefined;
-    if (!probe || only === undefined || !this.attribution.othersActiveSince(only, Date.now() - ATTRIBUTION_WINDOW_MS)) {
+    const doubtful = this.streakHasNewcomer
+      ? this.streakEstablished.size < 2
+      : only !== undefined && this.attribution.othersActiveSince(only, Date.now() - ATTRIBUTION_WINDOW_MS);
+    if (!probe || !doubtful) {
       this.breaker.open();
       return;
     }
@@ -360,8 +397,7 @@ export class CircuitBreaker {
       if (!this.breaker.closed) return;
       if (healthy) {
         // That tenant's trouble, not the upstream's: the count starts over.
-        this.consecutiveFailures = 0;
-        this.streakTenants.clear();
+        this.resetRun();
       } else if (this.consecutiveFailures >= this.options.failureThreshold) this.breaker.open();
     });
   }

@@ -47,6 +47,39 @@ class Streaks {
   }
 }
 
+/** Whose failure it is (see `FailureAttribution.attribute`). */
+export type Attribution = 'upstream' | 'caller' | 'newcomer';
+
+/** A bounded set, least recently touched forgotten first. */
+class RecentSet {
+  private readonly members = new Set<string>();
+
+  constructor(private readonly max: number) {}
+
+  add(member: string): void {
+    // Re-inserted so that the oldest member is the first in iteration order.
+    this.members.delete(member);
+    if (this.members.size >= this.max) this.members.delete(this.members.values().next().value!);
+    this.members.add(member);
+  }
+
+  has(member: string): boolean {
+    return this.members.has(member);
+  }
+}
+
+export interface FailureAttributionOptions {
+  /** The clock (epoch ms); injected by tests. */
+  now?: () => number;
+  /** Streaks and answered callers kept at most (oldest forgotten first): memory stays bounded whatever the number of tenants. */
+  maxTracked?: number;
+  /**
+   * How long a success anywhere proves that the upstream works, for callers that have never been answered: their
+   * failures count only when nobody has been answered for this long. Default 10 000 ms.
+   */
+  newcomerGraceMs?: number;
+}
+
 /**
  * Decides whether a failure is the upstream's or one request's (or one
  * tenant's): a failure is attributed to its tenant when another tenant has
@@ -55,9 +88,17 @@ class Streaks {
  * key) run of failures began. The upstream demonstrably works for others, so
  * the breaker must not refuse them for it.
  *
+ * A caller that has never been answered has no standing: while anybody has
+ * been answered within `newcomerGraceMs`, its failures are only `newcomer`s
+ * (the breaker asks its health probe before they open it, and without a probe
+ * they do not count). Without that, a caller could pose as a new tenant on
+ * every request (a new tenant has no failure run for anyone to have succeeded
+ * during) and open the breaker for everyone with requests the provider refuses.
+ *
  * In an outage nobody succeeds once it starts, so every failure counts (from
- * one tenant or many); a tenant whose own prompts fail (or time out) while the
- * others' are answered never opens the breaker for them.
+ * one tenant or many, from new callers once the grace has passed, and at once
+ * when nobody has been answered since start); a tenant whose own prompts fail
+ * (or time out) while the others' are answered never opens the breaker for them.
  */
 export class FailureAttribution {
   private readonly tenants: Streaks;
@@ -65,14 +106,19 @@ export class FailureAttribution {
   private readonly tenantSuccesses = new LastByOwner();
   private readonly tenantsSeen = new LastByOwner();
   private readonly keySuccesses = new LastByOwner();
+  /** Tenants answered at least once. */
+  private readonly answered: RecentSet;
+  private lastSuccessAt = -Infinity;
+  private readonly now: () => number;
+  private readonly newcomerGraceMs: number;
 
-  constructor(
-    private readonly now: () => number = Date.now,
-    /** Streaks kept at most (oldest forgotten first): memory stays bounded whatever the number of tenants. */
-    maxTracked = 10_000,
-  ) {
+  constructor(options: FailureAttributionOptions = {}) {
+    this.now = options.now ?? Date.now;
+    this.newcomerGraceMs = options.newcomerGraceMs ?? 10_000;
+    const maxTracked = options.maxTracked ?? 10_000;
     this.tenants = new Streaks(maxTracked);
     this.keys = new Streaks(maxTracked);
+    this.answered = new RecentSet(maxTracked);
   }
 
   /** A call is made (whatever its outcome): its tenant is active. */
@@ -87,9 +133,11 @@ export class FailureAttribution {
 
   succeeded(source: CallSource | undefined): void {
     const at = this.now();
+    this.lastSuccessAt = at;
     if (source?.tenant !== undefined) {
       this.tenants.succeed(source.tenant);
       this.tenantSuccesses.record(source.tenant, at);
+      this.answered.add(source.tenant);
     }
     if (source?.key !== undefined) {
       this.keys.succeed(source.key);
@@ -97,18 +145,23 @@ export class FailureAttribution {
     }
   }
 
-  /** Records a failure; true when it is the upstream's (it counts against the breaker), false when it is the caller's. */
-  isUpstreams(source: CallSource | undefined): boolean {
+  /**
+   * Records a failure and says whose it is: `upstream` (it counts against the breaker), `caller` (the caller's
+   * own: not counted), or `newcomer` (a caller never answered failed while the upstream answered others lately:
+   * it counts only if a health check confirms the upstream is down).
+   */
+  attribute(source: CallSource | undefined): Attribution {
     const at = this.now();
-    let upstream = true;
+    let verdict: Attribution = 'upstream';
     if (source?.tenant !== undefined) {
       const began = this.tenants.fail(source.tenant, at);
-      if (this.tenantSuccesses.latestOtherThan(source.tenant) >= began) upstream = false;
+      if (this.tenantSuccesses.latestOtherThan(source.tenant) >= began) verdict = 'caller';
+      else if (!this.answered.has(source.tenant) && at - this.lastSuccessAt < this.newcomerGraceMs) verdict = 'newcomer';
     }
     if (source?.key !== undefined) {
       const began = this.keys.fail(source.key, at);
-      if (this.keySuccesses.latestOtherThan(source.key) >= began) upstream = false;
+      if (this.keySuccesses.latestOtherThan(source.key) >= began) verdict = 'caller';
     }
-    return upstream;
+    return verdict;
   }
 }
