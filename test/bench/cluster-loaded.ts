@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { Agent, request } from 'undici';
 import { startOwnedRedis, type OwnedRedis } from '../support/redis-server.js';
+import { tally } from './cluster.js';
 import { MockControl, getJson } from './mock-control.js';
 import { startGateway, startMockProvider, type ChildHandle } from './processes.js';
 import { countsText, table } from './report.js';
@@ -63,15 +64,6 @@ async function ask(agent: Agent, url: string, content: string, stream = false): 
   } catch {
     return { status: 0, outcome: 'error', ms: performance.now() - started, endedAt: performance.now(), text: '' };
   }
-}
-
-function tally(answers: readonly Answer[]): Record<string, number> {
-  const counts: Record<string, number> = {};
-  for (const a of answers) {
-    const key = a.status === 200 ? a.outcome : String(a.status);
-    counts[key] = (counts[key] ?? 0) + 1;
-  }
-  return counts;
 }
 
 /** Busy-looping processes that stop by themselves after `seconds` (and are stopped by PID when the run ends). */

@@ -88,7 +88,8 @@ function ask(agent: Agent, url: string, content: string): Promise<Answer> {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-function tally(answers: readonly Answer[]): Record<string, number> {
+/** Answers counted by how they were answered (`miss`, `joined`, `cached`), or by status when not 200. */
+export function tally(answers: ReadonlyArray<{ status: number; outcome: string }>): Record<string, number> {
   const counts: Record<string, number> = {};
   for (const answer of answers) {
     const key = answer.status === 200 ? answer.outcome : String(answer.status);

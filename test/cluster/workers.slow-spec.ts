@@ -1,17 +1,15 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import { spawn } from 'node:child_process';
 import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { RawResponse, type CallEvent } from 'nest-prompt-orchestrator';
 import { startMockProvider, type MockProvider } from '../../apps/mock-provider/src/index.js';
 import { GONE, type ToWorker } from '../../apps/gateway/src/cluster/messages.js';
 import { PrimaryHub, type HubWorker } from '../../apps/gateway/src/cluster/primary-hub.js';
 import { GATEWAY_ERROR_CODEC } from '../../apps/gateway/src/shared-state/shared-state.js';
 import { sseData, uniquePrompt } from '../support/gateway-harness.js';
-import { GATEWAY_MAIN, ROOT, ensureBuilt, type AppProcess } from '../support/gateway-process.js';
+import { ensureBuilt, startGatewayProcess, type AppProcess } from '../support/gateway-process.js';
 import { parseMetrics, valueOf } from '../support/metrics-text.js';
 import { Gate } from '../support/platforms.js';
 import { redisServerMissing, startOwnedRedis, type OwnedRedis } from '../support/redis-server.js';
@@ -198,27 +196,8 @@ async function health(url: string): Promise<Health> {
   return (await (await fetch(`${url}/health`, { headers: { authorization: `Bearer ${KEY}` } })).json()) as Health;
 }
 
-/**
- * The built gateway as a process, `--workers` and all. Started here rather than with the support's
- * startGatewayProcess for its longer bound: two Nest apps booting at once on a saturated two-core machine take
- * well over its 20 s.
- */
-async function startGateway(args: string[]): Promise<AppProcess> {
-  const child = spawn(process.execPath, [GATEWAY_MAIN, '--port', '0', ...args], { cwd: ROOT, env: { PATH: process.env.PATH }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let output = '';
-  child.stdout!.on('data', (b: Buffer) => (output += b.toString()));
-  child.stderr!.on('data', (b: Buffer) => (output += b.toString()));
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  const kill = () => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-  };
-  const url = await until('the gateway to listen', async () => /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(output)?.[1] ?? (child.exitCode !== null ? 'exited' : undefined), (found) => found !== undefined, 120_000).catch((error: Error) => {
-    kill();
-    throw new Error(`${error.message}\n${output}`);
-  });
-  if (url === 'exited') throw new Error(`the gateway exited at start:\n${output}`);
-  return { child, url: url!, pid: child.pid!, output: () => output, exited, kill };
-}
+/** The built gateway as a process, `--workers` and all: two Nest apps booting at once on a saturated machine take long. */
+const startGateway = (args: string[]) => startGatewayProcess(args, {}, 120_000);
 
 /** Polls `condition` until it holds; the failure names what was last seen. */
 async function until<T>(what: string, read: () => Promise<T>, condition: (value: T) => boolean, timeoutMs = 30_000): Promise<T> {

@@ -54,8 +54,11 @@ export interface AppProcess {
 /** The gateway as a process. */
 export type GatewayProcess = AppProcess;
 
+/** How long an app may take to say it listens: generous, since several Nest apps booting on a saturated two-core machine take many seconds. */
+const START_TIMEOUT_MS = 60_000;
+
 /** Starts a built app and waits (bounded) for its "listening on http://..." line. */
-async function startApp(main: string, args: string[], env: NodeJS.ProcessEnv): Promise<AppProcess> {
+async function startApp(main: string, args: string[], env: NodeJS.ProcessEnv, startTimeoutMs = START_TIMEOUT_MS): Promise<AppProcess> {
   const child = spawn(process.execPath, [main, ...args], { cwd: ROOT, env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   child.stdout!.on('data', (b: Buffer) => (output += b.toString()));
@@ -64,7 +67,7 @@ async function startApp(main: string, args: string[], env: NodeJS.ProcessEnv): P
   const kill = () => {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   };
-  const deadline = Date.now() + 20_000;
+  const deadline = Date.now() + startTimeoutMs;
   let url: string | undefined;
   while (!url) {
     if (Date.now() > deadline || child.exitCode !== null) {
@@ -78,8 +81,8 @@ async function startApp(main: string, args: string[], env: NodeJS.ProcessEnv): P
 }
 
 /** Starts the built gateway with `args` (`--port 0` is added). */
-export function startGatewayProcess(args: string[], env: NodeJS.ProcessEnv = {}): Promise<AppProcess> {
-  return startApp(GATEWAY_MAIN, ['--port', '0', ...args], env);
+export function startGatewayProcess(args: string[], env: NodeJS.ProcessEnv = {}, startTimeoutMs?: number): Promise<AppProcess> {
+  return startApp(GATEWAY_MAIN, ['--port', '0', ...args], env, startTimeoutMs);
 }
 
 /** Starts the built simulated provider with `args` (`--port 0` is added). */
