@@ -47,6 +47,8 @@ export interface WindowHealth {
 // Bookkeeping an entry costs beyond its payload (object headers, the LRU's node, the key): counted so that
 // a budget of many tiny answers is not underestimated.
 const ENTRY_OVERHEAD = 256;
+/** How long closing a shared store may take at shutdown (at least one operation's bound). */
+const DISCONNECT_MS = 1_000;
 const CHUNK_OVERHEAD = 32;
 
 /**
@@ -141,10 +143,10 @@ export class AnswerWindow {
     if (this.hasShared) await this.sharedOp((cache) => cache.clear());
   }
 
-  /** Closes the shared stores, within the store time bound: a frozen store never holds shutdown up. */
+  /** Closes the shared stores, within about a second: a frozen store never holds shutdown up. */
   async disconnect(): Promise<void> {
     clearTimeout(this.store?.retry);
-    if (this.shared) await withTimeout(this.shared.disconnect(), this.options.storeTimeoutMs * 10).catch(() => undefined);
+    if (this.shared) await withTimeout(this.shared.disconnect(), Math.max(this.options.storeTimeoutMs, DISCONNECT_MS)).catch(() => undefined);
   }
 
   private async sharedOp<R>(op: (cache: Cache) => Promise<R>): Promise<R | undefined> {
