@@ -124,11 +124,11 @@ describe('parseGatewayConfig', () => {
       shutdownGraceMs: 30_000,
       windowMaxBytes: 256 * 1024 * 1024,
       redisUrl: undefined,
-      redisTimeoutMs: 100,
+      redisTimeoutMs: 500,
       redisPrefix: 'npo',
       gatewayKeys: [],
       providerKey: undefined,
-      budgets: { rateWindowMs: 60_000, streamUsage: true, requestLogMaxBytes: 50 * 1024 * 1024, requestLogFiles: 5 },
+      budgets: { rateWindowMs: 60_000, streamUsage: true, requestLogMaxBytes: 50 * 1024 * 1024, requestLogFiles: 5, reserveOutputTokens: 4096 },
       observability: {
         metricsPath: '/orchestrator/metrics',
         metricsTenants: false,
@@ -137,6 +137,7 @@ describe('parseGatewayConfig', () => {
         requestLog: true,
         logPrompts: false,
         statusPath: '/orchestrator',
+        statusPublic: false,
         readyRequiresStore: false,
       },
     });
@@ -155,6 +156,7 @@ describe('parseGatewayConfig', () => {
       requestLog: false,
       logPrompts: true,
       statusPath: undefined,
+      statusPublic: false,
       readyRequiresStore: true,
     });
     expect(parseGatewayConfig(['--no-metrics', '--status-path', '/ops/status'], {})?.observability).toMatchObject({
