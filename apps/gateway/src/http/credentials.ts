@@ -22,14 +22,15 @@ export function clientKey(headers: IncomingMessage['headers']): string | undefin
 }
 
 /**
- * The credential llama-server itself reads: `Authorization` when present (a Bearer token, or the value as it is:
- * the server accepts a key without a scheme), and `X-Api-Key` only without it.
+ * The credential llama-server itself reads, exactly as it reads it: `Authorization`, else `X-Api-Key`, less a
+ * leading `Bearer ` (case-sensitive, one space). Unlike OpenAI's, its check is not lenient: `bearer K` is another
+ * key there (refused), so it is another caller here too, and never shares an answer with `Bearer K`.
  */
 function llamaCredential(headers: IncomingMessage['headers']): string | undefined {
   const authorization = headers.authorization;
-  if (typeof authorization === 'string' && authorization.trim()) return bearerToken(authorization) || authorization.trim().replace(/\s+/g, ' ');
-  const apiKey = headers['x-api-key'];
-  return typeof apiKey === 'string' && apiKey.trim() ? apiKey.trim() : undefined;
+  const value = typeof authorization === 'string' && authorization !== '' ? authorization : headers['x-api-key'];
+  if (typeof value !== 'string' || value === '') return undefined;
+  return value.startsWith('Bearer ') ? value.slice('Bearer '.length) : value;
 }
 
 /**
