@@ -316,10 +316,8 @@ export class Orchestrator {
       const window = policy.dedup!.window;
       if (window?.hasShared) {
         const stored = await window.getShared<T>(key);
-        const age = stored ? Date.now() - stored.storedAt : 0;
-        if (stored && !(reuse?.maxAgeMs !== undefined && age > reuse.maxAgeMs)) {
-          return { outcome: 'cached', events: from(replayEntry(stored)), ageSeconds: Math.max(0, Math.floor(age / 1000)) };
-        }
+        const replay = stored && replayable(stored, reuse);
+        if (replay) return { outcome: 'cached', ...replay };
       }
       const claim = await this.options.coordinator?.claim<T>(key, lead);
       if (claim?.role === 'follow') return { outcome: 'joined', events: claim.events };
@@ -400,9 +398,8 @@ export class Orchestrator {
 
   /** A stored answer replayed, unless the caller asks for a younger one (`max-age`). */
   private cached<T>(policy: RoutePolicy, stored: WindowEntry<T>, reuse: Reuse | undefined): StartedCall<T> | undefined {
-    const age = Date.now() - stored.storedAt;
-    if (reuse?.maxAgeMs !== undefined && age > reuse.maxAgeMs) return undefined;
-    return { ...this.answer(policy, 'cached', from(replayEntry(stored))), ageSeconds: Math.max(0, Math.floor(age / 1000)) };
+    const replay = replayable(stored, reuse);
+    return replay && { ...this.answer(policy, 'cached', replay.events), ageSeconds: replay.ageSeconds };
   }
 
   /**
@@ -521,6 +518,13 @@ interface Found<T> {
   ageSeconds?: number;
   /** Called instead of subscribing when every caller left before the flight was found (gives a won claim back). */
   abandon?: () => void;
+}
+
+/** A stored answer's events and age (the `Age` header), unless the caller asks for a younger one (`max-age`). */
+function replayable<T>(stored: WindowEntry<T>, reuse: Reuse | undefined): { events: Observable<CallEvent<T>>; ageSeconds: number } | undefined {
+  const age = Date.now() - stored.storedAt;
+  if (reuse?.maxAgeMs !== undefined && age > reuse.maxAgeMs) return undefined;
+  return { events: from(replayEntry(stored)), ageSeconds: Math.max(0, Math.floor(age / 1000)) };
 }
 
 /** The events of `found` once it settles; a subscriber that leaves before then makes it `abandon`. */
