@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { ConfigError, helpText, parseGatewayConfig } from '../../apps/gateway/src/config/gateway-config.js';
+import { ConfigError, defaultMaxConnections, helpText, parseGatewayConfig } from '../../apps/gateway/src/config/gateway-config.js';
 import { startMockProvider, type MockProvider } from '../../apps/mock-provider/src/index.js';
 import { GATEWAY_MAIN, ROOT, ensureBuilt } from '../support/gateway-process.js';
 
@@ -120,7 +120,7 @@ describe('parseGatewayConfig', () => {
       retries: 1,
       maxBodyBytes: 10 * 1024 * 1024,
       requestTimeoutMs: 30_000,
-      maxConnections: 4096,
+      maxConnections: defaultMaxConnections(),
       shutdownGraceMs: 30_000,
       windowMaxBytes: 256 * 1024 * 1024,
       redisUrl: undefined,

@@ -6,7 +6,14 @@ import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fa
 import type { GatewayConfig } from './config/gateway-config.js';
 import { GatewayModule } from './gateway.module.js';
 import { GatewayExceptionFilter } from './http/gateway-exception.filter.js';
-import { GatewayExpressAdapter, createGatewayServer } from './http/http-server.js';
+import { GatewayExpressAdapter, createGatewayServer, serveAhead } from './http/http-server.js';
+import { corsOptions } from './http/cors.js';
+import { DataPlane } from './data-plane/data-plane.js';
+import { GatewayService } from './gateway.service.js';
+import { Budgets } from './budgets/budgets.service.js';
+import { UsageLedger } from './observability/usage-ledger.js';
+import { GatewayTelemetry } from './observability/gateway-telemetry.js';
+import { OrchestratorService } from 'nest-prompt-orchestrator';
 import { Lifecycle } from './http/lifecycle.js';
 import { unroutedApi } from './http/request-context.middleware.js';
 import { createLogger, nestLoggerOf } from './observability/logger.js';
@@ -64,6 +71,18 @@ export async function createGateway(config: GatewayConfig, options: CreateGatewa
     app = express;
   }
   app.useGlobalFilters(new GatewayExceptionFilter(app.get(HttpAdapterHost), config, unroutedApi(config)));
+  // The proxied routes run on the data plane, ahead of the platform's router; Nest serves the control routes.
+  const plane = new DataPlane({
+    config,
+    gateway: app.get(GatewayService),
+    budgets: app.get(Budgets),
+    usage: app.get(UsageLedger),
+    telemetry: app.get(GatewayTelemetry),
+    lifecycle: app.get(Lifecycle),
+    orchestrator: app.get(OrchestratorService),
+    warn: (line) => log.warn({ context: 'Gateway' }, line),
+  });
+  serveAhead(app.getHttpServer() as Server, plane.handle);
   return app;
 }
 
@@ -77,24 +96,4 @@ export async function stopGateway(app: INestApplication, config: GatewayConfig):
   const outcome = await app.get(Lifecycle).drain(app.getHttpServer() as Server, config.shutdownGraceMs);
   await app.close();
   return outcome;
-}
-
-/** Response headers a browser app may read: how the gateway answered, when to retry, and the id to quote. */
-export const EXPOSED_HEADERS = ['x-orchestrator-dedup', 'retry-after', 'x-request-id', 'x-should-retry', 'server-timing'];
-
-/**
- * CORS for browser apps: preflights (any path) are answered by the platform
- * before routing, so before the gateway's key check, as llama-server answers
- * them before its own. The allowed origin is echoed (with `Vary: Origin`);
- * requested headers are allowed as asked (a bare `*` would not cover
- * `Authorization`); no cookies are involved, so no credentials mode.
- */
-export function corsOptions(origins: string[] | '*') {
-  return {
-    origin: origins === '*' ? true : origins,
-    methods: ['GET', 'HEAD', 'POST', 'DELETE', 'OPTIONS'],
-    exposedHeaders: EXPOSED_HEADERS,
-    maxAge: 600,
-    optionsSuccessStatus: 204,
-  };
 }

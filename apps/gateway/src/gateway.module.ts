@@ -15,15 +15,10 @@ import { WorkerCoordination, metricsRegistry } from './cluster/worker-coordinati
 import { Budgets } from './budgets/budgets.service.js';
 import { ApiError } from './http/api-error.js';
 import { GatewayGuard } from './http/gateway.guard.js';
-import { GatewayInterceptor } from './http/gateway.interceptor.js';
 import { Lifecycle } from './http/lifecycle.js';
-import { contextOf } from './http/request-context.js';
 import { RequestContextMiddleware } from './http/request-context.middleware.js';
-import { AnthropicController } from './routes/anthropic.controller.js';
-import { UPSTREAM } from './routes/gateway-route.decorator.js';
+import { UPSTREAM } from './routes/shaping.js';
 import { HealthController } from './routes/health.controller.js';
-import { LlamaController } from './routes/llama.controller.js';
-import { OpenAIController } from './routes/openai.controller.js';
 
 /** The gateway's configuration and its upstream client, visible to the orchestrator's options factory. */
 @Global()
@@ -55,17 +50,13 @@ export function orchestratorOptions(
   workers?: WorkerCoordination,
 ): OrchestratorModuleOptions {
   return {
-    // The guard computed the key in its one walk over the body (absent with --no-dedup: nothing is deduplicated).
+    // The data plane makes each request's key (its bytes, its caller, who answers upstream) and says whether its
+    // answer may be kept (see `DataPlane`); these are the window's bounds.
     dedup: {
       windowMs: config.dedupWindowMs,
       maxBytes: config.windowMaxBytes,
       storeTimeoutMs: config.redisTimeoutMs,
-      key: (request) => contextOf(request.request).dedupKey,
-      // --no-window-for-sampled: answers that are meant to vary are shared while in flight, never replayed.
-      store: config.windowForSampled ? undefined : (request) => !isSampled(request.body),
     },
-    // The guard derived who the caller is from the credentials it presented: one identity for key, queue and breaker.
-    tenant: (request) => contextOf(request.request).identity,
     timeout: { ms: config.timeoutMs },
     // A provider's answer about one request (llama.cpp answers some client mistakes with a 500) is not retried.
     retry: { retries: config.retries, shouldRetry: (error) => gateway.provider.shouldRetry(error) },
@@ -98,19 +89,6 @@ export function orchestratorOptions(
   };
 }
 
-/**
- * Whether a generation request asks for an answer that is meant to vary:
- * sampled (a temperature above 0, which is every provider's default when none
- * is given) without a seed, or several choices at once.
- */
-export function isSampled(body: unknown): boolean {
-  if (typeof body !== 'object' || body === null) return false;
-  const { temperature, seed, n } = body as { temperature?: unknown; seed?: unknown; n?: unknown };
-  if (typeof n === 'number' && n > 1) return true;
-  if (seed !== undefined && seed !== null) return false;
-  return temperature === undefined || temperature === null || (typeof temperature === 'number' && temperature > 0);
-}
-
 @Module({})
 export class GatewayModule implements NestModule {
   static forRoot(config: GatewayConfig, logger: Logger = createLogger(config.observability)): DynamicModule {
@@ -122,7 +100,6 @@ export class GatewayModule implements NestModule {
         OrchestratorModule.forRootAsync({
           inject: [GATEWAY_CONFIG, GatewayService, SharedState, WorkerCoordination],
           useFactory: orchestratorOptions,
-          interceptor: GatewayInterceptor,
         }),
         // Metrics (not at /metrics: llama-server's own, relayed; with --workers, every worker's added up), breaker and
         // store lines, /health/live and /health/ready.
@@ -132,10 +109,8 @@ export class GatewayModule implements NestModule {
           health: { path: '/health', requireStore: o.readyRequiresStore },
         }),
       ],
+      // The proxied routes are served by the data plane, ahead of these (see gateway.factory.ts).
       controllers: [
-        OpenAIController,
-        AnthropicController,
-        LlamaController,
         HealthController,
         ...(o.statusPath === undefined ? [] : [statusController(o.statusPath)]),
       ],

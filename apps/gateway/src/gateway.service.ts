@@ -9,7 +9,6 @@ import { redactor } from './http/redaction.js';
 import { requireObject } from './http/request-validation.js';
 import { createProvider } from './providers/provider.factory.js';
 import { ROUTES, type ClientApi, type Provider, type UpstreamPlan } from './providers/provider.js';
-import type { Caller } from './routes/gateway-route.decorator.js';
 import { sseEvent, translateSse } from './translate/sse.js';
 import { UpstreamStreamError, checkStreamEnd } from './upstream/stream-end.js';
 import { UpstreamClient, UpstreamHttpError, UpstreamProtocolError, looksLikeJson, startsWithErrorField } from './upstream/upstream-client.js';
@@ -17,8 +16,25 @@ import { UpstreamIdentity } from './upstream/upstream-identity.js';
 import { Budgets } from './budgets/budgets.service.js';
 import { tapUsage, usageOfJson, withStreamUsage } from './budgets/usage.js';
 import { UsageLedger } from './observability/usage-ledger.js';
+import type { RequestContext } from './http/request-context.js';
 
 type Json = Record<string, unknown>;
+
+/** Everything `forward` needs about the request it serves. */
+export interface Caller {
+  context: RequestContext;
+  /** The call's own signal (aborted on timeout or cancellation). */
+  signal?: AbortSignal;
+  headers: IncomingHttpHeaders;
+  /** The parsed JSON body of a POST route (absent when the request had none). */
+  body?: unknown;
+  /** The body's bytes as the client sent them, relayed unchanged where nothing is translated. */
+  rawBody?: Buffer;
+  /** The route's path parameters (e.g. `id_slot`). */
+  params: Record<string, string>;
+  /** The query string as the client sent it, with its `?` (or empty). */
+  query: string;
+}
 
 const SSE = { contentType: 'text/event-stream; charset=utf-8' };
 
@@ -171,11 +187,17 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     return up;
   }
 
-  /** Dedup scope of a request: who answers behind the URL (checked again now and then), and its conversation id. */
-  async dedupScope(headers: IncomingHttpHeaders): Promise<string> {
-    const identity = await this.identity.fresh(this.provider.authHeaders({ clientKey: clientKey(headers), headers }));
-    const forwarded = this.provider.forwardedHeaders(headers);
-    return Object.keys(forwarded).length === 0 ? identity : `${identity}\n${JSON.stringify(forwarded)}`;
+  /**
+   * Dedup scope of a request: who answers behind the URL (checked again now and then), and the client headers that
+   * change the answer. Without a promise unless a check of the upstream's identity is due.
+   */
+  dedupScope(headers: IncomingHttpHeaders): string | Promise<string> {
+    const scoped = (identity: string) => {
+      const forwarded = this.provider.forwardedHeaders(headers);
+      return Object.keys(forwarded).length === 0 ? identity : `${identity}\n${JSON.stringify(forwarded)}`;
+    };
+    if (this.identity.isFresh) return scoped(this.identity.current);
+    return this.identity.fresh(this.provider.authHeaders({ clientKey: clientKey(headers), headers })).then(scoped);
   }
 
   onModuleDestroy(): Promise<void> {

@@ -5,6 +5,9 @@ import { nowMs } from './call-recorder.js';
 import type { MockCall, MockConfig, MockOutcome } from './mock-provider.types.js';
 
 /** Thrown out of a handler when the client has gone; the dispatcher swallows it. */
+/** Events written back to back before a long stream gives the event loop a turn. */
+const YIELD_EVERY = 64;
+
 export class ExchangeAborted extends Error {
   constructor() {
     super('client went away');
@@ -115,13 +118,29 @@ export class Exchange {
     for (const event of events) {
       if (sent >= cutAfter) return this.stopEarly();
       if (sent > 0) await this.wait(gap);
+      // Back to back, a long stream still lets other requests have the event loop now and then, as a real server's
+      // many connections would.
+      if (gap <= 0 && sent > 0 && sent % YIELD_EVERY === 0) await new Promise((resolve) => setImmediate(resolve));
       if (this.aborted) throw new ExchangeAborted();
-      this.res.write(event);
+      // A reader that is behind holds the stream back, as a real server's blocking send would.
+      if (!this.res.write(event)) await this.drained();
       sent++;
     }
     // The last event was also the stop point: the client must still see the stream break, not end cleanly.
     if (sent >= cutAfter) return this.stopEarly();
     this.res.end();
+  }
+
+  private drained(): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        this.res.removeListener('drain', done);
+        this.res.removeListener('close', done);
+        resolve();
+      };
+      this.res.once('drain', done);
+      this.res.once('close', done);
+    });
   }
 
   private stopEarly(): void {

@@ -31,14 +31,15 @@ export {
   hashIdentity,
 } from './core/orchestrator.js';
 export type { OrchestrateOptions, RoutePolicy } from './core/policy.js';
-export type { CallWork } from './core/call.js';
+export { toCallEvents, type CallWork } from './core/call.js';
 export { OrchestratorConfigError } from './core/options.js';
 export type { DedupOptions, DedupRequest } from './core/dedup/dedup.options.js';
+export { reuseOf } from './core/dedup/cache-control.js';
 export type { BreakerOptions, FailureRateOptions } from './core/breaker/breaker.options.js';
 export type { ConcurrencyOptions } from './core/concurrency/concurrency.options.js';
 export type { TimeoutOptions } from './core/timeout/timeout.options.js';
 export type { RetryOptions } from './core/retry/retry.options.js';
-export { StreamedResponse, RawResponse, type StreamHead, type CallEvent } from './core/events.js';
+export { StreamedResponse, RawResponse, type StreamHead, type CallEvent, type Chunk, type FlowControl } from './core/events.js';
 export {
   OrchestratorError,
   CircuitOpenError,

@@ -1,7 +1,6 @@
 import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
 import { LRUCache } from 'lru-cache';
 import { MemoryWindowCounters, RedisThrottlerStorage, type WindowCounters } from 'nest-prompt-orchestrator/throttler';
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { ApiError } from '../http/api-error.js';
@@ -195,32 +194,35 @@ export class Budgets implements OnApplicationShutdown {
     return this.prices.costOf(model, { input, output: perChoice * choices, cached: 0 });
   }
 
-  /** Once the response is sent: money saved by a joined or cached answer, and the request's log line. */
-  track(request: IncomingMessage & { body?: unknown }, response: ServerResponse, context: RequestContext): void {
-    response.once('close', () => {
-      const header = response.getHeader('x-orchestrator-dedup');
-      const outcome = header === 'miss' || header === 'joined' || header === 'cached' ? header : null;
-      const reused = outcome === 'joined' || outcome === 'cached';
-      const original = reused && context.dedupKey ? this.answers.get(context.dedupKey) : undefined;
-      const savedNano = original?.costNano ?? 0;
-      if (savedNano > 0) this.ledger.record(context.keyName, 0, savedNano);
-      if (!this.requestLog) return;
-      const usage = context.settled?.usage ?? original?.usage;
-      this.requestLog.write({
-        time: new Date().toISOString(),
-        tenant: context.tenantHash ?? null,
-        key: context.requestHash ?? null,
-        outcome,
-        route: context.route ?? null,
-        model: modelOf(request.body) ?? null,
-        status: response.statusCode,
-        tokensIn: usage?.input ?? 0,
-        tokensOut: usage?.output ?? 0,
-        cost: (context.settled?.costNano ?? 0) / NANO,
-        saved: savedNano / NANO,
-        latencyMs: Math.round(performance.now() - context.startedAt),
-      });
+  /** Once the response is over (sent, or the client gone): money saved by a joined or cached answer, and the request's log line. */
+  finished(context: RequestContext, status: number): void {
+    const outcome = context.outcome ?? null;
+    const reused = outcome === 'joined' || outcome === 'cached';
+    const original = reused && context.dedupKey ? this.answers.get(context.dedupKey) : undefined;
+    const savedNano = original?.costNano ?? 0;
+    if (savedNano > 0) this.ledger.record(context.keyName, 0, savedNano);
+    if (!this.requestLog) return;
+    const usage = context.settled?.usage ?? original?.usage;
+    this.requestLog.write({
+      time: new Date().toISOString(),
+      tenant: context.tenantHash ?? null,
+      key: context.requestHash ?? null,
+      outcome,
+      route: context.route ?? null,
+      model: modelOf(context.body) ?? null,
+      status,
+      tokensIn: usage?.input ?? 0,
+      tokensOut: usage?.output ?? 0,
+      cost: (context.settled?.costNano ?? 0) / NANO,
+      saved: savedNano / NANO,
+      latencyMs: Math.round(performance.now() - context.startedAt),
     });
+  }
+
+  /** Whether a request with this key must be checked against rates or caps before it goes further. */
+  needsAdmission(key: VirtualKey | undefined): boolean {
+    const s = this.settings;
+    return key !== undefined || s.requestsPerWindow !== undefined || s.tokensPerWindow !== undefined || s.maxSpend !== undefined;
   }
 
   /**

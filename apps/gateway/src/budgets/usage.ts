@@ -85,19 +85,19 @@ function llamaUsage(data: Record<string, unknown>): Usage | undefined {
 }
 
 /** Larger of each count: Anthropic streams report input at the start and output at the end. */
-function merge(a: Usage | undefined, b: Usage): Usage {
+export function mergeUsage(a: Usage | undefined, b: Usage): Usage {
   return a ? { input: Math.max(a.input, b.input), output: Math.max(a.output, b.output), cached: Math.max(a.cached, b.cached) } : b;
 }
 
 /** The usage in one SSE data object: `usage` (OpenAI), `message.usage` (Anthropic's start), `response.usage` (Responses). */
-function usageOfEvent(data: unknown): Usage | undefined {
+export function usageOfEvent(data: unknown): Usage | undefined {
   if (typeof data !== 'object' || data === null) return undefined;
   const d = data as { usage?: unknown; message?: { usage?: unknown }; response?: { usage?: unknown } };
   return normalise(d.usage) ?? normalise(d.message?.usage) ?? normalise(d.response?.usage) ?? llamaUsage(data as Record<string, unknown>);
 }
 
 /** Whether an OpenAI chunk is the usage-only chunk `include_usage` adds (no choices, usage set). */
-function isUsageChunk(data: unknown): boolean {
+export function isUsageChunk(data: unknown): boolean {
   const d = data as { choices?: unknown; usage?: unknown } | null;
   return typeof d === 'object' && d !== null && Array.isArray(d.choices) && d.choices.length === 0 && typeof d.usage === 'object' && d.usage !== null;
 }
@@ -133,7 +133,7 @@ export function tapUsage(chunks: ObservableInput<string>, strip: boolean, onEnd:
         return true;
       }
       const found = usageOfEvent(data);
-      if (found) usage = merge(usage, found);
+      if (found) usage = mergeUsage(usage, found);
       return !(strip && isUsageChunk(data));
     };
     const subscription = from(chunks).subscribe({

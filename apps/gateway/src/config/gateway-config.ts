@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { ConfigError } from './config-error.js';
 import { BUDGET_FLAGS, parseBudgetConfig, type BudgetConfig } from '../budgets/budget-config.js';
@@ -168,7 +169,7 @@ const FLAGS: Record<string, FlagSpec> = {
   'max-connections': {
     env: 'ORCHESTRATOR_MAX_CONNECTIONS',
     value: 'N',
-    help: 'client connections open at once; more are closed at once (default 4096)',
+    help: `client connections open at once; more are closed at once (default ${defaultMaxConnections()}: 16384, or the open-files limit less 512 when lower)`,
   },
   'shutdown-grace': {
     env: 'ORCHESTRATOR_SHUTDOWN_GRACE_SECS',
@@ -331,7 +332,7 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     retries: integer('retries', 1, 0),
     maxBodyBytes,
     requestTimeoutMs: seconds('request-timeout', 30),
-    maxConnections: integer('max-connections', 4096, 1),
+    maxConnections: integer('max-connections', defaultMaxConnections(), 1),
     shutdownGraceMs: seconds('shutdown-grace', 30),
     windowMaxBytes,
     redisUrl,
@@ -443,4 +444,19 @@ function parseOrigins(raw: string | undefined): string[] | '*' | undefined {
 
 function isTrue(value: string | undefined): boolean {
   return value !== undefined && ['1', 'true', 'yes', 'on'].includes(value.toLowerCase());
+}
+
+/**
+ * Client connections the gateway keeps open by default: enough for a herd of 10,000 callers at once (each on its
+ * own connection), and never more than the process may open files (the upstream's connections and the logs need
+ * some too): past that, accept would fail instead of closing the extra connections cleanly.
+ */
+export function defaultMaxConnections(): number {
+  const wanted = 16_384;
+  try {
+    const soft = /^Max open files\s+(\d+)/m.exec(readFileSync('/proc/self/limits', 'utf8'))?.[1];
+    return soft === undefined ? wanted : Math.max(256, Math.min(wanted, Number(soft) - 512));
+  } catch {
+    return wanted;
+  }
 }

@@ -8,7 +8,7 @@ import type { GatewayConfig } from '../config/gateway-config.js';
 import { ApiError } from './api-error.js';
 import { clientKey } from './credentials.js';
 import { redactor } from './redaction.js';
-import { findContext } from './request-context.js';
+import { findContext, type RequestContext } from './request-context.js';
 
 /** An error as the gateway answers it, before it is written in the client's API format. */
 interface ErrorInfo {
@@ -54,14 +54,74 @@ const ANTHROPIC_TYPE: Record<number, string> = {
   529: 'overloaded_error',
 };
 
+/** An error as it is sent: status, headers and body, in the client's API. */
+export interface ErrorReply {
+  status: number;
+  headers: Record<string, string>;
+  body: Buffer;
+}
+
+/** What rendering an error needs to know of its request. */
+export interface ErrorTarget {
+  /** The API the client speaks on the route: the format of the error. */
+  api: ClientApi;
+  requestId?: string;
+  /** The key the request presented (removed from anything quoted back). */
+  presented?: string;
+  /** For a 404: the path that matched nothing. */
+  method?: string;
+  url?: string;
+  /** Where the error's code is recorded for the request line and the status page. */
+  context?: RequestContext;
+}
+
+const JSON_TYPE = 'application/json; charset=utf-8';
+
 /**
- * Every error the gateway answers with, rendered here and only here, in the
- * API the client speaks on the route (OpenAI, Anthropic, or llama.cpp's own
- * routes), with `x-should-retry: false`: the gateway has already applied its
- * own retry policy, so retries happen at one layer only. A provider error in
- * the client's own API is relayed as the provider sent it. No stack trace, no
- * credential, no internal detail reaches the client.
+ * Every error the gateway answers with, rendered here and only here (the
+ * exception filter for the control routes, the data plane for proxied ones),
+ * in the API the client speaks on the route (OpenAI, Anthropic, or llama.cpp's
+ * own routes), with `x-should-retry: false`: the gateway has already applied
+ * its own retry policy, so retries happen at one layer only. A provider error
+ * in the client's own API is relayed as the provider sent it. No stack trace,
+ * no credential, no internal detail reaches the client.
  */
+export function errorReply(exception: unknown, target: ErrorTarget, logger: { warn(line: string): void }): ErrorReply {
+  const { api, context } = target;
+  // Provider messages quote keys (the one sent, masked or whole): none reaches a client or a log.
+  const presented = [target.presented];
+  // Retries happen at one layer: here. Only a replica shutting down (retry elsewhere) and a rate limit, the
+  // provider's or the gateway's own (back off as it says), are left to the client to retry.
+  const retryable = isOrchestratorError(exception)
+    ? exception.retryable
+    : exception instanceof ApiError
+      ? exception.retryable === true
+      : exception instanceof UpstreamHttpError && exception.status === 429;
+  const headers: Record<string, string> = { 'x-should-retry': String(retryable) };
+
+  if (context) context.errorCode = exception instanceof UpstreamHttpError ? 'upstream_error' : undefined;
+  if (exception instanceof UpstreamHttpError && exception.api === api && exception.json !== undefined) {
+    // The provider already answered in the client's own format: its status and bytes, unchanged.
+    if (exception.retryAfter) headers['retry-after'] = exception.retryAfter;
+    headers['content-type'] = exception.contentType ?? 'application/json';
+    return { status: exception.status, headers, body: redactor.bytes(exception.body, presented) };
+  }
+
+  const info = describe(exception, target);
+  if (context && !context.errorCode) context.errorCode = String(info.code ?? info.type ?? info.status);
+  if (info.status >= 500 && !(exception instanceof ApiError) && !(exception instanceof HttpException)) {
+    const name = (exception as Error | undefined)?.name ?? 'Error';
+    logger.warn(`request ${String(target.requestId)} failed with ${info.status} (${name}: ${redactor.text(info.message, presented)})`);
+  }
+  if (info.retryAfter) headers['retry-after'] = info.retryAfter;
+  // Nothing more is wanted from this client on this connection: a failed key, a body too large, a replica leaving.
+  if (info.status === 401 || info.status === 413 || info.code === 'shutting_down') headers.connection = 'close';
+  headers['content-type'] = JSON_TYPE;
+  const body = errorBody(api, { ...info, message: redactor.text(info.message, presented) }, target.requestId);
+  return { status: info.status, headers, body: Buffer.from(JSON.stringify(body)) };
+}
+
+/** The error a Nest route (health, metrics, status page) or a request no route serves is answered with. */
 @Catch()
 export class GatewayExceptionFilter implements ExceptionFilter {
   private readonly logger = new Logger('Gateway');
@@ -87,53 +147,36 @@ export class GatewayExceptionFilter implements ExceptionFilter {
     // Express's body parser fails before any middleware ran: the path still says which API the client speaks.
     const route = context ? undefined : routeAt(request.url ?? '');
     const api: ClientApi = context?.api ?? (route ? ROUTES[route].api : this.defaultApi);
+    const reply = errorReply(
+      exception,
+      { api, requestId: context?.id, presented: clientKey(request.headers), method: request.method, url: request.url, context },
+      this.logger,
+    );
     const adapter = this.adapterHost.httpAdapter;
-    // Provider messages quote keys (the one sent, masked or whole): none reaches a client or a log.
-    const presented = [clientKey(request.headers)];
-    // Retries happen at one layer: here. Only a replica shutting down (retry elsewhere) and a rate limit, the
-    // provider's or the gateway's own (back off as it says), are left to the client to retry.
-    const retryable = isOrchestratorError(exception)
-      ? exception.retryable
-      : exception instanceof ApiError
-        ? exception.retryable === true
-        : exception instanceof UpstreamHttpError && exception.status === 429;
-    adapter.setHeader(response, 'x-should-retry', String(retryable));
-
-    if (context) context.errorCode = exception instanceof UpstreamHttpError ? 'upstream_error' : undefined;
-    if (exception instanceof UpstreamHttpError && exception.api === api && exception.json !== undefined) {
-      // The provider already answered in the client's own format: its status and bytes, unchanged.
-      if (exception.retryAfter) adapter.setHeader(response, 'retry-after', exception.retryAfter);
-      adapter.setHeader(response, 'content-type', exception.contentType ?? 'application/json');
-      const body = redactor.bytes(exception.body, presented);
+    const send = () => {
+      for (const [name, value] of Object.entries(reply.headers)) adapter.setHeader(response, name, value);
       // Fastify sends a Buffer as it is; Express's adapter would serialise it as JSON, so it is written directly.
-      if (adapter.getType() === 'fastify') adapter.reply(response, body, exception.status);
+      if (adapter.getType() === 'fastify') adapter.reply(response, reply.body, reply.status);
       else {
-        raw.statusCode = exception.status;
-        raw.end(body);
+        raw.statusCode = reply.status;
+        raw.end(reply.body);
       }
-      return;
-    }
-
-    const info = describe(exception, request);
-    if (context && !context.errorCode) context.errorCode = String(info.code ?? info.type ?? info.status);
-    if (info.status >= 500 && !(exception instanceof ApiError) && !(exception instanceof HttpException)) {
-      const name = (exception as Error | undefined)?.name ?? 'Error';
-      this.logger.warn(`request ${String(context?.id)} failed with ${info.status} (${name}: ${redactor.text(info.message, presented)})`);
-    }
-    if (info.retryAfter) adapter.setHeader(response, 'retry-after', info.retryAfter);
-    // Nothing more is wanted from this client on this connection: a failed key, a body too large, a replica leaving.
-    if (info.status === 401 || info.status === 413 || info.code === 'shutting_down') adapter.setHeader(response, 'connection', 'close');
-    const reply = () => adapter.reply(response, errorBody(api, { ...info, message: redactor.text(info.message, presented) }, context?.id), info.status);
+    };
     const rawRequest = (request as { raw?: IncomingMessage }).raw ?? request;
     // A client still sending a body that is too large would read a reset instead of this 413 (and its SDK would
     // retry): the rest of the body is read and dropped first, up to a bound.
-    if (info.status === 413 && !rawRequest.complete) drain(rawRequest, Math.max(4 * this.config.maxBodyBytes, 16 * 1024 * 1024)).then(reply, reply);
-    else reply();
+    if (reply.status === 413 && !rawRequest.complete) drainRequest(rawRequest, drainBound(this.config.maxBodyBytes)).then(send, send);
+    else send();
   }
 }
 
+/** How much of a too-large body is read and dropped before the 413 is sent. */
+export function drainBound(maxBodyBytes: number): number {
+  return Math.max(4 * maxBodyBytes, 16 * 1024 * 1024);
+}
+
 /** Reads and drops what is left of a request body, until its end, `maxBytes`, or 10 s. */
-function drain(request: IncomingMessage, maxBytes: number): Promise<void> {
+export function drainRequest(request: IncomingMessage, maxBytes: number): Promise<void> {
   return new Promise<void>((resolve) => {
     let received = 0;
     const done = () => {
@@ -175,7 +218,7 @@ function errorBody(api: ClientApi, info: ErrorInfo, requestId: string | undefine
   return { error: { message, type, param: info.param, code: info.code } };
 }
 
-function describe(exception: unknown, request: IncomingMessage): ErrorInfo {
+function describe(exception: unknown, request: Pick<ErrorTarget, 'method' | 'url'>): ErrorInfo {
   if (exception instanceof ApiError) {
     return { status: exception.status, message: exception.message, type: exception.type, param: exception.param, code: exception.code, retryAfter: exception.retryAfter };
   }

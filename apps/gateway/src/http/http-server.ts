@@ -1,5 +1,5 @@
 import { ExpressAdapter } from '@nestjs/platform-express';
-import { createServer, type RequestListener, type Server, type ServerOptions } from 'node:http';
+import { createServer, type IncomingMessage, type RequestListener, type Server, type ServerOptions, type ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 
 /**
@@ -17,11 +17,31 @@ export function serverOptions(config: GatewayConfig): ServerOptions {
   };
 }
 
-/** A server made with `serverOptions`, and the connection cap (connections beyond it are closed at once). */
+/** Serves a request ahead of the platform, or returns false to leave it to the platform's router. */
+export type FrontHandler = (request: IncomingMessage, response: ServerResponse) => boolean;
+
+const FRONTS = new WeakMap<Server, (front: FrontHandler) => void>();
+
+/**
+ * A server made with `serverOptions`, and the connection cap (connections beyond it are closed at once). Each
+ * request goes first to the front handler given by `serveAhead` (the data plane), then to the platform's.
+ */
 export function createGatewayServer(config: GatewayConfig, handler?: RequestListener): Server {
-  const server = createServer(serverOptions(config), handler);
+  let front: FrontHandler | undefined;
+  const server = createServer(serverOptions(config), (request, response) => {
+    if (front !== undefined && front(request, response)) return;
+    handler?.(request, response);
+  });
+  FRONTS.set(server, (next) => (front = next));
   server.maxConnections = config.maxConnections;
   return server;
+}
+
+/** Puts `front` ahead of the platform on a server made by `createGatewayServer`. */
+export function serveAhead(server: Server, front: FrontHandler): void {
+  const set = FRONTS.get(server);
+  if (!set) throw new Error('serveAhead: the server was not made by createGatewayServer');
+  set(front);
 }
 
 /** Nest's Express adapter, on a server made by `createGatewayServer` (Nest's own takes no server options). */

@@ -21,11 +21,18 @@ export class Lifecycle {
 
   /** Counts a request until its response is over (finished, or the client gone). */
   track(response: ServerResponse): void {
+    this.enter(response);
+    response.once('close', () => this.leave(response));
+  }
+
+  /** `track` for a caller that listens for the response's end itself: `leave` when it is over. */
+  enter(response: ServerResponse): void {
     this.inFlight.add(response);
-    response.once('close', () => {
-      this.inFlight.delete(response);
-      if (this.inFlight.size === 0) this.idle?.();
-    });
+  }
+
+  leave(response: ServerResponse): void {
+    this.inFlight.delete(response);
+    if (this.inFlight.size === 0) this.idle?.();
   }
 
   /**

@@ -1,4 +1,5 @@
 import type { IncomingMessage } from 'node:http';
+import type { DedupOutcome } from 'nest-prompt-orchestrator';
 import type { ClientApi, GatewayRoute } from '../providers/provider.js';
 import type { Usage } from '../budgets/prices.js';
 import type { Hold, ScopedCap } from '../budgets/spend-ledger.js';
@@ -40,8 +41,10 @@ export interface RequestContext {
   body?: unknown;
   /** Tokens the provider reported for this request's own call. */
   usage?: Usage;
-  /** The error code this request was answered with (set by the exception filter). */
+  /** The error code this request was answered with (set where errors are rendered). */
   errorCode?: string;
+  /** How dedup answered it (absent: not deduplicated). */
+  outcome?: DedupOutcome;
 }
 
 type WithContext = IncomingMessage & { [REQUEST_CONTEXT]?: RequestContext; raw?: WithContext };

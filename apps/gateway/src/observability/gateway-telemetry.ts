@@ -1,12 +1,12 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
-import { DEDUP_HEADER, OrchestratorMetrics, OrchestratorService, type RequestOutcome } from 'nest-prompt-orchestrator';
+import { OrchestratorMetrics, OrchestratorService, type RequestOutcome } from 'nest-prompt-orchestrator';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG, GATEWAY_LOGGER } from '../gateway.tokens.js';
 import type { RequestContext } from '../http/request-context.js';
-import { UPSTREAM } from '../routes/gateway-route.decorator.js';
+import { UPSTREAM } from '../routes/shaping.js';
 import { StatusBoard } from '../status/status-board.js';
 import { Budgets } from '../budgets/budgets.service.js';
 import { UsageLedger } from './usage-ledger.js';
@@ -14,7 +14,6 @@ import { UsageLedger } from './usage-ledger.js';
 const MAX_MODELS = 50;
 const MAX_TENANT_LABELS = 50;
 const MAX_PROMPT_CHARS = 4000;
-const OUTCOMES = new Set(['miss', 'joined', 'cached']);
 
 type TokenChildren = [input: { inc(n: number): void }, output: { inc(n: number): void }];
 
@@ -108,16 +107,14 @@ export class GatewayTelemetry {
     return children;
   }
 
-  /** Watches one request until its response is over. */
+  /** Watches one request of a control route (health, metrics, the status page) until its response is over. */
   track(request: IncomingMessage, response: ServerResponse, context: RequestContext): void {
-    response.once('close', () => this.finish(request, response, context));
+    response.once('close', () => this.finished(context, request.method ?? 'GET', pathOf(request), statusOf(response)));
   }
 
-  private finish(request: IncomingMessage, response: ServerResponse, context: RequestContext): void {
-    const header = response.getHeader(DEDUP_HEADER);
-    const outcome = typeof header === 'string' && OUTCOMES.has(header) ? (header as RequestOutcome) : undefined;
-    // A client that left before its answer was written: logged as nginx does.
-    const status = response.writableFinished ? response.statusCode : 499;
+  /** A request is over: its line, its tokens, its place on the status page. `path` names a request no route served. */
+  finished(context: RequestContext, method: string, path: string, status: number): void {
+    const outcome: RequestOutcome | undefined = context.outcome;
     const route = context.route ?? 'unrouted';
     const needTenant = this.board.enabled || this.requestLog || this.metricsTenants;
     const tenant = needTenant ? context.tenantHash : undefined;
@@ -154,8 +151,8 @@ export class GatewayTelemetry {
     const now = performance.now();
     const line: Record<string, unknown> = {
       reqId: context.id,
-      method: request.method,
-      route: context.route ?? pathOf(request),
+      method,
+      route: context.route ?? path,
       status,
       dedup: outcome ?? null,
       tenant: tenant ?? null,
@@ -177,6 +174,11 @@ export class GatewayTelemetry {
 
 function round(ms: number): number {
   return Math.round(ms * 10) / 10;
+}
+
+/** The status a response was logged with: a client that left before its answer was written is a 499, as nginx logs it. */
+export function statusOf(response: ServerResponse): number {
+  return response.writableFinished ? response.statusCode : 499;
 }
 
 /** The path of a request no route served, without its query string (which may carry anything). */

@@ -5,7 +5,7 @@ import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { Budgets } from '../budgets/budgets.service.js';
 import { WorkerCoordination } from '../cluster/worker-coordination.js';
 import { Lifecycle } from '../http/lifecycle.js';
-import { UPSTREAM } from './gateway-route.decorator.js';
+import { UPSTREAM } from './shaping.js';
 
 /** One worker's share of /health under `--workers` (what the primary gathers from each). */
 interface WorkerPart {

@@ -122,6 +122,11 @@ export class UpstreamClient {
     }
   }
 
+  /** The connection pools, for calls that dispatch their own handler (the data plane's pass-through). */
+  get dispatcher(): Dispatcher {
+    return this.agent;
+  }
+
   /** Aborts what is still running (the gateway drained its clients first): shutdown never waits on the provider. */
   close(): Promise<void> {
     return this.agent.destroy();

@@ -55,6 +55,11 @@ export class UpstreamIdentity {
     return this.digest;
   }
 
+  /** Whether `current` can be used as it is: no check is due (nearly always true; `fresh` waits otherwise). */
+  get isFresh(): boolean {
+    return !this.source || performance.now() - this.checkedAt < this.checkEveryMs;
+  }
+
   /** The identity as last read (`unknown` until then), for health and tests. */
   describe(): { identity: string; instance?: string; checkedAt?: number } {
     return {

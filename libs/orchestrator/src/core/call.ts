@@ -8,12 +8,16 @@ import type { ReleaseSlot } from './concurrency/concurrency-limiter.js';
 import type { CallControl } from './retry/retry.policy.js';
 import { withTimeLimits } from './timeout/time-limits.js';
 
-/** The upstream work: receives the call's own AbortSignal, aborted on timeout or cancellation. */
+/**
+ * The upstream work: receives the call's own AbortSignal, aborted on timeout or cancellation. Unsubscribing its
+ * Observable stops it too: work that stops that way may declare no parameter, and then costs no AbortController.
+ */
 export type CallWork<T> = (signal: AbortSignal) => Observable<CallEvent<T>>;
 
 /** One try at the upstream: its own signal (a timeout aborts this attempt only) and its events. */
 interface Attempt {
-  readonly abort: AbortController;
+  /** Absent when the work takes no signal (it stops when unsubscribed): no controller is made for nobody. */
+  readonly abort?: AbortController;
   upstream?: Subscription;
   /** Settles the attempt's promise when the caller leaves, or the breaker would wait for it forever. */
   readonly abandon: () => void;
@@ -33,6 +37,7 @@ type CallState =
 const REFUSALS = new Set<string>(['circuit_open', 'overloaded', 'queue_timeout', 'shutting_down']);
 
 const QUEUED: CallState = { kind: 'queued' };
+const NEVER_ABORTED = new AbortController().signal;
 const BACKOFF: CallState = { kind: 'backoff' };
 const DONE: CallState = { kind: 'done' };
 
@@ -141,10 +146,12 @@ class GuardedCall<T> implements CallControl {
     const observer = this.options.observer;
     const startedAt = observer ? performance.now() : 0;
     return new Promise<void>((resolveFirst, rejectFirst) => {
-      const attempt: Attempt = { abort: new AbortController(), abandon: () => rejectFirst(new ClientClosedError()) };
+      // A work function that declares no parameter cannot read its signal: it gets a shared one that never aborts.
+      const abort = this.work.length === 0 ? undefined : new AbortController();
+      const attempt: Attempt = { abort, abandon: () => rejectFirst(new ClientClosedError()) };
       this.state = { kind: 'attempting', attempt };
       let answered = false;
-      const events = defer(() => this.work(attempt.abort.signal));
+      const events = defer(() => this.work(abort?.signal ?? NEVER_ABORTED));
       attempt.upstream = (timeLimits ? events.pipe(withTimeLimits<T>(timeLimits)) : events).subscribe({
         next: (event) => {
           // A plain value is the whole answer: the call is over before the caller (who may unsubscribe at once) sees it.
@@ -158,7 +165,7 @@ class GuardedCall<T> implements CallControl {
           this.subscriber.next(event);
         },
         error: (error: unknown) => {
-          attempt.abort.abort(error);
+          attempt.abort?.abort(error);
           if (observer) this.observeError(observer, error, answered ? undefined : performance.now() - startedAt);
           if (!answered) {
             if (this.state.kind === 'attempting') this.state = BACKOFF;
@@ -217,7 +224,7 @@ class GuardedCall<T> implements CallControl {
     this.finish();
     if (state.kind === 'attempting' || state.kind === 'streaming') {
       state.attempt.upstream?.unsubscribe();
-      state.attempt.abort.abort();
+      state.attempt.abort?.abort();
       state.attempt.abandon();
     }
     this.cancelController?.abort();

@@ -9,7 +9,13 @@ export interface StreamHead {
 }
 
 /**
- * A call yields either one value, or a head followed by text chunks. Kept as
+ * One piece of a streamed answer: bytes as they came off the wire (relayed to
+ * every caller without decoding or re-encoding), or text a handler produced.
+ */
+export type Chunk = string | Buffer;
+
+/**
+ * A call yields either one value, or a head followed by chunks. Kept as
  * plain data so that a finished answer can be stored in (and replayed from) a
  * shared store such as Redis.
  */
@@ -20,8 +26,19 @@ export type CallEvent<T> =
       readonly head: StreamHead;
       /** In-process only (never stored): see `StreamedResponse.formatError`. */
       readonly formatError?: (error: unknown) => string;
+      /** In-process only (never stored): whether the stream is held back by its readers (see `FlowControl`). */
+      readonly flow?: FlowControl;
     }
-  | { readonly kind: 'chunk'; readonly chunk: string };
+  | { readonly kind: 'chunk'; readonly chunk: Chunk };
+
+/**
+ * A stream whose readers can hold its source back: while every caller is slow
+ * to read, the source is paused rather than buffered without bound. The time
+ * limits do not count a paused stretch as the upstream's silence.
+ */
+export interface FlowControl {
+  readonly paused: boolean;
+}
 
 /**
  * Return this from a route handler (or from work given to `OrchestratorService`)
@@ -39,7 +56,7 @@ export class StreamedResponse {
   readonly [STREAMED] = true;
 
   constructor(
-    readonly chunks: ObservableInput<string>,
+    readonly chunks: ObservableInput<Chunk>,
     readonly head: StreamHead = { contentType: 'text/event-stream; charset=utf-8' },
     /**
      * Turns an error raised after the first chunk into a last chunk the client

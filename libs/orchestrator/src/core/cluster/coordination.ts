@@ -97,7 +97,8 @@ export type WireEvent =
   | { k: 'b'; b: string; ct: string; h?: Record<string, string>; s?: number }
   /** `x`: what the leader's own callers would be sent if it were lost mid-stream (its `formatError`, applied here). */
   | { k: 'h'; h: StreamHead; x?: string }
-  | { k: 'c'; c: string }
+  /** `b`: `c` is bytes in base64 (a relayed stream's raw chunk), else text. */
+  | { k: 'c'; c: string; b?: 1 }
   | { k: 'end' }
   /** `f`: the last chunk the leader's callers got for this error (a stream's error event), for followers to send alike. */
   | { k: 'err'; e: Record<string, unknown>; f?: string };
@@ -112,7 +113,7 @@ export function toWire<T>(event: CallEvent<T>): WireEvent {
     case 'head':
       return event.formatError ? { k: 'h', h: event.head, x: event.formatError(leaderLost()) } : { k: 'h', h: event.head };
     case 'chunk':
-      return { k: 'c', c: event.chunk };
+      return typeof event.chunk === 'string' ? { k: 'c', c: event.chunk } : { k: 'c', c: event.chunk.toString('base64'), b: 1 };
   }
 }
 
@@ -159,6 +160,6 @@ export function fromWire<T>(wire: Exclude<WireEvent, { k: 'end' } | { k: 'err' }
     case 'h':
       return { kind: 'head', head: wire.h };
     case 'c':
-      return { kind: 'chunk', chunk: wire.c };
+      return { kind: 'chunk', chunk: wire.b ? Buffer.from(wire.c, 'base64') : wire.c };
   }
 }

@@ -2,13 +2,13 @@ import { createCache, type Cache } from 'cache-manager';
 import type { Keyv } from 'keyv';
 import { LRUCache } from 'lru-cache';
 import { describeError, withTimeout } from '../bounded.js';
-import { RawResponse, isRawResponse, type CallEvent, type StreamHead } from '../events.js';
+import { RawResponse, isRawResponse, type CallEvent, type Chunk, type StreamHead } from '../events.js';
 
 /** A finished answer as recorded. Plain data (a `RawResponse` is kept as `bytes`), so a shared store (Redis) can hold it. */
 export type WindowPayload<T> =
   | { kind: 'value'; value: T }
   | { kind: 'bytes'; body: Buffer; contentType: string; headers?: Record<string, string>; status?: number }
-  | { kind: 'stream'; head: StreamHead; chunks: string[] };
+  | { kind: 'stream'; head: StreamHead; chunks: Chunk[] };
 
 /** A finished answer kept for reuse, with when it was stored and until when it is reused. */
 export type WindowEntry<T> = WindowPayload<T> & {

@@ -1,5 +1,5 @@
-import { NEVER, Observable, ReplaySubject, of, share } from 'rxjs';
-import { isRawResponse, type CallEvent, type StreamHead } from '../events.js';
+import { NEVER, Observable, ReplaySubject, Subject, of, share } from 'rxjs';
+import { isRawResponse, type CallEvent, type Chunk, type StreamHead } from '../events.js';
 import { sizeOf, type WindowPayload } from './answer-window.js';
 import { DeliveryBatches } from './delivery-batches.js';
 
@@ -16,7 +16,11 @@ export interface LeadOptions<T> {
    * that has is kept by default, so that it lands in the window.
    */
   cancelWhenAbandoned: () => boolean;
-  /** Answers over this size are not recorded for the window. */
+  /**
+   * Answers over this size are not recorded for the window, nor replayed to callers who would join once the
+   * answer has grown past it: the flight is then forgotten (an identical request makes a call of its own) and what
+   * was kept for late joiners is let go, so a long stream costs its callers' sockets, not a copy of itself.
+   */
   maxEntryBytes: number;
   /** Receives the finished answer (if within bounds); the flight stays joinable until the returned promise settles. */
   onSuccess?: (entry: WindowPayload<T>) => Promise<void>;
@@ -53,6 +57,8 @@ export class SingleFlight<T> {
     const onSuccess = options.onSuccess;
     const recorder = onSuccess ? new AnswerRecorder<T>(options.maxEntryBytes) : undefined;
     let written: Promise<void> | undefined;
+    let replay: FlightReplay<CallEvent<T>> | undefined;
+    let streamed = 0;
     const forget = () => {
       if (this.flights.get(key) === delivered) this.flights.delete(key);
     };
@@ -61,6 +67,10 @@ export class SingleFlight<T> {
       const subscription = call.subscribe({
         next: (event) => {
           recorder?.record(event);
+          if (event.kind === 'chunk' && (streamed += event.chunk.length) > options.maxEntryBytes && replay && !replay.dropped) {
+            forget();
+            replay.drop();
+          }
           subscriber.next(event);
         },
         error: (error: unknown) => {
@@ -83,15 +93,48 @@ export class SingleFlight<T> {
     });
     const shared: Observable<CallEvent<T>> = recorded.pipe(
       share({
-        connector: () => new ReplaySubject<CallEvent<T>>(),
+        connector: () => (replay = new FlightReplay<CallEvent<T>>()),
         resetOnError: false,
         resetOnComplete: false,
         resetOnRefCountZero: () => (options.cancelWhenAbandoned() ? of(true) : NEVER),
       }),
     );
-    const delivered = shared.pipe(this.batches.operator<CallEvent<T>>());
+    // A caller that joined just before the replay was let go, and subscribes after, cannot get the answer's start.
+    const joinable = new Observable<CallEvent<T>>((subscriber) =>
+      replay?.dropped ? subscriber.error(new FlightOutgrownError()) : shared.subscribe(subscriber),
+    );
+    const delivered = joinable.pipe(this.batches.operator<CallEvent<T>>());
     this.flights.set(key, delivered);
     return delivered;
+  }
+}
+
+/** A caller subscribed to a flight whose start was no longer kept (see `LeadOptions.maxEntryBytes`); it may try again. */
+export class FlightOutgrownError extends Error {
+  override name = 'FlightOutgrownError';
+  readonly status = 503;
+  constructor() {
+    super('The answer this request joined had grown past what is kept for late joiners; try again.');
+  }
+}
+
+/**
+ * A flight's ReplaySubject whose replay can be let go once nobody can join any more (the flight is forgotten
+ * first): subscribers already there go on receiving the live events.
+ */
+class FlightReplay<E> extends ReplaySubject<E> {
+  dropped = false;
+
+  drop(): void {
+    this.dropped = true;
+    // RxJS 7 keeps the replay in `_buffer`, which it does not expose: emptying it is what lets the events go.
+    (this as unknown as { _buffer: unknown[] })._buffer.length = 0;
+  }
+
+  override next(value: E): void {
+    // Once dropped, events only pass through (ReplaySubject.next would keep each one again).
+    if (this.dropped) Subject.prototype.next.call(this, value);
+    else super.next(value);
   }
 }
 
@@ -100,7 +143,7 @@ class AnswerRecorder<T> {
   private size = 0;
   private value?: { value: T };
   private head?: StreamHead;
-  private chunks: string[] = [];
+  private chunks: Chunk[] = [];
   private overflowed = false;
 
   constructor(private readonly maxBytes: number) {}
@@ -130,7 +173,17 @@ class AnswerRecorder<T> {
       if (!isRawResponse(value)) return { kind: 'value', value };
       return { kind: 'bytes', body: value.body, contentType: value.contentType, headers: value.headers, status: value.status };
     }
-    if (this.head) return { kind: 'stream', head: this.head, chunks: this.chunks };
+    if (this.head) return { kind: 'stream', head: this.head, chunks: joinBytes(this.chunks) };
     return undefined;
   }
+}
+
+/**
+ * A finished stream of relayed bytes kept as one Buffer: replayed in one write, stored in a shared store as one
+ * value, and never decoded chunk by chunk (a chunk may end inside a multi-byte character). Text chunks stay as
+ * they are.
+ */
+function joinBytes(chunks: Chunk[]): Chunk[] {
+  if (chunks.length < 2 || chunks.every((chunk) => typeof chunk === 'string')) return chunks;
+  return [Buffer.concat(chunks.map((chunk) => (typeof chunk === 'string' ? Buffer.from(chunk) : chunk)))];
 }

@@ -1,5 +1,5 @@
 import { Observable, type OperatorFunction } from 'rxjs';
-import type { CallEvent } from '../events.js';
+import type { CallEvent, FlowControl } from '../events.js';
 import { UpstreamTimeoutError } from '../errors.js';
 
 /** Time limits of one upstream call, in milliseconds. */
@@ -40,7 +40,15 @@ export function withTimeLimits<T>(limits: TimeLimits): OperatorFunction<CallEven
       let given = 0;
       let phase: UpstreamTimeoutError['phase'] = 'total';
       let limitMs = limits.totalMs;
+      let flow: FlowControl | undefined;
       const check = () => {
+        // Held back by its own slow readers, a stream is not silent: the gap limit starts again once it flows.
+        if (phase === 'idle' && flow?.paused) {
+          due = Date.now() + limits.idleMs;
+          timer = setTimeout(check, limits.idleMs);
+          armedMs = -1;
+          return;
+        }
         const late = Date.now() - due;
         if (late > LOOP_LAG_TOLERANCE_MS && given < limitMs) {
           const back = Math.min(late, limitMs - given);
@@ -72,7 +80,10 @@ export function withTimeLimits<T>(limits: TimeLimits): OperatorFunction<CallEven
       const subscription = source.subscribe({
         next(event) {
           if (event.kind === 'value') disarm();
-          else if (event.kind === 'head') arm(startedAt + limits.firstChunkMs - Date.now(), 'first_chunk', limits.firstChunkMs);
+          else if (event.kind === 'head') {
+            flow = event.flow;
+            arm(startedAt + limits.firstChunkMs - Date.now(), 'first_chunk', limits.firstChunkMs);
+          }
           else arm(limits.idleMs, 'idle', limits.idleMs);
           subscriber.next(event);
         },

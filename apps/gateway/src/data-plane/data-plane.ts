@@ -1,0 +1,606 @@
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { LRUCache } from 'lru-cache';
+import {
+  ShuttingDownError,
+  dedupKey,
+  hashIdentity,
+  reuseOf,
+  toCallEvents,
+  type CallEvent,
+  type CallWork,
+  type Orchestrator,
+  type RawResponse,
+  type RoutePolicy,
+  type StartedCall,
+} from 'nest-prompt-orchestrator';
+import { Observable, from, type Subscription } from 'rxjs';
+import type { GatewayConfig } from '../config/gateway-config.js';
+import { streamErrorEvent, type GatewayService } from '../gateway.service.js';
+import type { Budgets } from '../budgets/budgets.service.js';
+import type { VirtualKey } from '../budgets/virtual-keys.js';
+import type { UsageLedger } from '../observability/usage-ledger.js';
+import { statusOf, type GatewayTelemetry } from '../observability/gateway-telemetry.js';
+import { ApiError, invalidRequest } from '../http/api-error.js';
+import { clientKey, identityOf, isOneOf, keyDigest } from '../http/credentials.js';
+import { drainBound, drainRequest, errorReply } from '../http/gateway-exception.filter.js';
+import type { Lifecycle } from '../http/lifecycle.js';
+import { serverTiming, type RequestContext } from '../http/request-context.js';
+import { ROUTES, gatewayChecksKeys, type GatewayRoute, type RouteInfo, type UpstreamPlan } from '../providers/provider.js';
+import { SHAPING } from '../routes/shaping.js';
+import { EXPOSED_HEADERS } from '../http/cors.js';
+import { JsonSyntaxError, JsonTooDeepError, scanJson, type JsonSkeleton } from './json-skeleton.js';
+import { ProxyRoutes } from './proxy-routes.js';
+import { UpstreamExchange } from './upstream-exchange.js';
+
+/** What the data plane is made of: the gateway's services, built once by Nest, called here directly. */
+export interface DataPlaneParts {
+  config: GatewayConfig;
+  gateway: GatewayService;
+  budgets: Budgets;
+  usage: UsageLedger;
+  telemetry: GatewayTelemetry;
+  lifecycle: Lifecycle;
+  orchestrator: Orchestrator;
+  /** Where the gateway's own warnings go (a request that failed with a 5xx of the gateway's making). */
+  warn: (line: string) => void;
+}
+
+// Deeper than any real request; a provider parsing it recursively could overflow its stack.
+const MAX_DEPTH = 128;
+// A propagated id is echoed in headers and logs: accept only a short, plain token.
+const REQUEST_ID = /^[\w.:-]{1,128}$/;
+const JSON_TYPE = /^application\/(.+\+)?json\b/i;
+const MULTIPART_TYPE = /^multipart\/form-data\b/i;
+/** A stream reader this far behind the stream (beyond what it was replayed on joining) is cut: memory stays bounded. */
+const MAX_BEHIND_BYTES = 4 * 1024 * 1024;
+/** A follower of another replica's stream cannot hold that stream back: it is cut later, but cut all the same. */
+const MAX_BEHIND_UNHELD_BYTES = 32 * 1024 * 1024;
+/** How long a cut reader may take to read its error event before its socket is closed. */
+const CUT_GRACE_MS = 5_000;
+/** The top-level fields any feature reads (model, sampling, output bound, streaming): the rest of a body is never parsed. */
+const SUMMARY_FIELDS = [
+  'model',
+  'stream',
+  'stream_options',
+  'temperature',
+  'seed',
+  'n',
+  'best_of',
+  'max_tokens',
+  'max_completion_tokens',
+  'max_output_tokens',
+  'n_predict',
+] as const;
+const INCLUDE_USAGE = Buffer.from('"stream_options":{"include_usage":true},');
+
+/**
+ * The gateway's proxied routes, served straight on Node's request and
+ * response, ahead of Nest's router (which keeps the control routes: health,
+ * metrics, the status page). One `ProxiedCall` per request carries it from
+ * its bytes to its answer: admission, key, flight, delivery, accounting,
+ * with nothing read back from response headers. It calls the framework-free
+ * `Orchestrator` directly, as any app without Nest would.
+ */
+export class DataPlane {
+  readonly routes = new ProxyRoutes();
+  private readonly policies = new Map<GatewayRoute, RoutePolicy>();
+  readonly keyDigests: Buffer[];
+  readonly checksKeys: boolean;
+  readonly corsOrigins?: ReadonlySet<string> | '*';
+  readonly exposedHeaders = EXPOSED_HEADERS.join(',');
+  readonly dedupOn: boolean;
+  // The same credential arrives again and again: its hash (the caller's tenant) is computed once.
+  private readonly tenants = new LRUCache<string, string>({ max: 10_000 });
+  private readonly plans = new WeakMap<UpstreamPlan, { origin: string; path: string }>();
+
+  constructor(readonly parts: DataPlaneParts) {
+    const { config } = parts;
+    this.keyDigests = config.gatewayKeys.map(keyDigest);
+    this.checksKeys = gatewayChecksKeys(config);
+    this.dedupOn = config.dedup;
+    if (config.corsOrigins) this.corsOrigins = config.corsOrigins === '*' ? '*' : new Set(config.corsOrigins);
+  }
+
+  /** A route's policy, resolved on its first request (the breaker and limiter exist once something used them). */
+  policyOf(route: GatewayRoute): RoutePolicy {
+    let policy = this.policies.get(route);
+    if (!policy) {
+      policy = this.parts.orchestrator.policy(SHAPING[ROUTES[route].kind], route);
+      this.policies.set(route, policy);
+    }
+    return policy;
+  }
+
+  /** Serves the request if it is for a proxied route; false leaves it to Nest. */
+  readonly handle = (request: IncomingMessage, response: ServerResponse): boolean => {
+    const url = request.url ?? '/';
+    const query = url.indexOf('?');
+    const match = this.routes.match(request.method ?? 'GET', query < 0 ? url : url.slice(0, query));
+    if (!match) return false;
+    new ProxiedCall(this, request, response, match.route, match.params, query < 0 ? '' : url.slice(query)).start();
+    return true;
+  };
+
+  /** The caller's tenant: a short one-way hash of its identity (cached per identity). */
+  tenantOf(identity: string): string {
+    let tenant = this.tenants.get(identity);
+    if (tenant === undefined) {
+      tenant = hashIdentity(identity);
+      this.tenants.set(identity, tenant);
+    }
+    return tenant;
+  }
+
+  /** The provider's origin and path for a route (its `:param` segments filled in, escaped), plus the client's query. */
+  target(plan: UpstreamPlan, params: Record<string, string>, query: string): { origin: string; path: string } {
+    let parsed = this.plans.get(plan);
+    if (!parsed) {
+      const url = new URL(plan.url);
+      parsed = { origin: url.origin, path: url.pathname };
+      this.plans.set(plan, parsed);
+    }
+    const path = parsed.path.includes('/:')
+      ? parsed.path.replace(/:([A-Za-z_]+)/g, (match, name: string) => (params[name] === undefined ? match : encodeURIComponent(params[name])))
+      : parsed.path;
+    return { origin: parsed.origin, path: path + query };
+  }
+
+  allowsOrigin(origin: string): boolean {
+    return this.corsOrigins === '*' || (this.corsOrigins !== undefined && this.corsOrigins.has(origin));
+  }
+}
+
+/** One proxied request, from its first byte to its log line. */
+class ProxiedCall {
+  private readonly context: RequestContext;
+  private readonly info: RouteInfo;
+  private readonly presented: string | undefined;
+  private body?: Buffer;
+  private parts: Buffer[] = [];
+  private size = 0;
+  private subscription?: Subscription;
+  private head?: Extract<CallEvent<RawResponse>, { kind: 'head' }>;
+  /** The stream's source in this process, when it can be held back. */
+  private flow?: UpstreamExchange;
+  private streaming = false;
+  private slow = false;
+  private stall?: ReturnType<typeof setTimeout>;
+  private received = 0;
+  private replayed = 0;
+  private inCall = false;
+
+  constructor(
+    private readonly plane: DataPlane,
+    private readonly request: IncomingMessage,
+    private readonly response: ServerResponse,
+    private readonly route: GatewayRoute,
+    private readonly params: Record<string, string>,
+    private readonly query: string,
+  ) {
+    const incoming = request.headers['x-request-id'];
+    const id = typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();
+    this.info = ROUTES[route];
+    this.context = { id, startedAt: performance.now(), api: this.info.api, route };
+    this.presented = clientKey(request.headers);
+  }
+
+  start(): void {
+    const { lifecycle } = this.plane.parts;
+    const response = this.response;
+    response.once('close', this.closed);
+    lifecycle.enter(response);
+    // A request that arrives on an open connection while the gateway drains: retryable, elsewhere.
+    if (lifecycle.isDraining) return this.fail(new ShuttingDownError());
+    const headers = this.request.headers;
+    const length = headers['content-length'];
+    const max = this.plane.parts.config.maxBodyBytes;
+    if (length !== undefined && Number(length) > max) return this.fail(tooLarge(max));
+    if ((length === undefined || length === '0') && headers['transfer-encoding'] === undefined) {
+      this.request.resume();
+      return void this.serve();
+    }
+    this.request.on('data', this.data);
+    this.request.once('end', this.ended);
+    // A client that resets mid-upload: 'close' on the response follows and accounts for it.
+    this.request.once('error', noop);
+  }
+
+  private readonly data = (chunk: Buffer): void => {
+    this.size += chunk.length;
+    const max = this.plane.parts.config.maxBodyBytes;
+    if (this.size > max) {
+      this.request.removeListener('data', this.data);
+      this.request.removeListener('end', this.ended);
+      this.parts = [];
+      return this.fail(tooLarge(max));
+    }
+    this.parts.push(chunk);
+  };
+
+  private readonly ended = (): void => {
+    this.body = this.parts.length === 1 ? this.parts[0] : Buffer.concat(this.parts, this.size);
+    this.parts = [];
+    void this.serve();
+  };
+
+  /** The request is in: who it is, whether it may pass, its key, and then its flight. */
+  private async serve(): Promise<void> {
+    const { parts } = this.plane;
+    const { config, budgets, gateway, orchestrator } = parts;
+    const context = this.context;
+    const headers = this.request.headers;
+    try {
+      // A virtual key names its holder: that name is the caller's one identity (dedup, fair queue, limits, spend).
+      const key: VirtualKey | undefined = budgets.keys?.find(this.presented);
+      if ((this.plane.keyDigests.length > 0 || budgets.keysOn) && !key && !isOneOf(this.plane.keyDigests, this.presented)) {
+        throw new ApiError(
+          401,
+          'This gateway needs an API key: send one of its keys as "Authorization: Bearer <key>" or "x-api-key".',
+          'invalid_api_key',
+          null,
+          'authentication_error',
+        );
+      }
+      const identity = key ? `key=${key.name}` : identityOf(headers, config.provider, this.plane.checksKeys);
+      context.identity = identity;
+      const tenant = identity === undefined ? undefined : this.plane.tenantOf(identity);
+      // One hash: the request log, the request line, metrics and rate limits all name the caller by its first 12 characters.
+      if (tenant !== undefined) context.tenantHash = tenant.slice(0, 12);
+      const plan = gateway.provider.plan(this.route);
+      const skeleton = this.checkBody();
+      if (budgets.needsAdmission(key)) await budgets.admit(context, key);
+
+      const generation = this.info.kind === 'generation' && this.info.body !== 'multipart';
+      const scope = this.plane.dedupOn && generation ? await gateway.dedupScope(headers) : undefined;
+      const hash = dedupKey({ method: this.info.method, url: this.request.url ?? '', body: undefined, rawBody: this.body, credential: identity, scope });
+      context.requestHash = hash;
+      if (scope !== undefined) context.dedupKey = hash;
+      const storable = config.windowForSampled || !isSampled(context.body);
+      const call = { key: context.dedupKey, tenant, reuse: scope === undefined ? undefined : reuseOf(headers['cache-control'], storable) };
+      const policy = this.plane.policyOf(this.route);
+      const work = this.work(plan, skeleton);
+      this.inCall = true;
+      const started = orchestrator.startLocal<RawResponse>(policy, call, work) ?? (await orchestrator.start<RawResponse>(policy, call, work));
+      this.deliver(started);
+    } catch (error) {
+      this.fail(error);
+    }
+  }
+
+  /**
+   * The body as the route takes it: a JSON object (or value) whose structure is checked without parsing it
+   * (see `scanJson`), an upload's bytes, or nothing. Sets the context's body to the few fields features read.
+   */
+  private checkBody(): JsonSkeleton | undefined {
+    const info = this.info;
+    if (info.method !== 'POST') return undefined;
+    const headers = this.request.headers;
+    const upload = info.body === 'multipart';
+    const type = headers['content-type'];
+    const present = this.body !== undefined && this.body.length > 0;
+    const matches = type !== undefined && (upload ? MULTIPART_TYPE : JSON_TYPE).test(type);
+    // Said to be JSON but empty: not JSON (as the platforms' own parsers say when they see it).
+    if (matches && !upload && !present) throw new ApiError(400, 'The request body is empty: it is not valid JSON.', 'invalid_json');
+    if (!present) return undefined;
+    if (!matches) {
+      const expected = upload ? 'multipart/form-data' : 'application/json';
+      throw new ApiError(415, `Content-Type must be ${expected}, got ${type ? `"${type.slice(0, 100)}"` : 'none'}.`, 'unsupported_media_type');
+    }
+    const encoding = headers['content-encoding'];
+    if (encoding !== undefined && encoding.toLowerCase() !== 'identity') {
+      throw new ApiError(415, 'The request body encoding is not supported.', 'unsupported_encoding');
+    }
+    if (upload) return undefined;
+    let skeleton: JsonSkeleton;
+    try {
+      skeleton = scanJson(this.body!, MAX_DEPTH);
+    } catch (error) {
+      if (error instanceof JsonTooDeepError) throw new ApiError(400, error.message, 'nested_too_deep');
+      if (error instanceof JsonSyntaxError) throw new ApiError(400, 'The request body is not valid JSON.', 'invalid_json');
+      throw error;
+    }
+    if (info.body !== 'json') {
+      if (skeleton.type !== 'object') {
+        const got = skeleton.type === 'array' ? 'an array' : skeleton.type;
+        throw invalidRequest(null, `The request body must be a JSON object, got ${got}.`);
+      }
+      const stream = skeleton.typeOf('stream');
+      if (stream !== undefined && stream !== 'boolean' && stream !== 'null') throw invalidRequest('stream', 'stream must be true or false.');
+    }
+    const summary: Record<string, unknown> = {};
+    if (skeleton.type === 'object') for (const name of SUMMARY_FIELDS) if (skeleton.has(name)) summary[name] = skeleton.field(name);
+    this.context.body = this.plane.parts.config.observability.logPrompts ? JSON.parse(this.body!.toString('utf8')) : summary;
+    return skeleton;
+  }
+
+  /** The upstream call this request leads (only the leader's runs: joined and cached requests never call it). */
+  private work(plan: UpstreamPlan, skeleton: JsonSkeleton | undefined): CallWork<RawResponse> {
+    if (plan.translation) return (signal) => this.translated(signal);
+    return () =>
+      new Observable<CallEvent<RawResponse>>((subscriber) => {
+        const { parts } = this.plane;
+        const { budgets, gateway, usage } = parts;
+        const context = this.context;
+        const upload = this.info.body === 'multipart';
+        const added = this.addsStreamUsage(skeleton);
+        const body = added ? withIncludeUsage(this.body!, skeleton!) : this.body;
+        const provider = gateway.provider;
+        const headers: Record<string, string> = {
+          'x-request-id': context.id,
+          ...(body === undefined ? {} : { 'content-type': upload ? this.request.headers['content-type']! : 'application/json' }),
+          ...provider.authHeaders({ clientKey: this.presented, headers: this.request.headers }),
+          // After the credentials: the client's own answer-changing headers (an API version) override a default.
+          ...provider.forwardedHeaders(this.request.headers),
+        };
+        const exchange = new UpstreamExchange(subscriber, {
+          api: plan.api,
+          anyAnswer: this.info.answer === 'any',
+          streamEnd: this.info.streamEnd ?? plan.api,
+          readUsage: true,
+          stripUsage: added,
+          presentedKey: this.presented,
+          formatError: streamErrorEvent(context.api),
+          onAnswered: () => (context.upstreamAnsweredAt = performance.now()),
+          onUsage: (found) => {
+            usage.record(context, found);
+            const counted = budgets.settle(context, context.body, found);
+            return context.caps ? counted : undefined;
+          },
+          onBody: this.route === 'props' ? (bytes) => gateway.identity.observe(parseJson(bytes)) : undefined,
+          // A lost connection may be a restart: the model behind the URL may have changed.
+          onConnectionLost: () => void gateway.identity.check(provider.authHeaders({ clientKey: this.presented, headers: this.request.headers })),
+        });
+        const { origin, path } = this.plane.target(plan, this.params, this.query);
+        const dispatch = () => {
+          context.upstreamStartedAt = performance.now();
+          gateway.upstream.dispatcher.dispatch({ origin, path, method: plan.method, headers, body: plan.method === 'GET' ? undefined : body }, exchange);
+        };
+        // Only the call that reaches the provider holds money against a cap.
+        if (context.caps) {
+          budgets.reserve(context, context.body, this.body?.length).then(dispatch, (error: unknown) => subscriber.error(error));
+        } else dispatch();
+        return () => {
+          exchange.cancel();
+          // No answer the client could use: the hold is let go (an answer that did end has already settled it).
+          budgets.release(context);
+        };
+      });
+  }
+
+  /** A route whose client API is not the provider's: the gateway service translates request and answer. */
+  private translated(signal: AbortSignal): Observable<CallEvent<RawResponse>> {
+    let body: unknown;
+    if (this.body !== undefined && this.body.length > 0) body = JSON.parse(this.body.toString('utf8'));
+    const query = this.query;
+    const answer = this.plane.parts.gateway.forward({
+      context: this.context,
+      signal,
+      headers: this.request.headers,
+      body,
+      rawBody: this.body,
+      params: this.params,
+      query,
+    });
+    return toCallEvents<RawResponse>(from(answer));
+  }
+
+  /**
+   * An OpenAI stream reports its usage (what spend and token limits count) only when asked: the gateway asks, and
+   * hides the answer from a client that did not. Not llama-server: asked, it moves its `timings` into that usage
+   * chunk (hiding it would lose them), and its final chunk counts tokens anyway.
+   */
+  private addsStreamUsage(skeleton: JsonSkeleton | undefined): boolean {
+    const { gateway, budgets } = this.plane.parts;
+    if (!skeleton || gateway.provider.kind !== 'openai' || !budgets.streamUsage) return false;
+    if (this.route !== 'chat' && this.route !== 'completions') return false;
+    if (skeleton.field('stream') !== true) return false;
+    const options = skeleton.field('stream_options');
+    if (options !== undefined && options !== null && typeof options !== 'object') return false;
+    return (options as { include_usage?: unknown } | null | undefined)?.include_usage !== true;
+  }
+
+  private deliver(started: StartedCall<RawResponse>): void {
+    const context = this.context;
+    context.outcome = started.outcome;
+    if (this.response.destroyed) return this.left();
+    this.subscription = started.events.subscribe({
+      next: (event) => {
+        if (event.kind === 'value') {
+          const value = event.value;
+          this.respond(value.status ?? 200, value.contentType, value.body, value.headers, started.ageSeconds);
+        } else if (event.kind === 'head') {
+          this.head = event;
+          if (event.flow instanceof UpstreamExchange) this.flow = event.flow;
+        } else this.write(event.chunk, started.ageSeconds);
+      },
+      error: (error: unknown) => {
+        this.inCall = false;
+        if (!this.response.headersSent) return this.fail(error);
+        this.breakStream(error);
+      },
+      complete: () => {
+        this.inCall = false;
+        // A stream that ended before its first chunk: an empty stream.
+        if (!this.streaming && this.head) this.startStream(started.ageSeconds);
+        if (this.streaming && !this.response.writableEnded) this.response.end();
+      },
+    });
+  }
+
+  /** Headers every answer carries: its id, timing, dedup outcome and age, and CORS when it is on. */
+  private headersOf(ageSeconds: number | undefined): Array<string> {
+    const context = this.context;
+    const headers = ['x-request-id', context.id, 'server-timing', serverTiming(context, performance.now())];
+    if (context.outcome) headers.push('x-orchestrator-dedup', context.outcome);
+    if (ageSeconds !== undefined) headers.push('age', String(ageSeconds));
+    if (this.plane.corsOrigins) {
+      const origin = this.request.headers.origin;
+      if (typeof origin === 'string' && this.plane.allowsOrigin(origin)) headers.push('access-control-allow-origin', origin);
+      headers.push('vary', 'Origin', 'access-control-expose-headers', this.plane.exposedHeaders);
+    }
+    return headers;
+  }
+
+  private respond(status: number, contentType: string, body: Buffer, extra: Record<string, string> | undefined, ageSeconds?: number): void {
+    const response = this.response;
+    if (response.headersSent || response.destroyed) return;
+    const headers = this.headersOf(ageSeconds);
+    headers.push('content-type', contentType, 'content-length', String(body.length));
+    if (extra) for (const name in extra) headers.push(name, extra[name]);
+    response.writeHead(status, headers);
+    response.end(body);
+  }
+
+  private startStream(ageSeconds: number | undefined): void {
+    this.streaming = true;
+    const head = this.head!.head;
+    const headers = this.headersOf(ageSeconds);
+    headers.push('content-type', head.contentType, 'cache-control', 'no-cache', 'x-accel-buffering', 'no');
+    if (head.headers) for (const name in head.headers) headers.push(name, head.headers[name]);
+    this.response.writeHead(200, headers);
+    this.flow?.addReader();
+  }
+
+  /**
+   * One chunk to this caller, with the socket's backpressure: it tells the stream's source how far it got (the
+   * upstream pauses while no caller keeps up); one that falls too far behind the others is cut.
+   */
+  private write(chunk: string | Buffer, ageSeconds: number | undefined): void {
+    const response = this.response;
+    if (response.destroyed || response.writableEnded) return;
+    if (!this.streaming) this.startStream(ageSeconds);
+    const flow = this.flow;
+    // Joining late, a caller is first given what the stream already sent: shared bytes, not its own backlog.
+    if (flow && this.received < flow.emitted - chunk.length) this.replayed += chunk.length;
+    this.received += chunk.length;
+    const ok = response.write(chunk);
+    flow?.progress(this.received - response.writableLength);
+    if (!ok && !this.slow) {
+      this.slow = true;
+      response.once('drain', this.drained);
+      // A reader that takes nothing for as long as a provider may stay silent holds its stream (and its upstream
+      // slot) for nobody: it is cut, and the stream flows on for the others.
+      this.stall ??= setTimeout(this.stalled, this.plane.parts.config.timeoutMs);
+      this.stall.refresh();
+    }
+    const behind = response.writableLength - this.replayed;
+    if (behind > (flow ? MAX_BEHIND_BYTES : MAX_BEHIND_UNHELD_BYTES)) this.cut();
+  }
+
+  private readonly drained = (): void => {
+    if (!this.slow) return;
+    this.slow = false;
+    clearTimeout(this.stall);
+    this.flow?.progress(this.received);
+  };
+
+  private readonly stalled = (): void => {
+    if (this.slow && !this.response.writableFinished) this.response.destroy();
+  };
+
+  /** Too far behind while others read on: this caller leaves the stream with an error event, and its socket closes. */
+  private cut(): void {
+    this.subscription?.unsubscribe();
+    this.inCall = false;
+    this.breakStream(new ApiError(502, 'This client read the stream too slowly and was cut off from it.', 'reader_too_slow'));
+    setTimeout(() => this.response.destroy(), CUT_GRACE_MS).unref();
+  }
+
+  /** The stream broke after it started: its last event says so, if its format has a way to. */
+  private breakStream(error: unknown): void {
+    const response = this.response;
+    if (response.writableEnded) return;
+    const last = this.head?.formatError?.(error);
+    // No way to say "error" inside this stream: cutting it is what the client can see.
+    if (last === undefined) return void response.destroy();
+    if (last) response.write(last);
+    response.end();
+  }
+
+  /** The error as the client's API says it, unless the answer has started (then the connection is cut). */
+  private fail(error: unknown): void {
+    this.inCall = false;
+    const response = this.response;
+    if (response.headersSent) {
+      if (!response.writableEnded) response.destroy();
+      return;
+    }
+    if (response.destroyed) return;
+    const { parts } = this.plane;
+    const reply = errorReply(error, { api: this.context.api, requestId: this.context.id, presented: this.presented, context: this.context }, { warn: parts.warn });
+    const send = () => {
+      if (response.headersSent || response.destroyed) return;
+      const headers = this.headersOf(undefined);
+      for (const name in reply.headers) headers.push(name, reply.headers[name]);
+      headers.push('content-length', String(reply.body.length));
+      response.writeHead(reply.status, headers);
+      response.end(reply.body);
+    };
+    // A client still sending a body that is too large would read a reset instead of this 413 (and its SDK would
+    // retry): the rest of the body is read and dropped first, up to a bound.
+    if (reply.status === 413 && !this.request.complete) drainRequest(this.request, drainBound(parts.config.maxBodyBytes)).then(send, send);
+    else send();
+  }
+
+  /** The client hung up before its answer was written: it leaves the flight (which goes on for whoever else is in it). */
+  private left(): void {
+    this.subscription?.unsubscribe();
+    if (this.inCall) this.plane.parts.orchestrator.noteClientGone();
+    this.inCall = false;
+  }
+
+  /** The response is over (sent, or the client gone): one place for every account of it. */
+  private readonly closed = (): void => {
+    const response = this.response;
+    const { lifecycle, telemetry, budgets } = this.plane.parts;
+    lifecycle.leave(response);
+    clearTimeout(this.stall);
+    if (!response.writableFinished) this.left();
+    if (this.streaming) this.flow?.removeReader();
+    const status = statusOf(response);
+    if (telemetry.enabled) telemetry.finished(this.context, this.info.method, this.route, status);
+    budgets.finished(this.context, status);
+  };
+}
+
+function tooLarge(max: number): ApiError {
+  return new ApiError(413, `The request body is larger than this gateway accepts (${max} bytes).`, 'request_too_large');
+}
+
+/**
+ * The client's bytes with `stream_options.include_usage` set, spliced in rather than re-serialised: after the
+ * opening brace when the body has no `stream_options`; a body that has one (without `include_usage`) is rewritten.
+ */
+function withIncludeUsage(body: Buffer, skeleton: JsonSkeleton): Buffer {
+  if (!skeleton.has('stream_options')) {
+    const open = body.indexOf(0x7b);
+    return Buffer.concat([body.subarray(0, open + 1), INCLUDE_USAGE, body.subarray(open + 1)]);
+  }
+  const parsed = JSON.parse(body.toString('utf8')) as Record<string, unknown>;
+  const options = parsed.stream_options as Record<string, unknown> | null;
+  return Buffer.from(JSON.stringify({ ...parsed, stream_options: { ...options, include_usage: true } }));
+}
+
+function parseJson(bytes: Buffer): unknown {
+  try {
+    return JSON.parse(bytes.toString('utf8'));
+  } catch {
+    return undefined;
+  }
+}
+
+function noop(): void {}
+
+/**
+ * Whether a generation request asks for an answer that is meant to vary:
+ * sampled (a temperature above 0, which is every provider's default when none
+ * is given) without a seed, or several choices at once.
+ */
+export function isSampled(body: unknown): boolean {
+  if (typeof body !== 'object' || body === null) return false;
+  const { temperature, seed, n } = body as { temperature?: unknown; seed?: unknown; n?: unknown };
+  if (typeof n === 'number' && n > 1) return true;
+  if (seed !== undefined && seed !== null) return false;
+  return temperature === undefined || temperature === null || (typeof temperature === 'number' && temperature > 0);
+}

@@ -1,0 +1,99 @@
+import { describe, expect, it } from '@jest/globals';
+import { SseScan } from './sse-scan.js';
+
+const openaiChunk = (content: string, usage: 'null' | 'absent' = 'absent') =>
+  `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":${JSON.stringify(content)}}}]${usage === 'null' ? ',"usage":null' : ''}}\n\n`;
+const USAGE_EVENT = 'data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":5,"total_tokens":12}}\n\n';
+
+/** Feeds text cut into pieces of `size` bytes; returns what was passed on, and the scan. */
+function run(text: string, size: number, scan: SseScan): { out: string; scan: SseScan } {
+  const bytes = Buffer.from(text);
+  const out: Buffer[] = [];
+  for (let at = 0; at < bytes.length; at += size) out.push(scan.feed(bytes.subarray(at, at + size)));
+  const rest = scan.end();
+  if (rest) out.push(rest);
+  return { out: Buffer.concat(out).toString(), scan };
+}
+
+describe('SseScan', () => {
+  it('passes whole chunks of plain events on as the very same Buffer', () => {
+    const scan = new SseScan('openai', true, false);
+    const chunk = Buffer.from(openaiChunk('hello', 'null') + openaiChunk('world', 'null'));
+    expect(scan.feed(chunk)).toBe(chunk);
+    expect(scan.verdict).toBeUndefined();
+  });
+
+  it('sees the end marker, usage and nothing else, wherever the chunks are cut', () => {
+    const text = openaiChunk('a é 😀', 'null') + openaiChunk('b', 'null') + USAGE_EVENT + 'data: [DONE]\n\n';
+    for (const size of [1, 2, 3, 7, 16, 64, text.length]) {
+      const { out, scan } = run(text, size, new SseScan('openai', true, false));
+      expect(out).toBe(text);
+      expect(scan.verdict).toBe('end');
+      expect(scan.usage).toEqual({ input: 7, output: 5, cached: 0 });
+    }
+  });
+
+  it('takes out only the usage event it was asked to, wherever the chunks are cut', () => {
+    const text = openaiChunk('a', 'null') + USAGE_EVENT + 'data: [DONE]\n\n';
+    for (const size of [1, 5, 13, text.length]) {
+      const { out, scan } = run(text, size, new SseScan('openai', true, true));
+      expect(out).toBe(openaiChunk('a', 'null') + '\ndata: [DONE]\n\n');
+      expect(scan.usage?.output).toBe(5);
+      expect(scan.verdict).toBe('end');
+    }
+  });
+
+  it('a stream without its end marker has no verdict; a [DONE] inside a model\'s text is not one', () => {
+    const { scan } = run(openaiChunk('say data: [DONE] now') + openaiChunk('x'), 10, new SseScan('openai', false, false));
+    expect(scan.verdict).toBeUndefined();
+  });
+
+  it('an error event is an error, with its data; a model writing "error" is not', () => {
+    const text = openaiChunk('the word "error" in text') + 'data: {"error":{"message":"boom","code":500}}\n\n';
+    const { scan } = run(text, 9, new SseScan('openai', false, false));
+    expect(scan.verdict).toBe('error');
+    expect(scan.errorEvent).toEqual({ error: { message: 'boom', code: 500 } });
+    const clean = run(openaiChunk('the word "error" in text') + 'data: [DONE]\n\n', 9, new SseScan('openai', false, false)).scan;
+    expect(clean.verdict).toBe('end');
+  });
+
+  it('Anthropic: message_stop ends, event: error fails, usage from message_start and message_delta', () => {
+    const text =
+      'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":11,"output_tokens":1}}}\n\n' +
+      'event: content_block_delta\ndata: {"type":"content_block_delta","delta":{"text":"hi"}}\n\n' +
+      'event: message_delta\ndata: {"type":"message_delta","usage":{"output_tokens":9}}\n\n' +
+      'event: message_stop\ndata: {"type":"message_stop"}\n\n';
+    for (const size of [1, 11, text.length]) {
+      const { scan } = run(text, size, new SseScan('anthropic', true, false));
+      expect(scan.verdict).toBe('end');
+      expect(scan.usage).toEqual({ input: 11, output: 9, cached: 0 });
+    }
+    const failed = run('event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"x"}}\n\n', 4, new SseScan('anthropic', false, false)).scan;
+    expect(failed.verdict).toBe('error');
+  });
+
+  it('Responses API: response.completed ends, response.failed fails', () => {
+    const done = 'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","delta":"x"}\n\nevent: response.completed\ndata: {"type":"response.completed","response":{"usage":{"input_tokens":3,"output_tokens":4}}}\n\n';
+    const { scan } = run(done, 6, new SseScan('responses', true, false));
+    expect(scan.verdict).toBe('end');
+    expect(scan.usage).toEqual({ input: 3, output: 4, cached: 0 });
+    const failed = run('event: response.failed\ndata: {"type":"response.failed"}\n\n', 6, new SseScan('responses', false, false)).scan;
+    expect(failed.verdict).toBe('error');
+  });
+
+  it('llama.cpp: the stream ends when every prompt said stop, and counts tokens from the last chunk', () => {
+    const chunk = (index: number, stop: boolean, extra = '') => `data: {"index":${index},"content":"t","stop":${stop}${extra}}\n\n`;
+    const text = chunk(0, false) + chunk(1, false) + chunk(0, true, ',"tokens_evaluated":4,"tokens_predicted":6') + chunk(1, false);
+    expect(run(text, 5, new SseScan('llama', true, false)).scan.verdict).toBeUndefined();
+    const ended = run(text + chunk(1, true, ',"tokens_evaluated":4,"tokens_predicted":2'), 5, new SseScan('llama', true, false)).scan;
+    expect(ended.verdict).toBe('end');
+    expect(ended.usage).toEqual({ input: 4, output: 6, cached: 0 });
+  });
+
+  it('a route whose stream format is not fixed is relayed, never judged', () => {
+    const scan = new SseScan(false, true, false);
+    const chunk = Buffer.from('data: {"error":"anything"}\n');
+    expect(scan.feed(chunk)).toBe(chunk);
+    expect(scan.verdict).toBeUndefined();
+  });
+});

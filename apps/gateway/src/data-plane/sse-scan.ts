@@ -1,0 +1,166 @@
+import type { Usage } from '../budgets/prices.js';
+import { isUsageChunk, mergeUsage, usageOfEvent } from '../budgets/usage.js';
+import type { StreamFormat } from '../upstream/stream-end.js';
+
+/**
+ * Reads a relayed SSE stream as bytes, on its way to the clients: whether it
+ * ended with its API's end marker, whether the provider sent an error event in
+ * it, and the usage it reports. Almost every chunk of a long stream holds none
+ * of these: it is recognised as such by a few native byte searches and passed
+ * on as the very Buffer that arrived, never decoded, split or re-encoded. Only
+ * a line that holds a marker is decoded, and only its JSON is parsed.
+ *
+ * With `stripUsage`, the usage-only event that the gateway asked for on the
+ * client's behalf (`stream_options.include_usage`) is taken out, so the client
+ * sees the stream it asked for; then lines are passed on whole (a line split
+ * across chunks waits for its end).
+ */
+export class SseScan {
+  /** `end` once the end marker passed; `error` once an error event did. */
+  verdict: 'end' | 'error' | undefined;
+  /** The error event's data, parsed. */
+  errorEvent: unknown;
+  usage: Usage | undefined;
+  private partial: Buffer | undefined;
+  private eventName: string | undefined;
+  private readonly markers: readonly Buffer[];
+  // llama.cpp's native streams: each prompt (`index`) ends with `"stop":true`.
+  private readonly unfinished = new Set<number>();
+  private llamaStopped = false;
+
+  constructor(
+    /** How the stream ends (`false`: a format the route does not fix, only relayed). */
+    private readonly format: StreamFormat | false,
+    private readonly readUsage: boolean,
+    private readonly stripUsage: boolean,
+  ) {
+    const markers = format === false ? [] : [...END_MARKERS[format], ERROR];
+    if (readUsage) markers.push(...USAGE);
+    this.markers = markers;
+  }
+
+  /** Takes a chunk; returns the bytes to pass on (the chunk itself unless stripping), possibly empty. */
+  feed(chunk: Buffer): Buffer {
+    if (this.format === false) return chunk;
+    // The common case: whole lines with nothing to read in them.
+    if (this.partial === undefined && chunk[chunk.length - 1] === NL && this.format !== 'llama' && !this.holdsMarker(chunk)) return chunk;
+    const data = this.partial === undefined ? chunk : Buffer.concat([this.partial, chunk]);
+    let kept: Buffer[] | undefined = this.stripUsage ? [] : undefined;
+    let at = 0;
+    for (;;) {
+      const nl = data.indexOf(NL, at);
+      if (nl < 0) break;
+      const keep = this.line(data, at, nl);
+      if (kept && keep) kept.push(data.subarray(at, nl + 1));
+      at = nl + 1;
+    }
+    // A line not yet ended waits (copied: it must not keep a large chunk alive), and is read with the next chunk.
+    this.partial = at < data.length ? Buffer.from(data.subarray(at)) : undefined;
+    if (!kept) return chunk;
+    return kept.length === 1 ? kept[0] : Buffer.concat(kept);
+  }
+
+  /** The stream ended: what is left of a last line without its newline (to pass on when stripping), and the verdict. */
+  end(): Buffer | undefined {
+    const rest = this.partial;
+    this.partial = undefined;
+    if (!rest) return undefined;
+    const keep = this.line(rest, 0, rest.length);
+    return this.stripUsage && keep ? rest : undefined;
+  }
+
+  private holdsMarker(chunk: Buffer): boolean {
+    for (const marker of this.markers) if (chunk.indexOf(marker) >= 0) return true;
+    return false;
+  }
+
+  /** Reads one line (`[start, end)`, without its newline); false when it is the added usage event, to be left out. */
+  private line(data: Buffer, start: number, end: number): boolean {
+    if (end > start && data[end - 1] === CR) end--;
+    if (end === start) {
+      this.eventName = undefined;
+      return true;
+    }
+    if (startsWith(data, start, EVENT)) {
+      const name = data.toString('utf8', start + EVENT.length, end).trim();
+      this.eventName = name;
+      if (this.format === 'anthropic') {
+        if (name === 'error') this.verdict = 'error';
+        else if (name === 'message_stop') this.verdict ??= 'end';
+      } else if (this.format === 'responses') {
+        if (name === 'error' || name === 'response.failed') this.verdict = 'error';
+        else if (name === 'response.completed' || name === 'response.incomplete') this.verdict ??= 'end';
+      }
+      return true;
+    }
+    if (!startsWith(data, start, DATA)) return true;
+    let from = start + DATA.length;
+    if (data[from] === 0x20) from++;
+    if (this.format === 'openai' && end - from === DONE.length && startsWith(data, from, DONE)) {
+      this.verdict ??= 'end';
+      return true;
+    }
+    const payload = data.subarray(from, end);
+    const errorLike = payload.indexOf(ERROR) >= 0;
+    const usageLike = this.readUsage && USAGE.some((marker) => payload.indexOf(marker) >= 0);
+    const endLike = this.format !== 'openai' && this.format !== false && END_MARKERS[this.format].some((marker) => payload.indexOf(marker) >= 0);
+    if (!errorLike && !usageLike && !endLike && this.format !== 'llama') return true;
+    let json: unknown;
+    try {
+      json = JSON.parse(payload.toString('utf8'));
+    } catch {
+      return true;
+    }
+    if (typeof json !== 'object' || json === null) return true;
+    const event = json as { error?: unknown; type?: unknown; index?: unknown; stop?: unknown };
+    if (this.eventName === 'error' && this.format === 'anthropic') this.errorEvent = json;
+    if (event.error !== undefined && event.error !== null) {
+      this.verdict = 'error';
+      this.errorEvent = json;
+      return true;
+    }
+    if (this.format === 'responses') {
+      if (event.type === 'error' || event.type === 'response.failed') {
+        this.verdict = 'error';
+        this.errorEvent = json;
+      } else if (event.type === 'response.completed' || event.type === 'response.incomplete') this.verdict ??= 'end';
+    } else if (this.format === 'anthropic' && event.type === 'message_stop') this.verdict ??= 'end';
+    else if (this.format === 'llama') this.llamaChunk(event);
+    if (this.readUsage) {
+      const found = usageOfEvent(json);
+      if (found) this.usage = mergeUsage(this.usage, found);
+    }
+    return !(this.stripUsage && isUsageChunk(json));
+  }
+
+  private llamaChunk(chunk: { index?: unknown; stop?: unknown }): void {
+    const index = typeof chunk.index === 'number' ? chunk.index : 0;
+    if (chunk.stop === true) {
+      this.unfinished.delete(index);
+      this.llamaStopped = true;
+    } else this.unfinished.add(index);
+    if (this.llamaStopped && this.unfinished.size === 0) this.verdict ??= 'end';
+    else if (this.verdict === 'end') this.verdict = undefined;
+  }
+}
+
+const NL = 0x0a;
+const CR = 0x0d;
+const EVENT = Buffer.from('event:');
+const DATA = Buffer.from('data:');
+const DONE = Buffer.from('[DONE]');
+const ERROR = Buffer.from('"error"');
+// Chunks before OpenAI's usage event say `"usage":null`: only an object is worth reading.
+const USAGE = [Buffer.from('"usage":{'), Buffer.from('"usage": {'), Buffer.from('"tokens_predicted"')];
+const END_MARKERS: Record<StreamFormat, readonly Buffer[]> = {
+  openai: [DONE],
+  responses: [Buffer.from('response.completed'), Buffer.from('response.incomplete'), Buffer.from('response.failed')],
+  anthropic: [Buffer.from('message_stop'), Buffer.from('event: error'), Buffer.from('event:error')],
+  llama: [],
+};
+
+function startsWith(data: Buffer, at: number, prefix: Buffer): boolean {
+  if (data.length - at < prefix.length) return false;
+  for (let i = 0; i < prefix.length; i++) if (data[at + i] !== prefix[i]) return false;
+  return true;
+}

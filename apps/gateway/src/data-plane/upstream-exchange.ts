@@ -1,0 +1,270 @@
+import { RawResponse, type CallEvent, type FlowControl } from 'nest-prompt-orchestrator';
+import type { Subscriber } from 'rxjs';
+import type { Dispatcher } from 'undici';
+import type { Usage } from '../budgets/prices.js';
+import { usageOfJson } from '../budgets/usage.js';
+import { redactor } from '../http/redaction.js';
+import type { ClientApi } from '../providers/provider.js';
+import { UpstreamStreamError, type StreamFormat } from '../upstream/stream-end.js';
+import { UpstreamHttpError, UpstreamProtocolError, looksLikeJson, startsWithErrorField } from '../upstream/upstream-client.js';
+import { SseScan } from './sse-scan.js';
+
+// A stream is read ahead of its fastest caller by at most about this much (plus one socket read).
+const HIGH_WATER = 256 * 1024;
+const LOW_WATER = 64 * 1024;
+// An error body is only relayed or read for its message: more than this is not worth holding.
+const MAX_ERROR_BODY = 64 * 1024;
+const EVENT_STREAM = /^text\/event-stream\b/i;
+const SSE_TYPE = 'text/event-stream; charset=utf-8';
+
+/** What one pass-through upstream call needs to know beyond its request. */
+export interface ExchangeOptions {
+  /** The API the provider answers in on this route: the format of its errors. */
+  api: ClientApi;
+  /** Any content type is an answer (default: a JSON route; anything else is the provider's failure). */
+  anyAnswer: boolean;
+  /** How a stream of this route ends (`false`: not checked). */
+  streamEnd: StreamFormat | false;
+  /** Read the usage the answer reports (spend, token limits, metrics). */
+  readUsage: boolean;
+  /** Leave out of a stream the usage event the gateway asked for on the client's behalf. */
+  stripUsage: boolean;
+  /** The key the request presented: never quoted back in a relayed error event. */
+  presentedKey: string | undefined;
+  /** The last event a stream that broke after it started sends its callers (see `StreamedResponse.formatError`). */
+  formatError: (error: unknown) => string;
+  /** Told once the provider's status and headers are in. */
+  onAnswered(): void;
+  /**
+   * Told once with the answer's usage (or undefined) when a 2xx answer ends, whole or broken. A plain answer is
+   * sent once the returned promise settles (its cost counted in the shared totals, under a spend cap).
+   */
+  onUsage(usage: Usage | undefined): Promise<void> | undefined;
+  /** Told of the body of a 2xx JSON answer (e.g. to learn the upstream's identity from `/props`). */
+  onBody?(bytes: Buffer): void;
+  /** The call failed before any answer (refused, reset): told once. */
+  onConnectionLost?(): void;
+}
+
+/**
+ * One pass-through call to the provider, as an undici dispatch handler: the
+ * response's bytes go straight from undici's socket reads into call events,
+ * with no Readable, no promise and no text decoding in between. A JSON answer
+ * becomes one `RawResponse` (its status and Content-Type kept); an event
+ * stream becomes a head and the very Buffers that arrived, read on the way by
+ * `SseScan`. The head carries the call's flow control: the callers' writers
+ * pause the upstream socket while every one of them is slow to read.
+ */
+export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl {
+  private controller?: Dispatcher.DispatchController;
+  private mode: 'waiting' | 'body' | 'stream' | 'error' | 'done' = 'waiting';
+  private status = 0;
+  private contentType: string | undefined;
+  private retryAfter: string | undefined;
+  private parts: Buffer[] = [];
+  private size = 0;
+  private scan?: SseScan;
+  private cancelled = false;
+  private unsent: Buffer[] = [];
+  private unsentBytes = 0;
+  private flushScheduled = false;
+  /** Callers writing this stream; the upstream is paused while even the fastest of them is behind. */
+  private readers = 0;
+  /** Bytes of the stream sent to the callers so far: a caller that has received fewer is still catching up. */
+  emitted = 0;
+  /** The most any caller has passed on to its client: how far the stream has really got. */
+  private fastest = 0;
+
+  constructor(
+    private readonly subscriber: Subscriber<CallEvent<RawResponse>>,
+    private readonly options: ExchangeOptions,
+  ) {}
+
+  get paused(): boolean {
+    return this.controller?.paused ?? false;
+  }
+
+  /** A caller starts writing the stream. */
+  addReader(): void {
+    this.readers++;
+  }
+
+  /** A caller stopped writing it (done, gone or cut). */
+  removeReader(): void {
+    this.readers--;
+    this.flow();
+  }
+
+  /**
+   * How much of the stream a caller has passed on to its client (written, less what still waits in its socket's
+   * buffer). Callers report it as they write and as their sockets drain.
+   */
+  progress(bytes: number): void {
+    if (bytes <= this.fastest) return;
+    this.fastest = bytes;
+    if (this.controller?.paused) this.flow();
+  }
+
+  /** Aborts the call (the subscriber left: timeout, cancellation, every caller gone). */
+  cancel(): void {
+    if (this.mode === 'done' || this.cancelled) return;
+    this.cancelled = true;
+    this.controller?.abort(ABORTED);
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller;
+    if (this.cancelled) controller.abort(ABORTED);
+  }
+
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    this.controller = controller;
+    this.status = statusCode;
+    const type = headers['content-type'];
+    this.contentType = typeof type === 'string' ? type : undefined;
+    this.options.onAnswered();
+    if (statusCode >= 400) {
+      const retryAfter = headers['retry-after'];
+      this.retryAfter = typeof retryAfter === 'string' ? retryAfter : undefined;
+      this.mode = 'error';
+      return;
+    }
+    if (this.contentType !== undefined && EVENT_STREAM.test(this.contentType)) {
+      this.mode = 'stream';
+      const { streamEnd, readUsage, stripUsage } = this.options;
+      this.scan = new SseScan(streamEnd, readUsage, stripUsage);
+      this.subscriber.next({ kind: 'head', head: { contentType: this.contentType ?? SSE_TYPE }, formatError: this.options.formatError, flow: this });
+      return;
+    }
+    this.mode = 'body';
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.mode === 'stream') {
+      // The events of one socket read (undici hands over each HTTP chunk, often one small event each) go on as one
+      // Buffer, once the read is parsed: one call event per read, not one per event.
+      this.unsent.push(chunk);
+      this.unsentBytes += chunk.length;
+      if (!this.flushScheduled) {
+        this.flushScheduled = true;
+        queueMicrotask(this.flush);
+      }
+      return;
+    }
+    if (this.mode === 'error' && this.size + chunk.length > MAX_ERROR_BODY) {
+      this.parts.push(chunk.subarray(0, MAX_ERROR_BODY - this.size));
+      this.size = MAX_ERROR_BODY;
+      this.finishError();
+      this.cancelled = true;
+      controller.abort(ABORTED);
+      return;
+    }
+    if (this.mode === 'done') return;
+    this.parts.push(chunk);
+    this.size += chunk.length;
+  }
+
+  onResponseEnd(): void {
+    this.flush();
+    const mode = this.mode;
+    if (mode === 'done') return;
+    if (mode === 'error') return this.finishError();
+    if (mode === 'stream') return this.finishStream();
+    this.mode = 'done';
+    const bytes = this.parts.length === 1 ? this.parts[0] : Buffer.concat(this.parts, this.size);
+    this.parts = [];
+    const status = this.status;
+    const empty = bytes.length === 0 && status === 204;
+    if (!empty && !this.options.anyAnswer && !looksLikeJson(bytes)) {
+      return this.subscriber.error(new UpstreamProtocolError('The provider sent a body that is not JSON.'));
+    }
+    // A 2xx whose body is an error object (llama-server sends some failures so) is relayed as the error it is.
+    if (startsWithErrorField(bytes)) return this.subscriber.error(new UpstreamHttpError(status, bytes, this.contentType, this.options.api));
+    this.options.onBody?.(bytes);
+    const answer = new RawResponse(bytes, this.contentType ?? 'application/json', undefined, status === 200 ? undefined : status);
+    const counted = this.options.onUsage(this.options.readUsage ? usageOfJson(bytes) : undefined);
+    if (counted) void counted.then(() => this.answer(answer));
+    else this.answer(answer);
+  }
+
+  private answer(answer: RawResponse): void {
+    this.subscriber.next({ kind: 'value', value: answer });
+    this.subscriber.complete();
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
+    if (!this.cancelled) this.flush();
+    const mode = this.mode;
+    this.mode = 'done';
+    if (this.cancelled) return;
+    if (mode === 'waiting') this.options.onConnectionLost?.();
+    if (mode === 'stream') this.options.onUsage(this.scan?.usage);
+    this.subscriber.error(error);
+  }
+
+  private readonly flush = (): void => {
+    this.flushScheduled = false;
+    if (this.unsentBytes === 0) return;
+    const chunk = this.unsent.length === 1 ? this.unsent[0] : Buffer.concat(this.unsent, this.unsentBytes);
+    this.unsent = [];
+    this.unsentBytes = 0;
+    if (this.mode === 'stream' && this.controller) this.streamed(this.controller, chunk);
+  };
+
+  private streamed(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    const scan = this.scan!;
+    let out = scan.feed(chunk);
+    // A provider's error event may quote a key, as its error bodies do: only such a chunk is decoded to look.
+    if (scan.verdict === 'error') out = redactor.bytes(out, [this.options.presentedKey]);
+    if (out.length > 0) {
+      this.emitted += out.length;
+      this.subscriber.next({ kind: 'chunk', chunk: out });
+      this.flow();
+    }
+    if (scan.verdict === 'error') {
+      this.mode = 'done';
+      this.options.onUsage(scan.usage);
+      this.cancelled = true;
+      controller.abort(ABORTED);
+      this.subscriber.error(new UpstreamStreamError('The provider sent an error in the stream.', true, scan.errorEvent));
+    }
+  }
+
+  private finishStream(): void {
+    this.mode = 'done';
+    const scan = this.scan!;
+    const rest = scan.end();
+    if (rest && rest.length > 0) {
+      this.emitted += rest.length;
+      this.subscriber.next({ kind: 'chunk', chunk: rest });
+    }
+    this.options.onUsage(scan.usage);
+    if (this.options.streamEnd === false || scan.verdict === 'end') return this.subscriber.complete();
+    if (scan.verdict === 'error') return this.subscriber.error(new UpstreamStreamError('The provider sent an error in the stream.', true, scan.errorEvent));
+    this.subscriber.error(new UpstreamStreamError('The provider ended the stream before its end marker.', false));
+  }
+
+  private finishError(): void {
+    this.mode = 'done';
+    const body = this.parts.length === 1 ? this.parts[0] : Buffer.concat(this.parts);
+    this.parts = [];
+    this.subscriber.error(new UpstreamHttpError(this.status, body, this.contentType, this.options.api, this.retryAfter));
+  }
+
+  /**
+   * Holds the upstream back while no caller keeps up: more than HIGH_WATER bytes sent that not even the fastest
+   * has passed on (its socket is full, or its deliveries wait their turn). Lets it go again below LOW_WATER.
+   * Nobody reading (every caller gone, the answer kept for the window): never held.
+   */
+  private flow(): void {
+    const controller = this.controller;
+    if (!controller || this.mode !== 'stream') return;
+    const behind = this.emitted - this.fastest;
+    if (this.readers > 0 && behind > HIGH_WATER) {
+      if (!controller.paused) controller.pause();
+    } else if (controller.paused && (this.readers === 0 || behind < LOW_WATER)) controller.resume();
+  }
+}
+
+/** The reason a call is aborted from this side: never reported to anyone (the subscriber is gone). */
+const ABORTED = new Error('The upstream call was aborted.');

@@ -1,0 +1,102 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { connect, type Socket } from 'node:net';
+import { MockControl } from '../bench/mock-control.js';
+import { ensureBuilt, rssOf, startGatewayProcess, startMockProcess, type AppProcess } from '../support/gateway-process.js';
+
+/**
+ * Clients that open long streams and stop reading them: each one's backlog is
+ * the gateway's to hold, unless the gateway holds the upstream back instead.
+ * 40 clients open distinct ~8 MB streams, read their first bytes and stop.
+ * The gateway pauses each upstream while its only reader is behind, so its
+ * RSS grows by a bounded amount (not by the streams' size), and another
+ * caller is answered meanwhile.
+ */
+
+const MiB = 1024 * 1024;
+const CLIENTS = 40;
+// One stream event per prompt word, about 200 bytes each: ~40,000 words make a stream of ~8 MB.
+const WORDS = 40_000;
+const GROWTH_LIMIT = 100 * MiB;
+
+/** A raw HTTP client that sends one streamed chat request, reads its first bytes, and then reads nothing more. */
+function stalledStream(url: string, index: number): Promise<{ socket: Socket; firstBytes: string }> {
+  const { hostname, port } = new URL(url);
+  const words = Array.from({ length: WORDS }, (_, i) => `w${i}`).join(' ');
+  const body = JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: `stalled ${index} ${process.pid} ${words}` }] });
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname, () => {
+      socket.write(
+        `POST /v1/chat/completions HTTP/1.1\r\nhost: ${hostname}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      );
+    });
+    socket.once('data', (chunk: Buffer) => {
+      socket.pause();
+      resolve({ socket, firstBytes: chunk.toString('latin1', 0, 200) });
+    });
+    socket.once('error', reject);
+    socket.setTimeout(30_000, () => reject(new Error(`stream ${index} sent nothing within 30 s`)));
+  });
+}
+
+const settle = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe('readers that stall', () => {
+  let provider: AppProcess;
+  let gateway: AppProcess;
+  beforeAll(async () => {
+    await ensureBuilt();
+    provider = await startMockProcess();
+    // Events back to back: each stream is as long as it can be, as fast as the provider can write it.
+    await new MockControl(provider.url).configure({ streamChunkDelayMs: 0 });
+    // A stalled stream holds its upstream slot while it is held back: the ceiling leaves room for the other caller.
+    gateway = await startGatewayProcess(['--upstream', provider.url, '--log-level', 'warn', '--concurrency', '64']);
+  }, 180_000);
+  afterAll(() => {
+    gateway?.kill();
+    provider?.kill();
+  });
+
+  it(`${CLIENTS} clients not reading distinct ~8 MB streams grow the gateway's RSS by less than ${GROWTH_LIMIT / MiB} MB, and another caller is served`, async () => {
+    const warm = await fetch(`${gateway.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: `warm ${process.pid}` }] }),
+    });
+    expect(warm.status).toBe(200);
+    await warm.text();
+    const baseline = rssOf(gateway.pid);
+
+    const streams = await Promise.all(Array.from({ length: CLIENTS }, (_, i) => stalledStream(gateway.url, i)));
+    try {
+      for (const s of streams) expect(s.firstBytes).toMatch(/^HTTP\/1\.1 200/);
+      // The gateway has read what it will read of each stream once its RSS stops growing.
+      let peak = rssOf(gateway.pid);
+      for (let i = 0; i < 10; i++) {
+        await settle(500);
+        peak = Math.max(peak, rssOf(gateway.pid));
+      }
+      const other = await fetch(`${gateway.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: `meanwhile ${process.pid}` }] }),
+      });
+      expect(other.status).toBe(200);
+      expect(((await other.json()) as { choices: Array<{ message: { content: string } }> }).choices[0].message.content).toContain('meanwhile');
+      peak = Math.max(peak, rssOf(gateway.pid));
+      // The provider really was asked for every stream (and was not left waiting on the gateway to ask).
+      const stats = await new MockControl(provider.url).stats();
+      expect(stats.total).toBeGreaterThanOrEqual(CLIENTS + 2);
+      process.stdout.write(`stalled readers: gateway RSS ${(baseline / MiB).toFixed(0)} -> peak ${(peak / MiB).toFixed(0)} MiB with ${CLIENTS} stalled ~8 MB streams\n`);
+      expect(peak - baseline).toBeLessThan(GROWTH_LIMIT);
+    } finally {
+      for (const s of streams) s.socket.destroy();
+    }
+    // Every stalled stream is let go once its client is gone: nothing stays in flight.
+    let health: { inFlight: number } = { inFlight: -1 };
+    for (let i = 0; i < 50 && health.inFlight !== 0; i++) {
+      await settle(100);
+      health = ((await (await fetch(`${gateway.url}/health`)).json()) as { dedup: { inFlight: number } }).dedup;
+    }
+    expect(health.inFlight).toBe(0);
+  }, 120_000);
+});
