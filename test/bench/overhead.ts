@@ -57,6 +57,8 @@ export const ROWS: readonly LoadRow[] = [
 ];
 
 const HERD_LATENCY_MS = 300;
+/** Events of the stream row's answers. */
+const STREAM_EVENTS = 2000;
 const HERD_EXTRA_LIMIT_MS = 30;
 /** A round is disturbed when the floor's own CPU per request strays this far from its median over the rounds. */
 const DISTURBED = 0.25;
@@ -99,6 +101,8 @@ export interface RowSummary {
   disturbedRounds: number[];
   floor: SideSummary;
   gateway: SideSummary;
+  /** Requests per second the provider serves straight, with nothing in front (the floor's rate should stay below it). */
+  providerRequestsPerSec?: number;
 }
 
 interface SideSummary {
@@ -195,9 +199,10 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     return handle;
   };
   try {
-    const mock = await start(startMockProvider(0));
-    // Streamed events back to back, as a fast provider coalesces them: the row measures relaying, not waiting.
-    await new MockControl(mock.url).configure({ streamChunkDelayMs: 0 });
+    // One prepared answer per call (a stream of 2000 events in one write, as a fast provider's back-to-back events
+    // arrive coalesced), the request never parsed: the provider costs less per request than the floor proxy, so
+    // the floor measures the proxy, not the provider (its own rate is printed beside the floor's).
+    const mock = await start(startMockProvider(0, ['--fixed-answers', String(STREAM_EVENTS)]));
     const floor = await start(startMinimalProxy(mock.url, 256));
     const gateways: Record<string, ChildHandle> = {};
     for (const row of rows) {
@@ -207,9 +212,13 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
 
     const specs = new Map(rows.map((row) => [row.id, requestSpec(row.body)]));
     const warmSec = Math.min(2, options.durationSec);
+    const providerAlone = new Map<string, number>();
     for (const row of rows) {
       await blast(floor.url, row, warmSec, specs.get(row.id)!);
       await blast(gateways[gatewayOf(row)].url, row, warmSec, specs.get(row.id)!);
+      // What the provider serves on its own, with nothing in front: the ceiling of any proxy's rate on this row.
+      const alone = await blast(mock.url, row, warmSec, specs.get(row.id)!);
+      providerAlone.set(row.id, alone['2xx'] / alone.duration);
     }
 
     let herdSetup: HerdSetup | undefined;
@@ -264,7 +273,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       }
     }
 
-    const summaries = rows.map((row) => summarise(row, stretches));
+    const summaries = rows.map((row) => ({ ...summarise(row, stretches), providerRequestsPerSec: providerAlone.get(row.id) ?? Number.NaN }));
     const herd = shots.length
       ? {
           requests: options.herd,
@@ -536,13 +545,14 @@ const ms = (v: number) => (v < 1 ? v.toFixed(3) : v.toFixed(2));
 /** The overhead table as Markdown, optionally with the median ratios of an earlier run (`before`) beside it. */
 export function overheadMarkdown(result: OverheadResult, before?: OverheadResult): string {
   const beforeRow = (id: string) => before?.rows.find((r) => r.id === id);
-  const header = ['work', ...(before ? ['before'] : []), 'gateway / floor CPU per request: median (min)', 'CPU ms/req gateway (floor)', 'req/s gateway (floor)', 'p50 / p99 ms gateway (floor)', 'target', '', 'disturbed rounds'];
+  const header = ['work', ...(before ? ['before'] : []), 'gateway / floor CPU per request: median (min)', 'CPU ms/req gateway (floor)', 'req/s gateway (floor) [provider alone]', 'p50 / p99 ms gateway (floor)', 'target', '', 'disturbed rounds'];
   const lines = [`| ${header.join(' | ')} |`, `|${header.map(() => '---').join('|')}|`];
   for (const row of result.rows) {
     const b = beforeRow(row.id);
     lines.push(
       `| ${row.label} | ${before ? `${b ? `${b.ratioMedian.toFixed(2)}x` : '-'} | ` : ''}${row.ratioMedian.toFixed(2)}x (${row.ratioMin.toFixed(2)}x) | ` +
-        `${ms(row.gateway.cpuMsPerRequest)} (${ms(row.floor.cpuMsPerRequest)}) | ${Math.round(row.gateway.requestsPerSec)} (${Math.round(row.floor.requestsPerSec)}) | ` +
+        `${ms(row.gateway.cpuMsPerRequest)} (${ms(row.floor.cpuMsPerRequest)}) | ${Math.round(row.gateway.requestsPerSec)} (${Math.round(row.floor.requestsPerSec)})` +
+        `${row.providerRequestsPerSec === undefined ? '' : ` [${Math.round(row.providerRequestsPerSec)}]`} | ` +
         `${row.gateway.latencyP50} / ${row.gateway.latencyP99} (${row.floor.latencyP50} / ${row.floor.latencyP99}) | <= ${row.limit}x | ` +
         `${row.ratioMedian <= row.limit ? 'met' : '**not met**'} | ${row.disturbedRounds.length ? row.disturbedRounds.join(', ') : '-'} |`,
     );
@@ -571,6 +581,7 @@ export function overheadTable(result: OverheadResult): string {
     ms(row.floor.cpuMsPerRequest),
     String(Math.round(row.gateway.requestsPerSec)),
     String(Math.round(row.floor.requestsPerSec)),
+    row.providerRequestsPerSec === undefined ? '-' : String(Math.round(row.providerRequestsPerSec)),
     `${row.gateway.latencyP50}/${row.gateway.latencyP99}`,
     `${row.floor.latencyP50}/${row.floor.latencyP99}`,
     String(row.gateway.failed + row.floor.failed),
@@ -579,7 +590,7 @@ export function overheadTable(result: OverheadResult): string {
   const { durationSec, rounds } = result.options;
   const out = [
     `== overhead: ${rounds} interleaved rounds, ${durationSec} s per stretch; floor = node:http + undici Pool piping bytes (test/bench/minimal-proxy.ts)`,
-    table(['row', 'ratio med', 'min', 'target', 'gw CPU ms', 'floor CPU ms', 'gw req/s', 'floor req/s', 'gw p50/p99', 'floor p50/p99', 'failed', 'disturbed'], rows),
+    table(['row', 'ratio med', 'min', 'target', 'gw CPU ms', 'floor CPU ms', 'gw req/s', 'floor req/s', 'provider alone req/s', 'gw p50/p99', 'floor p50/p99', 'failed', 'disturbed'], rows),
     '   ratio: gateway CPU per request / floor CPU per request in the same round; a round is disturbed when the floor strays > 25% from its median.',
   ];
   if (result.herd) {

@@ -59,6 +59,12 @@ const FLAGS: readonly FlagSpec[] = [
     kind: 'count',
     help: 'retry-after seconds on error503 answers (default none)',
   },
+  {
+    flag: 'fixed-answers',
+    env: 'MOCK_FIXED_ANSWERS',
+    kind: 'count',
+    help: 'benchmarks: one prepared answer for every OpenAI model call, its request never parsed; a stream has N events (default 0: off)',
+  },
 ];
 
 export type CliCommand = { kind: 'help' } | { kind: 'run'; options: MockProviderOptions };
@@ -161,6 +167,9 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
         break;
       case 'retry-after':
         modeOptions.retryAfterSeconds = value as number;
+        break;
+      case 'fixed-answers':
+        options.fixedAnswerEvents = value as number;
         break;
     }
   }

@@ -26,6 +26,7 @@ import type {
 } from './mock-provider.types.js';
 import type { RouteDefinition } from './route-definition.js';
 import { findRoute, HEALTH_PATHS } from './routes.js';
+import { FixedAnswers, readBytes } from './fixed-answers.js';
 
 export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
 
@@ -109,6 +110,7 @@ class MockProviderServer implements MockProvider {
   private readonly sockets = new Set<Socket>();
   /** Requests parked by `hang` mode, kept so they can be dropped on a mode switch or on close. */
   private readonly hung = new Set<Exchange>();
+  private readonly fixed?: FixedAnswers;
   private closing: Promise<void> | undefined;
   private readonly server: Server;
 
@@ -130,6 +132,9 @@ class MockProviderServer implements MockProvider {
     this.maxBodyBytes = checkCount(options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, 'maxBodyBytes');
     const logLimit = checkCount(options.callLogLimit ?? DEFAULT_CALL_LOG_LIMIT, 'callLogLimit');
     this.recorder = new CallRecorder(Math.max(1, logLimit));
+    if (options.fixedAnswerEvents !== undefined && options.fixedAnswerEvents > 0) {
+      this.fixed = new FixedAnswers(checkCount(options.fixedAnswerEvents, 'fixedAnswerEvents'), this.current.model);
+    }
     this.server = createServer((req, res) => {
       this.handle(req, res).catch(() => {
         // Last resort: a failure here must cost one connection, never the process.
@@ -256,6 +261,9 @@ class MockProviderServer implements MockProvider {
       writeJson(res, 404, NOT_FOUND_BODY);
       return;
     }
+    if (this.fixed && route.family === 'openai' && method === 'POST' && this.current.mode === 'ok') {
+      return this.fixedAnswer(req, res, path, receivedAt, this.fixed);
+    }
 
     let body: BodyResult;
     try {
@@ -283,6 +291,21 @@ class MockProviderServer implements MockProvider {
       if (!res.headersSent) exchange.sendError('internal', `mock-provider failed: ${errorMessage(error)}`);
       else res.destroy();
     }
+  }
+
+  /** `fixedAnswerEvents`: one prepared answer, the request counted and read as bytes only (see `FixedAnswers`). */
+  private async fixedAnswer(req: IncomingMessage, res: ServerResponse, path: string, receivedAt: number, fixed: FixedAnswers): Promise<void> {
+    const body = await readBytes(req, this.maxBodyBytes);
+    if (body === undefined) {
+      if (!res.destroyed) writeJson(res, 413, NOT_FOUND_BODY);
+      return;
+    }
+    const stream = FixedAnswers.streams(body);
+    const call = this.recorder.begin({ route: path, method: 'POST', mode: 'ok', stream, receivedAt, outcome: 'ok' }, false);
+    const latency = this.current.latencyMs;
+    if (latency > 0) await new Promise((resolve) => setTimeout(resolve, latency));
+    call.status = res.destroyed ? undefined : fixed.write(res, stream);
+    this.recorder.finish(call);
   }
 
   /** The mode decides first, as for a real outage; only the ok-like modes look at the request itself. */

@@ -49,6 +49,12 @@ export interface MockProviderOptions extends MockTuning {
   maxBodyBytes?: number;
   /** Only the newest calls are kept, so a long benchmark cannot grow memory without bound. Default 100000. */
   callLogLimit?: number;
+  /**
+   * Benchmarks of a proxy: every OpenAI-route model call in `ok` mode gets one prepared answer (a chat completion,
+   * or a stream of this many events when the request asks to stream), its body never parsed; calls are still
+   * counted and logged. Off (0) by default.
+   */
+  fixedAnswerEvents?: number;
 }
 
 export interface MockConfig {
