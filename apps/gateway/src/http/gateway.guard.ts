@@ -1,5 +1,5 @@
 import { Inject, Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
-import { BodyTooDeepError, dedupKey, hashIdentity } from 'nest-prompt-orchestrator';
+import { BodyTooDeepError, dedupKey, hashIdentity } from 'nest-prompt-orchestrator/internal';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
