@@ -1,7 +1,7 @@
 /**
  * `nest-prompt-orchestrator/core`: the framework-free engine (dedup, circuit
  * breakers, concurrency limits, timeouts and retries), for scripts, queue
- * workers and servers without Nest. Nothing here loads `@nestjs/*`.
+ * workers and servers without Nest: it needs none of Nest's packages.
  */
 export {
   Orchestrator,
