@@ -2,8 +2,7 @@ import { Catch, Injectable, Logger, type ExceptionFilter, type OnModuleInit } fr
 import { MetadataScanner, ModuleRef, ModulesContainer } from '@nestjs/core';
 import type { RouteNames } from '../core/http/route.js';
 import { CAPABILITIES, type RouteSettings } from '../core/policy.js';
-import { METADATA } from './constants.js';
-import { OrchestratorService } from './orchestrator.service.js';
+import { METADATA, ORCHESTRATOR_OPTIONS } from './constants.js';
 
 type Controller = { name: string; prototype: object };
 
@@ -73,7 +72,9 @@ export class OrchestratorModuleCheck implements ExceptionFilter, OnModuleInit {
   onModuleInit(): void {
     if (warned.has(this.modules)) return;
     try {
-      this.moduleRef.get(OrchestratorService, { strict: false });
+      // Looked up by its options token, a Symbol.for: the module of another copy of this package (its ESM and
+      // CommonJS builds in one app) serves these decorators too, and must count as imported.
+      this.moduleRef.get(ORCHESTRATOR_OPTIONS, { strict: false });
       return;
     } catch {
       // Not found: the module was not imported.
