@@ -244,5 +244,13 @@ describe('decorators in an app without OrchestratorModule', () => {
     await app.init();
     await app.close();
     expect(warnings).toEqual([expect.stringMatching(/LonelyController\.get.*OrchestratorModule is not imported/)]);
+
+    // With the module imported, nothing to say.
+    warnings.length = 0;
+    const withModule = await Test.createTestingModule({ imports: [OrchestratorModule.forRoot()], controllers: [LonelyController] }).compile();
+    const served = withModule.createNestApplication({ logger });
+    await served.init();
+    await served.close();
+    expect(warnings).toEqual([]);
   });
 });
