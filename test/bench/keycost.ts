@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { dedupKey } from 'nest-prompt-orchestrator';
+import { dedupKey } from 'nest-prompt-orchestrator/internal';
 import { table } from './report.js';
 
 export interface KeyCostRow {

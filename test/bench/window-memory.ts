@@ -1,6 +1,7 @@
 import 'reflect-metadata';
 import { parseArgs } from 'node:util';
-import { OrchestratorService, dedupKey } from 'nest-prompt-orchestrator';
+import { OrchestratorService } from 'nest-prompt-orchestrator';
+import { dedupKey } from 'nest-prompt-orchestrator/internal';
 
 /**
  * Pushes N distinct requests through the dedup pipeline in-process (OrchestratorService.run, the engine

@@ -64,14 +64,24 @@ function tail(text, lines = 60) {
   return text.trimEnd().split('\n').slice(-lines).map((line) => `    | ${line}`).join('\n');
 }
 
-// 1. Pack the library (its prepack script builds it).
+// 1. Pack the library (its prepack script builds it), or take the tarball CONSUMERS_TARBALL names (e.g. an
+// earlier version's, to see which fixtures it fails).
 let step = Date.now();
-const packed = await run(npm, ['pack', '--json', '--pack-destination', work, ...cacheArgs], library, join(work, 'pack.log'));
-if (packed.code !== 0) {
-  console.error(tail(packed.output));
-  fail('npm pack failed');
+let packInfo;
+if (process.env.CONSUMERS_TARBALL) {
+  const listed = await run(npm, ['pack', '--dry-run', '--json', process.env.CONSUMERS_TARBALL, ...cacheArgs], work);
+  if (listed.code !== 0) fail(`cannot read ${process.env.CONSUMERS_TARBALL}`);
+  packInfo = JSON.parse(listed.stdout.slice(listed.stdout.indexOf('[')))[0];
+  cpSync(process.env.CONSUMERS_TARBALL, join(work, basename(process.env.CONSUMERS_TARBALL)));
+  packInfo.filename = basename(process.env.CONSUMERS_TARBALL);
+} else {
+  const packed = await run(npm, ['pack', '--json', '--pack-destination', work, ...cacheArgs], library, join(work, 'pack.log'));
+  if (packed.code !== 0) {
+    console.error(tail(packed.output));
+    fail('npm pack failed');
+  }
+  packInfo = JSON.parse(packed.stdout.slice(packed.stdout.indexOf('\n[') + 1))[0];
 }
-const packInfo = JSON.parse(packed.stdout.slice(packed.stdout.indexOf('\n[') + 1))[0];
 const tarball = join(work, packInfo.filename);
 console.log(`pack     ok  ${seconds(Date.now() - step).padStart(7)}  ${packInfo.filename}: ${packInfo.entryCount} files, ${(packInfo.size / 1024).toFixed(1)} kB`);
 
@@ -160,9 +170,17 @@ function checkTarball(files) {
     if (!manifest[field]) problems.push(`package.json has no ${field}`);
   }
   if (manifest.sideEffects !== false) problems.push('package.json: sideEffects is not false');
-  const entry = manifest.exports?.['.'];
-  for (const condition of ['import', 'require']) {
-    if (!entry?.[condition]?.types || !entry?.[condition]?.default) problems.push(`exports["."].${condition} lacks types or default`);
+  // Every entry point, for both module systems: the Nest module, the framework-free core, the Fastify plugin, the
+  // Express middleware, the throttler storages, and the gateway's internal entry.
+  for (const name of ['.', './core', './fastify', './express', './throttler', './internal']) {
+    const entry = manifest.exports?.[name];
+    for (const condition of ['import', 'require']) {
+      if (!entry?.[condition]?.types || !entry?.[condition]?.default) problems.push(`exports["${name}"].${condition} lacks types or default`);
+    }
+  }
+  // An app without Nest (the core, the Fastify plugin, the Express middleware) must not be made to install it.
+  for (const peer of ['@nestjs/common', '@nestjs/core']) {
+    if (manifest.peerDependenciesMeta?.[peer]?.optional !== true) problems.push(`peerDependenciesMeta: ${peer} is not optional`);
   }
   for (const script of ['preinstall', 'install', 'postinstall']) {
     if (manifest.scripts?.[script]) problems.push(`package.json runs a ${script} script on the consumer's machine`);

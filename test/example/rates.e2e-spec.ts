@@ -70,7 +70,7 @@ describe('the exchange-rates example', () => {
     const started = Date.now();
     const answer = await get('/rates/JPY');
     expect(answer.status).toBe(504);
-    expect(answer.json.error.code).toBe('upstream_timeout');
+    expect(answer.json.code).toBe('upstream_timeout');
     expect(Date.now() - started).toBeLessThan(4_000);
     await waitFor(() => feed.stats().aborted === 1, 2_000, 'the feed call to be aborted');
     expect(feed.stats().inFlight).toBe(0);

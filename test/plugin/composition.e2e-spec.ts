@@ -130,14 +130,14 @@ class OrderedController {
   @HttpCode(200)
   @CircuitBreaker('ordered')
   @Concurrency({ name: 'ordered', limit: 2, queueSize: 0 })
-  @Dedup()
+  @Dedup({ windowMs: 60_000 })
   breakerFirst(@Body() body: Ask) {
     return upstream.call(body);
   }
 
   @Post('dedup-first')
   @HttpCode(200)
-  @Dedup()
+  @Dedup({ windowMs: 60_000 })
   @Concurrency({ name: 'ordered', limit: 2, queueSize: 0 })
   @CircuitBreaker('ordered')
   dedupFirst(@Body() body: Ask) {
@@ -238,7 +238,7 @@ describe.each(PLATFORMS)('composition on %s', (platform) => {
       const routeLimiter = limiters.find((l) => l.limit === 5);
       expect(classLimiter).toMatchObject({ inFlight: 2, queued: 1 });
       expect(routeLimiter).toMatchObject({ inFlight: 5, queued: 1 });
-      expect(classLimiter!.name).toBe('LimitedController');
+      expect(classLimiter!.name).toBe('LimitedController.a'); // the class's settings, the route's own limiter
       expect(routeLimiter!.name).toBe('LimitedController.b');
       expect(limiter('defaults')).toMatchObject({ limit: 3, inFlight: 3, queued: 0 });
 
@@ -255,7 +255,7 @@ describe.each(PLATFORMS)('composition on %s', (platform) => {
       const untimed = postJson(`${url}/untimed/slow`, { q: 'none' });
       const strict = await postJson(`${url}/timed/strict`, { q: 'route' });
       expect(strict.status).toBe(504); // the route's 50 ms
-      expect(strict.json).toMatchObject({ error: { code: 'upstream_timeout' } });
+      expect(strict.json).toMatchObject({ statusCode: 504, code: 'upstream_timeout' });
 
       // The class's 10 s total, not the module's 50 ms: still running after several times 50 ms.
       await waitFor(() => Date.now() - since >= 250, 10_000, 'several times the module timeout');
@@ -313,7 +313,7 @@ describe.each(PLATFORMS)('composition on %s', (platform) => {
         expect(breaker('ordered')).toMatchObject({ state: 'open' });
         const refused = await postJson(`${url}/ordered/${route}`, { q: 'fresh' });
         expect(refused.status).toBe(503);
-        expect(refused.json).toMatchObject({ error: { code: 'circuit_open' } });
+        expect(refused.json).toMatchObject({ statusCode: 503, code: 'circuit_open' });
         expect(upstream.calls).toBe(7);
 
         const cached = await postJson(`${url}/ordered/${route}`, { q: 'kept' });
@@ -402,7 +402,7 @@ describe.each(PLATFORMS)('composition on %s', (platform) => {
 
       const refused = await postJson(`${url}/shared-breaker`, { q: 'route' });
       expect(refused.status).toBe(503);
-      expect(refused.json).toMatchObject({ error: { type: 'circuit_open', code: 'circuit_open' } });
+      expect(refused.json).toMatchObject({ statusCode: 503, error: 'Service Unavailable', code: 'circuit_open' });
       expect(upstream.calls).toBe(0);
 
       const error = await orchestrator.run({ breaker: 'shared-upstream' }, failing).catch((e: unknown) => e);
@@ -412,7 +412,7 @@ describe.each(PLATFORMS)('composition on %s', (platform) => {
       // A plain route calling run(): the refusal is a 503 with its headers, as on a decorated route, not a 500.
       const viaService = await postJson(`${url}/via-service`, { q: 'service' });
       expect(viaService.status).toBe(503);
-      expect(viaService.json).toMatchObject({ error: { type: 'circuit_open', code: 'circuit_open' } });
+      expect(viaService.json).toMatchObject({ statusCode: 503, error: 'Service Unavailable', code: 'circuit_open' });
       expect(viaService.headers.get('x-should-retry')).toBe('false');
       expect(Number(viaService.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
       expect(upstream.calls).toBe(0);

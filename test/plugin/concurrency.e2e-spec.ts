@@ -99,9 +99,8 @@ async function answeredWhileHeld<T>(request: Promise<T>, what: string, timeoutMs
   return answer!.value;
 }
 
-const overloadBody = (code: string) => ({
-  error: { type: 'overloaded', code, message: expect.any(String), param: null },
-});
+// Nest's error shape (the module's default errorShape), with the orchestrator's code.
+const overloadBody = (code: string) => ({ statusCode: 429, error: 'Too Many Requests', code, message: expect.any(String) });
 
 describe.each(PLATFORMS)('concurrency on %s', (platform) => {
   let running: RunningApp;
@@ -126,12 +125,12 @@ describe.each(PLATFORMS)('concurrency on %s', (platform) => {
   it('lets exactly 16 of 20 distinct requests reach the upstream, queues 4, then runs them once slots free', async () => {
     const requests = Array.from({ length: 20 }, (_, i) => postJson(`${running.url}/work`, { prompt: `distinct ${i}` }));
     await waitFor(
-      () => upstream.calls === 16 && limiter('WorkController')?.queued === 4,
+      () => upstream.calls === 16 && limiter('WorkController.work')?.queued === 4,
       10_000,
       '16 calls in flight and 4 queued',
     );
     expect(upstream.calls).toBe(16);
-    expect(limiter('WorkController')).toEqual({ name: 'WorkController', limit: 16, inFlight: 16, queued: 4, queueSize: 1000, detached: 0 });
+    expect(limiter('WorkController.work')).toEqual({ name: 'WorkController.work', limit: 16, inFlight: 16, queued: 4, queueSize: 1000, detached: 0 });
 
     upstream.gate.resolve();
     const answers = await Promise.all(requests);
@@ -139,8 +138,8 @@ describe.each(PLATFORMS)('concurrency on %s', (platform) => {
     expect(upstream.calls).toBe(20);
     const prompts = answers.map((a) => (a.json as { echo: { prompt: string } }).echo.prompt).sort();
     expect(prompts).toEqual(Array.from({ length: 20 }, (_, i) => `distinct ${i}`).sort());
-    await waitFor(() => limiter('WorkController')?.inFlight === 0, 10_000, 'every slot released');
-    expect(limiter('WorkController')).toMatchObject({ queued: 0 });
+    await waitFor(() => limiter('WorkController.work')?.inFlight === 0, 10_000, 'every slot released');
+    expect(limiter('WorkController.work')).toMatchObject({ queued: 0 });
   });
 
   it('refuses at once with 429 when the queue is full', async () => {

@@ -14,7 +14,7 @@ const upstream = new FakeUpstream();
 @Controller('ask')
 class AskController {
   @Post()
-  @Dedup()
+  @Dedup({ windowMs: 60_000 })
   async ask(@Body() body: Record<string, unknown>, @Headers('authorization') auth?: string) {
     upstream.calls++;
     const call = upstream.calls;

@@ -33,7 +33,8 @@ const formatError = (error: unknown) =>
 class StreamController {
   @Post()
   @HttpCode(200)
-  @Dedup()
+  // A POST: its window is asked for (its length comes from the module).
+  @Dedup({ cacheAnswers: true })
   stream(@Body() _body: Record<string, unknown>) {
     upstream.calls++;
     return new StreamedResponse(upstream.chunks$(), { contentType: 'text/event-stream; charset=utf-8' }, formatError);

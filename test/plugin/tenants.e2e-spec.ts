@@ -27,7 +27,7 @@ class AskController {
 @Controller('slow')
 class SlowController {
   @Post()
-  @Dedup()
+  @Dedup({ windowMs: 60_000 })
   @Concurrency({ limit: 1, detachedLimit: 1 })
   async slow(@Body() body: { ms: number; n: number }) {
     const call = ++calls;

@@ -1,6 +1,6 @@
 import { Catch, type ArgumentsHost, type ExceptionFilter } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { OrchestratorError, errorHeaders, openAIErrorBody } from 'nest-prompt-orchestrator';
+import { OrchestratorError, errorBody, errorHeaders } from 'nest-prompt-orchestrator';
 
 /**
  * Decorated routes answer the orchestrator's own errors (breaker open, queue full, timeout) with their status and
@@ -15,6 +15,6 @@ export class OrchestratorErrorFilter implements ExceptionFilter {
     const { httpAdapter } = this.adapterHost;
     const response = host.switchToHttp().getResponse<unknown>();
     for (const [name, value] of Object.entries(errorHeaders(error))) httpAdapter.setHeader(response, name, value);
-    httpAdapter.reply(response, openAIErrorBody(error), error.status);
+    httpAdapter.reply(response, errorBody(error), error.status);
   }
 }

@@ -100,6 +100,8 @@ export class GatewayModule implements NestModule {
         OrchestratorModule.forRootAsync({
           inject: [GATEWAY_CONFIG, GatewayService, SharedState, WorkerCoordination],
           useFactory: orchestratorOptions,
+          // Clients of the gateway are OpenAI SDKs (the exception filter renders each route's own API on top).
+          errorShape: 'openai',
         }),
         // Metrics (not at /metrics: llama-server's own, relayed; with --workers, every worker's added up), breaker and
         // store lines, /health/live and /health/ready.

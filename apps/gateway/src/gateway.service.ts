@@ -1,5 +1,6 @@
 import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
-import { RawResponse, RemoteCallError, StreamedResponse, isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrator';
+import { RawResponse, StreamedResponse, isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrator';
+import { RemoteCallError } from 'nest-prompt-orchestrator/internal';
 import type { IncomingHttpHeaders } from 'node:http';
 import { map, type Observable } from 'rxjs';
 import type { GatewayConfig } from './config/gateway-config.js';

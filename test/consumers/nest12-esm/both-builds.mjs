@@ -40,7 +40,7 @@ class AskController {
 }
 const method = (name, decorators) =>
   Reflect.decorate(decorators, AskController.prototype, name, Object.getOwnPropertyDescriptor(AskController.prototype, name));
-method('ask', [Post(), HttpCode(200), cjs.Dedup(), cjs.Timeout(5_000)]);
+method('ask', [Post(), HttpCode(200), cjs.Dedup({ windowMs: 60_000 }), cjs.CallTimeout(5_000)]);
 Body()(AskController.prototype, 'ask', 0);
 cjs.CallSignal()(AskController.prototype, 'ask', 1);
 method('stream', [Get('stream'), cjs.Dedup()]);

@@ -1,18 +1,17 @@
+import type { BreakerCoordinator, FlightCoordinator } from 'nest-prompt-orchestrator';
 import {
   DEFAULT_ERROR_CODEC,
   WireReader,
   errorToWire,
   leaderLost,
   toWire,
-  type BreakerCoordinator,
   type CallEvent,
   type ErrorCodec,
-  type FlightCoordinator,
   type FollowClaim,
   type LeadClaim,
   type SharedBreakerState,
   type WireEvent as CallWireEvent,
-} from 'nest-prompt-orchestrator';
+} from 'nest-prompt-orchestrator/internal';
 import { Observable, type Subscription } from 'rxjs';
 import { GONE, type ClaimReply } from './messages.js';
 import { WorkerChannel } from './worker-channel.js';

@@ -1,5 +1,5 @@
 import cluster from 'node:cluster';
-import type { SharedBreakerState } from 'nest-prompt-orchestrator';
+import type { SharedBreakerState } from 'nest-prompt-orchestrator/internal';
 import { AggregatorRegistry, Gauge } from 'prom-client';
 import { GONE, isGatewayMessage, type ClaimReply, type Gathered, type GatherReply, type ToPrimary, type ToWorker, type WorkerAsk } from './messages.js';
 

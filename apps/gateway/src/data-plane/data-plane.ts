@@ -1,19 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { LRUCache } from 'lru-cache';
-import {
-  ShuttingDownError,
-  dedupKey,
-  hashIdentity,
-  reuseOf,
-  toCallEvents,
-  type CallEvent,
-  type CallWork,
-  type Orchestrator,
-  type RawResponse,
-  type RoutePolicy,
-  type StartedCall,
-} from 'nest-prompt-orchestrator';
+import { ShuttingDownError, type Orchestrator, type RawResponse, type RoutePolicy } from 'nest-prompt-orchestrator';
+import { dedupKey, hashIdentity, reuseOf, toCallEvents, type CallEvent, type CallWork, type StartedCall } from 'nest-prompt-orchestrator/internal';
 import { Observable, from, type Subscription } from 'rxjs';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { streamErrorEvent, type GatewayService } from '../gateway.service.js';

@@ -1,4 +1,5 @@
-import { RawResponse, type CallEvent, type FlowControl } from 'nest-prompt-orchestrator';
+import { RawResponse } from 'nest-prompt-orchestrator';
+import type { CallEvent, FlowControl } from 'nest-prompt-orchestrator/internal';
 import type { Subscriber } from 'rxjs';
 import type { Dispatcher } from 'undici';
 import type { Usage } from '../budgets/prices.js';

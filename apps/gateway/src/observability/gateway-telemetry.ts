@@ -156,7 +156,7 @@ export class GatewayTelemetry {
       status,
       dedup: outcome ?? null,
       tenant: tenant ?? null,
-      breaker: this.orchestrator.breakers.find(UPSTREAM)?.state ?? null,
+      breaker: this.orchestrator.breakerState(UPSTREAM) ?? null,
       totalMs: round(now - context.startedAt),
     };
     if (context.upstreamStartedAt !== undefined) {

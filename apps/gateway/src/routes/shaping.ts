@@ -10,7 +10,8 @@ export const UPSTREAM = 'upstream';
  * concurrency slot; actions are sent once, never retried.
  */
 export const SHAPING: Readonly<Record<RouteKind, OrchestrateOptions>> = {
-  generation: { dedup: true, breaker: UPSTREAM, concurrency: { name: UPSTREAM }, timeout: true, retry: true },
+  // Generations are POSTs: their window is asked for (its length is the module's, from --dedup-window).
+  generation: { dedup: { cacheAnswers: true }, breaker: UPSTREAM, concurrency: { name: UPSTREAM }, timeout: true, retry: true },
   utility: { dedup: false, breaker: UPSTREAM, concurrency: { name: UPSTREAM }, timeout: true, retry: true },
   metadata: { dedup: false, breaker: UPSTREAM, concurrency: false, timeout: true, retry: true },
   action: { dedup: false, breaker: UPSTREAM, concurrency: false, timeout: true, retry: false },

@@ -1,7 +1,8 @@
 import { Inject, Injectable, Logger, type BeforeApplicationShutdown, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import KeyvRedis, { createClient } from '@keyv/redis';
 import { Keyv } from 'keyv';
-import { DEFAULT_ERROR_CODEC, RedisCoordinator, type ErrorCodec } from 'nest-prompt-orchestrator';
+import { RedisCoordinator } from 'nest-prompt-orchestrator';
+import { DEFAULT_ERROR_CODEC, type ErrorCodec } from 'nest-prompt-orchestrator/internal';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { ApiError } from '../http/api-error.js';

@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import { NEVER, Observable, from, isObservable, lastValueFrom, type ObservableInput, type Subscription } from 'rxjs';
 import { BreakerRegistry } from './breaker/breaker.registry.js';
 import { checkBreakerOptions, type BreakerOptions } from './breaker/breaker.options.js';
-import type { BreakerSnapshot } from './breaker/circuit-breaker.js';
+import type { BreakerSnapshot, BreakerState } from './breaker/circuit-breaker.js';
 import { guardedCall, toCallEvents, type CallHandle, type CallWork } from './call.js';
 import { CONCURRENCY_FIELDS, type ConcurrencyOptions } from './concurrency/concurrency.options.js';
 import { ConcurrencyRegistry, type LimiterSnapshot } from './concurrency/concurrency.registry.js';
@@ -178,8 +178,9 @@ const POLICY = Symbol.for('nest-prompt-orchestrator.route-policy');
  * ```
  */
 export class Orchestrator {
-  readonly breakers: BreakerRegistry;
-  readonly limiters: ConcurrencyRegistry;
+  // Not public: their snapshots are in `health()`, one breaker's state in `breakerState()`.
+  protected readonly breakers: BreakerRegistry;
+  protected readonly limiters: ConcurrencyRegistry;
   /** How deduplicated requests were answered since start. */
   readonly outcomes: Record<DedupOutcome, number> = { miss: 0, joined: 0, cached: 0 };
   private readonly options: OrchestratorOptions;
@@ -458,6 +459,11 @@ export class Orchestrator {
       clientsGone: this.clientsGone,
       coordination: this.options.coordinator?.health?.(),
     };
+  }
+
+  /** The state of the breaker of that name, if it was ever used. */
+  breakerState(name: string): BreakerState | undefined {
+    return this.breakers.find(name)?.state;
   }
 
   /** Whether the app says who a request is for (`options.tenant`), rather than relying on its credentials. */

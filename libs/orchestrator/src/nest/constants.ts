@@ -12,8 +12,7 @@ export const METADATA: Readonly<Record<Capability, string>> = {
 /** The request property under which the current call's AbortSignal is found (see `@CallSignal()`). */
 export const CALL_SIGNAL = Symbol.for('nest-prompt-orchestrator.call-signal');
 
-/** Response header telling how dedup answered: `miss`, `joined` or `cached`. */
-export const DEDUP_HEADER = 'x-orchestrator-dedup';
+export { DEDUP_HEADER } from '../core/http/answer-headers.js';
 
 /** DI token of the module's options (`OrchestratorModuleOptions`). */
 export const ORCHESTRATOR_OPTIONS = Symbol.for('nest-prompt-orchestrator.options');

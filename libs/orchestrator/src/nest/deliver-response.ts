@@ -4,6 +4,7 @@ import { Readable } from 'node:stream';
 import { Observable, type Subscription } from 'rxjs';
 import { isRawResponse, type CallEvent, type RawResponse, type StreamHead } from '../core/events.js';
 import { ClientClosedError } from '../core/errors.js';
+import { unwrapAnswer } from '../core/http/answer-headers.js';
 
 export interface DeliveryTarget {
   /** The Node response under the framework's one: watched for the client leaving, cut when a stream breaks. */
@@ -42,7 +43,9 @@ export function deliver<T>(events: Observable<CallEvent<T>>, target: DeliveryTar
       next(event) {
         if (event.kind === 'value') {
           stopListening();
-          subscriber.next(isRawResponse(event.value) ? rawBody(event.value, target) : event.value);
+          const { value, headers } = unwrapAnswer(event.value);
+          if (headers) target.setHeaders(headers);
+          subscriber.next(isRawResponse(value) ? rawBody(value, target) : value);
           subscriber.complete();
         } else if (event.kind === 'head') {
           head = event;

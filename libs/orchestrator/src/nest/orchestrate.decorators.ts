@@ -1,4 +1,4 @@
-import { SetMetadata, applyDecorators, createParamDecorator, type ExecutionContext } from '@nestjs/common';
+import { SetMetadata, UseFilters, applyDecorators, createParamDecorator, type ExecutionContext } from '@nestjs/common';
 import type { BreakerOptions } from '../core/breaker/breaker.options.js';
 import type { ConcurrencyOptions } from '../core/concurrency/concurrency.options.js';
 import type { DedupOptions } from '../core/dedup/dedup.options.js';
@@ -15,10 +15,22 @@ import {
 import type { RetryOptions } from '../core/retry/retry.options.js';
 import type { TimeoutOptions } from '../core/timeout/timeout.options.js';
 import { CALL_SIGNAL, METADATA } from './constants.js';
+import { OrchestratorModuleCheck } from './route-check.js';
 
 /**
- * Identical concurrent requests share one call; finished answers are reused
- * for a window. `@Dedup(false)` turns it off for a route of a deduplicated class.
+ * Writes a capability's settings, and registers the start-up check that warns
+ * when the app does not import `OrchestratorModule` (see `OrchestratorModuleCheck`).
+ */
+function setting(key: string, value: unknown) {
+  return applyDecorators(SetMetadata(key, value), UseFilters(OrchestratorModuleCheck));
+}
+
+/**
+ * Identical concurrent requests share one call. Finished answers of GET, HEAD
+ * and OPTIONS routes are reused for a window; on POST and the other methods
+ * only when the route asks for it with `windowMs` (or `cacheAnswers: true`),
+ * since replaying them would skip their side effect. `@Dedup(false)` turns it
+ * off for a route of a deduplicated class.
  *
  * @example
  * ```ts
@@ -26,37 +38,45 @@ import { CALL_SIGNAL, METADATA } from './constants.js';
  * summarize(@Body() body: SummaryRequest) { ... }
  * ```
  */
-export const Dedup = (options: boolean | DedupOptions = true) => SetMetadata(METADATA.dedup, normalizeDedup(options, '@Dedup()'));
+export const Dedup = (options: boolean | DedupOptions = true) => setting(METADATA.dedup, normalizeDedup(options, '@Dedup()'));
 
 /**
- * Guards the route with the named circuit breaker (default: one per controller
- * class): after consecutive failures, calls are refused at once with 503.
+ * Guards the route with a circuit breaker: after consecutive failures, calls
+ * are refused at once with 503. Each route has its own (named
+ * `Controller.handler`) unless a name is given: routes that give the same name
+ * share one breaker, and must then give it the same settings (or none, and set
+ * them in the module's `breakers` option); otherwise start-up fails.
  *
  * @example `@CircuitBreaker('payments')` or `@CircuitBreaker({ name: 'payments', failureThreshold: 3 })`
  */
 export const CircuitBreaker = (nameOrOptions: boolean | string | BreakerOptions = true) =>
-  SetMetadata(METADATA.breaker, normalizeBreaker(nameOrOptions, '@CircuitBreaker()'));
+  setting(METADATA.breaker, normalizeBreaker(nameOrOptions, '@CircuitBreaker()'));
 
 /**
- * Limits calls in flight under a name (default: the controller class, or
- * `Class.method` for a route that sets its own limit), with a bounded wait
- * queue. `@Concurrency(8)` or `@Concurrency({ name, limit, queueSize, maxWaitMs })`.
+ * Limits calls in flight (`limit`: calls running at once, not requests per
+ * period as in @nestjs/throttler), with a bounded wait queue. Each route has
+ * its own limiter (`Controller.handler`) unless a name is given; routes sharing
+ * a name must agree on its settings (or set them in the module's `limits`).
+ * `@Concurrency(8)` or `@Concurrency({ name, limit, queueSize, maxWaitMs })`.
  */
 export const Concurrency = (limitOrOptions: boolean | number | ConcurrencyOptions = true) =>
-  SetMetadata(METADATA.concurrency, normalizeConcurrency(limitOrOptions, '@Concurrency()'));
+  setting(METADATA.concurrency, normalizeConcurrency(limitOrOptions, '@Concurrency()'));
 
 /**
  * Time limit of the upstream call, in ms: total for a plain answer, first
  * chunk and idle gap for a stream. The call is aborted when it is exceeded.
- * `@Timeout(5_000)`, `@Timeout({ ms: 30_000, firstChunkMs: 5_000, idleMs: 10_000 })`, or
- * `@Timeout(true)` to use the module's `timeout` option.
- * Also exported as `@CallTimeout`, for apps that use `@nestjs/schedule`'s `@Timeout`.
+ * `@CallTimeout(5_000)`, `@CallTimeout({ ms: 30_000, firstChunkMs: 5_000, idleMs: 10_000 })`, or
+ * `@CallTimeout(true)` to use the module's `timeout` option.
  */
-export const Timeout = (msOrOptions: boolean | number | TimeoutOptions) =>
-  SetMetadata(METADATA.timeout, normalizeTimeout(msOrOptions, '@Timeout()'));
+export const CallTimeout = (msOrOptions: boolean | number | TimeoutOptions) =>
+  setting(METADATA.timeout, normalizeTimeout(msOrOptions, '@CallTimeout()'));
 
-/** `@Timeout` under a name that does not clash with `@nestjs/schedule`'s. */
-export const CallTimeout = Timeout;
+/**
+ * The same decorator as `@CallTimeout`, under its earlier name. Prefer
+ * `@CallTimeout`: `@Timeout` clashes with `@nestjs/schedule`'s decorator of
+ * that name (a different thing: it runs a method once after a delay).
+ */
+export const Timeout = CallTimeout;
 
 /**
  * Retries transient upstream failures (502/503/504, connection errors) before
@@ -65,7 +85,7 @@ export const CallTimeout = Timeout;
  * `@Retry(2)` or `@Retry({ retries: 2, baseDelayMs: 200 })`.
  */
 export const Retry = (retriesOrOptions: boolean | number | RetryOptions = true) =>
-  SetMetadata(METADATA.retry, normalizeRetry(retriesOrOptions, '@Retry()'));
+  setting(METADATA.retry, normalizeRetry(retriesOrOptions, '@Retry()'));
 
 /**
  * All in one decorator. Their order of effect is fixed whatever the order
@@ -80,6 +100,7 @@ export const Orchestrate = (options: OrchestrateOptions) => {
   const settings = normalizeOrchestrate(options, '@Orchestrate()');
   return applyDecorators(
     ...CAPABILITIES.filter((c) => settings[c] !== undefined).map((c) => SetMetadata(METADATA[c], settings[c])),
+    UseFilters(OrchestratorModuleCheck),
   );
 };
 

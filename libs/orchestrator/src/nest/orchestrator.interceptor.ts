@@ -1,14 +1,17 @@
 import { Injectable, type CallHandler, type ExecutionContext, type NestInterceptor } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { Observable, catchError, from, mergeMap, throwError } from 'rxjs';
+import { Observable, catchError, from, map, mergeMap, throwError } from 'rxjs';
 import { toCallEvents, type CallWork } from '../core/call.js';
 import type { DedupRequest } from '../core/dedup/dedup.options.js';
 import { isOrchestratorError, type OrchestratorError } from '../core/errors.js';
+import { DEDUP_HEADER, headersSetSince, withHandlerHeaders, type HeaderValues } from '../core/http/answer-headers.js';
+import { reuseOf } from '../core/http/cache-control.js';
+import { HttpRoute } from '../core/http/route.js';
 import type { CallRequest, StartedCall } from '../core/orchestrator.js';
-import { reuseOf } from '../core/dedup/cache-control.js';
 import { CAPABILITIES, type RoutePolicy, type RouteSettings } from '../core/policy.js';
-import { CALL_SIGNAL, DEDUP_HEADER, METADATA } from './constants.js';
+import { claimInterceptor, scopeOf } from './app-scope.js';
+import { CALL_SIGNAL, METADATA } from './constants.js';
 import { deliver } from './deliver-response.js';
 import { errorHeaders, orchestratorHttpException } from './http-errors.js';
 import { OrchestratorService } from './orchestrator.service.js';
@@ -19,7 +22,8 @@ type AnyRequest = IncomingMessage & {
   raw?: IncomingMessage;
   [CALL_SIGNAL]?: AbortSignal;
 };
-type AnyResponse = ServerResponse | { raw: ServerResponse };
+/** Express's response, or Fastify's reply: both can list the headers set so far. */
+type AnyResponse = (ServerResponse | { raw: ServerResponse }) & { getHeaders?: () => HeaderValues };
 
 /**
  * Applies the route's dedup, breaker, concurrency and timeout settings. It is
@@ -33,22 +37,26 @@ type AnyResponse = ServerResponse | { raw: ServerResponse };
 @Injectable()
 export class OrchestratorInterceptor implements NestInterceptor {
   // Resolved once per handler: decorators cannot change after start-up.
-  private readonly policies = new WeakMap<object, RoutePolicy | null>();
+  private readonly routes = new WeakMap<object, HttpRoute | null>();
+  /** False for every interceptor but the app's first: each `forRoot` import registers one. */
+  private readonly serves: boolean;
 
   constructor(
     private readonly reflector: Reflector,
     protected readonly orchestrator: OrchestratorService,
     private readonly adapterHost: HttpAdapterHost,
-  ) {}
+  ) {
+    this.serves = claimInterceptor(orchestrator, this);
+  }
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
-    if (context.getType() !== 'http') return next.handle();
-    const policy = this.policyOf(context);
+    if (!this.serves || context.getType() !== 'http') return next.handle();
+    const http = context.switchToHttp();
+    const request = http.getRequest<AnyRequest>();
+    const policy = this.policyOf(context, request.method ?? 'GET');
     // A route without settings of its own may still call `OrchestratorService.run()`: its refusals are answered the same way.
     if (!policy) return next.handle().pipe(catchError((error: unknown) => this.rethrow(error, context)));
 
-    const http = context.switchToHttp();
-    const request = http.getRequest<AnyRequest>();
     const response = http.getResponse<AnyResponse>();
     const raw = 'raw' in response ? response.raw : response;
     const adapter = this.adapterHost.httpAdapter;
@@ -74,7 +82,11 @@ export class OrchestratorInterceptor implements NestInterceptor {
     // signal put on the request here is what `@CallSignal()` reads.
     const work: CallWork<unknown> = (signal) => {
       request[CALL_SIGNAL] = signal;
-      return toCallEvents(next.handle());
+      // Headers the handler sets while it runs (`@Res({ passthrough: true })`) belong to the answer: they go
+      // with it to every joined and replayed caller. Only deduplicated answers need them carried.
+      if (!dedup || !response.getHeaders) return toCallEvents(next.handle());
+      const before = { ...response.getHeaders() };
+      return toCallEvents(next.handle().pipe(map((value) => withHandlerHeaders(value, headersSetSince(before, response.getHeaders!())))));
     };
 
     const deliverStarted = (started: StartedCall<unknown>) => {
@@ -100,8 +112,9 @@ export class OrchestratorInterceptor implements NestInterceptor {
    * Shapes the orchestrator's own errors (circuit open, overload, queue wait,
    * timeout, client gone). The default sets `x-should-retry: false` and
    * `Retry-After` (see `errorHeaders`) and throws an `HttpException` with the
-   * error's status and an OpenAI-shaped body. Override it to answer in your
-   * API's format, or rethrow the error for an exception filter of your own.
+   * error's status and a body in the module's `errorShape` (Nest's by
+   * default). Override it to answer in your API's format, or rethrow the
+   * error for an exception filter of your own.
    */
   protected throwOrchestratorError(error: OrchestratorError, context: ExecutionContext): never {
     const response = context.switchToHttp().getResponse<AnyResponse>();
@@ -109,33 +122,35 @@ export class OrchestratorInterceptor implements NestInterceptor {
     if (!raw.headersSent) {
       for (const [name, value] of Object.entries(errorHeaders(error))) this.adapterHost.httpAdapter.setHeader(response, name, value);
     }
-    throw orchestratorHttpException(error);
+    throw orchestratorHttpException(error, scopeOf(this.orchestrator)?.settings.errorShape);
   }
 
-  /** Override to derive settings some other way; called once per route. */
-  protected policyOf(context: ExecutionContext): RoutePolicy | null {
+  /**
+   * Override to derive settings some other way; called for every request of a
+   * decorated route (the route is resolved once, then looked up).
+   */
+  protected policyOf(context: ExecutionContext, method = 'GET'): RoutePolicy | null {
     const handler = context.getHandler();
-    let policy = this.policies.get(handler);
-    if (policy === undefined) {
-      policy = this.resolveRoute(context.getClass(), handler);
-      this.policies.set(handler, policy);
+    let route = this.routes.get(handler);
+    if (route === undefined) {
+      route = this.resolveRoute(context.getClass(), handler);
+      this.routes.set(handler, route);
+      const policy = route?.policyFor(method);
+      if (policy?.dedup && !policy.dedup.key) this.orchestrator.noteDedupRoute();
+      return policy ?? null;
     }
-    return policy;
+    return route && route.policyFor(method);
   }
 
-  private resolveRoute(controller: { name: string }, handler: { name: string }): RoutePolicy | null {
+  private resolveRoute(controller: { name: string }, handler: { name: string }): HttpRoute | null {
     const read = (target: object): RouteSettings =>
       Object.fromEntries(CAPABILITIES.map((c) => [c, this.reflector.get(METADATA[c], target as never)]));
     const route = read(handler);
-    // A route's own concurrency settings get a limiter of its own (`Class.method`): sharing the
-    // class's would give it whichever limit the first route called happened to create it with.
-    const own = route.concurrency;
-    if (own && own.name === undefined && Object.keys(own).length > 0) {
-      route.concurrency = { ...own, name: `${controller.name}.${handler.name}` };
-    }
-    const resolved = this.orchestrator.resolve(route, read(controller), controller.name, `${controller.name}.${handler.name}`);
-    if (resolved.dedup && !resolved.dedup.key) this.orchestrator.noteDedupRoute();
-    const any = resolved.dedup || resolved.breaker || resolved.limiter || resolved.timeLimits || resolved.retry;
-    return any ? resolved : null;
+    const classSettings = read(controller);
+    if (CAPABILITIES.every((c) => route[c] === undefined && classSettings[c] === undefined)) return null;
+    // Breakers and limiters are the route's own (`Class.method`) unless they are named: sharing is asked for.
+    return new HttpRoute(this.orchestrator, `${controller.name}.${handler.name}`, route, classSettings);
   }
 }
+
+export { reuseOf } from '../core/http/cache-control.js';

@@ -1,21 +1,40 @@
-import { Module, type DynamicModule } from '@nestjs/common';
+import { Module, Optional, type DynamicModule, type OnModuleInit } from '@nestjs/common';
+import { ModulesContainer } from '@nestjs/core';
+import { scopeOf } from './app-scope.js';
 import { ConfigurableModuleClass, type OPTIONS_TYPE } from './orchestrator.module-definition.js';
 import { OrchestratorService } from './orchestrator.service.js';
+import { checkRoutes } from './route-check.js';
 
 /**
- * Import once, in the root module: `OrchestratorModule.forRoot()` (zero config)
- * or `forRoot({ dedup: { windowMs: 60_000 }, breakers: { openai: { healthProbe } } })`,
+ * `OrchestratorModule.forRoot()` (zero config) or
+ * `forRoot({ dedup: { windowMs: 60_000 }, breakers: { openai: { healthProbe } } })`,
  * or `forRootAsync({ useFactory, inject, imports })`. It is global by default and
  * registers the interceptor that serves `@Dedup`, `@CircuitBreaker`,
- * `@Concurrency`, `@Timeout` and `@Orchestrate` on every controller.
+ * `@Concurrency`, `@CallTimeout` and `@Orchestrate` on every controller.
+ *
+ * Import it once, in the root module. Importing it from several modules is
+ * safe: they share one interceptor and one set of breakers, limiters and
+ * windows; imports that ask for different options stop start-up with an error.
  */
-@Module({
-  providers: [OrchestratorService],
-  exports: [OrchestratorService],
-})
-export class OrchestratorModule extends ConfigurableModuleClass {
+@Module({})
+export class OrchestratorModule extends ConfigurableModuleClass implements OnModuleInit {
+  constructor(
+    @Optional() private readonly orchestrator?: OrchestratorService,
+    @Optional() private readonly modules?: ModulesContainer,
+  ) {
+    super();
+  }
+
   // Nest's generated forRoot reads the keys of its argument: without this default, forRoot() throws.
   static override forRoot(options: typeof OPTIONS_TYPE = {}): DynamicModule {
     return super.forRoot(options);
+  }
+
+  /** Checks every decorated route of the app once, at start-up (see `checkRoutes`). */
+  onModuleInit(): void {
+    const scope = this.orchestrator && scopeOf(this.orchestrator);
+    if (!scope || scope.routesChecked || !this.modules) return;
+    scope.routesChecked = true;
+    checkRoutes(this.modules, scope.names);
   }
 }

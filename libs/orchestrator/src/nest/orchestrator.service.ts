@@ -55,9 +55,14 @@ export class OrchestratorService extends Orchestrator implements BeforeApplicati
     this.drain();
   }
 
-  /** After the HTTP server is closed: nothing is in flight any more. */
+  private closed?: Promise<void>;
+
+  /**
+   * After the HTTP server is closed: nothing is in flight any more. Once per
+   * app, though every module that imports `forRoot()` tells the same instance.
+   */
   onApplicationShutdown(): Promise<void> {
-    return this.close();
+    return (this.closed ??= this.close());
   }
 }
 

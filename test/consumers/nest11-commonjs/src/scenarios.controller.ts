@@ -6,7 +6,7 @@ import {
   Dedup,
   Orchestrate,
   StreamedResponse,
-  Timeout,
+  CallTimeout,
 } from 'nest-prompt-orchestrator';
 import { QuotesService } from './quotes.service';
 import { CountArrivals, Upstream } from './upstream';
@@ -21,7 +21,8 @@ export class ScenariosController {
   @Post('answer')
   @HttpCode(200)
   @UseGuards(CountArrivals)
-  @Dedup()
+  // A POST: finished answers are replayed only because the route asks for a window.
+  @Dedup({ windowMs: 300_000 })
   answer(@Body() body: { question: string }) {
     return this.upstream.answer(body.question);
   }
@@ -40,7 +41,7 @@ export class ScenariosController {
   }
 
   @Get('hang')
-  @Timeout(200)
+  @CallTimeout(200)
   hang(@CallSignal() signal: AbortSignal) {
     return this.upstream.hang(signal);
   }
@@ -53,7 +54,7 @@ export class ScenariosController {
 
   @Get('ticker')
   @Dedup()
-  @Timeout({ ms: 2_000, idleMs: 500 })
+  @CallTimeout({ ms: 2_000, idleMs: 500 })
   ticker() {
     return new StreamedResponse(this.upstream.ticks());
   }

@@ -69,7 +69,7 @@ describe('nest-prompt-orchestrator in a Nest 11 app with module: nodenext, TypeS
     expect(refused.status).toBe(503);
     expect(refused.headers.get('x-should-retry')).toBe('false');
     expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
-    expect((await refused.json()).error.code).toBe('circuit_open');
+    expect(await refused.json()).toMatchObject({ statusCode: 503, error: 'Service Unavailable', code: 'circuit_open' });
     expect(upstream.calls.fail).toBe(5);
   });
 
@@ -91,7 +91,7 @@ describe('nest-prompt-orchestrator in a Nest 11 app with module: nodenext, TypeS
     const started = Date.now();
     const response = await fetch(`${url}/hang`);
     expect(response.status).toBe(504);
-    expect((await response.json()).error.code).toBe('upstream_timeout');
+    expect(await response.json()).toMatchObject({ statusCode: 504, error: 'Gateway Timeout', code: 'upstream_timeout' });
     expect(Date.now() - started).toBeLessThan(2_000);
     await waitFor(() => upstream.hungCallAborted, 'the hung call to see its signal abort');
   });

@@ -1,6 +1,7 @@
 import type * as PromClient from 'prom-client';
 import type { BreakerState } from '../../core/breaker/circuit-breaker.js';
 import type { RefusalReason, RequestOutcome, UpstreamResult } from '../../core/observer.js';
+import type { LimiterSnapshot } from '../../core/concurrency/concurrency.registry.js';
 import type { Orchestrator } from '../../core/orchestrator.js';
 import { loadOptional } from './optional-dependency.js';
 
@@ -141,14 +142,14 @@ export class OrchestratorMetrics {
         },
       });
     gauge('breaker_state', 'Circuit breaker state: 0 closed, 1 half-open, 2 open.', ['name'], (g) => {
-      for (const b of orchestrator.breakers.snapshot()) g.set({ name: b.name }, BREAKER_VALUE[b.state]);
+      for (const b of orchestrator.health().breakers) g.set({ name: b.name }, BREAKER_VALUE[b.state]);
     });
     gauge('breaker_consecutive_failures', 'Consecutive failures counted by the breaker.', ['name'], (g) => {
-      for (const b of orchestrator.breakers.snapshot()) g.set({ name: b.name }, b.consecutiveFailures);
+      for (const b of orchestrator.health().breakers) g.set({ name: b.name }, b.consecutiveFailures);
     });
-    const limiterGauge = (name: string, help: string, read: (l: ReturnType<Orchestrator['limiters']['snapshot']>[number]) => number) =>
+    const limiterGauge = (name: string, help: string, read: (l: LimiterSnapshot) => number) =>
       gauge(name, help, ['limiter'], (g) => {
-        for (const l of orchestrator.limiters.snapshot()) g.set({ limiter: l.name }, read(l));
+        for (const l of orchestrator.health().limiters) g.set({ limiter: l.name }, read(l));
       });
     limiterGauge('in_flight', 'Upstream calls holding a concurrency slot.', (l) => l.inFlight);
     limiterGauge('queued', 'Calls waiting for a concurrency slot.', (l) => l.queued);

@@ -1,0 +1,45 @@
+/**
+ * `nest-prompt-orchestrator/core`: the framework-free engine (dedup, circuit
+ * breakers, concurrency limits, timeouts and retries), for scripts, queue
+ * workers and servers without Nest: it needs none of Nest's packages.
+ */
+export {
+  Orchestrator,
+  type OrchestratorOptions,
+  type OrchestratorHooks,
+  type OrchestratorHealth,
+  type RunOptions,
+  type RunCall,
+} from './orchestrator.js';
+export type { OrchestrateOptions, RoutePolicy } from './policy.js';
+export { OrchestratorConfigError } from './options.js';
+export type { DedupOptions, DedupRequest } from './dedup/dedup.options.js';
+export type { BreakerOptions, FailureRateOptions } from './breaker/breaker.options.js';
+export type { ConcurrencyOptions } from './concurrency/concurrency.options.js';
+export type { TimeoutOptions } from './timeout/timeout.options.js';
+export type { RetryOptions } from './retry/retry.options.js';
+export { StreamedResponse, RawResponse, type StreamHead } from './events.js';
+export {
+  OrchestratorError,
+  CircuitOpenError,
+  OverloadedError,
+  QueueTimeoutError,
+  UpstreamTimeoutError,
+  ClientClosedError,
+  ShuttingDownError,
+  isOrchestratorError,
+  type OrchestratorErrorCode,
+} from './errors.js';
+export { isUpstreamFailure, isTransientFailure } from './breaker/failure-classifier.js';
+export type { BreakerSnapshot, BreakerState } from './breaker/circuit-breaker.js';
+export type { LimiterSnapshot } from './concurrency/concurrency.registry.js';
+export type { DedupOutcome } from './dedup/single-flight.js';
+export type { OrchestratorObserver, RequestOutcome, RefusalReason, UpstreamResult } from './observer.js';
+
+// HTTP answers, for servers that wire the engine themselves (the Fastify plugin and the Express middleware do).
+export { DEDUP_HEADER } from './http/answer-headers.js';
+export { errorBody, errorHeaders, type ErrorShape, type ErrorBody, type NestErrorBody, type OpenAIErrorBody } from './http/errors.js';
+
+// Replicas: one call and one breaker state across the fleet (optional; Redis through any node-redis-like client).
+export type { FlightCoordinator, BreakerCoordinator } from './cluster/coordination.js';
+export { RedisCoordinator, type RedisCoordinatorOptions, type RedisCommands, type RedisSubscriber } from './cluster/redis-coordinator.js';

@@ -1,0 +1,27 @@
+/**
+ * `nest-prompt-orchestrator/internal`: what this repository's gateway uses
+ * beyond the public API (the low-level call entry, key and identity hashing,
+ * the wire format of coordinated calls). Not covered by semver: it changes
+ * with the gateway. Framework-free, like `/core`.
+ *
+ * The gateway's data plane starts calls with `Orchestrator.start()` and
+ * `Orchestrator.startLocal()` (typed by `CallRequest`, `CallWork`,
+ * `StartedCall` and `Reuse` below), the entry points the adapters use too.
+ */
+export { hashIdentity, type CallRequest, type Reuse, type StartedCall } from './core/orchestrator.js';
+export { toCallEvents, type CallWork } from './core/call.js';
+export type { CallEvent, Chunk, FlowControl } from './core/events.js';
+export { dedupKey, BodyTooDeepError, type DedupKeyInput, type DedupKeyOptions } from './core/dedup/dedup-key.js';
+export { openAIErrorBody } from './core/http/errors.js';
+export { reuseOf } from './core/http/cache-control.js';
+export { HttpRoute, RouteNames, REPLAYED_METHODS } from './core/http/route.js';
+export {
+  RemoteCallError,
+  DEFAULT_ERROR_CODEC,
+  type ErrorCodec,
+  type LeadClaim,
+  type FollowClaim,
+  type SharedBreakerState,
+} from './core/cluster/coordination.js';
+// Building blocks of a coordinator (the gateway's workers use one over IPC): a call's events as they cross the wire.
+export { toWire, fromWire, WireReader, errorToWire, leaderLost, type WireEvent } from './core/cluster/coordination.js';
