@@ -7,6 +7,7 @@ import type { RoutePolicy } from './policy.js';
 import type { ReleaseSlot } from './concurrency/concurrency-limiter.js';
 import type { CallControl } from './retry/retry.policy.js';
 import { withTimeLimits } from './timeout/time-limits.js';
+import { isOverloadSignal } from './breaker/failure-classifier.js';
 
 /** The upstream work: receives the call's own AbortSignal, aborted on timeout or cancellation. */
 export type CallWork<T> = (signal: AbortSignal) => Observable<CallEvent<T>>;
@@ -137,9 +138,11 @@ class GuardedCall<T> implements CallControl {
 
   /** Resolves at the first event (a value, or a stream's first chunk): that, not the whole stream, is what the breaker times. */
   private attempt(): Promise<void> {
-    const { breaker, timeLimits } = this.policy;
+    const { breaker, timeLimits, limiter } = this.policy;
     const observer = this.options.observer;
-    const startedAt = observer ? performance.now() : 0;
+    // Read once per attempt: a limit learnt from latency needs the clock, a fixed one does not.
+    const learning = limiter?.learning;
+    const startedAt = observer || learning ? performance.now() : 0;
     return new Promise<void>((resolveFirst, rejectFirst) => {
       const attempt: Attempt = { abort: new AbortController(), abandon: () => rejectFirst(new ClientClosedError()) };
       this.state = { kind: 'attempting', attempt };
@@ -151,6 +154,7 @@ class GuardedCall<T> implements CallControl {
           if (event.kind === 'value') this.finish();
           if (!answered && event.kind !== 'head') {
             answered = true;
+            if (learning) learning.sample(performance.now() - startedAt, limiter!.inFlight + 1);
             observer?.upstreamCall(this.upstream, performance.now() - startedAt, 'ok');
             if (this.state.kind === 'attempting') this.state = { kind: 'streaming', attempt };
             resolveFirst();
@@ -161,6 +165,7 @@ class GuardedCall<T> implements CallControl {
           attempt.abort.abort(error);
           if (observer) this.observeError(observer, error, answered ? undefined : performance.now() - startedAt);
           if (!answered) {
+            if (learning && isOverloadSignal(error)) learning.drop();
             if (this.state.kind === 'attempting') this.state = BACKOFF;
             return rejectFirst(error);
           }
@@ -171,6 +176,7 @@ class GuardedCall<T> implements CallControl {
         complete: () => {
           this.finish();
           if (!answered) {
+            if (learning) learning.sample(performance.now() - startedAt, limiter!.inFlight + 1);
             observer?.upstreamCall(this.upstream, performance.now() - startedAt, 'ok');
             resolveFirst();
           }

@@ -50,6 +50,17 @@ export function isTransientFailure(error: unknown): boolean {
   return isConnectionError(error);
 }
 
+/**
+ * The upstream saying it has too much to do: 429, 503, or a timeout. What an
+ * adaptive limit shrinks on (not other failures: a 500 says nothing of load).
+ */
+export function isOverloadSignal(error: unknown): boolean {
+  if (isOrchestratorError(error)) return error.code === 'upstream_timeout';
+  if (typeof error !== 'object' || error === null) return false;
+  const status = statusOf(error);
+  return status === 429 || status === 503;
+}
+
 function isConnectionError(error: object): boolean {
   let cause: unknown = error;
   for (let depth = 0; depth < 4 && typeof cause === 'object' && cause !== null; depth++) {
