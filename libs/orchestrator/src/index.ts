@@ -13,6 +13,7 @@ export {
   Orchestrate,
   CallSignal,
   callSignalOf,
+  callUpstreamOf,
 } from './nest/orchestrate.decorators.js';
 export { DEDUP_HEADER } from './nest/constants.js';
 export { openAIErrorBody, errorHeaders, orchestratorHttpException, type OpenAIErrorBody } from './nest/http-errors.js';
@@ -32,6 +33,10 @@ export {
 } from './core/orchestrator.js';
 export type { OrchestrateOptions, RoutePolicy } from './core/policy.js';
 export type { CallWork } from './core/call.js';
+export type { FailoverPlan } from './core/upstreams/failover-call.js';
+export { Upstream, UpstreamPool, defaultShouldFailover, type UpstreamHealth, type UpstreamSnapshot } from './core/upstreams/upstream-pool.js';
+export type { UpstreamPoolOptions, UpstreamMemberOptions } from './core/upstreams/upstreams.options.js';
+export { AdaptiveLimit, type AdaptiveLimitOptions, type Clock } from './core/concurrency/adaptive-limit.js';
 export { OrchestratorConfigError } from './core/options.js';
 export type { DedupOptions, DedupRequest } from './core/dedup/dedup.options.js';
 export type { BreakerOptions, FailureRateOptions } from './core/breaker/breaker.options.js';
@@ -50,7 +55,7 @@ export {
   isOrchestratorError,
   type OrchestratorErrorCode,
 } from './core/errors.js';
-export { isUpstreamFailure, isTransientFailure } from './core/breaker/failure-classifier.js';
+export { isUpstreamFailure, isTransientFailure, isOverloadSignal } from './core/breaker/failure-classifier.js';
 export type { BreakerSnapshot, BreakerState } from './core/breaker/circuit-breaker.js';
 export type { LimiterSnapshot } from './core/concurrency/concurrency.registry.js';
 export type { DedupOutcome } from './core/dedup/single-flight.js';

@@ -8,9 +8,14 @@ import type { ReleaseSlot } from './concurrency/concurrency-limiter.js';
 import type { CallControl } from './retry/retry.policy.js';
 import { withTimeLimits } from './timeout/time-limits.js';
 import { isOverloadSignal } from './breaker/failure-classifier.js';
+import type { Upstream } from './upstreams/upstream-pool.js';
 
-/** The upstream work: receives the call's own AbortSignal, aborted on timeout or cancellation. */
-export type CallWork<T> = (signal: AbortSignal) => Observable<CallEvent<T>>;
+/**
+ * The upstream work: receives the call's own AbortSignal, aborted on timeout
+ * or cancellation, and, under a policy over a pool of upstreams, the upstream
+ * this attempt goes to (its `target` says where to send the request).
+ */
+export type CallWork<T> = (signal: AbortSignal, upstream?: Upstream) => Observable<CallEvent<T>>;
 
 /** One try at the upstream: its own signal (a timeout aborts this attempt only) and its events. */
 interface Attempt {
@@ -147,7 +152,7 @@ class GuardedCall<T> implements CallControl {
       const attempt: Attempt = { abort: new AbortController(), abandon: () => rejectFirst(new ClientClosedError()) };
       this.state = { kind: 'attempting', attempt };
       let answered = false;
-      const events = defer(() => this.work(attempt.abort.signal));
+      const events = defer(() => this.work(attempt.abort.signal, this.policy.upstream));
       attempt.upstream = (timeLimits ? events.pipe(withTimeLimits<T>(timeLimits)) : events).subscribe({
         next: (event) => {
           // A plain value is the whole answer: the call is over before the caller (who may unsubscribe at once) sees it.

@@ -7,7 +7,8 @@ import type { DedupRequest } from '../core/dedup/dedup.options.js';
 import { isOrchestratorError, type OrchestratorError } from '../core/errors.js';
 import type { CallRequest, Reuse, StartedCall } from '../core/orchestrator.js';
 import { CAPABILITIES, type RoutePolicy, type RouteSettings } from '../core/policy.js';
-import { CALL_SIGNAL, DEDUP_HEADER, METADATA } from './constants.js';
+import { CALL_SIGNAL, CALL_UPSTREAM, DEDUP_HEADER, METADATA } from './constants.js';
+import type { Upstream } from '../core/upstreams/upstream-pool.js';
 import { deliver } from './deliver-response.js';
 import { errorHeaders, orchestratorHttpException } from './http-errors.js';
 import { OrchestratorService } from './orchestrator.service.js';
@@ -17,6 +18,7 @@ type AnyRequest = IncomingMessage & {
   body?: unknown;
   raw?: IncomingMessage;
   [CALL_SIGNAL]?: AbortSignal;
+  [CALL_UPSTREAM]?: Upstream;
 };
 type AnyResponse = ServerResponse | { raw: ServerResponse };
 
@@ -71,8 +73,9 @@ export class OrchestratorInterceptor implements NestInterceptor {
     }
     // The handler runs when `next.handle()` is subscribed, and its parameters are resolved then: the
     // signal put on the request here is what `@CallSignal()` reads.
-    const work: CallWork<unknown> = (signal) => {
+    const work: CallWork<unknown> = (signal, upstream) => {
       request[CALL_SIGNAL] = signal;
+      request[CALL_UPSTREAM] = upstream;
       return toCallEvents(next.handle());
     };
 
