@@ -57,7 +57,10 @@ const DONE: CallState = { kind: 'done' };
 export function guardedCall<T>(policy: RoutePolicy, work: CallWork<T>, options: GuardedCallOptions = {}): Observable<CallEvent<T>> {
   return new Observable<CallEvent<T>>((subscriber) => {
     const call = new GuardedCall(policy, work, subscriber, options);
-    if (options.handle) options.handle.detach = () => call.detach();
+    if (options.handle) {
+      options.handle.detach = () => call.detach();
+      options.handle.running = () => !call.cancelled;
+    }
     call.run().catch((error: unknown) => call.fail(error));
     return () => call.cancel();
   });
@@ -75,6 +78,8 @@ export interface GuardedCallOptions {
 }
 
 export interface CallHandle {
+  /** Whether the call is still running (it has not ended, nor been cancelled). */
+  running?: () => boolean;
   /**
    * Every caller left and the call is to keep running: its slot moves to the
    * limiter's detached budget. False when it cannot keep running (it has not

@@ -385,9 +385,14 @@ export class Orchestrator {
     const key = call.key!;
     const window = call.reuse?.noStore ? undefined : dedup.window;
     return (this.flights as SingleFlight<T>).lead(key, call$, {
-      // Every caller gone: a call that has not reached the upstream is dropped; one that has keeps running for the
-      // window (unless the route says not to) in the limiter's detached budget, or is cancelled when that is full.
-      cancelWhenAbandoned: () => dedup.cancelWhenAbandoned || !state.reachedUpstream || !(state.handle.detach?.() ?? true),
+      // Every caller gone: a call that has not reached the upstream is dropped; one still running is aborted when the
+      // route says so, else keeps running for the window in the limiter's detached budget (cancelled when that is
+      // full). One that has ended (a plain answer: the caller leaves as soon as it has it) is left to record itself.
+      cancelWhenAbandoned: () => {
+        if (!state.reachedUpstream) return true;
+        if (dedup.cancelWhenAbandoned && (state.handle.running?.() ?? true)) return true;
+        return !(state.handle.detach?.() ?? true);
+      },
       maxEntryBytes: dedup.maxEntryBytes,
       onSuccess: !window
         ? undefined

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
-import { Observable } from 'rxjs';
+import { Observable, from } from 'rxjs';
 import { StreamedResponse, type CallEvent } from '../events.js';
 import { Orchestrator } from '../orchestrator.js';
 import type { Upstream } from './upstream-pool.js';
@@ -177,8 +177,8 @@ describe('failover and streams: never after the first byte', () => {
       return new Observable<CallEvent<unknown>>((subscriber) => {
         const answer = byTarget[target]();
         subscriber.next({ kind: 'head', head: answer.head });
-        return answer.chunks.subscribe({
-          next: (chunk) => subscriber.next({ kind: 'chunk', chunk }),
+        return from(answer.chunks).subscribe({
+          next: (chunk: string) => subscriber.next({ kind: 'chunk', chunk }),
           error: (error: unknown) => subscriber.error(error),
           complete: () => subscriber.complete(),
         });
