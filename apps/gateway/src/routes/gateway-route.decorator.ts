@@ -1,11 +1,14 @@
 import { Delete, Get, HttpCode, Post, SetMetadata, applyDecorators, createParamDecorator, type ExecutionContext } from '@nestjs/common';
-import { Orchestrate, callSignalOf, type OrchestrateOptions } from 'nest-prompt-orchestrator';
+import { Orchestrate, callSignalOf, callUpstreamOf, type OrchestrateOptions, type Upstream } from 'nest-prompt-orchestrator';
 import type { IncomingMessage } from 'node:http';
 import { contextOf, type RequestContext } from '../http/request-context.js';
 import { validateBody } from '../http/request-validation.js';
 import { ROUTES, routePaths, type GatewayRoute, type RouteKind } from '../providers/provider.js';
 
-/** The breaker and concurrency limiter every model route shares: there is one upstream. */
+/**
+ * The pool of upstreams every proxied route goes through (`UPSTREAM_POOL`);
+ * with one upstream, also its breaker and limiter.
+ */
 export const UPSTREAM = 'upstream';
 
 const ROUTE = 'gateway:route';
@@ -55,6 +58,8 @@ export interface Caller {
   context: RequestContext;
   /** The shared call's signal (aborted on timeout or cancellation). */
   signal?: AbortSignal;
+  /** The upstream of the pool this attempt goes to (see `urlOn`). */
+  upstream?: Upstream;
   headers: IncomingMessage['headers'];
   /** The parsed JSON body of a POST route (absent when the request had none). */
   body?: unknown;
@@ -81,6 +86,7 @@ export const CurrentCaller = createParamDecorator((_: unknown, ctx: ExecutionCon
   return {
     context: contextOf(request),
     signal: callSignalOf(request),
+    upstream: callUpstreamOf(request),
     headers: request.headers,
     body: request.body,
     rawBody: request.rawBody,
