@@ -108,6 +108,23 @@ describe('AdaptiveLimit', () => {
     expect(sim.limit.limit).toBeGreaterThan(40 * 0.8);
   });
 
+  it("does not read the process's own slowness (its event loop's lag) as the upstream queueing", () => {
+    let now = 0;
+    let lag = 0;
+    const limit = new AdaptiveLimit(512, { initialLimit: 40 }, () => now, undefined, () => lag);
+    const window = (latency: number) => {
+      now += 100;
+      for (let i = 0; i < 8; i++) limit.sample(latency, 40);
+    };
+    window(50);
+    expect(limit.limit).toBe(46);
+    // The process falls behind by 60 ms per callback: every sample is 60 ms later, the upstream is not slower.
+    lag = 60;
+    for (let i = 0; i < 5; i++) window(110);
+    expect(limit.limit).toBeGreaterThan(46);
+    expect(limit.uncontendedMs).toBe(50);
+  });
+
   it('refuses settings that cannot work', () => {
     expect(() => new AdaptiveLimit(10, { minLimit: 20 })).toThrow(/minLimit/);
     expect(() => new AdaptiveLimit(10, { tolerance: 0.5 })).toThrow(/tolerance/);

@@ -68,6 +68,11 @@ export class AdaptiveLimit {
     private readonly now: Clock = () => performance.now(),
     /** Told of every change of the rounded limit. */
     private readonly onChange?: (limit: number) => void,
+    /**
+     * This process's own delay (ms) since it was last asked, e.g. the event loop's mean lag: taken off each window's
+     * average, so that a gateway short of CPU does not read its own slowness as the upstream queueing.
+     */
+    private readonly ownDelayMs?: () => number,
   ) {
     this.settings = {
       minLimit: options.minLimit ?? 1,
@@ -108,7 +113,7 @@ export class AdaptiveLimit {
     if (inFlight > this.windowMaxInFlight) this.windowMaxInFlight = inFlight;
     const now = this.now();
     if (now - this.windowStart < this.settings.windowMs || this.windowCount < this.settings.minSamples) return;
-    const average = this.windowSum / this.windowCount;
+    const average = Math.max(0, this.windowSum / this.windowCount - (this.ownDelayMs?.() ?? 0));
     const used = this.windowMaxInFlight >= this.current / 2;
     this.windowStart = now;
     this.windowSum = 0;

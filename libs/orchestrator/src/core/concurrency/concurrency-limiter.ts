@@ -1,3 +1,4 @@
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { OverloadedError, QueueTimeoutError } from '../errors.js';
 import type { WithDefaults } from '../options.js';
 import { AdaptiveLimit, type Clock } from './adaptive-limit.js';
@@ -67,9 +68,15 @@ export class ConcurrencyLimiter {
   ) {
     const adaptive = options.adaptive;
     if (adaptive) {
-      this.controller = new AdaptiveLimit(options.limit, adaptive === true ? {} : adaptive, clock, (limit) => {
-        if (this.capacity === undefined) this.setLimit(limit);
-      });
+      this.controller = new AdaptiveLimit(
+        options.limit,
+        adaptive === true ? {} : adaptive,
+        clock,
+        (limit) => {
+          if (this.capacity === undefined) this.setLimit(limit);
+        },
+        clock ? undefined : eventLoopLag(),
+      );
     }
     this.current = this.controller?.limit ?? options.limit;
   }
@@ -240,4 +247,20 @@ export class ConcurrencyLimiter {
     clearTimeout(waiter.timer);
     if (waiter.onAbort) waiter.signal?.removeEventListener('abort', waiter.onAbort);
   }
+}
+
+/**
+ * The event loop's mean delay (ms) since the last call: what a latency sample
+ * taken in this process gained from the process itself being busy. One
+ * monitor per adaptive limiter (a libuv timer every 10 ms), unreferenced.
+ */
+function eventLoopLag(): () => number {
+  const histogram = monitorEventLoopDelay({ resolution: 10 });
+  histogram.enable();
+  return () => {
+    // Never-sampled histograms report NaN; the monitor itself adds its resolution to every reading.
+    const mean = histogram.count > 0 ? histogram.mean / 1e6 - 10 : 0;
+    histogram.reset();
+    return Math.max(0, mean);
+  };
 }
