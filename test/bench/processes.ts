@@ -228,11 +228,11 @@ export function processCpuMs(pid: number): number {
   return ((utime + stime) * 1000) / ticksPerSecond();
 }
 
-export function startMockProvider(latencyMs: number): Promise<ChildHandle> {
+export function startMockProvider(latencyMs: number, flags: readonly string[] = []): Promise<ChildHandle> {
   return startNodeChild(
     'mock-provider',
     ENTRY.mockProvider,
-    ['--port', '0', '--host', '127.0.0.1', '--latency', String(Math.round(latencyMs)), '--jitter', '0', '--mode', 'ok'],
+    ['--port', '0', '--host', '127.0.0.1', '--latency', String(Math.round(latencyMs)), '--jitter', '0', '--mode', 'ok', ...flags],
     /mock-provider listening on (http:\/\/\S+)/,
   );
 }
