@@ -123,6 +123,10 @@ describe('AdaptiveLimit', () => {
     for (let i = 0; i < 5; i++) window(110);
     expect(limit.limit).toBeGreaterThan(46);
     expect(limit.uncontendedMs).toBe(50);
+    // A lag estimate larger than the delay it stands for never makes the uncontended latency look lower than it is.
+    lag = 500;
+    window(50);
+    expect(limit.uncontendedMs).toBe(50);
   });
 
   it('refuses settings that cannot work', () => {

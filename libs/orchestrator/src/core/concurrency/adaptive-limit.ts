@@ -113,13 +113,14 @@ export class AdaptiveLimit {
     if (inFlight > this.windowMaxInFlight) this.windowMaxInFlight = inFlight;
     const now = this.now();
     if (now - this.windowStart < this.settings.windowMs || this.windowCount < this.settings.minSamples) return;
-    const average = Math.max(0, this.windowSum / this.windowCount - (this.ownDelayMs?.() ?? 0));
+    const average = this.windowSum / this.windowCount;
+    const lag = this.ownDelayMs?.() ?? 0;
     const used = this.windowMaxInFlight >= this.current / 2;
     this.windowStart = now;
     this.windowSum = 0;
     this.windowCount = 0;
     this.windowMaxInFlight = 0;
-    this.endWindow(average, used);
+    this.endWindow(average, Math.max(0, average - lag), used);
   }
 
   /** An overload answer (429, 503) or a timeout: the upstream says it has too much. */
@@ -130,13 +131,17 @@ export class AdaptiveLimit {
     this.set(this.current * this.settings.dropBackoff);
   }
 
-  private endWindow(average: number, used: boolean): void {
+  /**
+   * `average` as measured sets the uncontended latency (a lag estimate never lowers it); `compensated` (the process's
+   * own delay taken off) is what is compared with it, so that the process's own slowness can only spare the limit.
+   */
+  private endWindow(average: number, compensated: number, used: boolean): void {
     const s = this.settings;
     // At the floor nothing of ours queues: whatever latency is seen there is the upstream's own.
     if (average < this.noLoadMs || this.current <= s.minLimit) this.noLoadMs = average;
     // A limit nobody reached says nothing either way about the upstream's capacity.
     if (!used) return;
-    if (average > this.noLoadMs * s.tolerance) this.set(this.current * s.backoff);
+    if (compensated > this.noLoadMs * s.tolerance) this.set(this.current * s.backoff);
     else this.set(this.current + Math.sqrt(this.current));
   }
 
