@@ -51,12 +51,13 @@ export function isTransientFailure(error: unknown): boolean {
 }
 
 /**
- * The upstream saying it has too much to do: 429, 503, or a timeout. What an
- * adaptive limit shrinks on (not other failures: a 500 says nothing of load).
+ * The upstream saying it has too much to do: 429 or 503. What an adaptive
+ * limit shrinks on. Not other failures (a 500 says nothing of load), nor
+ * timeouts: one tenant's own long generations time out too, and would shrink
+ * everybody's limit (rising latency is seen in the latency samples anyway).
  */
 export function isOverloadSignal(error: unknown): boolean {
-  if (isOrchestratorError(error)) return error.code === 'upstream_timeout';
-  if (typeof error !== 'object' || error === null) return false;
+  if (typeof error !== 'object' || error === null || isOrchestratorError(error)) return false;
   const status = statusOf(error);
   return status === 429 || status === 503;
 }

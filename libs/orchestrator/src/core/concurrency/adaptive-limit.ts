@@ -10,7 +10,7 @@ export interface AdaptiveLimitOptions {
   tolerance?: number;
   /** Factor applied to the limit when latency rose past the tolerance. Default 0.9. */
   backoff?: number;
-  /** Factor applied to the limit on an overload answer (429, 503) or a timeout; at most once per window. Default 0.5. */
+  /** Factor applied to the limit on an overload answer (429, 503); at most once per window. Default 0.5. */
   dropBackoff?: number;
   /** Shortest window over which latencies are averaged before the limit moves. Default 100 ms. */
   windowMs?: number;
@@ -44,8 +44,8 @@ interface Settings {
  *   large one);
  * - a limit nobody used (less than half of it in flight) stays where it is:
  *   light traffic proves nothing.
- * An overload answer (429, 503) or a timeout shrinks it by `dropBackoff` at
- * once, at most once per window (a burst of refusals is one signal).
+ * An overload answer (429, 503) shrinks it by `dropBackoff` at once, at most
+ * once per window (a burst of refusals is one signal).
  *
  * The uncontended latency is re-learnt at the minimum limit, where nothing of
  * ours queues: an upstream that became slower for everyone (another model, a
@@ -123,7 +123,7 @@ export class AdaptiveLimit {
     this.endWindow(average, Math.max(0, average - lag), used);
   }
 
-  /** An overload answer (429, 503) or a timeout: the upstream says it has too much. */
+  /** An overload answer (429, 503): the upstream says it has too much. */
   drop(): void {
     const now = this.now();
     if (now - this.lastDropAt < this.settings.windowMs) return;

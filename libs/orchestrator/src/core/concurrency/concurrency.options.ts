@@ -10,7 +10,7 @@ export interface ConcurrencyOptions {
   /** Calls in flight at once; with `adaptive`, the most the learnt limit may reach. Default 16. */
   limit?: number;
   /**
-   * Learn the limit from the upstream's latency, 429s, 503s and timeouts (see
+   * Learn the limit from the upstream's latency, 429s and 503s (see
    * `AdaptiveLimit`), up to `limit`. Default off: the limit is fixed.
    */
   adaptive?: boolean | AdaptiveLimitOptions;
