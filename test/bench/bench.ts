@@ -3,6 +3,7 @@ import { cpus } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { renderTimelineSvg } from './chart.js';
+import { capacityTable, renderLimitSvg, runCapacity } from './capacity.js';
 import { keyCostTable, runKeyCost } from './keycost.js';
 import { closeControlConnections } from './mock-control.js';
 import { clusterTable, runCluster } from './cluster.js';
@@ -17,7 +18,7 @@ import { TIMELINE_SCENARIOS, type TargetChoice, type TimelineScenario } from './
 import { REFERENCE, describeGatewayDefaults, fmtMs, type TargetCheck } from './targets.js';
 import { runTimeline } from './timeline.js';
 
-const SCENARIOS = [...TIMELINE_SCENARIOS, 'overhead', 'scale', 'keycost', 'cluster', 'soak', 'tenants'] as const;
+const SCENARIOS = [...TIMELINE_SCENARIOS, 'overhead', 'scale', 'keycost', 'cluster', 'soak', 'tenants', 'capacity'] as const;
 type Scenario = (typeof SCENARIOS)[number];
 
 const USAGE = `Usage: npm run bench -- <scenario> [options]
@@ -225,6 +226,15 @@ async function main(): Promise<number> {
     } else if (scenario === 'tenants') {
       const result = await runTenants(log);
       await report(result, tenantsTable(result));
+    } else if (scenario === 'capacity') {
+      const result = await runCapacity(log);
+      await report(result, capacityTable(result));
+      await writeFile(file('svg'), renderLimitSvg(result));
+      written.push(file('svg'));
+      if (cli.docs) {
+        await copyFile(file('svg'), join(docsDir, 'capacity-limit.svg'));
+        written.push(join(docsDir, 'capacity-limit.svg'));
+      }
     } else if (scenario === 'soak') {
       const result = await runSoak({ durationSec: cli.soakSec, log });
       await report(result, soakTable(result));

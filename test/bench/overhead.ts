@@ -315,7 +315,7 @@ const LIMIT_LATENCY_MS = 50;
 
 /**
  * The default concurrency limit against a provider that takes 50 ms, at 200 connections of distinct requests: the
- * floor (no limit), the gateway at its default (32) and at 256, each for two stretches (the best of the two kept).
+ * floor (no limit), the gateway at its defaults and at --concurrency 256, each for two stretches (the best of the two kept).
  */
 async function runLimits(
   options: OverheadOptions,
@@ -325,7 +325,7 @@ async function runLimits(
   const mock = await start(startMockProvider(LIMIT_LATENCY_MS));
   const targets: Array<[string, ChildHandle]> = [
     ['floor (no limit)', await start(startMinimalProxy(mock.url, 256))],
-    ['gateway, --concurrency 32 (default)', await start(startGateway(mock.url, []))],
+    ['gateway, default flags', await start(startGateway(mock.url, []))],
     ['gateway, --concurrency 256', await start(startGateway(mock.url, ['--concurrency', '256']))],
   ];
   const row = { ...ROWS[1], connections: 200 };

@@ -49,7 +49,7 @@ describe('readers that stall', () => {
     // Events back to back: each stream is as long as it can be, as fast as the provider can write it.
     await new MockControl(provider.url).configure({ streamChunkDelayMs: 0 });
     // A stalled stream holds its upstream slot while it is held back: the ceiling leaves room for the other caller.
-    gateway = await startGatewayProcess(['--upstream', provider.url, '--log-level', 'warn', '--concurrency', '64']);
+    gateway = await startGatewayProcess(['--upstream', provider.url, '--log-level', 'warn', '--concurrency', '64', '--no-adaptive-concurrency']);
   }, 180_000);
   afterAll(() => {
     gateway?.kill();

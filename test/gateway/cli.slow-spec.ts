@@ -97,15 +97,27 @@ function configError(argv: string[], env: NodeJS.ProcessEnv = {}): ConfigError {
 }
 
 describe('parseGatewayConfig', () => {
+  it('takes several upstreams: --upstream repeated, or a comma list in the environment', () => {
+    const flags = parseGatewayConfig(['--provider', 'llama', '--upstream', 'http://127.0.0.1:8080/', '--upstream', 'http://127.0.0.1:8081'], {});
+    expect(flags).toMatchObject({ upstream: 'http://127.0.0.1:8080', upstreams: ['http://127.0.0.1:8080', 'http://127.0.0.1:8081'] });
+    const env = parseGatewayConfig(['--provider', 'llama'], { LLAMA_CPP_URL: 'http://a:1, http://b:2' });
+    expect(env?.upstreams).toEqual(['http://a:1', 'http://b:2']);
+    expect(() => parseGatewayConfig(['--upstream', 'http://a:1', '--upstream', 'http://a:1/'], {})).toThrow(/same URL twice/);
+  });
+
   it('has working defaults', () => {
     expect(parseGatewayConfig([], {})).toEqual({
       provider: 'openai',
       upstream: 'https://api.openai.com/v1',
+      upstreams: ['https://api.openai.com/v1'],
       host: '127.0.0.1',
       port: 18080,
       platform: 'fastify',
       workers: 1,
-      concurrency: 32,
+      concurrency: 512,
+      adaptiveConcurrency: true,
+      keepAbandoned: false,
+      healthIntervalMs: 1_000,
       tenantConcurrency: undefined,
       fairQueue: true,
       queueSize: 1000,

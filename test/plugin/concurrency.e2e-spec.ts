@@ -130,7 +130,7 @@ describe.each(PLATFORMS)('concurrency on %s', (platform) => {
       '16 calls in flight and 4 queued',
     );
     expect(upstream.calls).toBe(16);
-    expect(limiter('WorkController.work')).toEqual({ name: 'WorkController.work', limit: 16, inFlight: 16, queued: 4, queueSize: 1000, detached: 0 });
+    expect(limiter('WorkController.work')).toEqual({ name: 'WorkController.work', limit: 16, mode: 'fixed', ceiling: 16, inFlight: 16, queued: 4, queueSize: 1000, detached: 0 });
 
     upstream.gate.resolve();
     const answers = await Promise.all(requests);

@@ -39,7 +39,9 @@ export async function startGateway(options: StartOptions = {}): Promise<GatewayU
   try {
     const flags = options.flags ?? [];
     // Request lines would flood the test output: silent unless a test's own flags ask for a level.
-    const config = parseGatewayConfig(['--upstream', provider.url, '--log-level', 'silent', ...flags], options.env ?? {});
+    // A test's own --upstream replaces the simulated provider's (--upstream given twice would make a pool of two).
+    const upstream = flags.includes('--upstream') ? [] : ['--upstream', provider.url];
+    const config = parseGatewayConfig([...upstream, '--log-level', 'silent', ...flags], options.env ?? {});
     if (!config) throw new Error('parseGatewayConfig returned no config (was --help passed?)');
     app = await createGateway(config, { logger: options.logger ?? false });
     await app.listen(0, '127.0.0.1');

@@ -17,7 +17,8 @@ import { ApiError } from './http/api-error.js';
 import { GatewayGuard } from './http/gateway.guard.js';
 import { Lifecycle } from './http/lifecycle.js';
 import { RequestContextMiddleware } from './http/request-context.middleware.js';
-import { UPSTREAM } from './routes/shaping.js';
+import { UPSTREAM_POOL, gatewayFailover, upstreamMembers } from './upstreams/upstream-set.js';
+import { UpstreamRotation } from './upstreams/upstream-rotation.js';
 import { HealthController } from './routes/health.controller.js';
 
 /** The gateway's configuration and its upstream client, visible to the orchestrator's options factory. */
@@ -49,6 +50,7 @@ export function orchestratorOptions(
   shared: SharedState,
   workers?: WorkerCoordination,
 ): OrchestratorModuleOptions {
+  const members = upstreamMembers(config);
   return {
     // The data plane makes each request's key (its bytes, its caller, who answers upstream) and says whether its
     // answer may be kept (see `DataPlane`); these are the window's bounds.
@@ -56,32 +58,43 @@ export function orchestratorOptions(
       windowMs: config.dedupWindowMs,
       maxBytes: config.windowMaxBytes,
       storeTimeoutMs: config.redisTimeoutMs,
+      // Work nobody waits for stops (a llama.cpp slot is freed, a paid stream stops generating), unless kept.
+      cancelWhenAbandoned: !config.keepAbandoned,
     },
     timeout: { ms: config.timeoutMs },
     // A provider's answer about one request (llama.cpp answers some client mistakes with a 500) is not retried.
     retry: { retries: config.retries, shouldRetry: (error) => gateway.provider.shouldRetry(error) },
-    limits: {
-      [UPSTREAM]: {
-        limit: config.concurrency,
-        queueSize: config.queueSize,
-        maxWaitMs: config.queueTimeoutMs,
-        perTenantLimit: config.tenantConcurrency,
-        fairQueue: config.fairQueue,
-      },
-    },
-    breakers: {
-      [UPSTREAM]: {
-        failureThreshold: config.breakerFailures,
-        openMs: config.breakerOpenMs,
-        probeIntervalMs: config.probeIntervalMs,
-        probeTimeoutMs: Math.min(2_000, config.timeoutMs),
-        healthProbe: (signal) => gateway.healthProbe(signal),
-        // The gateway's own refusals (a route this provider lacks: 501; a request it cannot translate: 400)
-        // never reached the provider, so they say nothing about its health.
-        // and neither does the provider's answer about one request (see Provider.isFailure).
-        isFailure: (error) => !(error instanceof ApiError) && gateway.provider.isFailure(error),
-      },
-    },
+    // Each upstream has its own limiter and breaker (one upstream: both keep the name `upstream`).
+    limits: Object.fromEntries(
+      members.map((m) => [
+        m.name,
+        {
+          limit: config.concurrency,
+          adaptive: config.adaptiveConcurrency,
+          queueSize: config.queueSize,
+          maxWaitMs: config.queueTimeoutMs,
+          perTenantLimit: config.tenantConcurrency,
+          fairQueue: config.fairQueue,
+        },
+      ]),
+    ),
+    breakers: Object.fromEntries(
+      members.map((m) => [
+        m.name,
+        {
+          failureThreshold: config.breakerFailures,
+          openMs: config.breakerOpenMs,
+          probeIntervalMs: config.probeIntervalMs,
+          probeTimeoutMs: Math.min(2_000, config.timeoutMs),
+          healthProbe: (signal: AbortSignal) => gateway.healthProbe(signal, m.target),
+          // The gateway's own refusals (a route this provider lacks: 501; a request it cannot translate: 400)
+          // never reached the provider, so they say nothing about its health.
+          // and neither does the provider's answer about one request (see Provider.isFailure).
+          isFailure: (error: unknown) => !(error instanceof ApiError) && gateway.provider.isFailure(error),
+        },
+      ]),
+    ),
+    upstreams: { [UPSTREAM_POOL]: { members, shouldFailover: gatewayFailover(config, gateway.provider) } },
     windowStores: shared.windowStore ? [shared.windowStore] : undefined,
     // Redis coordinates whoever shares it (replicas and workers alike); without it, the workers of --workers
     // coordinate through their primary.
@@ -116,7 +129,7 @@ export class GatewayModule implements NestModule {
         HealthController,
         ...(o.statusPath === undefined ? [] : [statusController(o.statusPath)]),
       ],
-      providers: [{ provide: APP_GUARD, useClass: GatewayGuard }, StatusBoard, GatewayTelemetry],
+      providers: [{ provide: APP_GUARD, useClass: GatewayGuard }, StatusBoard, GatewayTelemetry, UpstreamRotation],
     };
   }
 

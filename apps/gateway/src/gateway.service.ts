@@ -1,5 +1,5 @@
 import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
-import { RawResponse, StreamedResponse, isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrator';
+import { RawResponse, StreamedResponse, isOrchestratorError, isTransientFailure, type Upstream } from 'nest-prompt-orchestrator';
 import { RemoteCallError } from 'nest-prompt-orchestrator/internal';
 import type { IncomingHttpHeaders } from 'node:http';
 import { map, type Observable } from 'rxjs';
@@ -14,6 +14,7 @@ import { sseEvent, translateSse } from './translate/sse.js';
 import { UpstreamStreamError, checkStreamEnd } from './upstream/stream-end.js';
 import { UpstreamClient, UpstreamHttpError, UpstreamProtocolError, looksLikeJson, startsWithErrorField } from './upstream/upstream-client.js';
 import { UpstreamIdentity } from './upstream/upstream-identity.js';
+import { urlOn, type UpstreamTarget } from './upstreams/upstream-set.js';
 import { Budgets } from './budgets/budgets.service.js';
 import { tapUsage, usageOfJson, withStreamUsage } from './budgets/usage.js';
 import { UsageLedger } from './observability/usage-ledger.js';
@@ -26,6 +27,8 @@ export interface Caller {
   context: RequestContext;
   /** The call's own signal (aborted on timeout or cancellation). */
   signal?: AbortSignal;
+  /** The upstream of the pool this attempt goes to (see `urlOn`). */
+  upstream?: Upstream;
   headers: IncomingHttpHeaders;
   /** The parsed JSON body of a POST route (absent when the request had none). */
   body?: unknown;
@@ -55,7 +58,7 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
   readonly identity: UpstreamIdentity;
 
   constructor(
-    @Inject(GATEWAY_CONFIG) config: GatewayConfig,
+    @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
     private readonly budgets: Budgets,
     private readonly usage: UsageLedger,
   ) {
@@ -100,7 +103,7 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     const uploadType = ROUTES[route].body === 'multipart' ? caller.headers['content-type'] : undefined;
     const call = {
       method: plan.method,
-      url: upstreamUrl(plan, caller.params, caller.query),
+      url: urlOn(upstreamUrl(plan, caller.params, caller.query), this.config, caller.upstream),
       // Unchanged bytes where nothing is translated: no second serialisation, the provider reads what the client sent.
       body: translated ?? usageAdded ?? (body === undefined ? undefined : (caller.rawBody ?? (body as object))),
       headers: {
@@ -181,8 +184,9 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
   }
 
   /** The breaker's recovery probe: the provider's own health route (llama.cpp) or its model list. */
-  async healthProbe(signal: AbortSignal): Promise<boolean> {
-    const up = await this.upstream.probe(this.provider.healthUrl(), this.provider.authHeaders({ headers: {} }), signal);
+  async healthProbe(signal: AbortSignal, target?: UpstreamTarget): Promise<boolean> {
+    const url = target ? this.provider.healthUrl().replace(this.config.upstream, target.url) : this.provider.healthUrl();
+    const up = await this.upstream.probe(url, this.provider.authHeaders({ headers: {} }), signal);
     // Back after an outage: it may have come back with another model.
     if (up) void this.identity.check(this.provider.authHeaders({ headers: {} }));
     return up;

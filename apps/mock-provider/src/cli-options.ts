@@ -39,6 +39,12 @@ const FLAGS: readonly FlagSpec[] = [
     kind: 'ms',
     help: `ms between streamed chunks (default ${DEFAULT_TUNING.streamChunkDelayMs})`,
   },
+  {
+    flag: 'capacity',
+    env: 'MOCK_CAPACITY',
+    kind: 'count',
+    help: 'calls served at the base latency; beyond it latency grows with the calls in flight (default 0: no limit)',
+  },
   { flag: 'mode', env: 'MOCK_MODE', kind: 'mode', help: `${MOCK_MODES.join(' | ')} (default ok)` },
   { flag: 'model', env: 'MOCK_MODEL', kind: 'text', help: `model name to report (default ${DEFAULT_TUNING.model})` },
   {
@@ -152,6 +158,9 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
         break;
       case 'chunk-delay':
         options.streamChunkDelayMs = value as number;
+        break;
+      case 'capacity':
+        options.capacity = value as number;
         break;
       case 'mode':
         options.mode = value as MockProviderOptions['mode'];

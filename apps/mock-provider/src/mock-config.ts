@@ -19,10 +19,11 @@ export const DEFAULT_TUNING: Readonly<Required<MockTuning>> = Object.freeze({
   latencyJitterMs: 0,
   streamChunkDelayMs: 5,
   model: 'mock-model',
+  capacity: 0,
 });
 
 const MODE_OPTION_KEYS: readonly string[] = ['slowChunkDelayMs', 'cutAfterChunks', 'retryAfterSeconds'];
-const TUNING_KEYS: readonly string[] = ['latencyMs', 'latencyJitterMs', 'streamChunkDelayMs', 'model'];
+const TUNING_KEYS: readonly string[] = ['latencyMs', 'latencyJitterMs', 'streamChunkDelayMs', 'model', 'capacity'];
 
 /** Longest timer Node accepts; larger values would silently fire after 1 ms. */
 export const MAX_DELAY_MS = 2_147_483_647;
@@ -87,5 +88,6 @@ export function applyTuning(config: MockConfig, tuning: MockTuning): MockConfig 
     }
     next.model = tuning.model;
   }
+  if (tuning.capacity !== undefined) next.capacity = checkCount(tuning.capacity, 'capacity');
   return next;
 }

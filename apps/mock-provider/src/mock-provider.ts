@@ -112,6 +112,8 @@ class MockProviderServer implements MockProvider {
   private readonly hung = new Set<Exchange>();
   private readonly fixed?: FixedAnswers;
   private closing: Promise<void> | undefined;
+  /** Calls waiting out their latency right now (what `capacity` compares against). */
+  private busy = 0;
   private readonly server: Server;
 
   constructor(options: MockProviderOptions) {
@@ -127,6 +129,7 @@ class MockProviderServer implements MockProvider {
         ...(options.latencyJitterMs === undefined ? {} : { latencyJitterMs: options.latencyJitterMs }),
         ...(options.streamChunkDelayMs === undefined ? {} : { streamChunkDelayMs: options.streamChunkDelayMs }),
         ...(options.model === undefined ? {} : { model: options.model }),
+        ...(options.capacity === undefined ? {} : { capacity: options.capacity }),
       },
     );
     this.maxBodyBytes = checkCount(options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, 'maxBodyBytes');
@@ -308,6 +311,19 @@ class MockProviderServer implements MockProvider {
     this.recorder.finish(call);
   }
 
+  /** The latency, stretched by how far the calls waiting for it exceed the configured capacity (if there is one). */
+  private async waitLatency(exchange: Exchange): Promise<void> {
+    const capacity = exchange.config.capacity;
+    const base = exchange.latencyMs();
+    if (capacity === 0) return exchange.wait(base);
+    this.busy++;
+    try {
+      await exchange.wait(base * Math.max(1, this.busy / capacity));
+    } finally {
+      this.busy--;
+    }
+  }
+
   /** The mode decides first, as for a real outage; only the ok-like modes look at the request itself. */
   private async serve(
     exchange: Exchange,
@@ -321,7 +337,7 @@ class MockProviderServer implements MockProvider {
       this.park(exchange);
       return;
     }
-    await exchange.wait(exchange.latencyMs());
+    await this.waitLatency(exchange);
     if (mode === 'reset') {
       exchange.hangUp('reset');
       return;

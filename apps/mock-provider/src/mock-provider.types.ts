@@ -35,6 +35,12 @@ export interface MockTuning {
   streamChunkDelayMs?: number;
   /** Model name reported where the request names none (and always on llama.cpp native routes). Default 'mock-model'. */
   model?: string;
+  /**
+   * Calls the simulated provider serves at its base latency; beyond this many at once, each new call's latency is
+   * the latency times (calls in flight / capacity), as a server sharing `capacity` workers would be. 0: no limit.
+   * Default 0.
+   */
+  capacity?: number;
 }
 
 export interface MockProviderOptions extends MockTuning {
@@ -64,6 +70,7 @@ export interface MockConfig {
   latencyJitterMs: number;
   streamChunkDelayMs: number;
   model: string;
+  capacity: number;
 }
 
 /**

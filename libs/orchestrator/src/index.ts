@@ -13,6 +13,7 @@ export {
   Orchestrate,
   CallSignal,
   callSignalOf,
+  callUpstreamOf,
 } from './nest/orchestrate.decorators.js';
 export { orchestratorHttpException } from './nest/http-errors.js';
 

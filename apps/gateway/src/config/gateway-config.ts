@@ -9,15 +9,23 @@ export type PlatformKind = 'express' | 'fastify';
 /** Everything the gateway is configured with; built from flags, then environment, then defaults. */
 export interface GatewayConfig {
   provider: ProviderKind;
-  /** Base URL of the provider; fixed for the process, never taken from a request. */
+  /** Base URL of the provider (the first of `upstreams`); fixed for the process, never taken from a request. */
   upstream: string;
+  /** Every upstream serving the provider's API (`--upstream` repeated), in order of preference; at least one. */
+  upstreams: string[];
   host: string;
   port: number;
   platform: PlatformKind;
   /** Gateway processes on one port (node:cluster). */
   workers: number;
-  /** Upstream calls in flight at once. */
+  /** Most upstream calls in flight at once, per upstream: the ceiling of the adaptive limit (or the fixed limit). */
   concurrency: number;
+  /** The limit below `concurrency` is learnt from latency, 429s and 503s (on unless --no-adaptive-concurrency). */
+  adaptiveConcurrency: boolean;
+  /** A call every caller left keeps running for the window (--keep-abandoned), instead of being aborted. */
+  keepAbandoned: boolean;
+  /** How often each llama.cpp server's health and slots are read. */
+  healthIntervalMs: number;
   /** Upstream calls one tenant may have in flight at once (undefined: no cap of its own). */
   tenantConcurrency?: number;
   /** The wait queue is shared in turn across tenants (on unless --no-fair-queue). */
@@ -86,6 +94,8 @@ interface FlagSpec {
   help: string;
   value?: string;
   boolean?: boolean;
+  /** May be given more than once (the environment variable then holds a comma list). */
+  multiple?: boolean;
 }
 
 const UPSTREAM_ENV: Record<ProviderKind, string> = {
@@ -109,7 +119,8 @@ const FLAGS: Record<string, FlagSpec> = {
   upstream: {
     env: (p) => UPSTREAM_ENV[p],
     value: 'URL',
-    help: 'provider base URL (env OPENAI_BASE_URL / LLAMA_CPP_URL / ANTHROPIC_BASE_URL by provider)',
+    multiple: true,
+    help: 'provider base URL (env OPENAI_BASE_URL / LLAMA_CPP_URL / ANTHROPIC_BASE_URL by provider); repeat it (or give the variable a comma list) for several upstreams of one API, with failover between them (docs/upstreams.md)',
   },
   host: { env: 'ORCHESTRATOR_HOST', value: 'HOST', help: 'address to listen on (default 127.0.0.1)' },
   port: { env: 'ORCHESTRATOR_PORT', value: 'PORT', help: 'port to listen on (default 18080; llama-server uses 8080)' },
@@ -119,7 +130,26 @@ const FLAGS: Record<string, FlagSpec> = {
     help: 'gateway processes on this port (node:cluster), one gateway: one upstream call per key and one breaker across them, through their primary or --redis (default 1)',
   },
   platform: { env: 'ORCHESTRATOR_PLATFORM', value: 'NAME', help: 'fastify | express (default fastify: less CPU per request)' },
-  concurrency: { env: 'ORCHESTRATOR_CONCURRENCY', value: 'N', help: 'upstream calls in flight at once (default 32)' },
+  concurrency: {
+    env: 'ORCHESTRATOR_CONCURRENCY',
+    value: 'N',
+    help: "most calls in flight at once per upstream (default 512); below it the limit is learnt from latency, or is a llama.cpp server's slots",
+  },
+  'no-adaptive-concurrency': {
+    env: 'ORCHESTRATOR_NO_ADAPTIVE_CONCURRENCY',
+    boolean: true,
+    help: 'a fixed limit of --concurrency per upstream instead of one learnt from latency, 429s and 503s (slots still apply)',
+  },
+  'keep-abandoned': {
+    env: 'ORCHESTRATOR_KEEP_ABANDONED',
+    boolean: true,
+    help: 'a call every caller left keeps running so that its answer lands in the window (default: it is aborted, freeing the slot)',
+  },
+  'health-interval': {
+    env: 'ORCHESTRATOR_HEALTH_INTERVAL_SECS',
+    value: 'SECS',
+    help: "how often each llama.cpp server's /health and slots are read, to take it out of rotation and back (default 1)",
+  },
   'tenant-concurrency': {
     env: 'ORCHESTRATOR_TENANT_CONCURRENCY',
     value: 'N',
@@ -275,12 +305,12 @@ export { ConfigError } from './config-error.js';
 
 /** Parses flags and environment; throws `ConfigError` naming the first bad value. Returns `undefined` for --help. */
 export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): GatewayConfig | undefined {
-  let values: Record<string, string | boolean | undefined>;
+  let values: Record<string, string | string[] | boolean | undefined>;
   try {
     const options = Object.fromEntries(
-      Object.entries(FLAGS).map(([name, spec]) => [name, { type: spec.boolean ? 'boolean' : 'string' } as const]),
+      Object.entries(FLAGS).map(([name, spec]) => [name, { type: spec.boolean ? 'boolean' : 'string', multiple: spec.multiple === true } as const]),
     );
-    values = parseArgs({ args: argv, options, strict: true, allowPositionals: false }).values;
+    values = parseArgs({ args: argv, options, strict: true, allowPositionals: false }).values as typeof values;
   } catch (error) {
     throw new ConfigError(`${(error as Error).message}. Run with --help to list the options.`);
   }
@@ -291,7 +321,10 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     throw new ConfigError(`--provider must be openai, llama or anthropic, got "${provider}"`);
   }
   const raw = (name: string) => readString(values, env, name, provider);
-  const upstream = parseUrl('upstream', raw('upstream') ?? DEFAULT_UPSTREAM[provider]);
+  const upstreams = readList(values, env, 'upstream', provider).map((url) => parseUrl('upstream', url));
+  if (upstreams.length === 0) upstreams.push(parseUrl('upstream', DEFAULT_UPSTREAM[provider]));
+  if (new Set(upstreams).size !== upstreams.length) throw new ConfigError('--upstream names the same URL twice');
+  const upstream = upstreams[0];
   const platform = (raw('platform') ?? 'fastify') as PlatformKind;
   if (platform !== 'express' && platform !== 'fastify') {
     throw new ConfigError(`--platform must be express or fastify, got "${platform}"`);
@@ -313,11 +346,15 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
   return {
     provider,
     upstream,
+    upstreams,
     host: raw('host') ?? '127.0.0.1',
     port,
     platform,
     workers: integer('workers', 1, 1),
-    concurrency: integer('concurrency', 32, 1),
+    concurrency: integer('concurrency', 512, 1),
+    adaptiveConcurrency: !(values['no-adaptive-concurrency'] === true || isTrue(env.ORCHESTRATOR_NO_ADAPTIVE_CONCURRENCY)),
+    keepAbandoned: values['keep-abandoned'] === true || isTrue(env.ORCHESTRATOR_KEEP_ABANDONED),
+    healthIntervalMs: seconds('health-interval', 1),
     tenantConcurrency: raw('tenant-concurrency') === undefined ? undefined : integer('tenant-concurrency', 1, 1),
     fairQueue: !(values['no-fair-queue'] === true || isTrue(env.ORCHESTRATOR_NO_FAIR_QUEUE)),
     queueSize: integer('queue-size', 1000, 0),
@@ -381,8 +418,19 @@ function parseRoutePath(name: string, raw: string): string {
   return raw;
 }
 
+/** A flag given any number of times, else its environment variable as a comma list. */
+function readList(values: Record<string, string | string[] | boolean | undefined>, env: NodeJS.ProcessEnv, name: string, provider: ProviderKind): string[] {
+  const flag = values[name];
+  if (Array.isArray(flag)) return flag;
+  const fromEnv = readString({}, env, name, provider);
+  return (fromEnv ?? '')
+    .split(',')
+    .map((url) => url.trim())
+    .filter(Boolean);
+}
+
 function readString(
-  values: Record<string, string | boolean | undefined>,
+  values: Record<string, string | string[] | boolean | undefined>,
   env: NodeJS.ProcessEnv,
   name: string,
   provider: ProviderKind = 'openai',

@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { LRUCache } from 'lru-cache';
-import { ShuttingDownError, type Orchestrator, type RawResponse, type RoutePolicy } from 'nest-prompt-orchestrator';
+import { ShuttingDownError, type Orchestrator, type RawResponse, type RoutePolicy, type Upstream } from 'nest-prompt-orchestrator';
 import { dedupKey, hashIdentity, reuseOf, toCallEvents, type CallEvent, type CallWork, type StartedCall } from 'nest-prompt-orchestrator/internal';
 import { Observable, from, type Subscription } from 'rxjs';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { streamErrorEvent, type GatewayService } from '../gateway.service.js';
+import { streamErrorEvent, upstreamUrl, type GatewayService } from '../gateway.service.js';
+import { upstreamMembers, urlOn } from '../upstreams/upstream-set.js';
 import type { Budgets } from '../budgets/budgets.service.js';
 import type { VirtualKey } from '../budgets/virtual-keys.js';
 import type { UsageLedger } from '../observability/usage-ledger.js';
@@ -79,6 +80,8 @@ export class DataPlane {
   readonly corsOrigins?: ReadonlySet<string> | '*';
   readonly exposedHeaders = EXPOSED_HEADERS.join(',');
   readonly dedupOn: boolean;
+  /** Several upstreams behind the proxied routes: each attempt is told which one it goes to. */
+  readonly pooled: boolean;
   // The same credential arrives again and again: its hash (the caller's tenant) is computed once.
   private readonly tenants = new LRUCache<string, string>({ max: 10_000 });
   private readonly plans = new WeakMap<UpstreamPlan, { origin: string; path: string }>();
@@ -88,6 +91,7 @@ export class DataPlane {
     this.keyDigests = config.gatewayKeys.map(keyDigest);
     this.checksKeys = gatewayChecksKeys(config);
     this.dedupOn = config.dedup;
+    this.pooled = upstreamMembers(config).length > 1;
     if (config.corsOrigins) this.corsOrigins = config.corsOrigins === '*' ? '*' : new Set(config.corsOrigins);
   }
 
@@ -121,8 +125,15 @@ export class DataPlane {
     return tenant;
   }
 
-  /** The provider's origin and path for a route (its `:param` segments filled in, escaped), plus the client's query. */
-  target(plan: UpstreamPlan, params: Record<string, string>, query: string): { origin: string; path: string } {
+  /**
+   * The provider's origin and path for a route (its `:param` segments filled in, escaped), plus the client's query,
+   * on the pool's `upstream` of this attempt (absent: the one upstream).
+   */
+  target(plan: UpstreamPlan, params: Record<string, string>, query: string, upstream: Upstream | undefined): { origin: string; path: string } {
+    if (upstream !== undefined) {
+      const url = new URL(urlOn(upstreamUrl(plan, params, query), this.parts.config, upstream));
+      return { origin: url.origin, path: url.pathname + url.search };
+    }
     let parsed = this.plans.get(plan);
     if (!parsed) {
       const url = new URL(plan.url);
@@ -305,66 +316,73 @@ class ProxiedCall {
 
   /** The upstream call this request leads (only the leader's runs: joined and cached requests never call it). */
   private work(plan: UpstreamPlan, skeleton: JsonSkeleton | undefined): CallWork<RawResponse> {
-    if (plan.translation) return (signal) => this.translated(signal);
-    return () =>
-      new Observable<CallEvent<RawResponse>>((subscriber) => {
-        const { parts } = this.plane;
-        const { budgets, gateway, usage } = parts;
-        const context = this.context;
-        const upload = this.info.body === 'multipart';
-        const added = this.addsStreamUsage(skeleton);
-        const body = added ? withIncludeUsage(this.body!, skeleton!) : this.body;
-        const provider = gateway.provider;
-        const headers: Record<string, string> = {
-          'x-request-id': context.id,
-          ...(body === undefined ? {} : { 'content-type': upload ? this.request.headers['content-type']! : 'application/json' }),
-          ...provider.authHeaders({ clientKey: this.presented, headers: this.request.headers }),
-          // After the credentials: the client's own answer-changing headers (an API version) override a default.
-          ...provider.forwardedHeaders(this.request.headers),
-        };
-        const exchange = new UpstreamExchange(subscriber, {
-          api: plan.api,
-          anyAnswer: this.info.answer === 'any',
-          streamEnd: this.info.streamEnd ?? plan.api,
-          readUsage: true,
-          stripUsage: added,
-          presentedKey: this.presented,
-          formatError: streamErrorEvent(context.api),
-          onAnswered: () => (context.upstreamAnsweredAt = performance.now()),
-          onUsage: (found) => {
-            usage.record(context, found);
-            const counted = budgets.settle(context, context.body, found);
-            return context.caps ? counted : undefined;
-          },
-          onBody: this.route === 'props' ? (bytes) => gateway.identity.observe(parseJson(bytes)) : undefined,
-          // A lost connection may be a restart: the model behind the URL may have changed.
-          onConnectionLost: () => void gateway.identity.check(provider.authHeaders({ clientKey: this.presented, headers: this.request.headers })),
-        });
-        const { origin, path } = this.plane.target(plan, this.params, this.query);
-        const dispatch = () => {
-          context.upstreamStartedAt = performance.now();
-          gateway.upstream.dispatcher.dispatch({ origin, path, method: plan.method, headers, body: plan.method === 'GET' ? undefined : body }, exchange);
-        };
-        // Only the call that reaches the provider holds money against a cap.
-        if (context.caps) {
-          budgets.reserve(context, context.body, this.body?.length).then(dispatch, (error: unknown) => subscriber.error(error));
-        } else dispatch();
-        return () => {
-          exchange.cancel();
-          // No answer the client could use: the hold is let go (an answer that did end has already settled it).
-          budgets.release(context);
-        };
+    if (plan.translation) return (signal, upstream) => this.translated(signal, upstream);
+    // One upstream: the work takes no parameter (so no AbortController is made for it: unsubscribing stops it).
+    if (!this.plane.pooled) return () => this.passThrough(plan, skeleton, undefined);
+    return (_signal, upstream) => this.passThrough(plan, skeleton, upstream);
+  }
+
+  /** The client's bytes to the provider (the pool's `upstream` of this attempt), its bytes back as call events. */
+  private passThrough(plan: UpstreamPlan, skeleton: JsonSkeleton | undefined, upstream: Upstream | undefined): Observable<CallEvent<RawResponse>> {
+    return new Observable<CallEvent<RawResponse>>((subscriber) => {
+      const { parts } = this.plane;
+      const { budgets, gateway, usage } = parts;
+      const context = this.context;
+      const upload = this.info.body === 'multipart';
+      const added = this.addsStreamUsage(skeleton);
+      const body = added ? withIncludeUsage(this.body!, skeleton!) : this.body;
+      const provider = gateway.provider;
+      const headers: Record<string, string> = {
+        'x-request-id': context.id,
+        ...(body === undefined ? {} : { 'content-type': upload ? this.request.headers['content-type']! : 'application/json' }),
+        ...provider.authHeaders({ clientKey: this.presented, headers: this.request.headers }),
+        // After the credentials: the client's own answer-changing headers (an API version) override a default.
+        ...provider.forwardedHeaders(this.request.headers),
+      };
+      const exchange = new UpstreamExchange(subscriber, {
+        api: plan.api,
+        anyAnswer: this.info.answer === 'any',
+        streamEnd: this.info.streamEnd ?? plan.api,
+        readUsage: true,
+        stripUsage: added,
+        presentedKey: this.presented,
+        formatError: streamErrorEvent(context.api),
+        onAnswered: () => (context.upstreamAnsweredAt = performance.now()),
+        onUsage: (found) => {
+          usage.record(context, found);
+          const counted = budgets.settle(context, context.body, found);
+          return context.caps ? counted : undefined;
+        },
+        onBody: this.route === 'props' ? (bytes) => gateway.identity.observe(parseJson(bytes)) : undefined,
+        // A lost connection may be a restart: the model behind the URL may have changed.
+        onConnectionLost: () => void gateway.identity.check(provider.authHeaders({ clientKey: this.presented, headers: this.request.headers })),
       });
+      const { origin, path } = this.plane.target(plan, this.params, this.query, upstream);
+      const dispatch = () => {
+        context.upstreamStartedAt = performance.now();
+        gateway.upstream.dispatcher.dispatch({ origin, path, method: plan.method, headers, body: plan.method === 'GET' ? undefined : body }, exchange);
+      };
+      // Only the call that reaches the provider holds money against a cap.
+      if (context.caps) {
+        budgets.reserve(context, context.body, this.body?.length).then(dispatch, (error: unknown) => subscriber.error(error));
+      } else dispatch();
+      return () => {
+        exchange.cancel();
+        // No answer the client could use: the hold is let go (an answer that did end has already settled it).
+        budgets.release(context);
+      };
+    });
   }
 
   /** A route whose client API is not the provider's: the gateway service translates request and answer. */
-  private translated(signal: AbortSignal): Observable<CallEvent<RawResponse>> {
+  private translated(signal: AbortSignal, upstream: Upstream | undefined): Observable<CallEvent<RawResponse>> {
     let body: unknown;
     if (this.body !== undefined && this.body.length > 0) body = JSON.parse(this.body.toString('utf8'));
     const query = this.query;
     const answer = this.plane.parts.gateway.forward({
       context: this.context,
       signal,
+      upstream,
       headers: this.request.headers,
       body,
       rawBody: this.body,

@@ -54,9 +54,14 @@ export class HealthController {
       status: store?.state === 'degraded' || coordination?.state === 'degraded' ? 'degraded' : 'ok',
       upstream: {
         provider: this.config.provider,
-        state: !known ? 'unknown' : state === 'closed' ? 'available' : state === 'half_open' ? 'recovering' : 'unavailable',
+        // Several upstreams: available while any of them is in rotation.
+        state: health.upstreams.length > 1
+          ? health.upstreams.some((u) => u.available) ? 'available' : 'unavailable'
+          : !known ? 'unknown' : state === 'closed' && health.upstreams[0]?.health !== 'down' ? 'available' : state === 'half_open' ? 'recovering' : 'unavailable',
         breaker: state,
       },
+      // Each upstream: health check, breaker, slots or adaptive limit, in flight, queued.
+      upstreams: health.upstreams,
       breakers: health.breakers,
       limiters: health.limiters,
       dedup: { inFlight: health.inFlight, ...health.dedup },
@@ -100,11 +105,11 @@ export class HealthController {
   /** This worker's figures, for whichever worker answers /health. */
   private part(): WorkerPart {
     const health = this.orchestrator.health();
-    const limiter = health.limiters.find((l) => l.name === UPSTREAM);
+    const upstreams = health.upstreams;
     return {
       inFlight: health.inFlight,
-      upstreamInFlight: limiter?.inFlight ?? 0,
-      queued: limiter?.queued ?? 0,
+      upstreamInFlight: upstreams.reduce((n, u) => n + u.inFlight, 0),
+      queued: upstreams.reduce((n, u) => n + u.queued, 0),
       dedup: { ...health.dedup },
       breaker: health.breakers.find((b) => b.name === UPSTREAM)?.state ?? 'closed',
       draining: this.lifecycle.isDraining,
@@ -126,6 +131,8 @@ function sumLimiters(lists: LimiterSnapshot[][]): LimiterSnapshot[] {
         : {
             name: limiter.name,
             limit: seen.limit + limiter.limit,
+            mode: seen.mode,
+            ceiling: seen.ceiling + limiter.ceiling,
             inFlight: seen.inFlight + limiter.inFlight,
             queued: seen.queued + limiter.queued,
             queueSize: seen.queueSize + limiter.queueSize,

@@ -7,12 +7,17 @@ import type { RoutePolicy } from './policy.js';
 import type { ReleaseSlot } from './concurrency/concurrency-limiter.js';
 import type { CallControl } from './retry/retry.policy.js';
 import { withTimeLimits } from './timeout/time-limits.js';
+import { isOverloadSignal } from './breaker/failure-classifier.js';
+import type { Upstream } from './upstreams/upstream-pool.js';
 
 /**
- * The upstream work: receives the call's own AbortSignal, aborted on timeout or cancellation. Unsubscribing its
- * Observable stops it too: work that stops that way may declare no parameter, and then costs no AbortController.
+ * The upstream work: receives the call's own AbortSignal, aborted on timeout
+ * or cancellation, and, under a policy over a pool of upstreams, the upstream
+ * this attempt goes to (its `target` says where to send the request).
+ * Unsubscribing its Observable stops it too: work that stops that way and
+ * needs no upstream may declare no parameter, and then costs no AbortController.
  */
-export type CallWork<T> = (signal: AbortSignal) => Observable<CallEvent<T>>;
+export type CallWork<T> = (signal: AbortSignal, upstream?: Upstream) => Observable<CallEvent<T>>;
 
 /** One try at the upstream: its own signal (a timeout aborts this attempt only) and its events. */
 interface Attempt {
@@ -56,7 +61,10 @@ const DONE: CallState = { kind: 'done' };
 export function guardedCall<T>(policy: RoutePolicy, work: CallWork<T>, options: GuardedCallOptions = {}): Observable<CallEvent<T>> {
   return new Observable<CallEvent<T>>((subscriber) => {
     const call = new GuardedCall(policy, work, subscriber, options);
-    if (options.handle) options.handle.detach = () => call.detach();
+    if (options.handle) {
+      options.handle.detach = () => call.detach();
+      options.handle.running = () => !call.cancelled;
+    }
     call.run().catch((error: unknown) => call.fail(error));
     return () => call.cancel();
   });
@@ -74,6 +82,8 @@ export interface GuardedCallOptions {
 }
 
 export interface CallHandle {
+  /** Whether the call is still running (it has not ended, nor been cancelled). */
+  running?: () => boolean;
   /**
    * Every caller left and the call is to keep running: its slot moves to the
    * limiter's detached budget. False when it cannot keep running (it has not
@@ -142,22 +152,25 @@ class GuardedCall<T> implements CallControl {
 
   /** Resolves at the first event (a value, or a stream's first chunk): that, not the whole stream, is what the breaker times. */
   private attempt(): Promise<void> {
-    const { breaker, timeLimits } = this.policy;
+    const { breaker, timeLimits, limiter } = this.policy;
     const observer = this.options.observer;
-    const startedAt = observer ? performance.now() : 0;
+    // Read once per attempt: a limit learnt from latency needs the clock, a fixed one does not.
+    const learning = limiter?.learning;
+    const startedAt = observer || learning ? performance.now() : 0;
     return new Promise<void>((resolveFirst, rejectFirst) => {
       // A work function that declares no parameter cannot read its signal: it gets a shared one that never aborts.
       const abort = this.work.length === 0 ? undefined : new AbortController();
       const attempt: Attempt = { abort, abandon: () => rejectFirst(new ClientClosedError()) };
       this.state = { kind: 'attempting', attempt };
       let answered = false;
-      const events = defer(() => this.work(abort?.signal ?? NEVER_ABORTED));
+      const events = defer(() => this.work(abort?.signal ?? NEVER_ABORTED, this.policy.upstream));
       attempt.upstream = (timeLimits ? events.pipe(withTimeLimits<T>(timeLimits)) : events).subscribe({
         next: (event) => {
           // A plain value is the whole answer: the call is over before the caller (who may unsubscribe at once) sees it.
           if (event.kind === 'value') this.finish();
           if (!answered && event.kind !== 'head') {
             answered = true;
+            if (learning) learning.sample(performance.now() - startedAt, limiter!.inFlight + 1);
             observer?.upstreamCall(this.upstream, performance.now() - startedAt, 'ok');
             if (this.state.kind === 'attempting') this.state = { kind: 'streaming', attempt };
             resolveFirst();
@@ -168,6 +181,7 @@ class GuardedCall<T> implements CallControl {
           attempt.abort?.abort(error);
           if (observer) this.observeError(observer, error, answered ? undefined : performance.now() - startedAt);
           if (!answered) {
+            if (learning && isOverloadSignal(error)) learning.drop();
             if (this.state.kind === 'attempting') this.state = BACKOFF;
             return rejectFirst(error);
           }
@@ -178,6 +192,7 @@ class GuardedCall<T> implements CallControl {
         complete: () => {
           this.finish();
           if (!answered) {
+            if (learning) learning.sample(performance.now() - startedAt, limiter!.inFlight + 1);
             observer?.upstreamCall(this.upstream, performance.now() - startedAt, 'ok');
             resolveFirst();
           }

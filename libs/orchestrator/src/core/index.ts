@@ -12,6 +12,10 @@ export {
   type RunCall,
 } from './orchestrator.js';
 export type { OrchestrateOptions, RoutePolicy } from './policy.js';
+export type { FailoverPlan } from './upstreams/failover-call.js';
+export { Upstream, UpstreamPool, defaultShouldFailover, type UpstreamHealth, type UpstreamSnapshot } from './upstreams/upstream-pool.js';
+export type { UpstreamPoolOptions, UpstreamMemberOptions } from './upstreams/upstreams.options.js';
+export { AdaptiveLimit, type AdaptiveLimitOptions, type Clock } from './concurrency/adaptive-limit.js';
 export { OrchestratorConfigError } from './options.js';
 export type { DedupOptions, DedupRequest } from './dedup/dedup.options.js';
 export type { BreakerOptions, FailureRateOptions } from './breaker/breaker.options.js';
@@ -30,7 +34,7 @@ export {
   isOrchestratorError,
   type OrchestratorErrorCode,
 } from './errors.js';
-export { isUpstreamFailure, isTransientFailure } from './breaker/failure-classifier.js';
+export { isUpstreamFailure, isTransientFailure, isOverloadSignal } from './breaker/failure-classifier.js';
 export type { BreakerSnapshot, BreakerState } from './breaker/circuit-breaker.js';
 export type { LimiterSnapshot } from './concurrency/concurrency.registry.js';
 export type { DedupOutcome } from './dedup/single-flight.js';

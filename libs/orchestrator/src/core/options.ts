@@ -17,7 +17,7 @@ export class OrchestratorConfigError extends Error {
   }
 }
 
-export type Check = 'positiveInt' | 'positive' | 'nonNegativeInt' | 'nonNegative' | 'boolean' | 'function' | 'string' | 'object' | 'array';
+export type Check = 'positiveInt' | 'positive' | 'nonNegativeInt' | 'nonNegative' | 'boolean' | 'function' | 'string' | 'object' | 'array' | 'booleanOrObject';
 
 export interface Field<T> {
   check: Check;
@@ -55,6 +55,7 @@ const EXPECTED: Record<Check, string> = {
   string: 'a non-empty string',
   object: 'an object',
   array: 'an array',
+  booleanOrObject: 'true, false or an object',
 };
 
 function passes(value: unknown, check: Check): boolean {
@@ -77,6 +78,8 @@ function passes(value: unknown, check: Check): boolean {
       return typeof value === 'object' && value !== null && !Array.isArray(value);
     case 'array':
       return Array.isArray(value);
+    case 'booleanOrObject':
+      return typeof value === 'boolean' || passes(value, 'object');
   }
 }
 

@@ -4,7 +4,11 @@ import { NEVER, Observable, from, isObservable, lastValueFrom, type ObservableIn
 import { BreakerRegistry } from './breaker/breaker.registry.js';
 import { checkBreakerOptions, type BreakerOptions } from './breaker/breaker.options.js';
 import type { BreakerSnapshot, BreakerState } from './breaker/circuit-breaker.js';
-import { guardedCall, toCallEvents, type CallHandle, type CallWork } from './call.js';
+import { toCallEvents, type CallHandle, type CallWork } from './call.js';
+import { upstreamCall } from './upstreams/failover-call.js';
+import { UpstreamRegistry } from './upstreams/upstream.registry.js';
+import { checkUpstreamPools, type UpstreamPoolOptions } from './upstreams/upstreams.options.js';
+import type { Upstream, UpstreamSnapshot } from './upstreams/upstream-pool.js';
 import { CONCURRENCY_FIELDS, type ConcurrencyOptions } from './concurrency/concurrency.options.js';
 import { ConcurrencyRegistry, type LimiterSnapshot } from './concurrency/concurrency.registry.js';
 import { AnswerWindow, replayEntry, type StoreState, type WindowEntry, type WindowHealth } from './dedup/answer-window.js';
@@ -43,6 +47,13 @@ export interface OrchestratorOptions {
   breakers?: Record<string, BreakerOptions>;
   /** Settings of named concurrency limiters. */
   limits?: Record<string, ConcurrencyOptions>;
+  /**
+   * Pools of interchangeable upstreams, by name. A policy whose breaker has a
+   * pool's name sends each call to one of the pool's upstreams (each with its
+   * own breaker and limiter, named after it), failing over before the first
+   * byte. A pool of one is exactly the breaker and limiter of its one member.
+   */
+  upstreams?: Record<string, UpstreamPoolOptions>;
   /** Keyv stores for the answer window, e.g. `[new Keyv(new KeyvRedis(url))]` to share it across replicas. */
   windowStores?: Keyv[];
   /**
@@ -70,6 +81,7 @@ const MODULE_FIELDS = {
   retry: { check: 'object' },
   breakers: { check: 'object' },
   limits: { check: 'object' },
+  upstreams: { check: 'object' },
   windowStores: { check: 'array' },
   tenant: { check: 'function' },
   coordinator: { check: 'object' },
@@ -91,6 +103,7 @@ export function validateOrchestratorOptions(options: unknown): OrchestratorOptio
   checkFields('retry', o.retry, RETRY_FIELDS);
   for (const [name, breaker] of Object.entries(o.breakers ?? {})) checkBreakerOptions(`breakers.${name}`, breaker);
   for (const [name, limit] of Object.entries(o.limits ?? {})) checkFields(`limits.${name}`, limit, CONCURRENCY_FIELDS);
+  checkUpstreamPools(o.upstreams);
   const isStore = (store: unknown) =>
     typeof store === 'object' && store !== null && typeof (store as Keyv).get === 'function' && typeof (store as Keyv).set === 'function';
   if (o.windowStores !== undefined && !o.windowStores.every(isStore)) {
@@ -147,6 +160,8 @@ export interface OrchestratorHealth {
   window: WindowHealth;
   breakers: BreakerSnapshot[];
   limiters: LimiterSnapshot[];
+  /** Every upstream of every pool: health, breaker, limit, in flight, queued. */
+  upstreams: UpstreamSnapshot[];
   /** Deduplicated calls in flight. */
   inFlight: number;
   /** How deduplicated requests were answered since start. */
@@ -181,6 +196,8 @@ export class Orchestrator {
   // Not public: their snapshots are in `health()`, one breaker's state in `breakerState()`.
   protected readonly breakers: BreakerRegistry;
   protected readonly limiters: ConcurrencyRegistry;
+  /** The pools of upstreams (`options.upstreams`), with their members' health, breakers and limiters. */
+  readonly upstreams: UpstreamRegistry;
   /** How deduplicated requests were answered since start. */
   readonly outcomes: Record<DedupOutcome, number> = { miss: 0, joined: 0, cached: 0 };
   private readonly options: OrchestratorOptions;
@@ -195,6 +212,7 @@ export class Orchestrator {
     this.options = validateOrchestratorOptions(options);
     this.breakers = new BreakerRegistry(this.options.breaker, this.options.breakers, this.options.coordinator);
     this.limiters = new ConcurrencyRegistry(this.options.concurrency, this.options.limits);
+    this.upstreams = new UpstreamRegistry(this.options.upstreams, this.breakers, this.limiters);
     const dedup = withDefaults(DEDUP_FIELDS, this.options.dedup);
     if (dedup.maxEntryBytes > dedup.maxBytes) {
       throw new OrchestratorConfigError(`dedup.maxEntryBytes (${dedup.maxEntryBytes}) must not exceed dedup.maxBytes (${dedup.maxBytes})`);
@@ -253,15 +271,27 @@ export class Orchestrator {
     const concurrency = pick('concurrency');
     const timeout = pick('timeout');
     const retry = pick('retry');
-    return {
+    const base = {
       [POLICY]: true,
       name,
       dedup: dedup && resolveDedup(dedup, this.window),
-      breaker: breaker && this.breakers.get(breaker.name ?? defaultName, breaker),
-      limiter: concurrency && this.limiters.get(concurrency.name ?? defaultName, concurrency),
       timeLimits: timeout && resolveTimeLimits(timeout, name),
       retry: retry && new RetryPolicy(retry),
-    } as RoutePolicy;
+    };
+    const pool = breaker ? this.upstreams.get(breaker.name ?? defaultName) : undefined;
+    if (!pool) {
+      return {
+        ...base,
+        breaker: breaker && this.breakers.get(breaker.name ?? defaultName, breaker),
+        limiter: concurrency && this.limiters.get(concurrency.name ?? defaultName, concurrency),
+      } as RoutePolicy;
+    }
+    // Over a pool, failing over is the retry: an attempt is not repeated on the upstream that just failed it.
+    const several = pool.members.length > 1;
+    const member = (upstream: Upstream): RoutePolicy =>
+      ({ ...base, retry: several ? undefined : base.retry, breaker: upstream.breaker, limiter: concurrency ? upstream.limiter : undefined, upstream }) as RoutePolicy;
+    if (!several) return member(pool.members[0]);
+    return { ...base, retry: undefined, failover: { pool, policies: pool.members.map(member) } } as RoutePolicy;
   }
 
   /**
@@ -280,7 +310,7 @@ export class Orchestrator {
     const dedup = policy.dedup;
     if (!dedup || key === undefined) {
       hub?.request(policy.name, upstreamOf(policy), 'none');
-      return { events: guardedCall(policy, work, { source, observer: hub }) };
+      return { events: upstreamCall(policy, work, { source, observer: hub }) };
     }
     const flights = this.flights as SingleFlight<T>;
     // no-cache: a fresh answer, neither joined nor from the window (it then replaces what the window holds).
@@ -335,7 +365,7 @@ export class Orchestrator {
   /** The leader's guarded call, and what is learnt about it while it runs. */
   private leader<T>(policy: RoutePolicy, work: CallWork<T>, source: CallSource) {
     const state = { reachedUpstream: false, handle: {} as CallHandle };
-    const lead = () => guardedCall(policy, work, { source, onUpstream: () => (state.reachedUpstream = true), handle: state.handle, observer: this.hub });
+    const lead = () => upstreamCall(policy, work, { source, onUpstream: () => (state.reachedUpstream = true), handle: state.handle, observer: this.hub });
     return { state, lead };
   }
 
@@ -356,9 +386,14 @@ export class Orchestrator {
     const key = call.key!;
     const window = call.reuse?.noStore ? undefined : dedup.window;
     return (this.flights as SingleFlight<T>).lead(key, call$, {
-      // Every caller gone: a call that has not reached the upstream is dropped; one that has keeps running for the
-      // window (unless the route says not to) in the limiter's detached budget, or is cancelled when that is full.
-      cancelWhenAbandoned: () => dedup.cancelWhenAbandoned || !state.reachedUpstream || !(state.handle.detach?.() ?? true),
+      // Every caller gone: a call that has not reached the upstream is dropped; one still running is aborted when the
+      // route says so, else keeps running for the window in the limiter's detached budget (cancelled when that is
+      // full). One that has ended (a plain answer: the caller leaves as soon as it has it) is left to record itself.
+      cancelWhenAbandoned: () => {
+        if (!state.reachedUpstream) return true;
+        if (dedup.cancelWhenAbandoned && (state.handle.running?.() ?? true)) return true;
+        return !(state.handle.detach?.() ?? true);
+      },
       maxEntryBytes: dedup.maxEntryBytes,
       onSuccess: !window
         ? undefined
@@ -383,7 +418,7 @@ export class Orchestrator {
     const dedup = policy.dedup;
     if (!dedup || key === undefined) {
       this.hub?.request(policy.name, upstreamOf(policy), 'none');
-      return { events: guardedCall(policy, work, { source, observer: this.hub }) };
+      return { events: upstreamCall(policy, work, { source, observer: this.hub }) };
     }
     if (!reuse?.noCache) {
       const running = (this.flights as SingleFlight<T>).join(key);
@@ -408,11 +443,11 @@ export class Orchestrator {
    * one call) and resolves with its result, shared with identical calls when
    * the policy deduplicates and a `key` is given.
    */
-  run<T>(policy: RoutePolicy, work: (signal: AbortSignal) => Promise<T> | ObservableInput<T>, call?: RunCall): Promise<T>;
-  run<T>(options: RunOptions, work: (signal: AbortSignal) => Promise<T> | ObservableInput<T>): Promise<T>;
+  run<T>(policy: RoutePolicy, work: (signal: AbortSignal, upstream?: Upstream) => Promise<T> | ObservableInput<T>, call?: RunCall): Promise<T>;
+  run<T>(options: RunOptions, work: (signal: AbortSignal, upstream?: Upstream) => Promise<T> | ObservableInput<T>): Promise<T>;
   async run<T>(
     policyOrOptions: RoutePolicy | RunOptions,
-    work: (signal: AbortSignal) => Promise<T> | ObservableInput<T>,
+    work: (signal: AbortSignal, upstream?: Upstream) => Promise<T> | ObservableInput<T>,
     call: RunCall = {},
   ): Promise<T> {
     let policy: RoutePolicy;
@@ -422,7 +457,7 @@ export class Orchestrator {
       policy = this.resolve(normalizeOrchestrate(capabilities, 'run()'), undefined, 'default', 'run()');
       call = { key, tenant, signal };
     }
-    const callWork: CallWork<T> = (signal) => toCallEvents<T>(from(observeWork(work, signal)));
+    const callWork: CallWork<T> = (signal, upstream) => toCallEvents<T>(from(observeWork(work, signal, upstream)));
     const started = this.startLocal<T>(policy, call, callWork) ?? (await this.start<T>(policy, call, callWork));
     const event = await lastValueFrom(leaveOnAbort(started.events, call.signal));
     if (event.kind !== 'value') throw new TypeError('run() work must produce a plain value, not a stream');
@@ -454,6 +489,7 @@ export class Orchestrator {
       window: this.window.health(),
       breakers: this.breakers.snapshot(),
       limiters: this.limiters.snapshot(),
+      upstreams: this.upstreams.snapshot(),
       inFlight: this.flights.size,
       dedup: { ...this.outcomes },
       clientsGone: this.clientsGone,
@@ -551,7 +587,7 @@ function afterFound<T>(found: Promise<Found<T>>): Observable<CallEvent<T>> {
 
 /** What a policy protects, as observers name it: its breaker, else its limiter, else the policy itself. */
 export function upstreamOf(policy: RoutePolicy): string {
-  return policy.breaker?.name ?? policy.limiter?.name ?? policy.name;
+  return policy.breaker?.name ?? policy.failover?.pool.name ?? policy.limiter?.name ?? policy.name;
 }
 
 
@@ -560,8 +596,8 @@ export function hashIdentity(identity: string): string {
   return createHash('sha256').update(identity).digest('base64url').slice(0, 22);
 }
 
-function observeWork<T>(work: (signal: AbortSignal) => Promise<T> | ObservableInput<T>, signal: AbortSignal) {
-  const result = work(signal);
+function observeWork<T>(work: (signal: AbortSignal, upstream?: Upstream) => Promise<T> | ObservableInput<T>, signal: AbortSignal, upstream: Upstream | undefined) {
+  const result = work(signal, upstream);
   return isObservable(result) ? result : from(result);
 }
 

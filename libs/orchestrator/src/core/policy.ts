@@ -9,6 +9,8 @@ import { RETRY_FIELDS, type RetryOptions } from './retry/retry.options.js';
 import type { RetryPolicy } from './retry/retry.policy.js';
 import { TIMEOUT_FIELDS, type TimeoutOptions } from './timeout/timeout.options.js';
 import type { TimeLimits } from './timeout/time-limits.js';
+import type { FailoverPlan } from './upstreams/failover-call.js';
+import type { Upstream } from './upstreams/upstream-pool.js';
 
 /** What one route, class or `run` call asks for; `false` turns a capability off. */
 export interface OrchestrateOptions {
@@ -54,6 +56,10 @@ export interface RoutePolicy {
   readonly limiter?: ConcurrencyLimiter;
   readonly timeLimits?: TimeLimits;
   readonly retry?: RetryPolicy;
+  /** The upstream of a pool the calls go to (handed to the call's work); absent when the work itself knows where. */
+  readonly upstream?: Upstream;
+  /** Several upstreams: each call goes to one of them, failing over before its first byte (breaker and limiter are theirs). */
+  readonly failover?: FailoverPlan;
 }
 
 type Shorthand<O> = boolean | number | string | O | undefined;

@@ -12,6 +12,9 @@ export const METADATA: Readonly<Record<Capability, string>> = {
 /** The request property under which the current call's AbortSignal is found (see `@CallSignal()`). */
 export const CALL_SIGNAL = Symbol.for('nest-prompt-orchestrator.call-signal');
 
+/** The request property under which the upstream of a pool the current attempt goes to is found (see `callUpstreamOf`). */
+export const CALL_UPSTREAM = Symbol.for('nest-prompt-orchestrator.call-upstream');
+
 export { DEDUP_HEADER } from '../core/http/answer-headers.js';
 
 /** DI token of the module's options (`OrchestratorModuleOptions`). */

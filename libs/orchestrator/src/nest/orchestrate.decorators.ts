@@ -14,8 +14,9 @@ import {
 } from '../core/policy.js';
 import type { RetryOptions } from '../core/retry/retry.options.js';
 import type { TimeoutOptions } from '../core/timeout/timeout.options.js';
-import { CALL_SIGNAL, METADATA } from './constants.js';
+import { CALL_SIGNAL, CALL_UPSTREAM, METADATA } from './constants.js';
 import { OrchestratorModuleCheck } from './route-check.js';
+import type { Upstream } from '../core/upstreams/upstream-pool.js';
 
 /**
  * Writes a capability's settings, and registers the start-up check that warns
@@ -120,4 +121,13 @@ export const CallSignal = createParamDecorator((_: unknown, ctx: ExecutionContex
 /** What `@CallSignal()` injects, for code that has the request at hand (e.g. a parameter decorator of its own). */
 export function callSignalOf(request: object): AbortSignal | undefined {
   return (request as Record<symbol, AbortSignal | undefined>)[CALL_SIGNAL];
+}
+
+/**
+ * The upstream of a pool the current attempt goes to (a route whose breaker
+ * names a pool, see `OrchestratorOptions.upstreams`), for the handler to send
+ * its request there; `undefined` on other routes.
+ */
+export function callUpstreamOf<Target = unknown>(request: object): Upstream<Target> | undefined {
+  return (request as Record<symbol, Upstream<Target> | undefined>)[CALL_UPSTREAM];
 }

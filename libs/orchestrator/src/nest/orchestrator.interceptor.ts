@@ -11,7 +11,8 @@ import { HttpRoute } from '../core/http/route.js';
 import type { CallRequest, StartedCall } from '../core/orchestrator.js';
 import { CAPABILITIES, type RoutePolicy, type RouteSettings } from '../core/policy.js';
 import { claimInterceptor, scopeOf } from './app-scope.js';
-import { CALL_SIGNAL, METADATA } from './constants.js';
+import { CALL_SIGNAL, CALL_UPSTREAM, METADATA } from './constants.js';
+import type { Upstream } from '../core/upstreams/upstream-pool.js';
 import { deliver } from './deliver-response.js';
 import { errorHeaders, orchestratorHttpException } from './http-errors.js';
 import { OrchestratorService } from './orchestrator.service.js';
@@ -21,6 +22,7 @@ type AnyRequest = IncomingMessage & {
   body?: unknown;
   raw?: IncomingMessage;
   [CALL_SIGNAL]?: AbortSignal;
+  [CALL_UPSTREAM]?: Upstream;
 };
 /** Express's response, or Fastify's reply: both can list the headers set so far. */
 type AnyResponse = (ServerResponse | { raw: ServerResponse }) & { getHeaders?: () => HeaderValues };
@@ -80,8 +82,9 @@ export class OrchestratorInterceptor implements NestInterceptor {
     }
     // The handler runs when `next.handle()` is subscribed, and its parameters are resolved then: the
     // signal put on the request here is what `@CallSignal()` reads.
-    const work: CallWork<unknown> = (signal) => {
+    const work: CallWork<unknown> = (signal, upstream) => {
       request[CALL_SIGNAL] = signal;
+      request[CALL_UPSTREAM] = upstream;
       // Headers the handler sets while it runs (`@Res({ passthrough: true })`) belong to the answer: they go
       // with it to every joined and replayed caller. Only deduplicated answers need them carried.
       if (!dedup || !response.getHeaders) return toCallEvents(next.handle());

@@ -50,6 +50,18 @@ export function isTransientFailure(error: unknown): boolean {
   return isConnectionError(error);
 }
 
+/**
+ * The upstream saying it has too much to do: 429 or 503. What an adaptive
+ * limit shrinks on. Not other failures (a 500 says nothing of load), nor
+ * timeouts: one tenant's own long generations time out too, and would shrink
+ * everybody's limit (rising latency is seen in the latency samples anyway).
+ */
+export function isOverloadSignal(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null || isOrchestratorError(error)) return false;
+  const status = statusOf(error);
+  return status === 429 || status === 503;
+}
+
 function isConnectionError(error: object): boolean {
   let cause: unknown = error;
   for (let depth = 0; depth < 4 && typeof cause === 'object' && cause !== null; depth++) {

@@ -269,3 +269,58 @@ describe('ConcurrencyLimiter: tenants and detached calls', () => {
     expect(limiter.detachedInFlight).toBe(0);
   });
 });
+
+describe('ConcurrencyLimiter with a moving limit', () => {
+  it("setCapacity fixes the limit to the upstream's own capacity (within the ceiling); waiters get slots as it rises", async () => {
+    const limiter = makeLimiter({ limit: 8, adaptive: true });
+    expect(limiter.mode).toBe('adaptive');
+    expect(limiter.limit).toBe(8); // the initial 32, within the ceiling
+    limiter.setCapacity(2);
+    expect(limiter.mode).toBe('capacity');
+    expect(limiter.learning).toBeUndefined();
+    const held = [limiter.tryAcquire(), limiter.tryAcquire()];
+    expect(held.every(Boolean)).toBe(true);
+    expect(limiter.tryAcquire()).toBeUndefined();
+    const waiting = limiter.acquire();
+    limiter.setCapacity(3);
+    const third = await waiting;
+    expect(limiter.inFlight).toBe(3);
+    limiter.setCapacity(100);
+    expect(limiter.limit).toBe(8);
+    limiter.setCapacity(undefined);
+    expect(limiter.mode).toBe('adaptive');
+    expect(limiter.learning).toBeDefined();
+    third();
+    held.forEach((release) => release!());
+  });
+
+  it('a lowered limit never cuts calls in flight: new ones wait until enough have ended', async () => {
+    const limiter = makeLimiter({ limit: 4 });
+    const held = [1, 2, 3, 4].map(() => limiter.tryAcquire()!);
+    limiter.setCapacity(2);
+    const waiting = track(limiter.acquire());
+    held[0]();
+    held[1]();
+    await Promise.resolve();
+    expect(waiting.settled).toBe(false);
+    held[2]();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(waiting.release).toBeDefined();
+    expect(limiter.inFlight).toBe(2);
+  });
+
+  it('an adaptive limit follows its controller: overload answers lower it for the next calls', () => {
+    let now = 0;
+    const limiter = new ConcurrencyLimiter(
+      'upstream',
+      { limit: 64, queueSize: 10, maxWaitMs: 1_000, retryAfterSeconds: 1, detachedLimit: 4, fairQueue: true, adaptive: { initialLimit: 16 } },
+      () => now,
+    );
+    expect(limiter.limit).toBe(16);
+    limiter.learning!.drop();
+    expect(limiter.limit).toBe(8);
+    now += 1_000;
+    limiter.learning!.drop();
+    expect(limiter.limit).toBe(4);
+  });
+});

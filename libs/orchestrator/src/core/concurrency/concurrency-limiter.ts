@@ -1,10 +1,13 @@
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { OverloadedError, QueueTimeoutError } from '../errors.js';
 import type { WithDefaults } from '../options.js';
+import { AdaptiveLimit, type Clock } from './adaptive-limit.js';
 import type { CONCURRENCY_FIELDS, ConcurrencyOptions } from './concurrency.options.js';
 
 /** A limiter's settings with every default applied (see `ConcurrencyOptions` for each field). */
-export type ConcurrencyLimiterOptions = Omit<WithDefaults<ConcurrencyOptions, typeof CONCURRENCY_FIELDS>, 'name' | 'detachedLimit'> & {
+export type ConcurrencyLimiterOptions = Omit<WithDefaults<ConcurrencyOptions, typeof CONCURRENCY_FIELDS>, 'name' | 'detachedLimit' | 'adaptive'> & {
   detachedLimit: number;
+  adaptive?: ConcurrencyOptions['adaptive'];
 };
 
 /** Gives a slot back; calling it twice is harmless. */
@@ -34,7 +37,14 @@ interface Waiter {
  * lands in the window) move out of the callers' slots into a small budget of
  * their own (`detachedLimit`): work nobody waits for never blocks a live caller.
  *
- * Invariants: `active <= limit`; `detached <= detachedLimit`; a waiter is in
+ * The limit can move while calls run: with `adaptive`, an `AdaptiveLimit`
+ * finds it from the upstream's latency (`limit` in the options is then the
+ * ceiling); `setCapacity` fixes it to what the upstream says it can run (a
+ * llama.cpp server's slots). A lower limit never cuts calls in flight: new
+ * ones wait until enough have ended.
+ *
+ * Invariants: `active <= limit` (but right after the limit is lowered);
+ * `detached <= detachedLimit`; a waiter is in
  * its tenant's line until it is granted, times out or is aborted, whichever
  * comes first, and exactly one of them happens.
  */
@@ -46,11 +56,30 @@ export class ConcurrencyLimiter {
   private readonly lines = new Map<string, Set<Waiter>>();
   /** Slots held per tenant, kept only when there is a per-tenant limit. */
   private readonly held = new Map<string, number>();
+  private current: number;
+  private readonly controller?: AdaptiveLimit;
+  /** What the upstream said it can run (`setCapacity`); while set, the controller is not asked. */
+  private capacity?: number;
 
   constructor(
     readonly name: string,
     private readonly options: ConcurrencyLimiterOptions,
-  ) {}
+    clock?: Clock,
+  ) {
+    const adaptive = options.adaptive;
+    if (adaptive) {
+      this.controller = new AdaptiveLimit(
+        options.limit,
+        adaptive === true ? {} : adaptive,
+        clock,
+        (limit) => {
+          if (this.capacity === undefined) this.setLimit(limit);
+        },
+        clock ? undefined : eventLoopLag(),
+      );
+    }
+    this.current = this.controller?.limit ?? options.limit;
+  }
 
   get inFlight(): number {
     return this.active;
@@ -60,8 +89,44 @@ export class ConcurrencyLimiter {
     return this.waiting;
   }
 
+  /** Calls allowed in flight right now. */
   get limit(): number {
+    return this.current;
+  }
+
+  /** The most the limit can be (`limit` in the options). */
+  get ceiling(): number {
     return this.options.limit;
+  }
+
+  /**
+   * The controller to tell of each call's latency, while the limit is adaptive
+   * (absent when it is fixed, or while the upstream's own capacity is known).
+   */
+  get learning(): AdaptiveLimit | undefined {
+    return this.capacity === undefined ? this.controller : undefined;
+  }
+
+  /** How the limit is set now: by the upstream's capacity, by the adaptive controller, or fixed. */
+  get mode(): 'capacity' | 'adaptive' | 'fixed' {
+    return this.capacity !== undefined ? 'capacity' : this.controller ? 'adaptive' : 'fixed';
+  }
+
+  /**
+   * The upstream says how many calls it can run at once (a llama.cpp server's
+   * slots): the limit is that, within the ceiling, until told otherwise.
+   * `undefined` gives the limit back to the adaptive controller (or the ceiling).
+   */
+  setCapacity(capacity: number | undefined): void {
+    this.capacity = capacity === undefined ? undefined : Math.max(1, Math.floor(capacity));
+    this.setLimit(this.capacity ?? this.controller?.limit ?? this.options.limit);
+  }
+
+  private setLimit(limit: number): void {
+    const next = Math.min(this.options.limit, Math.max(1, limit));
+    if (next === this.current) return;
+    this.current = next;
+    this.pump();
   }
 
   get queueSize(): number {
@@ -76,7 +141,7 @@ export class ConcurrencyLimiter {
   /** A slot at once if one is free for this tenant (no promise, no queue), else `undefined`. */
   tryAcquire(tenant = ''): ReleaseSlot | undefined {
     if (!this.options.fairQueue) tenant = '';
-    if (this.active >= this.options.limit || !this.underTenantLimit(tenant)) return undefined;
+    if (this.active >= this.current || !this.underTenantLimit(tenant)) return undefined;
     return this.take(tenant);
   }
 
@@ -154,7 +219,7 @@ export class ConcurrencyLimiter {
 
   /** Gives free slots to the next tenants in turn whose limit allows one more. */
   private pump(): void {
-    while (this.active < this.options.limit && this.waiting > 0) {
+    while (this.active < this.current && this.waiting > 0) {
       let next: Waiter | undefined;
       for (const [tenant, line] of this.lines) {
         if (!this.underTenantLimit(tenant)) continue;
@@ -182,4 +247,20 @@ export class ConcurrencyLimiter {
     clearTimeout(waiter.timer);
     if (waiter.onAbort) waiter.signal?.removeEventListener('abort', waiter.onAbort);
   }
+}
+
+/**
+ * The event loop's mean delay (ms) since the last call: what a latency sample
+ * taken in this process gained from the process itself being busy. One
+ * monitor per adaptive limiter (a libuv timer every 10 ms), unreferenced.
+ */
+function eventLoopLag(): () => number {
+  const histogram = monitorEventLoopDelay({ resolution: 10 });
+  histogram.enable();
+  return () => {
+    // Never-sampled histograms report NaN; the monitor itself adds its resolution to every reading.
+    const mean = histogram.count > 0 ? histogram.mean / 1e6 - 10 : 0;
+    histogram.reset();
+    return Math.max(0, mean);
+  };
 }

@@ -1,4 +1,5 @@
 import type { Fields } from '../options.js';
+import type { AdaptiveLimitOptions } from './adaptive-limit.js';
 
 export interface ConcurrencyOptions {
   /**
@@ -6,8 +7,13 @@ export interface ConcurrencyOptions {
    * `Class.method` for a route whose own decorator sets a limit (or other settings).
    */
   name?: string;
-  /** Calls in flight at once. Default 16. */
+  /** Calls in flight at once; with `adaptive`, the most the learnt limit may reach. Default 16. */
   limit?: number;
+  /**
+   * Learn the limit from the upstream's latency, 429s and 503s (see
+   * `AdaptiveLimit`), up to `limit`. Default off: the limit is fixed.
+   */
+  adaptive?: boolean | AdaptiveLimitOptions;
   /** Callers allowed to wait; more are refused at once with 429. Default 1 000. */
   queueSize?: number;
   /** Longest wait for a slot in ms, then 429. Default 60 000. */
@@ -32,6 +38,7 @@ export interface ConcurrencyOptions {
 export const CONCURRENCY_FIELDS = {
   name: { check: 'string' },
   limit: { check: 'positiveInt', default: 16 },
+  adaptive: { check: 'booleanOrObject' },
   queueSize: { check: 'nonNegativeInt', default: 1_000 },
   maxWaitMs: { check: 'positive', default: 60_000 },
   retryAfterSeconds: { check: 'positiveInt', default: 1 },

@@ -4,7 +4,12 @@ import { ConcurrencyLimiter } from './concurrency-limiter.js';
 
 export interface LimiterSnapshot {
   name: string;
+  /** Calls allowed in flight right now. */
   limit: number;
+  /** How the limit is set: the upstream's own capacity (slots), learnt from latency, or fixed. */
+  mode: 'capacity' | 'adaptive' | 'fixed';
+  /** The most the limit can be. */
+  ceiling: number;
   inFlight: number;
   queued: number;
   /** Calls allowed to wait at once (more are refused as overloaded). */
@@ -36,6 +41,8 @@ export class ConcurrencyRegistry {
     return [...this.limiters.values()].map((l) => ({
       name: l.name,
       limit: l.limit,
+      mode: l.mode,
+      ceiling: l.ceiling,
       inFlight: l.inFlight,
       queued: l.queued,
       queueSize: l.queueSize,

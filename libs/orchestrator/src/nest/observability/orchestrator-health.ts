@@ -34,9 +34,10 @@ export function livenessReport(): HealthReport {
 }
 
 /**
- * Readiness: not shutting down, and the shared store reachable when it is
- * required. Breakers and limiters are reported but never make the app
- * unready: an open breaker already answers in a millisecond, and every
+ * Readiness: not shutting down, the shared store reachable when it is
+ * required, and, for each pool of upstreams, at least one that its health
+ * check finds serving. Breakers and limiters are reported but never make the
+ * app unready: an open breaker already answers in a millisecond, and every
  * replica shares the same upstream.
  */
 export function readinessReport(orchestrator: Orchestrator, options: ReadinessOptions = {}): HealthReport {
@@ -69,6 +70,21 @@ export function readinessReport(orchestrator: Orchestrator, options: ReadinessOp
     status: 'up',
     ...Object.fromEntries(health.limiters.map((l) => [l.name, { inFlight: l.inFlight, queued: l.queued, limit: l.limit }])),
   };
+  if (health.upstreams.length > 0) {
+    // A pool whose every upstream a health check took out (dead, loading) cannot answer: unlike an open breaker, that
+    // is worth telling a load balancer, which may have another replica whose upstreams are up.
+    const pools = new Map<string, boolean>();
+    for (const u of health.upstreams) pools.set(u.pool, (pools.get(u.pool) ?? false) || u.health === 'up');
+    details.upstreams = {
+      status: [...pools.values()].every(Boolean) ? 'up' : 'down',
+      ...Object.fromEntries(
+        health.upstreams.map((u) => [
+          u.name,
+          { health: u.health, breaker: u.breaker, available: u.available, limit: u.limit, inFlight: u.inFlight, queued: u.queued, ...(u.slots === undefined ? {} : { slots: u.slots }) },
+        ]),
+      ),
+    };
+  }
   for (const [name, indicator] of Object.entries(options.indicators ?? {})) details[name] = indicator();
   return report(details);
 }

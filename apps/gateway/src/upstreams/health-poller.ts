@@ -1,0 +1,120 @@
+import type { Upstream, UpstreamPool } from 'nest-prompt-orchestrator';
+import { Agent, request } from 'undici';
+import type { UpstreamTarget } from './upstream-set.js';
+
+export interface HealthPollerOptions {
+  /** Time between two checks of one upstream. */
+  intervalMs: number;
+  /** Headers of the checks (the provider key: /props and /slots may need it). */
+  headers: () => Record<string, string>;
+  /** Slots are read again every this many checks (a restarted server may have another `--parallel`). Default 30. */
+  slotsEvery?: number;
+}
+
+/**
+ * Keeps each llama.cpp server of a pool in rotation or out of it, and its
+ * limit at its slots, by asking the server itself:
+ * - `GET /health`: 200 serving, 503 loading its model (out, `loading`),
+ *   anything else or no answer (out, `down`);
+ * - `GET /props` `total_slots` (else the length of `GET /slots`) when it comes
+ *   up, and now and then after: the most generations it runs at once, which
+ *   becomes its limiter's limit, so that the rest wait in the gateway's fair
+ *   queue, where their time limit has not started yet.
+ * Checks use a small connection pool of their own, never the proxied
+ * requests' connections, and never overlap for one server.
+ */
+export class HealthPoller {
+  private readonly agent = new Agent({ connections: 2, keepAliveTimeout: 10_000 });
+  private readonly timers = new Map<Upstream, ReturnType<typeof setTimeout>>();
+  private readonly checks = new Map<Upstream, number>();
+  private stopped = false;
+
+  constructor(
+    private readonly pool: UpstreamPool,
+    private readonly options: HealthPollerOptions,
+  ) {}
+
+  /** Checks every upstream now, then every `intervalMs`. Resolves when the first round is done. */
+  async start(): Promise<void> {
+    await Promise.all(this.pool.members.map((member) => this.loop(member)));
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const timer of this.timers.values()) clearTimeout(timer);
+    this.timers.clear();
+    await this.agent.close().catch(() => undefined);
+  }
+
+  /** One check of one upstream, and the next one scheduled. Never throws. */
+  async check(member: Upstream): Promise<void> {
+    const url = (member.target as UpstreamTarget).url;
+    const timeout = Math.max(250, Math.min(2_000, this.options.intervalMs));
+    try {
+      const response = await request(`${url}/health`, { method: 'GET', signal: AbortSignal.timeout(timeout), dispatcher: this.agent });
+      const text = await response.body.text();
+      if (response.statusCode === 200) {
+        const count = this.checks.get(member) ?? 0;
+        this.checks.set(member, count + 1);
+        const due = member.health !== 'up' || member.snapshot().slots === undefined || count % (this.options.slotsEvery ?? 30) === 0;
+        member.setHealth('up', { slots: due ? await this.slotsOf(url, timeout) : undefined });
+      } else if (response.statusCode === 503) {
+        member.setHealth('loading', { detail: messageOf(text) ?? 'loading' });
+      } else {
+        member.setHealth('down', { detail: `GET /health answered ${response.statusCode}` });
+      }
+    } catch (error) {
+      member.setHealth('down', { detail: describe(error) });
+    }
+  }
+
+  private async loop(member: Upstream): Promise<void> {
+    if (this.stopped) return;
+    await this.check(member);
+    if (this.stopped) return;
+    const timer = setTimeout(() => void this.loop(member), this.options.intervalMs);
+    timer.unref();
+    this.timers.set(member, timer);
+  }
+
+  /** The server's slots: `/props` `total_slots`, else how many `/slots` lists; undefined when neither says. */
+  private async slotsOf(url: string, timeout: number): Promise<number | undefined> {
+    const props = await this.getJson(`${url}/props`, timeout);
+    const total = (props as { total_slots?: unknown } | undefined)?.total_slots;
+    if (typeof total === 'number' && Number.isInteger(total) && total > 0) return total;
+    const slots = await this.getJson(`${url}/slots`, timeout);
+    return Array.isArray(slots) && slots.length > 0 ? slots.length : undefined;
+  }
+
+  private async getJson(url: string, timeout: number): Promise<unknown> {
+    try {
+      const response = await request(url, { method: 'GET', headers: this.options.headers(), signal: AbortSignal.timeout(timeout), dispatcher: this.agent });
+      if (response.statusCode !== 200) {
+        await response.body.dump();
+        return undefined;
+      }
+      return await response.body.json();
+    } catch {
+      return undefined;
+    }
+  }
+}
+
+function messageOf(text: string): string | undefined {
+  try {
+    const message = (JSON.parse(text) as { error?: { message?: unknown } }).error?.message;
+    return typeof message === 'string' ? message : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function describe(error: unknown): string {
+  let cause: unknown = error;
+  for (let depth = 0; depth < 4 && typeof cause === 'object' && cause !== null; depth++) {
+    const code = (cause as { code?: unknown }).code;
+    if (typeof code === 'string') return code;
+    cause = (cause as { cause?: unknown }).cause;
+  }
+  return error instanceof Error ? error.name : 'unreachable';
+}

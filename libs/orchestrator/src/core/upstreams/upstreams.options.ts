@@ -1,0 +1,40 @@
+import { OrchestratorConfigError, describeValue } from '../options.js';
+
+/** One upstream of a pool. */
+export interface UpstreamMemberOptions {
+  /** Its name, which is also the name of its breaker and its limiter (their settings: the module's `breakers` and `limits`). */
+  name: string;
+  /** The app's own description of it (a URL, a key), handed to the call's work as `upstream.target`. */
+  target?: unknown;
+}
+
+/**
+ * Several interchangeable upstreams behind one breaker name: a policy whose
+ * breaker has the pool's name sends each call to one of them (see
+ * `UpstreamPool.order`), failing over to the next before the first byte.
+ */
+export interface UpstreamPoolOptions {
+  /** In order of preference; at least one. */
+  members: readonly UpstreamMemberOptions[];
+  /** Whether an error before the first byte sends the call to the next upstream. Default: `defaultShouldFailover`. */
+  shouldFailover?: (error: unknown) => boolean;
+}
+
+/** Throws `OrchestratorConfigError` naming what cannot work. */
+export function checkUpstreamPools(pools: Record<string, UpstreamPoolOptions> | undefined): void {
+  for (const [name, pool] of Object.entries(pools ?? {})) {
+    const members = (pool as Partial<UpstreamPoolOptions> | undefined)?.members;
+    if (!Array.isArray(members) || members.length === 0) {
+      throw new OrchestratorConfigError(`upstreams.${name}.members must be a non-empty array, got ${describeValue(members)}`);
+    }
+    const names = new Set<string>();
+    for (const member of members) {
+      if (typeof member?.name !== 'string' || member.name === '') throw new OrchestratorConfigError(`upstreams.${name}.members: every member needs a name`);
+      if (names.has(member.name)) throw new OrchestratorConfigError(`upstreams.${name}.members: "${member.name}" appears twice`);
+      names.add(member.name);
+    }
+    if (pool.shouldFailover !== undefined && typeof pool.shouldFailover !== 'function') {
+      throw new OrchestratorConfigError(`upstreams.${name}.shouldFailover must be a function`);
+    }
+  }
+}
