@@ -27,7 +27,7 @@ export interface OverheadOptions {
 }
 
 type Side = 'floor' | 'gateway';
-type BodyKind = 'small-distinct' | 'small-same' | 'big-distinct' | 'big-same' | 'stream-distinct';
+type BodyKind = 'small-distinct' | 'small-same' | 'big-distinct' | 'big-same' | 'stream-distinct' | 'kb10-distinct' | 'kb100-distinct' | 'kb1000-distinct';
 
 interface LoadRow {
   id: string;
@@ -49,14 +49,23 @@ export const ROWS: readonly LoadRow[] = [
   { id: 'small32', label: 'small distinct, 32 conns', platform: 'fastify', connections: 32, body: 'small-distinct', limit: 2 },
   { id: 'quiet32', label: 'small distinct, 32 conns, metrics and logs off', platform: 'fastify', connections: 32, body: 'small-distinct', limit: 2, quiet: true },
   { id: 'small200', label: 'small distinct, 200 conns', platform: 'fastify', connections: 200, body: 'small-distinct', limit: 2 },
-  { id: 'hits', label: 'window hits (identical small requests)', platform: 'fastify', connections: 32, body: 'small-same', limit: 1 },
+  // A hit answers from memory: it should cost less than proxying does.
+  { id: 'hits', label: 'window hits (identical small requests)', platform: 'fastify', connections: 32, body: 'small-same', limit: 0.7 },
+  { id: 'kb10', label: 'body of 10 KB, distinct', platform: 'fastify', connections: 16, body: 'kb10-distinct', limit: 2 },
+  { id: 'kb100', label: 'body of 100 KB, distinct', platform: 'fastify', connections: 8, body: 'kb100-distinct', limit: 1.7 },
+  { id: 'kb1000', label: 'body of 1 MB, distinct', platform: 'fastify', connections: 4, body: 'kb1000-distinct', limit: 1.5 },
   { id: 'big', label: '200 KB conversation, distinct', platform: 'fastify', connections: 8, body: 'big-distinct', limit: 2 },
-  { id: 'bighit', label: '200 KB conversation, window hit', platform: 'fastify', connections: 8, body: 'big-same', limit: 1.5 },
+  { id: 'bighit', label: '200 KB conversation, window hit', platform: 'fastify', connections: 8, body: 'big-same', limit: 0.7 },
   { id: 'stream', label: 'streams of 2000 events, distinct', platform: 'fastify', connections: 8, body: 'stream-distinct', limit: 1.5 },
-  { id: 'express', label: '--platform express, small distinct', platform: 'express', connections: 32, body: 'small-distinct', limit: 4 },
+  { id: 'express', label: '--platform express, small distinct', platform: 'express', connections: 32, body: 'small-distinct', limit: 2.5 },
 ];
 
 const HERD_LATENCY_MS = 300;
+/** A joined caller's answer costs at most this much CPU: it never reaches the provider. */
+const HERD_CPU_PER_ANSWER_MS = 0.1;
+/** A herd of 10 000 and more: its slowest answer within this much of the direct one (each caller is still parsed and answered). */
+const BIG_HERD = 10_000;
+const BIG_HERD_EXTRA_LIMIT_MS = 300;
 /** Events of the stream row's answers. */
 const STREAM_EVENTS = 2000;
 const HERD_EXTRA_LIMIT_MS = 30;
@@ -163,8 +172,27 @@ function smallPrompt(): [string, string] {
 let counter = 0;
 const run = `${process.pid}-${Date.now()}`;
 
+/** One user message of about `kb` KB (words, as a pasted document would be). */
+function sizedPrompt(kb: number): [string, string] {
+  const words: string[] = [];
+  for (let length = 0, i = 0; length < kb * 1024; i++) {
+    const word = `word${(i * 7919) % 100_000}`;
+    words.push(word);
+    length += word.length + 1;
+  }
+  const [head, tail] = JSON.stringify({ model: BENCH_MODEL, max_tokens: 64, messages: [{ role: 'user', content: `#MARK# ${words.join(' ')}` }] }).split('#MARK#');
+  return [head, tail];
+}
+
+function promptOf(kind: BodyKind): [string, string] {
+  if (kind.startsWith('big')) return bigConversation();
+  if (kind.startsWith('stream')) return streamPrompt();
+  if (kind.startsWith('kb')) return sizedPrompt(Number(/^kb(\d+)/.exec(kind)![1]));
+  return smallPrompt();
+}
+
 function requestSpec(kind: BodyKind): autocannon.RequestSpec {
-  const [head, tail] = kind.startsWith('big') ? bigConversation() : kind.startsWith('stream') ? streamPrompt() : smallPrompt();
+  const [head, tail] = promptOf(kind);
   const base = { method: 'POST', path: '/v1/chat/completions', headers: HEADERS };
   // A body sent again and again gets the same answer from the window; one new per run so the first is a miss.
   if (kind.endsWith('same')) return { ...base, body: `${head}same-${run}${tail}` };
@@ -514,25 +542,36 @@ function checksOf(rows: RowSummary[], herd: HerdSummary | undefined): TargetChec
     scaling: 'none',
   }));
   if (herd) {
+    const extra = herdExtraLimitMs(herd.requests);
     checks.push(
       {
         scenario: 'overhead',
         run: `herd of ${herd.requests}`,
-        kind: 'timing',
-        name: 'slowest within 30 ms of direct',
-        target: `<= +${HERD_EXTRA_LIMIT_MS} ms`,
-        actual: `+${herd.extraMsMedian.toFixed(0)} ms`,
-        pass: herd.extraMsMedian <= HERD_EXTRA_LIMIT_MS,
+        kind: 'count',
+        name: 'one upstream call, every caller answered',
+        target: '1 call, 0 failed',
+        actual: `${herd.shots.map((s) => s.upstreamCalls).join('/')} call(s), ${herd.shots.reduce((n, s) => n + s.failed, 0)} failed`,
+        pass: herd.shots.every((s) => s.upstreamCalls === 1 && s.failed === 0),
         scaling: 'none',
       },
       {
         scenario: 'overhead',
         run: `herd of ${herd.requests}`,
         kind: 'timing',
-        name: "CPU per joined answer below the floor's per request",
-        target: `< ${herd.floorCpuMsPerRequest.toFixed(3)} ms`,
+        name: `slowest within ${extra} ms of direct`,
+        target: `<= +${extra} ms`,
+        actual: `+${herd.extraMsMedian.toFixed(0)} ms`,
+        pass: herd.extraMsMedian <= extra,
+        scaling: 'none',
+      },
+      {
+        scenario: 'overhead',
+        run: `herd of ${herd.requests}`,
+        kind: 'timing',
+        name: `CPU per joined answer <= ${HERD_CPU_PER_ANSWER_MS} ms`,
+        target: `<= ${HERD_CPU_PER_ANSWER_MS.toFixed(3)} ms (floor ${herd.floorCpuMsPerRequest.toFixed(3)} per proxied request)`,
         actual: `${herd.cpuMsPerAnswerMedian.toFixed(3)} ms`,
-        pass: herd.cpuMsPerAnswerMedian < herd.floorCpuMsPerRequest,
+        pass: herd.cpuMsPerAnswerMedian <= HERD_CPU_PER_ANSWER_MS,
         scaling: 'none',
       },
     );
@@ -541,6 +580,10 @@ function checksOf(rows: RowSummary[], herd: HerdSummary | undefined): TargetChec
 }
 
 const ms = (v: number) => (v < 1 ? v.toFixed(3) : v.toFixed(2));
+
+function herdExtraLimitMs(requests: number): number {
+  return requests >= BIG_HERD ? BIG_HERD_EXTRA_LIMIT_MS : HERD_EXTRA_LIMIT_MS;
+}
 
 /** The overhead table as Markdown, optionally with the median ratios of an earlier run (`before`) beside it. */
 export function overheadMarkdown(result: OverheadResult, before?: OverheadResult): string {
@@ -562,9 +605,9 @@ export function overheadMarkdown(result: OverheadResult, before?: OverheadResult
     const b = before?.herd;
     lines.push(
       `| herd of ${h.requests} on one call: slowest vs direct | ${before ? `${b ? `+${b.extraMsMedian.toFixed(0)} ms` : '-'} | ` : ''}+${h.extraMsMedian.toFixed(0)} ms (+${h.extraMsMin.toFixed(0)} ms) | ` +
-        `- | - | /health max ${h.healthMaxMs.toFixed(1)} ms during the herd | <= +${HERD_EXTRA_LIMIT_MS} ms | ${h.extraMsMedian <= HERD_EXTRA_LIMIT_MS ? 'met' : '**not met**'} | - |`,
+        `- | - | /health max ${h.healthMaxMs.toFixed(1)} ms during the herd | <= +${herdExtraLimitMs(h.requests)} ms | ${h.extraMsMedian <= herdExtraLimitMs(h.requests) ? 'met' : '**not met**'} | - |`,
       `| herd: CPU per joined answer | ${before ? `${b ? `${ms(b.cpuMsPerAnswerMedian)} ms` : '-'} | ` : ''}${ms(h.cpuMsPerAnswerMedian)} ms | ${ms(h.cpuMsPerAnswerMedian)} (${ms(h.floorCpuMsPerRequest)} per proxied request) | - | - | ` +
-        `< floor | ${h.cpuMsPerAnswerMedian < h.floorCpuMsPerRequest ? 'met' : '**not met**'} | - |`,
+        `<= ${HERD_CPU_PER_ANSWER_MS} ms | ${h.cpuMsPerAnswerMedian <= HERD_CPU_PER_ANSWER_MS ? 'met' : '**not met**'} | - |`,
     );
   }
   return lines.join('\n');

@@ -410,7 +410,6 @@ class ProxiedCall {
   private deliver(started: StartedCall<RawResponse>): void {
     const context = this.context;
     context.outcome = started.outcome;
-    if (this.response.destroyed) return this.left();
     this.subscription = started.events.subscribe({
       next: (event) => {
         if (event.kind === 'value') {
@@ -433,6 +432,9 @@ class ProxiedCall {
         if (this.streaming && !this.response.writableEnded) this.response.end();
       },
     });
+    // Gone while the flight was being found: it is left at once (a flight nobody waits for is let go, not kept
+    // waiting for a subscriber that never comes).
+    if (this.response.destroyed) this.left();
   }
 
   /** Headers every answer carries: its id, timing, dedup outcome and age, and CORS when it is on. */
