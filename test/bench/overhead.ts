@@ -317,7 +317,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     const profiles: ProfileSummary[] = [];
     if (options.profile) {
       // The small and 200 KB rows, or whichever of the profiled rows --only names.
-      const named = ['small32', 'big', 'hits', 'bighit', 'stream'].filter((id) => options.only.includes(id));
+      const named = ROWS.map((r) => r.id).filter((id) => options.only.includes(id));
       for (const id of named.length ? named : ['small32', 'big']) {
         const row = ROWS.find((r) => r.id === id)!;
         profiles.push(await profileRow(row, mock.url, options, log));

@@ -80,7 +80,7 @@ export function profileByOwner(profile: CpuProfile, window: { from: number; to: 
   }
   const top = [...functions.values()]
     .sort((a, b) => b.us - a.us)
-    .slice(0, 15)
+    .slice(0, 60)
     .map((f) => ({ owner: f.owner, fn: f.fn, where: f.where, usPerRequest: f.us / requests }));
   return { row: window.row, requests: window.requests, sampledMs: sampled / 1000, usPerRequest, top };
 }
@@ -99,7 +99,7 @@ export function profileTable(summary: ProfileSummary): string {
     '   top functions (self time):',
     table(
       ['function', 'owner', 'us/request'],
-      summary.top.slice(0, 12).map((f) => [`${f.fn} ${f.where}`.slice(0, 110), f.owner, f.usPerRequest.toFixed(1)]),
+      summary.top.slice(0, 40).map((f) => [`${f.fn} ${f.where}`.slice(0, 110), f.owner, f.usPerRequest.toFixed(1)]),
     ),
   ].join('\n');
 }

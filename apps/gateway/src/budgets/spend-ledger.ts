@@ -79,9 +79,17 @@ return 1
 
 /** `day:2026-11-30` or `month:2026-11` (UTC). */
 export function periodKey(period: SpendCap['period'], now: number): string {
-  const iso = new Date(now).toISOString();
-  return period === 'day' ? `day:${iso.slice(0, 10)}` : `month:${iso.slice(0, 7)}`;
+  // Every answer is counted under both periods: the day's keys are made once a day, not twice per answer.
+  const day = Math.floor(now / 86_400_000);
+  if (day !== periodCache.day) {
+    const iso = new Date(day * 86_400_000).toISOString();
+    periodCache.day = day;
+    periodCache.keys = { day: `day:${iso.slice(0, 10)}`, month: `month:${iso.slice(0, 7)}` };
+  }
+  return periodCache.keys[period];
 }
+
+const periodCache: { day: number; keys: Record<SpendCap['period'], string> } = { day: Number.NaN, keys: { day: '', month: '' } };
 
 const PERIODS: SpendCap['period'][] = ['day', 'month'];
 // Long enough to read last period's figures, short enough that Redis forgets them.

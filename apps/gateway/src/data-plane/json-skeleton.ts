@@ -157,14 +157,19 @@ function readKey(bytes: Buffer, i: number, named: boolean): { key?: string; next
   const end = stringEnd(bytes, i);
   let key: string | undefined;
   if (named) {
-    const slash = bytes.indexOf(BACKSLASH, i + 1);
-    key = slash < 0 || slash > end ? bytes.toString('utf8', i + 1, end) : decodeKey(bytes, i, end);
+    key = hasByte(bytes, BACKSLASH, i + 1, end) ? decodeKey(bytes, i, end) : bytes.toString('utf8', i + 1, end);
   }
   const colon = skipSpace(bytes, end + 1);
   if (bytes[colon] !== 0x3a) throw new JsonSyntaxError(colon);
   const next = skipSpace(bytes, colon + 1);
   if (next >= bytes.length) throw new JsonSyntaxError(next);
   return { key, next };
+}
+
+/** Whether `byte` is in `[from, to)`: a key is short, and a search from it to the end of a large body would not be. */
+function hasByte(bytes: Buffer, byte: number, from: number, to: number): boolean {
+  for (let i = from; i < to; i++) if (bytes[i] === byte) return true;
+  return false;
 }
 
 function decodeKey(bytes: Buffer, start: number, end: number): string {

@@ -34,18 +34,23 @@ export class SseScan {
     private readonly readUsage: boolean,
     private readonly stripUsage: boolean,
   ) {
-    const markers = format === false ? [] : [...END_MARKERS[format], ERROR];
-    if (readUsage) markers.push(...USAGE);
-    this.markers = markers;
+    this.markers = format === false ? [] : [...END_MARKERS[format], ERROR];
   }
 
   /** Takes a chunk; returns the bytes to pass on (the chunk itself unless stripping), possibly empty. */
   feed(chunk: Buffer): Buffer {
     if (this.format === false) return chunk;
-    // The common case: whole lines with nothing to read in them.
-    if (this.partial === undefined && chunk[chunk.length - 1] === NL && this.format !== 'llama' && !this.holdsMarker(chunk)) return chunk;
     const data = this.partial === undefined ? chunk : Buffer.concat([this.partial, chunk]);
-    let kept: Buffer[] | undefined = this.stripUsage ? [] : undefined;
+    this.partial = undefined;
+    // The common case: lines with nothing to read in them. Only a line not yet ended is kept, to be read (and, when
+    // stripping, passed on) with the next chunk: a marker may be split across the two.
+    if (this.format !== 'llama' && !this.holdsMarker(data)) {
+      const last = data.lastIndexOf(NL);
+      if (last < data.length - 1) this.partial = Buffer.from(data.subarray(last + 1));
+      if (!this.stripUsage) return chunk;
+      return last === data.length - 1 ? data : data.subarray(0, last + 1);
+    }
+    const kept: Buffer[] | undefined = this.stripUsage ? [] : undefined;
     let at = 0;
     for (;;) {
       const nl = data.indexOf(NL, at);
@@ -69,8 +74,20 @@ export class SseScan {
     return this.stripUsage && keep ? rest : undefined;
   }
 
-  private holdsMarker(chunk: Buffer): boolean {
-    for (const marker of this.markers) if (chunk.indexOf(marker) >= 0) return true;
+  /**
+   * Whether the bytes may hold something to read: each search is a pass over them, so there are few. OpenAI's end
+   * marker is the stream's last line: only the tail is looked at for it. A usage object is found from `"usage":`
+   * (which every chunk of a stream that asked for usage holds, as `"usage":null`).
+   */
+  private holdsMarker(data: Buffer): boolean {
+    for (const marker of this.markers) if (data.indexOf(marker) >= 0) return true;
+    if (this.format === 'openai' && data.indexOf(DONE, Math.max(0, data.length - DONE_TAIL)) >= 0) return true;
+    if (!this.readUsage) return false;
+    for (let at = data.indexOf(USAGE_KEY); at >= 0; at = data.indexOf(USAGE_KEY, at + USAGE_KEY.length)) {
+      let next = at + USAGE_KEY.length;
+      while (data[next] === 0x20) next++;
+      if (data[next] === 0x7b) return true;
+    }
     return false;
   }
 
@@ -152,8 +169,12 @@ const DONE = Buffer.from('[DONE]');
 const ERROR = Buffer.from('"error"');
 // Chunks before OpenAI's usage event say `"usage":null`: only an object is worth reading.
 const USAGE = [Buffer.from('"usage":{'), Buffer.from('"usage": {'), Buffer.from('"tokens_predicted"')];
+const USAGE_KEY = Buffer.from('"usage":');
+// `data: [DONE]` and the blank lines after it, with room for a CR before each newline.
+const DONE_TAIL = 24;
 const END_MARKERS: Record<StreamFormat, readonly Buffer[]> = {
-  openai: [DONE],
+  // OpenAI's end marker is looked for in the tail only (see `holdsMarker`).
+  openai: [],
   responses: [Buffer.from('response.completed'), Buffer.from('response.incomplete'), Buffer.from('response.failed')],
   anthropic: [Buffer.from('message_stop'), Buffer.from('event: error'), Buffer.from('event:error')],
   llama: [],

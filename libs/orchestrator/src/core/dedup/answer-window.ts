@@ -110,7 +110,7 @@ export class AnswerWindow {
   async getShared<T>(key: string): Promise<WindowEntry<T> | undefined> {
     const entry = await this.sharedOp((cache) => cache.get<WindowEntry<T>>(key));
     if (!entry || typeof entry.expiresAt !== 'number' || entry.expiresAt <= Date.now()) return undefined;
-    this.memory.set(key, entry, { ttl: entry.expiresAt - Date.now() });
+    this.memory.set(key, entry);
     return entry;
   }
 
@@ -129,7 +129,8 @@ export class AnswerWindow {
   setLocal<T>(key: string, payload: WindowPayload<T>, ttlMs: number): WindowEntry<T> {
     const storedAt = Date.now();
     const entry: WindowEntry<T> = { ...payload, storedAt, expiresAt: storedAt + ttlMs };
-    this.memory.set(key, entry, { ttl: ttlMs });
+    // No ttl for lru-cache: `getLocal` reads `expiresAt` itself, and lru-cache's own clock per entry costs every set.
+    this.memory.set(key, entry);
     return entry;
   }
 
