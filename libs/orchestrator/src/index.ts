@@ -66,6 +66,7 @@ export {
   type ErrorCodec,
   type LeadClaim,
   type FollowClaim,
+  type ClaimOptions,
 } from './core/cluster/coordination.js';
 // Building blocks of a coordinator of your own (over IPC, a message bus...): a call's events as they cross the wire.
 export { toWire, fromWire, WireReader, errorToWire, leaderLost, type WireEvent } from './core/cluster/coordination.js';
@@ -87,3 +88,20 @@ export {
   type ReadinessOptions,
 } from './nest/observability/orchestrator-health.js';
 export type { OrchestratorObserver, RequestOutcome, RefusalReason, UpstreamResult } from './core/observer.js';
+
+// Tracing: OpenTelemetry spans of requests and upstream calls (needs @opentelemetry/api, an optional peer).
+export {
+  RequestTracing,
+  TRACE_ATTRIBUTES,
+  NOOP_REQUEST_SPAN,
+  attachRequestSpan,
+  requestSpanOf,
+  type RequestTracingOptions,
+  type RequestSpan,
+  type UpstreamSpan,
+  type UpstreamSpanResult,
+  type SpanAttributes,
+  type SpanAttributeValue,
+  type TraceHeaders,
+} from './core/tracing/request-tracing.js';
+export { parseTraceParent, formatTraceParent, type TraceParent } from './core/tracing/traceparent.js';

@@ -30,6 +30,7 @@ import {
 import { RETRY_FIELDS, type RetryOptions } from './retry/retry.options.js';
 import { RetryPolicy } from './retry/retry.policy.js';
 import { TIMEOUT_FIELDS, type TimeoutOptions } from './timeout/timeout.options.js';
+import type { RequestSpan, RequestTracing } from './tracing/request-tracing.js';
 
 /** Module-wide defaults; decorators on a class or route override them field by field. */
 export interface OrchestratorOptions {
@@ -60,6 +61,13 @@ export interface OrchestratorOptions {
    * Without it, each replica dedups and breaks on its own.
    */
   coordinator?: FlightCoordinator & BreakerCoordinator;
+  /**
+   * OpenTelemetry traces (`await RequestTracing.create()`, needs
+   * `@opentelemetry/api`): the request paths of this package start a server
+   * span per request and pass it as `CallRequest.trace`. Default off: nothing
+   * is traced and nothing is paid for it.
+   */
+  tracing?: RequestTracing;
 }
 
 const MODULE_FIELDS = {
@@ -73,6 +81,7 @@ const MODULE_FIELDS = {
   windowStores: { check: 'array' },
   tenant: { check: 'function' },
   coordinator: { check: 'object' },
+  tracing: { check: 'object' },
 } as const satisfies Fields<OrchestratorOptions>;
 
 /** Throws `OrchestratorConfigError` naming the first option that cannot work. */
@@ -126,6 +135,13 @@ export interface CallRequest {
   /** The caller's tenant (already hashed, see `tenantOf`): its line in the queue, and whose failure it is. */
   tenant?: string;
   reuse?: Reuse;
+  /**
+   * The request's server span (`RequestTracing.startServerSpan`): the call
+   * records its dedup outcome and breaker state on it, links it to the
+   * leader's span when it joins another's call (on any replica), and gives the
+   * upstream call a client span under it.
+   */
+  trace?: RequestSpan;
 }
 
 /** Per-call facts `run` needs alongside a reusable policy. */
@@ -274,35 +290,38 @@ export class Orchestrator {
       hub?.refused(upstreamOf(policy), 'shutting_down');
       throw new ShuttingDownError();
     }
-    const { key, tenant, reuse } = call;
+    const { key, tenant, reuse, trace } = call;
     const source = { key, tenant };
     const dedup = policy.dedup;
     if (!dedup || key === undefined) {
       hub?.request(policy.name, upstreamOf(policy), 'none');
-      return { events: guardedCall(policy, work, { source, observer: hub }) };
+      trace?.setOutcome('none', upstreamOf(policy), policy.breaker?.state);
+      return { events: guardedCall(policy, work, { source, observer: hub, trace }) };
     }
     const flights = this.flights as SingleFlight<T>;
     // no-cache: a fresh answer, neither joined nor from the window (it then replaces what the window holds).
     if (!reuse?.noCache) {
       const running = flights.join(key);
-      if (running) return this.answer(policy, 'joined', running);
+      if (running) return this.joined(policy, running, trace);
       const stored = dedup.window?.getLocal<T>(key);
-      const cached = stored && this.cached(policy, stored, reuse);
+      const cached = stored && this.cached(policy, stored, reuse, trace);
       if (cached) return cached;
     }
-    const { state, lead } = this.leader(policy, work, source);
+    const { state, lead } = this.leader(policy, work, source, trace);
     const coordinator = this.options.coordinator;
     if (reuse?.noCache || !(dedup.window?.hasShared || coordinator)) {
-      return this.answer(policy, 'miss', this.register(policy, call, lead(), state, () => 'miss'));
+      return this.answer(policy, 'miss', this.register(policy, call, lead(), state, () => 'miss'), trace);
     }
     // The flight is registered before any I/O: every identical request in this process joins it, whatever the
     // shared store and the fleet do (slow, frozen or gone). They only decide where its events come from.
-    const found = this.findShared<T>(policy, key, reuse, lead);
+    const found = this.findShared<T>(policy, key, reuse, lead, trace);
     let outcome: DedupOutcome | undefined;
-    const events = this.register(policy, call, afterFound(found), state, () => outcome);
-    const { outcome: settled, ageSeconds } = await found;
+    const events = this.register(policy, call, afterFound(found), state, () => outcome, true);
+    const { outcome: settled, ageSeconds, leader } = await found;
     outcome = settled;
-    return { ...this.answer(policy, settled, events), ...(ageSeconds === undefined ? {} : { ageSeconds }) };
+    // Joiners here link to whoever leads the call: this request, or the request of another replica it follows.
+    if (trace?.recording) flights.setLeader(events, settled === 'miss' ? trace.traceparent : leader);
+    return { ...this.answer(policy, settled, events, trace, leader), ...(ageSeconds === undefined ? {} : { ageSeconds }) };
   }
 
   /**
@@ -311,7 +330,13 @@ export class Orchestrator {
    * lead it), else a call of our own. Never rejects: a store or a fleet that
    * fails is a miss, and the call is made here (once per process and key).
    */
-  private async findShared<T>(policy: RoutePolicy, key: string, reuse: Reuse | undefined, lead: () => Observable<CallEvent<T>>): Promise<Found<T>> {
+  private async findShared<T>(
+    policy: RoutePolicy,
+    key: string,
+    reuse: Reuse | undefined,
+    lead: () => Observable<CallEvent<T>>,
+    trace: RequestSpan | undefined,
+  ): Promise<Found<T>> {
     try {
       const window = policy.dedup!.window;
       if (window?.hasShared) {
@@ -319,8 +344,9 @@ export class Orchestrator {
         const replay = stored && replayable(stored, reuse);
         if (replay) return { outcome: 'cached', ...replay };
       }
-      const claim = await this.options.coordinator?.claim<T>(key, lead);
-      if (claim?.role === 'follow') return { outcome: 'joined', events: claim.events };
+      const traceparent = trace?.traceparent;
+      const claim = await this.options.coordinator?.claim<T>(key, lead, traceparent ? { trace: traceparent } : undefined);
+      if (claim?.role === 'follow') return { outcome: 'joined', events: claim.events, leader: claim.leader };
       if (claim) {
         // Nobody here waits any more: the fleet is told at once (followers elsewhere take the call over).
         return { outcome: 'miss', events: claim.publish(lead()), abandon: () => claim.publish<T>(NEVER).subscribe().unsubscribe() };
@@ -332,9 +358,10 @@ export class Orchestrator {
   }
 
   /** The leader's guarded call, and what is learnt about it while it runs. */
-  private leader<T>(policy: RoutePolicy, work: CallWork<T>, source: CallSource) {
+  private leader<T>(policy: RoutePolicy, work: CallWork<T>, source: CallSource, trace: RequestSpan | undefined) {
     const state = { reachedUpstream: false, handle: {} as CallHandle };
-    const lead = () => guardedCall(policy, work, { source, onUpstream: () => (state.reachedUpstream = true), handle: state.handle, observer: this.hub });
+    const lead = () =>
+      guardedCall(policy, work, { source, onUpstream: () => (state.reachedUpstream = true), handle: state.handle, observer: this.hub, trace });
     return { state, lead };
   }
 
@@ -350,6 +377,7 @@ export class Orchestrator {
     call$: Observable<CallEvent<T>>,
     state: { reachedUpstream: boolean; handle: CallHandle },
     outcome: () => DedupOutcome | undefined,
+    leaderPending = false,
   ): Observable<CallEvent<T>> {
     const dedup = policy.dedup!;
     const key = call.key!;
@@ -359,6 +387,7 @@ export class Orchestrator {
       // window (unless the route says not to) in the limiter's detached budget, or is cancelled when that is full.
       cancelWhenAbandoned: () => dedup.cancelWhenAbandoned || !state.reachedUpstream || !(state.handle.detach?.() ?? true),
       maxEntryBytes: dedup.maxEntryBytes,
+      leader: !call.trace?.recording ? undefined : leaderPending ? 'pending' : call.trace.traceparent,
       onSuccess: !window
         ? undefined
         : async (entry) => {
@@ -377,29 +406,37 @@ export class Orchestrator {
    */
   startLocal<T>(policy: RoutePolicy, call: CallRequest, work: CallWork<T>): StartedCall<T> | undefined {
     if (this.closing) return undefined;
-    const { key, tenant, reuse } = call;
+    const { key, tenant, reuse, trace } = call;
     const source = { key, tenant };
     const dedup = policy.dedup;
     if (!dedup || key === undefined) {
       this.hub?.request(policy.name, upstreamOf(policy), 'none');
-      return { events: guardedCall(policy, work, { source, observer: this.hub }) };
+      trace?.setOutcome('none', upstreamOf(policy), policy.breaker?.state);
+      return { events: guardedCall(policy, work, { source, observer: this.hub, trace }) };
     }
     if (!reuse?.noCache) {
-      const running = (this.flights as SingleFlight<T>).join(key);
-      if (running) return this.answer(policy, 'joined', running);
+      const flights = this.flights as SingleFlight<T>;
+      const running = flights.join(key);
+      if (running) return this.joined(policy, running, trace);
       const stored = dedup.window?.getLocal<T>(key);
-      const cached = stored && this.cached(policy, stored, reuse);
+      const cached = stored && this.cached(policy, stored, reuse, trace);
       if (cached) return cached;
       if (dedup.window?.hasShared || this.options.coordinator) return undefined;
     }
-    const { state, lead } = this.leader(policy, work, source);
-    return this.answer(policy, 'miss', this.register(policy, call, lead(), state, () => 'miss'));
+    const { state, lead } = this.leader(policy, work, source, trace);
+    return this.answer(policy, 'miss', this.register(policy, call, lead(), state, () => 'miss'), trace);
+  }
+
+  /** A request that waits on a call in flight here: its span links to the call's leader (now, or once the fleet says who). */
+  private joined<T>(policy: RoutePolicy, running: Observable<CallEvent<T>>, trace: RequestSpan | undefined): StartedCall<T> {
+    if (trace?.recording) (this.flights as SingleFlight<T>).onLeader(running, (leader) => trace.link(leader));
+    return this.answer(policy, 'joined', running, trace);
   }
 
   /** A stored answer replayed, unless the caller asks for a younger one (`max-age`). */
-  private cached<T>(policy: RoutePolicy, stored: WindowEntry<T>, reuse: Reuse | undefined): StartedCall<T> | undefined {
+  private cached<T>(policy: RoutePolicy, stored: WindowEntry<T>, reuse: Reuse | undefined, trace: RequestSpan | undefined): StartedCall<T> | undefined {
     const replay = replayable(stored, reuse);
-    return replay && { ...this.answer(policy, 'cached', replay.events), ageSeconds: replay.ageSeconds };
+    return replay && { ...this.answer(policy, 'cached', replay.events, trace), ageSeconds: replay.ageSeconds };
   }
 
   /**
@@ -460,6 +497,11 @@ export class Orchestrator {
     };
   }
 
+  /** The tracing given in the options (`undefined`: requests are not traced). */
+  get tracing(): RequestTracing | undefined {
+    return this.options.tracing;
+  }
+
   /** Whether the app says who a request is for (`options.tenant`), rather than relying on its credentials. */
   get hasTenantResolver(): boolean {
     return this.options.tenant !== undefined;
@@ -487,9 +529,19 @@ export class Orchestrator {
     await this.window.disconnect().catch(() => undefined);
   }
 
-  private answer<T>(policy: RoutePolicy, outcome: DedupOutcome, events: Observable<CallEvent<T>>): StartedCall<T> {
+  private answer<T>(
+    policy: RoutePolicy,
+    outcome: DedupOutcome,
+    events: Observable<CallEvent<T>>,
+    trace?: RequestSpan,
+    leader?: string,
+  ): StartedCall<T> {
     this.outcomes[outcome]++;
     this.hub?.request(policy.name, upstreamOf(policy), outcome);
+    if (trace) {
+      trace.setOutcome(outcome, upstreamOf(policy), policy.breaker?.state);
+      if (outcome === 'joined') trace.link(leader);
+    }
     return { outcome, events };
   }
 }
@@ -516,6 +568,8 @@ interface Found<T> {
   outcome: DedupOutcome;
   events: Observable<CallEvent<T>>;
   ageSeconds?: number;
+  /** The leader's span on another replica (a `traceparent`), when this replica follows it. */
+  leader?: string;
   /** Called instead of subscribing when every caller left before the flight was found (gives a won claim back). */
   abandon?: () => void;
 }

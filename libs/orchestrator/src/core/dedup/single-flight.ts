@@ -20,7 +20,15 @@ export interface LeadOptions<T> {
   maxEntryBytes: number;
   /** Receives the finished answer (if within bounds); the flight stays joinable until the returned promise settles. */
   onSuccess?: (entry: WindowPayload<T>) => Promise<void>;
+  /**
+   * The leader's span (a W3C `traceparent`), for joiners to link to; absent
+   * without tracing. `pending`: not known yet (the fleet is being asked who
+   * leads); joiners are linked once `setLeader` tells.
+   */
+  leader?: string | 'pending';
 }
+
+type Linker = (leader: string | undefined) => void;
 
 /**
  * Singleflight over RxJS: one shared call per key, multicast with `share` and a
@@ -36,6 +44,9 @@ export interface LeadOptions<T> {
  */
 export class SingleFlight<T> {
   private readonly flights = new Map<string, Observable<CallEvent<T>>>();
+  // Beside the map rather than in it: without tracing nothing is kept, and a flight's entry goes with the flight.
+  // A list while the leader is not known yet: the joiners waiting to be linked.
+  private readonly leaders = new WeakMap<Observable<CallEvent<T>>, string | Linker[]>();
 
   constructor(private readonly batches = new DeliveryBatches({ size: DELIVERY_BATCH_SIZE })) {}
 
@@ -46,6 +57,22 @@ export class SingleFlight<T> {
 
   join(key: string): Observable<CallEvent<T>> | undefined {
     return this.flights.get(key);
+  }
+
+  /** Calls `link` with the span of the request that leads `flight` (a `traceparent`), now or once known; not at all without one. */
+  onLeader(flight: Observable<CallEvent<T>>, link: Linker): void {
+    const leader = this.leaders.get(flight);
+    if (typeof leader === 'string') link(leader);
+    else leader?.push(link);
+  }
+
+  /** Names the span joiners of a `pending` flight link to (this replica's leader, or another replica's). */
+  setLeader(flight: Observable<CallEvent<T>>, traceparent: string | undefined): void {
+    const waiting = this.leaders.get(flight);
+    if (typeof waiting === 'string') return;
+    if (traceparent) this.leaders.set(flight, traceparent);
+    else this.leaders.delete(flight);
+    for (const link of waiting ?? []) link(traceparent);
   }
 
   /** Registers `call` as the flight for `key` and returns its shared events. */
@@ -91,6 +118,7 @@ export class SingleFlight<T> {
     );
     const delivered = shared.pipe(this.batches.operator<CallEvent<T>>());
     this.flights.set(key, delivered);
+    if (options.leader) this.leaders.set(delivered, options.leader === 'pending' ? [] : options.leader);
     return delivered;
   }
 }
