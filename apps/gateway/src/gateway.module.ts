@@ -6,6 +6,7 @@ import type { GatewayConfig } from './config/gateway-config.js';
 import { GatewayService } from './gateway.service.js';
 import { GATEWAY_CONFIG, GATEWAY_LOGGER } from './gateway.tokens.js';
 import { GatewayTelemetry } from './observability/gateway-telemetry.js';
+import { GatewayTracing } from './observability/gateway-tracing.js';
 import { createLogger } from './observability/logger.js';
 import { UsageLedger } from './observability/usage-ledger.js';
 import { StatusBoard } from './status/status-board.js';
@@ -41,8 +42,10 @@ class GatewayCoreModule {
         WorkerCoordination,
         UsageLedger,
         Budgets,
+        // The SDK is loaded only when traces are exported.
+        { provide: GatewayTracing, useFactory: () => GatewayTracing.create(config) },
       ],
-      exports: [GATEWAY_CONFIG, GATEWAY_LOGGER, GatewayService, Lifecycle, SharedState, WorkerCoordination, UsageLedger, Budgets],
+      exports: [GATEWAY_CONFIG, GATEWAY_LOGGER, GatewayService, Lifecycle, SharedState, WorkerCoordination, UsageLedger, Budgets, GatewayTracing],
     };
   }
 }
@@ -53,6 +56,7 @@ export function orchestratorOptions(
   gateway: GatewayService,
   shared: SharedState,
   workers?: WorkerCoordination,
+  tracing?: GatewayTracing,
 ): OrchestratorModuleOptions {
   return {
     // The guard computed the key in its one walk over the body (absent with --no-dedup: nothing is deduplicated).
@@ -95,6 +99,7 @@ export function orchestratorOptions(
     // Redis coordinates whoever shares it (replicas and workers alike); without it, the workers of --workers
     // coordinate through their primary.
     coordinator: shared.coordinator ?? workers?.coordinator,
+    tracing: tracing?.tracing,
   };
 }
 
@@ -120,7 +125,7 @@ export class GatewayModule implements NestModule {
       imports: [
         GatewayCoreModule.forRoot(config, logger),
         OrchestratorModule.forRootAsync({
-          inject: [GATEWAY_CONFIG, GatewayService, SharedState, WorkerCoordination],
+          inject: [GATEWAY_CONFIG, GatewayService, SharedState, WorkerCoordination, GatewayTracing],
           useFactory: orchestratorOptions,
           interceptor: GatewayInterceptor,
         }),

@@ -87,6 +87,8 @@ export class GatewayGuard implements CanActivate {
       spec.validate(request.body);
     }
     context.body = request.body;
+    const model = (request.body as { model?: unknown } | undefined)?.model;
+    if (typeof model === 'string') context.span?.setAttributes({ 'gen_ai.request.model': model.slice(0, 200) });
     await this.budgets.admit(context, key);
     // An upload is relayed as bytes: there is no JSON to walk, and nothing to share.
     if (upload) return true;

@@ -1,4 +1,5 @@
 import type { IncomingMessage } from 'node:http';
+import type { RequestSpan } from 'nest-prompt-orchestrator';
 import type { ClientApi, GatewayRoute } from '../providers/provider.js';
 import type { Usage } from '../budgets/prices.js';
 import type { Hold, ScopedCap } from '../budgets/spend-ledger.js';
@@ -42,6 +43,8 @@ export interface RequestContext {
   usage?: Usage;
   /** The error code this request was answered with (set by the exception filter). */
   errorCode?: string;
+  /** The request's server span (with tracing on): started on arrival, ended with the response. */
+  span?: RequestSpan;
 }
 
 type WithContext = IncomingMessage & { [REQUEST_CONTEXT]?: RequestContext; raw?: WithContext };

@@ -1,5 +1,5 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
-import { DEDUP_HEADER, OrchestratorMetrics, OrchestratorService, type RequestOutcome } from 'nest-prompt-orchestrator';
+import { DEDUP_HEADER, OrchestratorMetrics, OrchestratorService, TRACE_ATTRIBUTES, type RequestOutcome } from 'nest-prompt-orchestrator';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
@@ -10,6 +10,7 @@ import { UPSTREAM } from '../routes/gateway-route.decorator.js';
 import { StatusBoard } from '../status/status-board.js';
 import { Budgets } from '../budgets/budgets.service.js';
 import { UsageLedger } from './usage-ledger.js';
+import { GatewayTracing } from './gateway-tracing.js';
 
 const MAX_MODELS = 50;
 const MAX_TENANT_LABELS = 50;
@@ -61,6 +62,7 @@ export class GatewayTelemetry {
     private readonly budgets: Budgets,
     private readonly board: StatusBoard,
     @Optional() @Inject(OrchestratorMetrics) metrics: OrchestratorMetrics | null,
+    @Optional() tracing?: GatewayTracing,
   ) {
     const o = config.observability;
     this.requestLog = o.requestLog && logger.isLevelEnabled('info');
@@ -81,7 +83,7 @@ export class GatewayTelemetry {
         registers,
       });
     }
-    this.enabled = this.requestLog || this.tokens !== undefined || board.enabled;
+    this.enabled = this.requestLog || this.tokens !== undefined || board.enabled || tracing?.tracing !== undefined;
   }
 
   /** The in/out children of the token counter for a model (and tenant), bound once: no label look-up per request. */
@@ -135,6 +137,18 @@ export class GatewayTelemetry {
       const [input, output] = this.savedChildren(model ?? 'unknown');
       input.inc(reused.input);
       output.inc(reused.output);
+    }
+    const span = context.span;
+    if (span) {
+      // Only the call that was made is usage; what a joined or cached request got for free is saved.
+      span.setAttributes({
+        [TRACE_ATTRIBUTES.genAiInputTokens]: own?.input,
+        [TRACE_ATTRIBUTES.genAiOutputTokens]: own?.output,
+        [TRACE_ATTRIBUTES.savedInputTokens]: reused?.input,
+        [TRACE_ATTRIBUTES.savedOutputTokens]: reused?.output,
+        'gateway.tenant': context.tenantHash,
+      });
+      span.end(status, context.errorCode ?? (status === 499 ? 'client_closed' : undefined));
     }
     if (this.board.enabled) {
       this.board.record({

@@ -149,6 +149,7 @@ export class RequestTracing {
    */
   startServerSpan(name: string, headers: TraceHeaders, attributes?: SpanAttributes): RequestSpan {
     const { api, tracer } = this.backend;
+    if (!this.backend.live()) return NOOP_REQUEST_SPAN;
     const span = tracer.startSpan(name, { kind: api.SpanKind.SERVER, attributes: clean(attributes) }, this.backend.parentOf(headers));
     if (!span.isRecording()) return NOOP_REQUEST_SPAN;
     return new TracedRequest(this.backend, span, attributes);
@@ -160,14 +161,32 @@ class Backend {
   readonly tracer: Otel.Tracer;
   private readonly upstreamAttributes?: (upstream: string) => SpanAttributes;
   private readonly upstreams = new Map<string, Otel.Attributes>();
+  private readonly name: string;
+  /** The API's global provider while no SDK has registered behind it (then every span would be a no-op). */
+  private proxy?: Otel.ProxyTracerProvider;
 
   constructor(
     readonly api: typeof Otel,
     options: RequestTracingOptions,
   ) {
     const provider = (options.tracerProvider as Otel.TracerProvider | undefined) ?? api.trace.getTracerProvider();
-    this.tracer = provider.getTracer(options.tracerName ?? 'nest-prompt-orchestrator');
+    this.name = options.tracerName ?? 'nest-prompt-orchestrator';
+    this.tracer = provider.getTracer(this.name);
+    if (provider instanceof api.ProxyTracerProvider) this.proxy = provider;
     this.upstreamAttributes = options.upstreamAttributes;
+  }
+
+  /**
+   * Whether spans can be recorded at all: without an SDK behind the global
+   * provider, a request is not even parsed for its parent (a no-op span with a
+   * remote parent still costs several microseconds). Once an SDK registers,
+   * it stays: the check is then never made again.
+   */
+  live(): boolean {
+    if (!this.proxy) return true;
+    if (this.proxy.getDelegateTracer(this.name) === undefined) return false;
+    this.proxy = undefined;
+    return true;
   }
 
   parentOf(headers: TraceHeaders): Otel.Context {
