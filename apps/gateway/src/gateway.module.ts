@@ -10,6 +10,7 @@ import { GatewayTracing } from './observability/gateway-tracing.js';
 import { createLogger } from './observability/logger.js';
 import { UsageLedger } from './observability/usage-ledger.js';
 import { StatusBoard } from './status/status-board.js';
+import { FleetHeartbeat } from './status/fleet-heartbeat.js';
 import { statusController } from './status/status.controller.js';
 import { SharedState } from './shared-state/shared-state.js';
 import { WorkerCoordination, metricsRegistry } from './cluster/worker-coordination.js';
@@ -144,7 +145,7 @@ export class GatewayModule implements NestModule {
         HealthController,
         ...(o.statusPath === undefined ? [] : [statusController(o.statusPath)]),
       ],
-      providers: [{ provide: APP_GUARD, useClass: GatewayGuard }, StatusBoard, GatewayTelemetry],
+      providers: [{ provide: APP_GUARD, useClass: GatewayGuard }, StatusBoard, GatewayTelemetry, FleetHeartbeat],
     };
   }
 

@@ -28,6 +28,7 @@ export {
   type CallRequest,
   type Reuse,
   type StartedCall,
+  type FlightSnapshot,
   hashIdentity,
 } from './core/orchestrator.js';
 export type { OrchestrateOptions, RoutePolicy } from './core/policy.js';

@@ -162,6 +162,10 @@ export class GatewayTelemetry {
         savedDollars: reused && model ? this.budgets.prices.costOf(model, reused) : undefined,
         spentTokens: own && own.input + own.output,
         spentDollars: own && model ? this.budgets.prices.costOf(model, own) : undefined,
+        latencyMs: performance.now() - context.startedAt,
+        model,
+        key: context.keyName ?? tenant,
+        fromUpstream: context.errorCode === 'upstream_error',
       });
     }
     if (!this.requestLog) return;

@@ -165,12 +165,25 @@ export interface OrchestratorHealth {
   limiters: LimiterSnapshot[];
   /** Deduplicated calls in flight. */
   inFlight: number;
+  /** Callers waiting on those calls (the leaders included): a herd of 300 is 1 in flight, 300 waiting. */
+  callersWaiting: number;
   /** How deduplicated requests were answered since start. */
   dedup: Record<DedupOutcome, number>;
   /** Clients that hung up before their answer was written. */
   clientsGone: number;
   /** With a `coordinator`: whether the replicas share calls and breakers right now. */
   coordination?: { state: 'ok' | 'degraded'; error?: string };
+}
+
+/** A call in flight, as `flightsInFlight` lists it. */
+export interface FlightSnapshot {
+  /** 12 characters of a one-way digest of the dedup key: the same call has the same key on every replica. */
+  key: string;
+  route?: string;
+  upstream?: string;
+  /** Callers of this process waiting on the call (its leader's included). */
+  callers: number;
+  ageMs: number;
 }
 
 export interface OrchestratorHooks {
@@ -388,6 +401,8 @@ export class Orchestrator {
       cancelWhenAbandoned: () => dedup.cancelWhenAbandoned || !state.reachedUpstream || !(state.handle.detach?.() ?? true),
       maxEntryBytes: dedup.maxEntryBytes,
       leader: !call.trace?.recording ? undefined : leaderPending ? 'pending' : call.trace.traceparent,
+      route: policy.name,
+      upstream: upstreamOf(policy),
       onSuccess: !window
         ? undefined
         : async (entry) => {
@@ -491,6 +506,7 @@ export class Orchestrator {
       breakers: this.breakers.snapshot(),
       limiters: this.limiters.snapshot(),
       inFlight: this.flights.size,
+      callersWaiting: this.flights.callers,
       dedup: { ...this.outcomes },
       clientsGone: this.clientsGone,
       coordination: this.options.coordinator?.health?.(),
@@ -500,6 +516,22 @@ export class Orchestrator {
   /** The tracing given in the options (`undefined`: requests are not traced). */
   get tracing(): RequestTracing | undefined {
     return this.options.tracing;
+  }
+
+  /**
+   * The calls in flight with the most callers waiting on them (at most
+   * `limit`), for a status page: a herd of 300 is one call with 300 callers.
+   * `key` is a short one-way digest of the dedup key, never the key itself.
+   */
+  flightsInFlight(limit = 10): FlightSnapshot[] {
+    const now = Date.now();
+    return this.flights.busiest(limit).map((f) => ({
+      key: hashIdentity(f.key).slice(0, 12),
+      route: f.route,
+      upstream: f.upstream,
+      callers: f.callers,
+      ageMs: now - f.startedAt,
+    }));
   }
 
   /** Whether the app says who a request is for (`options.tenant`), rather than relying on its credentials. */

@@ -26,6 +26,20 @@ export interface LeadOptions<T> {
    * leads); joiners are linked once `setLeader` tells.
    */
   leader?: string | 'pending';
+  /** What the call is for (a route, an upstream), for whoever lists the calls in flight. */
+  route?: string;
+  upstream?: string;
+}
+
+/** One call in flight, as a status page shows it. */
+export interface FlightInfo {
+  readonly key: string;
+  readonly route?: string;
+  readonly upstream?: string;
+  /** Epoch ms. */
+  readonly startedAt: number;
+  /** Callers of this process waiting on it now (the leader's included). */
+  callers: number;
 }
 
 type Linker = (leader: string | undefined) => void;
@@ -44,6 +58,7 @@ type Linker = (leader: string | undefined) => void;
  */
 export class SingleFlight<T> {
   private readonly flights = new Map<string, Observable<CallEvent<T>>>();
+  private readonly infos = new Map<string, FlightInfo>();
   // Beside the map rather than in it: without tracing nothing is kept, and a flight's entry goes with the flight.
   // A list while the leader is not known yet: the joiners waiting to be linked.
   private readonly leaders = new WeakMap<Observable<CallEvent<T>>, string | Linker[]>();
@@ -57,6 +72,19 @@ export class SingleFlight<T> {
 
   join(key: string): Observable<CallEvent<T>> | undefined {
     return this.flights.get(key);
+  }
+
+  /** The calls in flight with the most callers waiting on them, at most `limit`. */
+  busiest(limit: number): FlightInfo[] {
+    const all = [...this.infos.values()];
+    return all.sort((a, b) => b.callers - a.callers || a.startedAt - b.startedAt).slice(0, limit);
+  }
+
+  /** Callers waiting on every call in flight here, together. */
+  get callers(): number {
+    let n = 0;
+    for (const info of this.infos.values()) n += info.callers;
+    return n;
   }
 
   /** Calls `link` with the span of the request that leads `flight` (a `traceparent`), now or once known; not at all without one. */
@@ -80,8 +108,11 @@ export class SingleFlight<T> {
     const onSuccess = options.onSuccess;
     const recorder = onSuccess ? new AnswerRecorder<T>(options.maxEntryBytes) : undefined;
     let written: Promise<void> | undefined;
+    const info: FlightInfo = { key, route: options.route, upstream: options.upstream, startedAt: Date.now(), callers: 0 };
     const forget = () => {
-      if (this.flights.get(key) === delivered) this.flights.delete(key);
+      if (this.flights.get(key) !== counted) return;
+      this.flights.delete(key);
+      this.infos.delete(key);
     };
     // One operator for what `tap` and `finalize` would do in two.
     const recorded = new Observable<CallEvent<T>>((subscriber) => {
@@ -117,9 +148,19 @@ export class SingleFlight<T> {
       }),
     );
     const delivered = shared.pipe(this.batches.operator<CallEvent<T>>());
-    this.flights.set(key, delivered);
-    if (options.leader) this.leaders.set(delivered, options.leader === 'pending' ? [] : options.leader);
-    return delivered;
+    // Who waits on the call right now: what a status page shows beside it (299 callers on one call, not "1 in flight").
+    const counted = new Observable<CallEvent<T>>((subscriber) => {
+      info.callers++;
+      const subscription = delivered.subscribe(subscriber);
+      return () => {
+        info.callers--;
+        subscription.unsubscribe();
+      };
+    });
+    this.flights.set(key, counted);
+    this.infos.set(key, info);
+    if (options.leader) this.leaders.set(counted, options.leader === 'pending' ? [] : options.leader);
+    return counted;
   }
 }
 
