@@ -12,7 +12,7 @@ import { table } from './report.js';
  * recording every span into a batch that an exporter drops.
  */
 
-export type TracingVariant = 'off' | 'api-no-sdk' | 'sdk-recording';
+export type TracingVariant = 'before' | 'off' | 'api-no-sdk' | 'sdk-recording';
 
 export interface TracingCostRow {
   variant: TracingVariant;
@@ -29,16 +29,20 @@ export interface TracingCostResult {
 
 const VARIANTS: TracingVariant[] = ['off', 'api-no-sdk', 'sdk-recording'];
 
+/** The engine as an older build has it (`before`): its `Orchestrator`, to compare the default path with the code before tracing. */
+type EngineModule = { Orchestrator: typeof Orchestrator };
+
 /** An exporter that keeps nothing: what is measured is the recording and batching, not a network. */
 const DROP: SpanExporter = {
   export: (_spans: ReadableSpan[], done) => done({ code: 0 }),
   shutdown: async () => undefined,
 };
 
-function setUp(variant: TracingVariant) {
+function setUp(variant: TracingVariant, before: EngineModule | undefined) {
   const provider = variant === 'sdk-recording' ? new BasicTracerProvider({ spanProcessors: [new BatchSpanProcessor(DROP, { maxQueueSize: 65_536 })] }) : undefined;
-  const tracing = variant === 'off' ? undefined : new RequestTracing(api, provider ? { tracerProvider: provider } : {});
-  const orchestrator = new Orchestrator({ tracing });
+  const tracing = variant === 'off' || variant === 'before' ? undefined : new RequestTracing(api, provider ? { tracerProvider: provider } : {});
+  const Engine = variant === 'before' ? before!.Orchestrator : Orchestrator;
+  const orchestrator = new Engine(tracing ? { tracing } : {});
   const policy = orchestrator.policy({ dedup: true, breaker: 'llm', concurrency: 64 });
   const headers = { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' };
   const attributes = { 'gen_ai.system': 'openai', 'gen_ai.operation.name': 'chat', 'gen_ai.request.model': 'gpt-bench' };
@@ -82,12 +86,21 @@ async function time(fn: () => Promise<unknown>, budgetMs: number, perCall = 1): 
 
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 
-/** Rounds interleave the variants, so that a busy neighbour slows all of them alike; each row is the median round. */
-export async function runTracingCost(rounds = 5, budgetMs = 300): Promise<TracingCostResult> {
-  const samples = new Map<TracingVariant, { leader: number[]; herd: number[] }>(VARIANTS.map((v) => [v, { leader: [], herd: [] }]));
+/**
+ * Rounds interleave the variants, each round starting with another one (what
+ * a round leaves to the garbage collector lands on the next variant), so that
+ * a busy neighbour slows all of them alike; each row is the median round.
+ * `beforePath`: an older build of the package's ES module entry (e.g. from
+ * `git archive` of an earlier commit), measured as the `before` row.
+ */
+export async function runTracingCost(rounds = 7, budgetMs = 400, beforePath = process.env.TRACING_BENCH_BEFORE): Promise<TracingCostResult> {
+  const before = beforePath ? ((await import(beforePath)) as EngineModule) : undefined;
+  const variants: TracingVariant[] = before ? ['before', ...VARIANTS] : VARIANTS;
+  const samples = new Map<TracingVariant, { leader: number[]; herd: number[] }>(variants.map((v) => [v, { leader: [], herd: [] }]));
   for (let round = 0; round < rounds; round++) {
-    for (const variant of VARIANTS) {
-      const bench = setUp(variant);
+    for (let i = 0; i < variants.length; i++) {
+      const variant = variants[(round + i) % variants.length];
+      const bench = setUp(variant, before);
       samples.get(variant)!.leader.push(await time(bench.leader, budgetMs));
       samples.get(variant)!.herd.push(await time(bench.herd, budgetMs, 10));
       await bench.close();
@@ -95,7 +108,7 @@ export async function runTracingCost(rounds = 5, budgetMs = 300): Promise<Tracin
   }
   return {
     rounds,
-    rows: VARIANTS.map((variant) => ({ variant, leaderUs: median(samples.get(variant)!.leader), herdUs: median(samples.get(variant)!.herd) })),
+    rows: variants.map((variant) => ({ variant, leaderUs: median(samples.get(variant)!.leader), herdUs: median(samples.get(variant)!.herd) })),
   };
 }
 
@@ -111,7 +124,7 @@ export function tracingCostTable(result: TracingCostResult): string {
   return [
     '== tracing: per-request cost in the engine (Orchestrator.run: dedup, breaker, limit; trivial work)',
     table(['tracing', 'leader CPU us/request', 'vs off', 'herd of 10 CPU us/request', 'vs off'], rows),
-    `   median of ${result.rounds} interleaved rounds; off = no tracing option (the default); api-no-sdk = RequestTracing without an SDK` +
+    `   median of ${result.rounds} interleaved rounds; before = the engine before tracing (TRACING_BENCH_BEFORE); off = no tracing option (the default); api-no-sdk = RequestTracing without an SDK` +
       ' (no-op spans); sdk-recording = BasicTracerProvider + BatchSpanProcessor, spans dropped by the exporter.',
   ].join('\n');
 }

@@ -39,7 +39,16 @@ export interface FlightInfo {
   /** Epoch ms. */
   readonly startedAt: number;
   /** Callers of this process waiting on it now (the leader's included). */
-  callers: number;
+  readonly callers: number;
+}
+
+/** A flight's facts, and the count of its subscribers (kept by the delivery operator). */
+interface Flight {
+  readonly key: string;
+  readonly route?: string;
+  readonly upstream?: string;
+  readonly startedAt: number;
+  subscribers: number;
 }
 
 type Linker = (leader: string | undefined) => void;
@@ -58,7 +67,7 @@ type Linker = (leader: string | undefined) => void;
  */
 export class SingleFlight<T> {
   private readonly flights = new Map<string, Observable<CallEvent<T>>>();
-  private readonly infos = new Map<string, FlightInfo>();
+  private readonly infos = new Map<string, Flight>();
   // Beside the map rather than in it: without tracing nothing is kept, and a flight's entry goes with the flight.
   // A list while the leader is not known yet: the joiners waiting to be linked.
   private readonly leaders = new WeakMap<Observable<CallEvent<T>>, string | Linker[]>();
@@ -76,14 +85,14 @@ export class SingleFlight<T> {
 
   /** The calls in flight with the most callers waiting on them, at most `limit`. */
   busiest(limit: number): FlightInfo[] {
-    const all = [...this.infos.values()];
-    return all.sort((a, b) => b.callers - a.callers || a.startedAt - b.startedAt).slice(0, limit);
+    const all = [...this.infos.values()].sort((a, b) => b.subscribers - a.subscribers || a.startedAt - b.startedAt);
+    return all.slice(0, limit).map((f) => ({ key: f.key, route: f.route, upstream: f.upstream, startedAt: f.startedAt, callers: f.subscribers }));
   }
 
   /** Callers waiting on every call in flight here, together. */
   get callers(): number {
     let n = 0;
-    for (const info of this.infos.values()) n += info.callers;
+    for (const info of this.infos.values()) n += info.subscribers;
     return n;
   }
 
@@ -108,9 +117,10 @@ export class SingleFlight<T> {
     const onSuccess = options.onSuccess;
     const recorder = onSuccess ? new AnswerRecorder<T>(options.maxEntryBytes) : undefined;
     let written: Promise<void> | undefined;
-    const info: FlightInfo = { key, route: options.route, upstream: options.upstream, startedAt: Date.now(), callers: 0 };
+    // Who waits on the call right now: what a status page shows beside it (299 callers on one call, not "1 in flight").
+    const info: Flight = { key, route: options.route, upstream: options.upstream, startedAt: Date.now(), subscribers: 0 };
     const forget = () => {
-      if (this.flights.get(key) !== counted) return;
+      if (this.flights.get(key) !== delivered) return;
       this.flights.delete(key);
       this.infos.delete(key);
     };
@@ -147,20 +157,11 @@ export class SingleFlight<T> {
         resetOnRefCountZero: () => (options.cancelWhenAbandoned() ? of(true) : NEVER),
       }),
     );
-    const delivered = shared.pipe(this.batches.operator<CallEvent<T>>());
-    // Who waits on the call right now: what a status page shows beside it (299 callers on one call, not "1 in flight").
-    const counted = new Observable<CallEvent<T>>((subscriber) => {
-      info.callers++;
-      const subscription = delivered.subscribe(subscriber);
-      return () => {
-        info.callers--;
-        subscription.unsubscribe();
-      };
-    });
-    this.flights.set(key, counted);
+    const delivered = shared.pipe(this.batches.operator<CallEvent<T>>(info));
+    this.flights.set(key, delivered);
     this.infos.set(key, info);
-    if (options.leader) this.leaders.set(counted, options.leader === 'pending' ? [] : options.leader);
-    return counted;
+    if (options.leader) this.leaders.set(delivered, options.leader === 'pending' ? [] : options.leader);
+    return delivered;
   }
 }
 
