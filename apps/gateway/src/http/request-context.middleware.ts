@@ -41,7 +41,8 @@ export class RequestContextMiddleware implements NestMiddleware {
     if (tracing) {
       const path = pathWithoutQuery(request.originalUrl ?? request.url ?? '');
       const spec = route && ROUTES[route];
-      context.span = tracing.startServerSpan(`${request.method ?? 'GET'} ${spec ? spec.path : path}`, request.headers, {
+      // A span's name stays low in cardinality: the route's path, never a path a client made up.
+      context.span = tracing.startServerSpan(spec ? `${request.method ?? 'GET'} ${spec.path}` : (request.method ?? 'GET'), request.headers, {
         ...GatewayTracing.requestAttributes(this.config, route, request.method ?? 'GET', path),
         'http.route': spec ? spec.path : undefined,
         'gateway.request_id': id,
@@ -58,6 +59,7 @@ export class RequestContextMiddleware implements NestMiddleware {
     // A request that arrives on an open connection while the gateway drains: retryable, elsewhere.
     if (this.lifecycle.isDraining) {
       this.lifecycle.refuse(response);
+      context.span?.end(503, 'shutting_down');
       return next(new ShuttingDownError());
     }
     this.lifecycle.track(response);
