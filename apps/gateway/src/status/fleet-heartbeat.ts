@@ -103,8 +103,9 @@ export class FleetHeartbeat implements OnModuleInit, OnApplicationShutdown {
     this.figures = figures;
   }
 
-  /** The fleet as last read (this process first, then by host and pid); empty without --redis. */
+  /** The fleet as last read (this process first, then by host and pid); without --redis, this process alone. */
   view(now = Date.now()): FleetMember[] {
+    if (!this.enabled) return [{ ...this.own(), state: 'ok', self: true }];
     return this.members.map((m) => ({ ...m, state: m.self || now - m.at < SILENT_AFTER_MS ? 'ok' : 'silent' }));
   }
 

@@ -272,6 +272,8 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
       spendByModel: this.byModel.top(TOP_ROWS),
       spendByKey: this.byKey.top(TOP_ROWS),
       fleet: this.fleet.view(),
+      /** Whether the fleet is read from Redis (else it is this process alone). */
+      fleetShared: this.fleet.enabled,
     };
   }
 

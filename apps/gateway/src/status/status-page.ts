@@ -16,7 +16,7 @@ section{background:var(--card);border-radius:8px;padding:12px 16px}h2{font-size:
 .big{font-size:22px;font-weight:600}.grid{display:grid;grid-template-columns:repeat(3,1fr);gap:8px}.grid div span{display:block;color:var(--dim);font-size:12px}
 table{width:100%;border-collapse:collapse}td,th{text-align:left;padding:3px 6px;border-bottom:1px solid #30363d;font-variant-numeric:tabular-nums}th{color:var(--dim);font-weight:500}
 ul{margin:0;padding-left:18px}.legend span{margin-right:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px}
-svg{width:100%;height:90px;display:block}section.wide{grid-column:span 2}@media (max-width:760px){section.wide{grid-column:auto}}#draining:empty,#workers:empty{display:none}`;
+svg{width:100%;height:90px;display:block}section{min-width:0;overflow-x:auto}section.wide{grid-column:span 2}@media (max-width:760px){section.wide{grid-column:auto}}#draining:empty,#workers:empty{display:none}`;
 
 const SCRIPT = `
 const $ = (id) => document.getElementById(id);
@@ -64,7 +64,7 @@ function renderChart(history) {
 }
 function renderFleet(s) {
   const fleet = s.fleet && s.fleet.length ? s.fleet : [];
-  text($('fleet-size'), fleet.length ? fleet.length + ' processes sharing Redis' : 'this process only (no --redis)');
+  text($('fleet-size'), fleet.length > 1 || (fleet.length === 1 && s.fleetShared) ? fleet.length + ' processes sharing Redis' : 'this process only (no --redis)');
   rows($('fleet'), fleet, (m) => [m.host + ' pid ' + m.pid + (m.port ? ' :' + m.port : '') + (m.self ? ' (this page)' : ''), m.state, m.breaker.replace('_', '-'), m.inFlight + ' (' + m.callersWaiting + ' waiting)', m.queued + ' / ' + m.limit, m.board ? fmt(m.board.requestsPerSecond) : '-', m.board ? money(m.board.savedDollars) : '-', ago(s.now, m.at)]);
   for (const tr of $('fleet').children) tr.dataset.state = tr.children[1].textContent;
   // The same call (the same key) on several replicas: one call, every replica's callers.
