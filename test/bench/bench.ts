@@ -17,8 +17,9 @@ import { runTenants, tenantsTable } from './tenants.js';
 import { TIMELINE_SCENARIOS, type TargetChoice, type TimelineScenario } from './scenarios.js';
 import { REFERENCE, describeGatewayDefaults, fmtMs, type TargetCheck } from './targets.js';
 import { runTimeline } from './timeline.js';
+import { runTracingCost, tracingCostTable } from './tracing-cost.js';
 
-const SCENARIOS = [...TIMELINE_SCENARIOS, 'overhead', 'scale', 'keycost', 'cluster', 'soak', 'tenants', 'capacity'] as const;
+const SCENARIOS = [...TIMELINE_SCENARIOS, 'overhead', 'scale', 'keycost', 'cluster', 'soak', 'tenants', 'capacity', 'tracing'] as const;
 type Scenario = (typeof SCENARIOS)[number];
 
 const USAGE = `Usage: npm run bench -- <scenario> [options]
@@ -244,6 +245,11 @@ async function main(): Promise<number> {
     } else if (scenario === 'cluster') {
       const result = await runCluster(log);
       await report(result, clusterTable(result));
+    } else if (scenario === 'tracing') {
+      const result = await runTracingCost();
+      log(tracingCostTable(result));
+      await writeFile(file('json'), JSON.stringify({ scenario, machine: machine(), ...result }, null, 1));
+      written.push(file('json'));
     } else {
       const result = runKeyCost();
       log(keyCostTable(result));

@@ -223,6 +223,25 @@ function alive(pid: number): boolean {
 }
 
 describe('--workers: what crosses between the workers and their primary', () => {
+  it('the leader\'s span goes with its claim: a worker that follows it is told, so its requests link to the leader', () => {
+    const inbox = (id: number) => {
+      const messages: ToWorker[] = [];
+      const handle: HubWorker = { id, process: { pid: 2_000 + id }, isConnected: () => true, send: (m) => messages.push(JSON.parse(JSON.stringify(m)) as ToWorker) > 0 };
+      return { handle, answer: () => messages.filter((m) => m.gw === 're').at(-1)?.v };
+    };
+    const hub = new PrimaryHub({ maxFlightBytes: 1 << 20, log: () => undefined });
+    const [a, b] = [1, 2].map(inbox);
+    const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+    hub.receive(a.handle, { gw: 'claim', c: 1, key: 'traced', t: traceparent });
+    expect(a.answer()).toEqual({ role: 'lead', f: 1 });
+    hub.receive(b.handle, { gw: 'claim', c: 1, key: 'traced' });
+    expect(b.answer()).toEqual({ role: 'follow', f: 1, events: [], t: traceparent });
+    // An untraced leader: nothing to link to, nothing sent.
+    hub.receive(a.handle, { gw: 'claim', c: 2, key: 'plain' });
+    hub.receive(b.handle, { gw: 'claim', c: 2, key: 'plain' });
+    expect(b.answer()).toEqual({ role: 'follow', f: 2, events: [] });
+  });
+
   it('the primary, message by message: one lead per key, a late follower gets every event so far, a call too large to keep is not joined late, a dead leader\'s followers are told; one failure count and one prober', () => {
     const worker = (id: number) => {
       const inbox: ToWorker[] = [];

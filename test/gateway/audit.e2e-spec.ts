@@ -4,6 +4,8 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { RepeatAudit } from '../../apps/gateway/src/audit/repeat-audit.js';
+import { repeatChart } from '../../apps/gateway/src/audit/repeat-chart.js';
+import { postJson, startGateway, uniquePrompt } from '../support/gateway-harness.js';
 import { ROOT, ensureBuilt } from '../support/gateway-process.js';
 
 /**
@@ -116,6 +118,37 @@ describe('the repeat-rate audit', () => {
     expect(report.droppedByGateway).toBe(7);
     expect(report.malformedLines).toBe(1);
   });
+
+  it('a gateway\'s own request log: the report\'s keys are the log\'s, and the chart shows the money saved beside the repeats', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'npo-audit-log-'));
+    const log = join(dir, 'requests.jsonl');
+    const g = await startGateway({ flags: ['--request-log', log] });
+    try {
+      const body = { model: 'gpt-4o-mini', temperature: 0, messages: [{ role: 'user', content: uniquePrompt('audited') }] };
+      for (let i = 0; i < 3; i++) expect((await postJson(`${g.gatewayUrl}/v1/chat/completions`, body, { authorization: 'Bearer sk-audit' })).status).toBe(200);
+      expect((await postJson(`${g.gatewayUrl}/v1/chat/completions`, { ...body, messages: [{ role: 'user', content: uniquePrompt('once') }] })).status).toBe(200);
+    } finally {
+      await g.close();
+    }
+    const lines = readFileSync(log, 'utf8').trim().split('\n');
+    const logged = lines.map((line) => JSON.parse(line) as { key: string; outcome: string; saved: number });
+    const repeated = logged.filter((l) => l.outcome === 'cached');
+    expect(repeated).toHaveLength(2);
+    const audit = new RepeatAudit();
+    for (const line of lines) audit.addLine(line);
+    const report = audit.report();
+    // The hash the report names is the one in the log: grep finds the request.
+    expect(report.topKeys).toEqual([{ key: repeated[0].key.slice(0, 12), count: 3 }]);
+    expect(lines.filter((line) => line.includes(report.topKeys[0].key))).toHaveLength(3);
+    expect(report.savings['5m'].usd).toBeGreaterThan(0);
+    const chart = repeatChart(report);
+    const saved = [...chart.matchAll(/<rect class="saved"[^>]*><title>([^<]*)<\/title>/g)].map((m) => m[1]);
+    expect(saved).toHaveLength(5);
+    expect(saved[1]).toMatch(/^\$[\d.e-]+ saved \(2 calls not made\)$/);
+    expect(chart).toContain('money a window this long saves');
+    // Without any cost in the input the chart says so instead of drawing $0 bars.
+    expect(repeatChart(new RepeatAudit().report())).toContain('no cost in the input');
+  }, 30_000);
 
   describe('npm run audit', () => {
     beforeAll(() => ensureBuilt(), 180_000);

@@ -151,6 +151,7 @@ describe('parseGatewayConfig', () => {
         statusPath: '/orchestrator',
         statusPublic: false,
         readyRequiresStore: false,
+        serviceName: 'nest-prompt-orchestrator-gateway',
       },
     });
   });
@@ -170,11 +171,28 @@ describe('parseGatewayConfig', () => {
       statusPath: undefined,
       statusPublic: false,
       readyRequiresStore: true,
+      serviceName: 'nest-prompt-orchestrator-gateway',
     });
     expect(parseGatewayConfig(['--no-metrics', '--status-path', '/ops/status'], {})?.observability).toMatchObject({
       metricsPath: undefined,
       statusPath: '/ops/status',
     });
+  });
+
+  it('turns tracing on with --otlp-endpoint or the standard OTEL_* variables, off by default', () => {
+    const traces = (argv: string[], env: NodeJS.ProcessEnv) => parseGatewayConfig(argv, env)?.observability.otlpTracesUrl;
+    expect(traces([], {})).toBeUndefined();
+    expect(traces(['--otlp-endpoint', 'http://127.0.0.1:4318'], {})).toBe('http://127.0.0.1:4318/v1/traces');
+    expect(traces(['--otlp-endpoint', 'http://127.0.0.1:4318/v1/traces'], {})).toBe('http://127.0.0.1:4318/v1/traces');
+    expect(traces([], { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/' })).toBe('http://collector:4318/v1/traces');
+    expect(traces([], { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318', OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://tempo:4318/otlp' })).toBe(
+      'http://tempo:4318/otlp',
+    );
+    expect(traces(['--otlp-endpoint', 'http://a:4318'], { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://b:4318/x' })).toBe('http://a:4318/v1/traces');
+    expect(traces(['--otlp-endpoint', 'http://a:4318'], { OTEL_SDK_DISABLED: 'true' })).toBeUndefined();
+    expect(traces([], { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://a:4318', OTEL_TRACES_EXPORTER: 'none' })).toBeUndefined();
+    expect(parseGatewayConfig([], { OTEL_SERVICE_NAME: 'edge' })?.observability.serviceName).toBe('edge');
+    expect(() => parseGatewayConfig(['--otlp-endpoint', 'grpc://a:4317'], {})).toThrow(/--otlp-endpoint must be an http\(s\) URL/);
   });
 
   it('reads the budget flags, and refuses bad ones naming the problem', () => {

@@ -6,9 +6,11 @@ import type { GatewayConfig } from './config/gateway-config.js';
 import { GatewayService } from './gateway.service.js';
 import { GATEWAY_CONFIG, GATEWAY_LOGGER } from './gateway.tokens.js';
 import { GatewayTelemetry } from './observability/gateway-telemetry.js';
+import { GatewayTracing } from './observability/gateway-tracing.js';
 import { createLogger } from './observability/logger.js';
 import { UsageLedger } from './observability/usage-ledger.js';
 import { StatusBoard } from './status/status-board.js';
+import { FleetHeartbeat } from './status/fleet-heartbeat.js';
 import { statusController } from './status/status.controller.js';
 import { SharedState } from './shared-state/shared-state.js';
 import { WorkerCoordination, metricsRegistry } from './cluster/worker-coordination.js';
@@ -37,8 +39,10 @@ class GatewayCoreModule {
         WorkerCoordination,
         UsageLedger,
         Budgets,
+        // The SDK is loaded only when traces are exported.
+        { provide: GatewayTracing, useFactory: () => GatewayTracing.create(config) },
       ],
-      exports: [GATEWAY_CONFIG, GATEWAY_LOGGER, GatewayService, Lifecycle, SharedState, WorkerCoordination, UsageLedger, Budgets],
+      exports: [GATEWAY_CONFIG, GATEWAY_LOGGER, GatewayService, Lifecycle, SharedState, WorkerCoordination, UsageLedger, Budgets, GatewayTracing],
     };
   }
 }
@@ -49,6 +53,7 @@ export function orchestratorOptions(
   gateway: GatewayService,
   shared: SharedState,
   workers?: WorkerCoordination,
+  tracing?: GatewayTracing,
 ): OrchestratorModuleOptions {
   const members = upstreamMembers(config);
   return {
@@ -99,6 +104,7 @@ export function orchestratorOptions(
     // Redis coordinates whoever shares it (replicas and workers alike); without it, the workers of --workers
     // coordinate through their primary.
     coordinator: shared.coordinator ?? workers?.coordinator,
+    tracing: tracing?.tracing,
   };
 }
 
@@ -111,7 +117,7 @@ export class GatewayModule implements NestModule {
       imports: [
         GatewayCoreModule.forRoot(config, logger),
         OrchestratorModule.forRootAsync({
-          inject: [GATEWAY_CONFIG, GatewayService, SharedState, WorkerCoordination],
+          inject: [GATEWAY_CONFIG, GatewayService, SharedState, WorkerCoordination, GatewayTracing],
           useFactory: orchestratorOptions,
           // Clients of the gateway are OpenAI SDKs (the exception filter renders each route's own API on top).
           errorShape: 'openai',
@@ -129,7 +135,7 @@ export class GatewayModule implements NestModule {
         HealthController,
         ...(o.statusPath === undefined ? [] : [statusController(o.statusPath)]),
       ],
-      providers: [{ provide: APP_GUARD, useClass: GatewayGuard }, StatusBoard, GatewayTelemetry, UpstreamRotation],
+      providers: [{ provide: APP_GUARD, useClass: GatewayGuard }, StatusBoard, GatewayTelemetry, UpstreamRotation, FleetHeartbeat],
     };
   }
 

@@ -20,6 +20,23 @@ export { orchestratorHttpException } from './nest/http-errors.js';
 // The framework-free engine and its types, as `nest-prompt-orchestrator/core` has them.
 export * from './core/index.js';
 
+// Tracing: OpenTelemetry spans of requests and upstream calls (needs @opentelemetry/api, an optional peer).
+export {
+  RequestTracing,
+  TRACE_ATTRIBUTES,
+  NOOP_REQUEST_SPAN,
+  attachRequestSpan,
+  requestSpanOf,
+  type RequestTracingOptions,
+  type RequestSpan,
+  type UpstreamSpan,
+  type UpstreamSpanResult,
+  type SpanAttributes,
+  type SpanAttributeValue,
+  type TraceHeaders,
+} from './core/tracing/request-tracing.js';
+export { parseTraceParent, formatTraceParent, type TraceParent } from './core/tracing/traceparent.js';
+
 // Observability: metrics (prom-client), event logs (pino-shaped), terminus-style health. Optional peers, loaded on use.
 export {
   OrchestratorObservabilityModule,
@@ -35,3 +52,4 @@ export {
   type HealthIndicatorResult,
   type ReadinessOptions,
 } from './nest/observability/orchestrator-health.js';
+

@@ -22,6 +22,7 @@ export {
   type LeadClaim,
   type FollowClaim,
   type SharedBreakerState,
+  type ClaimOptions,
 } from './core/cluster/coordination.js';
 // Building blocks of a coordinator (the gateway's workers use one over IPC): a call's events as they cross the wire.
 export { toWire, fromWire, WireReader, errorToWire, leaderLost, type WireEvent } from './core/cluster/coordination.js';

@@ -119,7 +119,7 @@ function text(r: AuditReport, svg: string | undefined): string {
   lines.push('', `Of all repeats, ${percent(r.sameUserShare)} came from the user who sent it last time.`);
   if (r.totalUsd > 0) lines.push(`Total price of the turns: ${r.totalUsd.toFixed(4)} USD.`);
   if (r.topKeys.length > 0) {
-    lines.push('', 'Most repeated requests (hash: times seen):');
+    lines.push('', 'Most repeated requests (the start of their key in the request log, or of a turn\'s hash: times seen):');
     for (const { key, count } of r.topKeys) lines.push(`  ${key}  ${count}`);
   }
   if (r.malformedLines > 0) lines.push('', `${r.malformedLines} line(s) skipped: not a turn (${r.oversizedLines} of them longer than --max-line).`);

@@ -37,7 +37,11 @@ export interface AuditReport {
   /** USD of every turn in the input (the total the savings compare to). */
   totalUsd: number;
   distinctKeys: number;
-  /** The most repeated requests, by their hash (never their content). */
+  /**
+   * The most repeated requests, by their hash (never their content): for a
+   * request log, the first 12 characters of its lines' own `key` (so that
+   * `grep` finds them there); for chat turns, of the audit's hash of the turn.
+   */
   topKeys: { key: string; count: number }[];
   users: number;
   firstTime: string | null;
@@ -60,6 +64,8 @@ interface Seen {
 }
 
 const KEY_CHARS = 22;
+/** A digest as the request log writes it: base64url, at least 128 bits. */
+const LOG_KEY = /^[\w-]{22,86}$/;
 
 /**
  * Exact repeats in a stream of turns, one pass, memory proportional to the
@@ -194,7 +200,10 @@ export function toTurn(value: unknown): Turn | undefined {
   if (typeof v.key === 'string' && v.key.length > 0) {
     // An answer that failed is not one a window would have kept.
     if (typeof v.status === 'number' && (v.status < 200 || v.status >= 300)) return undefined;
-    return { time, user: String(v.tenant ?? v.user ?? ''), key: hashed(v.key), cost: number(v.cost) + number(v.saved) };
+    // The request log's key is already a SHA-256 (base64url): kept as the log has it, so that the report's keys are
+    // the log's own (hashing it again would give digests nobody can look up). Anything else is hashed.
+    const key = LOG_KEY.test(v.key) ? v.key.slice(0, KEY_CHARS) : hashed(v.key);
+    return { time, user: String(v.tenant ?? v.user ?? ''), key, cost: number(v.cost) + number(v.saved) };
   }
   if (Array.isArray(v.messages)) {
     const user = typeof v.user === 'string' || typeof v.user === 'number' ? String(v.user) : '';

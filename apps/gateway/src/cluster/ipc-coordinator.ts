@@ -7,6 +7,7 @@ import {
   toWire,
   type CallEvent,
   type ErrorCodec,
+  type ClaimOptions,
   type FollowClaim,
   type LeadClaim,
   type SharedBreakerState,
@@ -87,9 +88,9 @@ export class IpcCoordinator implements FlightCoordinator, BreakerCoordinator {
 
   // ---- one call per key, across the workers ----
 
-  claim<T>(key: string, lead: () => Observable<CallEvent<T>>): Promise<LeadClaim | FollowClaim<T> | undefined> {
+  claim<T>(key: string, lead: () => Observable<CallEvent<T>>, options?: ClaimOptions): Promise<LeadClaim | FollowClaim<T> | undefined> {
     return new Promise((resolve) => {
-      const c = this.channel.ask({ gw: 'claim', key }, (value) => {
+      const c = this.channel.ask(options?.trace ? { gw: 'claim', key, t: options.trace } : { gw: 'claim', key }, (value) => {
         const reply = value as ClaimReply | undefined;
         if (!reply || reply.role === 'alone') return resolve(undefined);
         if (reply.role === 'lead') {
@@ -98,7 +99,8 @@ export class IpcCoordinator implements FlightCoordinator, BreakerCoordinator {
         }
         // Registered now, before the primary's next message (this flight's next event) is read.
         // `ev` messages name the follower by its claim's number.
-        resolve({ role: 'follow', events: this.follow<T>(key, reply.f, c!, reply.events, lead) });
+        const events = this.follow<T>(key, reply.f, c!, reply.events, lead);
+        resolve(reply.t ? { role: 'follow', events, leader: reply.t } : { role: 'follow', events });
       });
     });
   }

@@ -14,7 +14,8 @@ export type Gathered = 'metrics' | 'health' | 'status';
 
 /** A worker's questions, each answered by one `re` with the same `c`. */
 export type WorkerAsk =
-  | { gw: 'claim'; c: number; key: string }
+  /** `t`: the claiming request's span (a traceparent), handed to the workers that follow it. */
+  | { gw: 'claim'; c: number; key: string; t?: string }
   | { gw: 'fail'; c: number; name: string }
   | { gw: 'announce'; c: number; name: string; state: SharedBreakerState }
   | { gw: 'watch'; c: number; name: string }
@@ -36,7 +37,7 @@ export type ToPrimary =
 export type ClaimReply =
   | { role: 'lead'; f: number }
   /** `events`: everything the flight published so far; the rest follows as `ev` messages. */
-  | { role: 'follow'; f: number; events: string[] }
+  | { role: 'follow'; f: number; events: string[]; t?: string }
   /** The flight cannot be joined (its events outgrew what the primary keeps): this worker calls alone. */
   | { role: 'alone' };
 

@@ -34,6 +34,8 @@ interface Flight {
   events: string[] | undefined;
   bytes: number;
   followers: Array<{ worker: Worker; c: number }>;
+  /** The leader's span (a traceparent), for the followers' spans to link to. */
+  trace?: string;
 }
 
 interface Gathering {
@@ -130,7 +132,7 @@ export class PrimaryHub {
     const reply = (v: unknown) => send(worker, { gw: 're', c: ask.c, v });
     switch (ask.gw) {
       case 'claim':
-        return reply(this.claim(worker, ask.key, ask.c));
+        return reply(this.claim(worker, ask.key, ask.c, typeof ask.t === 'string' && ask.t.length <= 64 ? ask.t : undefined));
       case 'fail':
         return reply(this.countFailure(ask.name));
       case 'announce':
@@ -149,17 +151,17 @@ export class PrimaryHub {
 
   // ---- flights ----
 
-  private claim(worker: Worker, key: string, c: number): ClaimReply {
+  private claim(worker: Worker, key: string, c: number, trace: string | undefined): ClaimReply {
     const flight = this.leases.get(key);
     if (!flight) {
-      const created: Flight = { id: ++this.flightSeq, key, leader: worker.id, events: [], bytes: 0, followers: [] };
+      const created: Flight = { id: ++this.flightSeq, key, leader: worker.id, events: [], bytes: 0, followers: [], trace };
       this.leases.set(key, created);
       this.flights.set(created.id, created);
       return { role: 'lead', f: created.id };
     }
     if (!flight.events) return { role: 'alone' };
     flight.followers.push({ worker, c });
-    return { role: 'follow', f: flight.id, events: flight.events };
+    return flight.trace ? { role: 'follow', f: flight.id, events: flight.events, t: flight.trace } : { role: 'follow', f: flight.id, events: flight.events };
   }
 
   private publish(f: number, event: string, last: boolean): void {

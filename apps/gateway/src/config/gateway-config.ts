@@ -87,6 +87,10 @@ export interface ObservabilityConfig {
   statusPublic: boolean;
   /** A degraded Redis makes /health/ready fail. */
   readyRequiresStore: boolean;
+  /** Where OpenTelemetry traces go (an OTLP/HTTP traces URL); undefined: no tracing. */
+  otlpTracesUrl?: string;
+  /** `service.name` of the spans (OTEL_SERVICE_NAME). */
+  serviceName: string;
 }
 
 interface FlagSpec {
@@ -268,6 +272,11 @@ const FLAGS: Record<string, FlagSpec> = {
     boolean: true,
     help: 'with --redis: /health/ready fails while Redis is unreachable (default: ready, answering from memory)',
   },
+  'otlp-endpoint': {
+    env: 'OTEL_EXPORTER_OTLP_ENDPOINT',
+    value: 'URL',
+    help: 'send OpenTelemetry traces (OTLP/HTTP JSON) to this collector, e.g. http://127.0.0.1:4318 (/v1/traces is added); OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is taken as it is; OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none turn it off (default off)',
+  },
   help: { boolean: true, help: 'show this help' },
 };
 
@@ -382,11 +391,11 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     providerKey: env[PROVIDER_KEY_ENV[provider]] || undefined,
     corsOrigins: parseOrigins(raw('cors')),
     budgets: parseBudgetConfig(raw, (name) => values[name] === true || isTrue(raw(name)), env),
-    observability: parseObservability(raw, (name) => values[name] === true || isTrue(env[FLAGS[name].env as string])),
+    observability: parseObservability(raw, (name) => values[name] === true || isTrue(env[FLAGS[name].env as string]), env),
   };
 }
 
-function parseObservability(raw: (name: string) => string | undefined, flag: (name: string) => boolean): ObservabilityConfig {
+function parseObservability(raw: (name: string) => string | undefined, flag: (name: string) => boolean, env: NodeJS.ProcessEnv): ObservabilityConfig {
   const logLevel = raw('log-level') ?? 'info';
   if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(logLevel)) {
     throw new ConfigError(`--log-level must be fatal, error, warn, info, debug, trace or silent, got "${logLevel}"`);
@@ -408,7 +417,32 @@ function parseObservability(raw: (name: string) => string | undefined, flag: (na
     statusPath,
     statusPublic: flag('status-public'),
     readyRequiresStore: flag('ready-requires-store'),
+    otlpTracesUrl: parseOtlpTraces(raw('otlp-endpoint'), env),
+    serviceName: env.OTEL_SERVICE_NAME || 'nest-prompt-orchestrator-gateway',
   };
+}
+
+/**
+ * The OTLP/HTTP traces URL, as the OpenTelemetry specification reads its
+ * variables: the flag (or OTEL_EXPORTER_OTLP_ENDPOINT) is a base URL that
+ * gets `/v1/traces`, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is the whole URL (it
+ * wins over the base variable, not over the flag).
+ */
+function parseOtlpTraces(base: string | undefined, env: NodeJS.ProcessEnv): string | undefined {
+  if (isTrue(env.OTEL_SDK_DISABLED) || env.OTEL_TRACES_EXPORTER?.trim() === 'none') return undefined;
+  const fromFlag = base !== undefined && base !== env.OTEL_EXPORTER_OTLP_ENDPOINT;
+  const trimmed = base?.replace(/\/+$/, '');
+  const withPath = trimmed && (trimmed.endsWith('/v1/traces') ? trimmed : `${trimmed}/v1/traces`);
+  const url = fromFlag || !env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ? withPath : env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT;
+  if (url === undefined || url === '') return undefined;
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new ConfigError(`--otlp-endpoint must be an http(s) URL, got "${url.slice(0, 200)}"`);
+  }
+  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw new ConfigError(`--otlp-endpoint must be an http(s) URL, got "${url.slice(0, 200)}"`);
+  return parsed.href;
 }
 
 /** A route of the gateway's own: `/` and letters, digits, `-`, `_`, `.` only; no trailing slash. */

@@ -11,6 +11,7 @@ import type { Budgets } from '../budgets/budgets.service.js';
 import type { VirtualKey } from '../budgets/virtual-keys.js';
 import type { UsageLedger } from '../observability/usage-ledger.js';
 import { statusOf, type GatewayTelemetry } from '../observability/gateway-telemetry.js';
+import { GatewayTracing } from '../observability/gateway-tracing.js';
 import { ApiError, invalidRequest } from '../http/api-error.js';
 import { clientKey, identityOf, isOneOf, keyDigest } from '../http/credentials.js';
 import { drainBound, drainRequest, errorReply } from '../http/gateway-exception.filter.js';
@@ -186,10 +187,20 @@ class ProxiedCall {
   }
 
   start(): void {
-    const { lifecycle } = this.plane.parts;
+    const { lifecycle, orchestrator, config } = this.plane.parts;
     const response = this.response;
     response.once('close', this.closed);
     lifecycle.enter(response);
+    const tracing = orchestrator.tracing;
+    if (tracing) {
+      // Named by the route, never by a path a client made up; ended with the response (GatewayTelemetry.finished).
+      const { method, path } = this.info;
+      this.context.span = tracing.startServerSpan(`${method} ${path}`, this.request.headers, {
+        ...GatewayTracing.requestAttributes(config, this.route, method, pathOf(this.request.url)),
+        'http.route': path,
+        'gateway.request_id': this.context.id,
+      });
+    }
     // A request that arrives on an open connection while the gateway drains: retryable, elsewhere.
     if (lifecycle.isDraining) return this.fail(new ShuttingDownError());
     const headers = this.request.headers;
@@ -249,6 +260,8 @@ class ProxiedCall {
       if (tenant !== undefined) context.tenantHash = tenant.slice(0, 12);
       const plan = gateway.provider.plan(this.route);
       const skeleton = this.checkBody();
+      const model = (context.body as { model?: unknown } | undefined)?.model;
+      if (context.span && typeof model === 'string') context.span.setAttributes({ 'gen_ai.request.model': model.slice(0, 200) });
       if (budgets.needsAdmission(key)) await budgets.admit(context, key);
 
       const generation = this.info.kind === 'generation' && this.info.body !== 'multipart';
@@ -257,7 +270,7 @@ class ProxiedCall {
       context.requestHash = hash;
       if (scope !== undefined) context.dedupKey = hash;
       const storable = config.windowForSampled || !isSampled(context.body);
-      const call = { key: context.dedupKey, tenant, reuse: scope === undefined ? undefined : reuseOf(headers['cache-control'], storable) };
+      const call = { key: context.dedupKey, tenant, reuse: scope === undefined ? undefined : reuseOf(headers['cache-control'], storable), trace: context.span };
       const policy = this.plane.policyOf(this.route);
       const work = this.work(plan, skeleton);
       this.inCall = true;
@@ -571,6 +584,13 @@ class ProxiedCall {
     if (telemetry.enabled) telemetry.finished(this.context, this.info.method, this.route, status);
     budgets.finished(this.context, status);
   };
+}
+
+/** A URL's path, without its query string (which may carry anything), bounded. */
+function pathOf(url: string | undefined): string {
+  const path = url ?? '/';
+  const end = path.indexOf('?');
+  return (end < 0 ? path : path.slice(0, end)).slice(0, 200);
 }
 
 function tooLarge(max: number): ApiError {

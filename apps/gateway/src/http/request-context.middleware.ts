@@ -1,5 +1,5 @@
 import { Inject, Injectable, type NestMiddleware } from '@nestjs/common';
-import { ShuttingDownError } from 'nest-prompt-orchestrator';
+import { ShuttingDownError, attachRequestSpan } from 'nest-prompt-orchestrator';
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
@@ -7,6 +7,7 @@ import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
 import { Lifecycle } from './lifecycle.js';
 import { GatewayTelemetry } from '../observability/gateway-telemetry.js';
+import { GatewayTracing } from '../observability/gateway-tracing.js';
 import { attachContext, serverTiming, type RequestContext } from './request-context.js';
 
 // A propagated id is echoed in headers and logs: accept only a short, plain token.
@@ -21,9 +22,10 @@ export class RequestContextMiddleware implements NestMiddleware {
   private readonly defaultApi: ClientApi;
 
   constructor(
-    @Inject(GATEWAY_CONFIG) config: GatewayConfig,
+    @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
     private readonly lifecycle: Lifecycle,
     private readonly telemetry: GatewayTelemetry,
+    private readonly tracing: GatewayTracing,
   ) {
     this.defaultApi = unroutedApi(config);
   }
@@ -35,6 +37,19 @@ export class RequestContextMiddleware implements NestMiddleware {
     const route = routeAt(request.originalUrl ?? request.url ?? '');
     const context: RequestContext = { id, startedAt: performance.now(), api: route ? ROUTES[route].api : this.defaultApi };
     attachContext(request, context);
+    const tracing = this.tracing.tracing;
+    if (tracing) {
+      const path = pathWithoutQuery(request.originalUrl ?? request.url ?? '');
+      const spec = route && ROUTES[route];
+      // A span's name stays low in cardinality: the route's path, never a path a client made up.
+      context.span = tracing.startServerSpan(spec ? `${request.method ?? 'GET'} ${spec.path}` : (request.method ?? 'GET'), request.headers, {
+        ...GatewayTracing.requestAttributes(this.config, route, request.method ?? 'GET', path),
+        'http.route': spec ? spec.path : undefined,
+        'gateway.request_id': id,
+      });
+      // The orchestrator's interceptor takes this span instead of starting one; the telemetry ends it.
+      attachRequestSpan(request, context.span);
+    }
     response.setHeader('x-request-id', id);
     const writeHead = response.writeHead;
     response.writeHead = function (this: ServerResponse, ...args: unknown[]) {
@@ -44,12 +59,19 @@ export class RequestContextMiddleware implements NestMiddleware {
     // A request that arrives on an open connection while the gateway drains: retryable, elsewhere.
     if (this.lifecycle.isDraining) {
       this.lifecycle.refuse(response);
+      context.span?.end(503, 'shutting_down');
       return next(new ShuttingDownError());
     }
     this.lifecycle.track(response);
     if (this.telemetry.enabled) this.telemetry.track(request, response, context);
     next();
   }
+}
+
+/** A URL's path, without its query string (which may carry anything), bounded. */
+function pathWithoutQuery(url: string): string {
+  const end = url.indexOf('?');
+  return (end < 0 ? url : url.slice(0, end)).slice(0, 200);
 }
 
 /** The API of a request no route serves (a 404): llama.cpp's in front of a llama.cpp server, else OpenAI's. */

@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import type { DedupOutcome } from 'nest-prompt-orchestrator';
+import type { DedupOutcome, RequestSpan } from 'nest-prompt-orchestrator';
 import type { ClientApi, GatewayRoute } from '../providers/provider.js';
 import type { Usage } from '../budgets/prices.js';
 import type { Hold, ScopedCap } from '../budgets/spend-ledger.js';
@@ -45,6 +45,8 @@ export interface RequestContext {
   errorCode?: string;
   /** How dedup answered it (absent: not deduplicated). */
   outcome?: DedupOutcome;
+  /** The request's server span (with tracing on): started on arrival, ended with the response. */
+  span?: RequestSpan;
 }
 
 type WithContext = IncomingMessage & { [REQUEST_CONTEXT]?: RequestContext; raw?: WithContext };

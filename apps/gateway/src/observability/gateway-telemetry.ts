@@ -1,5 +1,5 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
-import { OrchestratorMetrics, OrchestratorService, type RequestOutcome } from 'nest-prompt-orchestrator';
+import { OrchestratorMetrics, OrchestratorService, TRACE_ATTRIBUTES, type RequestOutcome } from 'nest-prompt-orchestrator';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
@@ -10,6 +10,7 @@ import { UPSTREAM } from '../routes/shaping.js';
 import { StatusBoard } from '../status/status-board.js';
 import { Budgets } from '../budgets/budgets.service.js';
 import { UsageLedger } from './usage-ledger.js';
+import { GatewayTracing } from './gateway-tracing.js';
 
 const MAX_MODELS = 50;
 const MAX_TENANT_LABELS = 50;
@@ -60,6 +61,7 @@ export class GatewayTelemetry {
     private readonly budgets: Budgets,
     private readonly board: StatusBoard,
     @Optional() @Inject(OrchestratorMetrics) metrics: OrchestratorMetrics | null,
+    @Optional() tracing?: GatewayTracing,
   ) {
     const o = config.observability;
     this.requestLog = o.requestLog && logger.isLevelEnabled('info');
@@ -80,7 +82,7 @@ export class GatewayTelemetry {
         registers,
       });
     }
-    this.enabled = this.requestLog || this.tokens !== undefined || board.enabled;
+    this.enabled = this.requestLog || this.tokens !== undefined || board.enabled || tracing?.tracing !== undefined;
   }
 
   /** The in/out children of the token counter for a model (and tenant), bound once: no label look-up per request. */
@@ -133,6 +135,18 @@ export class GatewayTelemetry {
       input.inc(reused.input);
       output.inc(reused.output);
     }
+    const span = context.span;
+    if (span) {
+      // Only the call that was made is usage; what a joined or cached request got for free is saved.
+      span.setAttributes({
+        [TRACE_ATTRIBUTES.genAiInputTokens]: own?.input,
+        [TRACE_ATTRIBUTES.genAiOutputTokens]: own?.output,
+        [TRACE_ATTRIBUTES.savedInputTokens]: reused?.input,
+        [TRACE_ATTRIBUTES.savedOutputTokens]: reused?.output,
+        'gateway.tenant': context.tenantHash,
+      });
+      span.end(status, context.errorCode ?? (status === 499 ? 'client_closed' : undefined));
+    }
     if (this.board.enabled) {
       this.board.record({
         outcome: outcome ?? (context.route ? 'none' : undefined),
@@ -145,6 +159,10 @@ export class GatewayTelemetry {
         savedDollars: reused && model ? this.budgets.prices.costOf(model, reused) : undefined,
         spentTokens: own && own.input + own.output,
         spentDollars: own && model ? this.budgets.prices.costOf(model, own) : undefined,
+        latencyMs: performance.now() - context.startedAt,
+        model,
+        key: context.keyName ?? tenant,
+        fromUpstream: context.errorCode === 'upstream_error',
       });
     }
     if (!this.requestLog) return;

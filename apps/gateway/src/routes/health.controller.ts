@@ -6,6 +6,7 @@ import { Budgets } from '../budgets/budgets.service.js';
 import { WorkerCoordination } from '../cluster/worker-coordination.js';
 import { Lifecycle } from '../http/lifecycle.js';
 import { UPSTREAM } from './shaping.js';
+import { FleetHeartbeat } from '../status/fleet-heartbeat.js';
 
 /** One worker's share of /health under `--workers` (what the primary gathers from each). */
 interface WorkerPart {
@@ -35,6 +36,7 @@ export class HealthController {
     private readonly budgets: Budgets,
     private readonly workers: WorkerCoordination,
     private readonly lifecycle: Lifecycle,
+    private readonly fleet: FleetHeartbeat,
   ) {
     workers.channel?.provide('health', () => this.part());
   }
@@ -64,11 +66,13 @@ export class HealthController {
       upstreams: health.upstreams,
       breakers: health.breakers,
       limiters: health.limiters,
-      dedup: { inFlight: health.inFlight, ...health.dedup },
+      dedup: { inFlight: health.inFlight, callersWaiting: health.callersWaiting, ...health.dedup },
       window: { entries: health.window.entries, bytes: health.window.bytes, maxBytes: health.window.maxBytes },
       store: store ?? null,
       coordination: coordination ?? null,
       budgets: this.budgets.health(),
+      // Every process sharing the Redis prefix (replicas, and each worker), as their heartbeats say.
+      ...(this.fleet.enabled ? { fleet: this.fleet.view().map(fleetLine) } : {}),
     };
     const port = await this.workers.gather<WorkerPart>('health');
     if (!port) return report;
@@ -117,6 +121,25 @@ export class HealthController {
       window: { entries: health.window.entries, bytes: health.window.bytes, maxBytes: health.window.maxBytes },
     };
   }
+}
+
+/** One member of the fleet in /health: who it is and its load (its board's figures stay on the status page). */
+function fleetLine(m: ReturnType<FleetHeartbeat['view']>[number]) {
+  return {
+    id: m.id,
+    host: m.host,
+    pid: m.pid,
+    port: m.port ?? null,
+    self: m.self,
+    state: m.state,
+    lastSeenMs: Math.max(0, Date.now() - m.at),
+    draining: m.draining,
+    breaker: m.breaker,
+    inFlight: m.inFlight,
+    callersWaiting: m.callersWaiting,
+    upstreamInFlight: m.upstreamInFlight,
+    queued: m.queued,
+  };
 }
 
 /** The port's limiters: each worker's are its own, so the port's capacity and load are their sums. */

@@ -5,12 +5,20 @@ import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { Lifecycle } from '../http/lifecycle.js';
 import { WorkerCoordination } from '../cluster/worker-coordination.js';
+import { ErrorCauses } from './error-causes.js';
+import { FleetHeartbeat } from './fleet-heartbeat.js';
+import { HourHistory } from './hour-history.js';
+import { SpendTable, type SpendRow } from './spend-table.js';
 
 const OUTCOMES = ['miss', 'joined', 'cached', 'none'] as const;
 const HISTORY_SECONDS = 60;
 const MAX_TRANSITIONS = 50;
 const MAX_ERRORS = 20;
 const MAX_TENANTS = 500;
+const MAX_MODELS = 50;
+const MAX_KEYS = 200;
+/** Rows of the spend tables and calls in flight a snapshot carries. */
+const TOP_ROWS = 10;
 
 /** What one finished request tells the board. */
 export interface FinishedRequest {
@@ -26,6 +34,21 @@ export interface FinishedRequest {
   /** Tokens and dollars the request's own call spent. */
   spentTokens?: number;
   spentDollars?: number;
+  /** From arrival to the end of the response. */
+  latencyMs?: number;
+  /** The model the request asked for (spend and savings per model). */
+  model?: string;
+  /** Whose request it is: the virtual key's name, else the caller's hash (as in the request log). */
+  key?: string;
+  /** The failure is the provider's own answer (relayed), not a refusal of the gateway. */
+  fromUpstream?: boolean;
+}
+
+/** Queue waits of one upstream in one second. */
+interface WaitSecond {
+  count: number;
+  sumMs: number;
+  maxMs: number;
 }
 
 /** What the status page shows; under `--workers`, the whole port's (see `portSnapshot`). */
@@ -65,6 +88,12 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
   private readonly tenants = new Map<string, number>();
   private readonly saved = { calls: 0, tokens: 0, dollars: 0, priced: false };
   private readonly spent = { tokens: 0, dollars: 0 };
+  private readonly hour = new HourHistory();
+  private readonly causes = new ErrorCauses();
+  private readonly byModel = new SpendTable(MAX_MODELS);
+  private readonly byKey = new SpendTable(MAX_KEYS);
+  /** Per upstream: the last 60 seconds of queue waits, and the second being counted. */
+  private readonly waits = new Map<string, { seconds: WaitSecond[]; current: WaitSecond }>();
   private readonly clients = new Set<ServerResponse>();
   private readonly streamsByPeer = new Map<string, number>();
   private timer?: ReturnType<typeof setInterval>;
@@ -78,6 +107,7 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
     private readonly orchestrator: OrchestratorService,
     private readonly lifecycle: Lifecycle,
     private readonly workers: WorkerCoordination,
+    private readonly fleet: FleetHeartbeat,
   ) {
     this.enabled = config.observability.statusPath !== undefined;
   }
@@ -85,7 +115,26 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
   onModuleInit(): void {
     if (!this.enabled) return;
     this.workers.channel?.provide('status', () => this.snapshot());
+    this.fleet.provideFigures(() => {
+      const last = this.history[this.history.length - 1];
+      return {
+        requestsPerSecond: last ? last.miss + last.joined + last.cached + last.none : 0,
+        totals: { ...this.totals },
+        savedCalls: this.saved.calls,
+        savedDollars: this.saved.dollars,
+        spentDollars: this.spent.dollars,
+        errors: this.upstreamCalls.error + this.upstreamCalls.timeout,
+      };
+    });
     this.stopObserving = this.orchestrator.observe({
+      queueWait: (upstream: string, ms: number) => {
+        let waits = this.waits.get(upstream);
+        // Upstream names are the gateway's own (a few), never a client's.
+        if (!waits) this.waits.set(upstream, (waits = { seconds: [], current: { count: 0, sumMs: 0, maxMs: 0 } }));
+        waits.current.count++;
+        waits.current.sumMs += ms;
+        if (ms > waits.current.maxMs) waits.current.maxMs = ms;
+      },
       upstreamCall: (_upstream: string, _ms: number, result: UpstreamResult) => void this.upstreamCalls[result]++,
       refused: (_upstream: string, reason: RefusalReason) => void this.refusals[reason]++,
       breakerTransition: (name: string, from: BreakerState, to: BreakerState, at: number) => {
@@ -123,9 +172,21 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
     }
     if (request.spentTokens) this.spent.tokens += request.spentTokens;
     if (request.spentDollars !== undefined) this.spent.dollars += request.spentDollars;
+    if (request.latencyMs !== undefined) this.hour.record(request.outcome ?? 'unrouted', request.status, request.latencyMs);
+    const money = {
+      spentTokens: request.spentTokens,
+      spentDollars: request.spentDollars,
+      savedTokens: request.savedTokens,
+      savedDollars: request.savedDollars,
+      saved: request.outcome === 'joined' || request.outcome === 'cached',
+    };
+    if (request.model !== undefined) this.byModel.record(request.model.slice(0, 100), money);
+    if (request.key !== undefined) this.byKey.record(request.key, money);
     if (request.status >= 500 || request.errorCode === 'circuit_open' || request.errorCode === 'overloaded' || request.errorCode === 'queue_timeout') {
-      this.errors.push({ at: Date.now(), requestId: request.requestId, route: request.route, status: request.status, code: request.errorCode });
+      const at = Date.now();
+      this.errors.push({ at, requestId: request.requestId, route: request.route, status: request.status, code: request.errorCode });
       if (this.errors.length > MAX_ERRORS) this.errors.shift();
+      this.causes.record({ at, requestId: request.requestId, route: request.route, status: request.status, code: request.errorCode, fromUpstream: request.fromUpstream ?? false });
     }
   }
 
@@ -181,6 +242,7 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
           openedAt: breaker.openedAt ?? null,
         },
         limiter: limiter && { inFlight: limiter.inFlight, queued: limiter.queued, limit: limiter.limit, queueSize: limiter.queueSize },
+        queueWait: this.waitOf(name),
         timeline: this.transitions.filter((t) => t.name === name),
       };
     });
@@ -202,14 +264,43 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
       refusals: { ...this.refusals },
       tenants,
       errors: [...this.errors].reverse(),
+      causes: this.causes.list(),
       window: health.window,
+      callersWaiting: health.callersWaiting,
+      flights: this.orchestrator.flightsInFlight(TOP_ROWS),
+      hour: this.hour.summary(),
+      spendByModel: this.byModel.top(TOP_ROWS),
+      spendByKey: this.byKey.top(TOP_ROWS),
+      fleet: this.fleet.view(),
+      /** Whether the fleet is read from Redis (else it is this process alone). */
+      fleetShared: this.fleet.enabled,
     };
+  }
+
+  /** Queue waits of an upstream over the last minute: how many got a slot, and after how long. */
+  private waitOf(upstream: string): { count: number; avgMs: number; maxMs: number } {
+    const waits = this.waits.get(upstream);
+    let count = 0;
+    let sum = 0;
+    let max = 0;
+    for (const s of waits ? [...waits.seconds, waits.current] : []) {
+      count += s.count;
+      sum += s.sumMs;
+      max = Math.max(max, s.maxMs);
+    }
+    const round = (ms: number) => Math.round(ms * 10) / 10;
+    return { count, avgMs: count === 0 ? 0 : round(sum / count), maxMs: round(max) };
   }
 
   private tick(): void {
     this.history.push({ at: Date.now(), ...this.second });
     if (this.history.length > HISTORY_SECONDS) this.history.shift();
     this.second = { miss: 0, joined: 0, cached: 0, none: 0 };
+    for (const waits of this.waits.values()) {
+      waits.seconds.push(waits.current);
+      if (waits.seconds.length > HISTORY_SECONDS) waits.seconds.shift();
+      waits.current = { count: 0, sumMs: 0, maxMs: 0 };
+    }
     // A page kept open must not hold a graceful shutdown for its whole grace period.
     if (this.lifecycle.isDraining) {
       for (const client of this.clients) client.end();
@@ -311,7 +402,80 @@ function mergeSnapshots(local: Snapshot, parts: Array<{ pid: number; data: Snaps
       .flatMap((b) => b.errors)
       .sort((a, b) => b.at - a.at)
       .slice(0, MAX_ERRORS),
+    causes: mergeCauses(boards.map((b) => b.causes)),
+    callersWaiting: boards.reduce((n, b) => n + b.callersWaiting, 0),
+    flights: mergeFlights(boards.map((b) => b.flights)),
+    hour: mergeHours(boards.map((b) => b.hour)),
+    spendByModel: mergeSpend(boards.map((b) => b.spendByModel)),
+    spendByKey: mergeSpend(boards.map((b) => b.spendByKey)),
     window: { ...local.window, entries: boards.reduce((n, b) => n + b.window.entries, 0), bytes: boards.reduce((n, b) => n + b.window.bytes, 0), maxBytes: boards.reduce((n, b) => n + b.window.maxBytes, 0) },
     workers: [...parts.map(({ pid }) => ({ pid, state: 'ok' as const })), ...silent.map((pid) => ({ pid, state: 'silent' as const }))].sort((a, b) => a.pid - b.pid),
+  };
+}
+
+/** The workers' calls in flight: the same call (the same key) on two workers is one call with both workers' callers. */
+function mergeFlights(lists: Snapshot['flights'][]): Snapshot['flights'] {
+  const byKey = new Map<string, Snapshot['flights'][number]>();
+  for (const flight of lists.flat()) {
+    const seen = byKey.get(flight.key);
+    byKey.set(flight.key, seen ? { ...seen, callers: seen.callers + flight.callers, ageMs: Math.max(seen.ageMs, flight.ageMs) } : { ...flight });
+  }
+  return [...byKey.values()].sort((a, b) => b.callers - a.callers).slice(0, TOP_ROWS);
+}
+
+function mergeCauses(lists: Snapshot['causes'][]): Snapshot['causes'] {
+  const byCause = new Map<string, Snapshot['causes'][number]>();
+  for (const cause of lists.flat()) {
+    const id = `${cause.cause}\n${cause.status}\n${cause.route}`;
+    const seen = byCause.get(id);
+    if (!seen) byCause.set(id, { ...cause });
+    else {
+      seen.count += cause.count;
+      seen.firstAt = Math.min(seen.firstAt, cause.firstAt);
+      if (cause.lastAt > seen.lastAt) Object.assign(seen, { lastAt: cause.lastAt, lastRequestId: cause.lastRequestId });
+    }
+  }
+  return [...byCause.values()].sort((a, b) => b.lastAt - a.lastAt).slice(0, MAX_ERRORS);
+}
+
+function mergeSpend(lists: SpendRow[][]): SpendRow[] {
+  const byName = new Map<string, SpendRow>();
+  for (const row of lists.flat()) {
+    const seen = byName.get(row.name);
+    if (!seen) byName.set(row.name, { ...row });
+    else
+      for (const k of ['requests', 'spentTokens', 'spentDollars', 'savedTokens', 'savedDollars', 'savedCalls'] as const) seen[k] += row[k];
+  }
+  return [...byName.values()].sort((a, b) => b.spentDollars + b.savedDollars - (a.spentDollars + a.savedDollars) || b.requests - a.requests).slice(0, TOP_ROWS);
+}
+
+/**
+ * The workers' last hours, minute by minute: counts are summed; a minute's
+ * percentiles are the slowest worker's (an upper bound: the histograms stay in
+ * each worker).
+ */
+function mergeHours(hours: Snapshot['hour'][]): Snapshot['hour'] {
+  const byMinute = new Map<number, Snapshot['hour']['minutes'][number]>();
+  for (const minute of hours.flatMap((h) => h.minutes)) {
+    const seen = byMinute.get(minute.at);
+    if (!seen) {
+      byMinute.set(minute.at, { ...minute });
+      continue;
+    }
+    for (const k of ['requests', 'errors', 'miss', 'joined', 'cached', 'none', 'unrouted'] as const) seen[k] += minute[k];
+    for (const k of ['p50', 'p95', 'p99'] as const) seen[k] = Math.max(seen[k] ?? 0, minute[k] ?? 0);
+  }
+  const outcomes = { miss: 0, joined: 0, cached: 0, none: 0, unrouted: 0 };
+  for (const h of hours) for (const k of Object.keys(outcomes) as Array<keyof typeof outcomes>) outcomes[k] += h.hour.outcomes[k];
+  const slowest = (k: 'p50' | 'p95' | 'p99') => Math.max(0, ...hours.map((h) => h.hour.latencyMs?.[k] ?? 0));
+  const requests = hours.reduce((n, h) => n + h.hour.requests, 0);
+  return {
+    minutes: [...byMinute.values()].sort((a, b) => a.at - b.at),
+    hour: {
+      requests,
+      errors: hours.reduce((n, h) => n + h.hour.errors, 0),
+      outcomes,
+      latencyMs: requests === 0 ? null : { p50: slowest('p50'), p95: slowest('p95'), p99: slowest('p99') },
+    },
   };
 }

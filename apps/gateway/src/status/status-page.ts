@@ -16,13 +16,15 @@ section{background:var(--card);border-radius:8px;padding:12px 16px}h2{font-size:
 .big{font-size:22px;font-weight:600}.grid{display:grid;grid-template-columns:repeat(3,1fr);gap:8px}.grid div span{display:block;color:var(--dim);font-size:12px}
 table{width:100%;border-collapse:collapse}td,th{text-align:left;padding:3px 6px;border-bottom:1px solid #30363d;font-variant-numeric:tabular-nums}th{color:var(--dim);font-weight:500}
 ul{margin:0;padding-left:18px}.legend span{margin-right:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px}
-svg{width:100%;height:90px;display:block}#draining:empty,#workers:empty{display:none}`;
+svg{width:100%;height:90px;display:block}section{min-width:0;overflow-x:auto}section.wide{grid-column:span 2}@media (max-width:760px){section.wide{grid-column:auto}}#draining:empty,#workers:empty{display:none}`;
 
 const SCRIPT = `
 const $ = (id) => document.getElementById(id);
 const fmt = (n) => Number(n).toLocaleString('en-US');
 const time = (ms) => new Date(ms).toLocaleTimeString('en-GB');
 const money = (x) => '$' + (x >= 1 ? x.toFixed(2) : x.toPrecision(3));
+const ms = (x) => x >= 1000 ? (x / 1000).toFixed(2) + ' s' : Math.round(x) + ' ms';
+const ago = (now, at) => Math.max(0, Math.round((now - at) / 1000)) + ' s ago';
 function text(el, value) { if (el.textContent !== String(value)) el.textContent = String(value); }
 function rows(tbody, items, cells) {
   tbody.replaceChildren(...items.map((item) => { const tr = document.createElement('tr'); for (const c of cells(item)) { const td = document.createElement('td'); td.textContent = String(c); tr.append(td); } return tr; }));
@@ -40,6 +42,8 @@ function renderUpstreams(upstreams) {
     const facts = document.createElement('div'); facts.className = 'grid';
     const fact = (label, value, cls) => { const d = document.createElement('div'); const s = document.createElement('span'); s.textContent = label; const b = document.createElement('b'); b.className = cls; b.textContent = value; d.append(s, b); return d; };
     facts.append(fact('in flight', u.limiter ? u.limiter.inFlight + ' / ' + u.limiter.limit : '-', 'in-flight'), fact('queued', u.limiter ? u.limiter.queued + ' / ' + u.limiter.queueSize : '-', 'queued'), fact('failures in a row', u.breaker ? u.breaker.consecutiveFailures : '-', 'failures'));
+    const w = u.queueWait || { count: 0, avgMs: 0, maxMs: 0 };
+    facts.append(fact('queue wait, last minute', w.count ? ms(w.avgMs) + ' avg, ' + ms(w.maxMs) + ' max' : '-', 'queue-wait'));
     const list = document.createElement('ul'); list.className = 'timeline';
     const items = u.timeline.slice().reverse().map((t) => { const li = document.createElement('li'); li.textContent = time(t.at) + '  ' + t.from.replace('_', '-') + ' \\u2192 ' + t.to.replace('_', '-'); return li; });
     if (items.length === 0) { const li = document.createElement('li'); li.className = 'dim'; li.textContent = 'no transition yet'; items.push(li); }
@@ -56,6 +60,32 @@ function renderChart(history) {
     let y = h; const x = (n - Math.min(n, history.length) + i) * bw;
     for (const k of ['miss', 'joined', 'cached', 'none']) { const bh = s[k] / max * (h - 4); if (!bh) continue; y -= bh; const r = document.createElementNS('http://www.w3.org/2000/svg', 'rect'); r.setAttribute('x', x + 1); r.setAttribute('y', y); r.setAttribute('width', bw - 2); r.setAttribute('height', bh); r.setAttribute('fill', 'var(--' + k + ')'); bars.push(r); }
   });
+  svg.replaceChildren(...bars);
+}
+function renderFleet(s) {
+  const fleet = s.fleet && s.fleet.length ? s.fleet : [];
+  text($('fleet-size'), fleet.length > 1 || (fleet.length === 1 && s.fleetShared) ? fleet.length + ' processes sharing Redis' : 'this process only (no --redis)');
+  rows($('fleet'), fleet, (m) => [m.host + ' pid ' + m.pid + (m.port ? ' :' + m.port : '') + (m.self ? ' (this page)' : ''), m.state, m.breaker.replace('_', '-'), m.inFlight + ' (' + m.callersWaiting + ' waiting)', m.queued + ' / ' + m.limit, m.board ? fmt(m.board.requestsPerSecond) : '-', m.board ? money(m.board.savedDollars) : '-', ago(s.now, m.at)]);
+  for (const tr of $('fleet').children) tr.dataset.state = tr.children[1].textContent;
+  // The same call (the same key) on several replicas: one call, every replica's callers.
+  const calls = new Map();
+  const add = (f, where) => { const seen = calls.get(f.key) || { key: f.key, route: f.route || '', callers: 0, ageMs: 0, where: [] }; seen.callers += f.callers; seen.ageMs = Math.max(seen.ageMs, f.ageMs); seen.where.push(where); calls.set(f.key, seen); };
+  for (const f of s.flights) add(f, 'here');
+  for (const m of fleet) if (!m.self) for (const f of m.flights || []) add(f, m.host + ' pid ' + m.pid + (m.port ? ' :' + m.port : ''));
+  const list = [...calls.values()].sort((a, b) => b.callers - a.callers).slice(0, 10);
+  rows($('flights'), list, (f) => [f.key, f.route, fmt(f.callers), ms(f.ageMs), f.where.join(', ')]);
+  text($('callers-waiting'), fmt(list.reduce((n, f) => n + f.callers, 0)));
+}
+function renderHour(h) {
+  const l = h.hour.latencyMs;
+  text($('hour-requests'), fmt(h.hour.requests)); text($('hour-errors'), fmt(h.hour.errors));
+  text($('hour-p50'), l ? ms(l.p50) : '-'); text($('hour-p95'), l ? ms(l.p95) : '-'); text($('hour-p99'), l ? ms(l.p99) : '-');
+  const o = h.hour.outcomes; text($('hour-outcomes'), 'miss ' + fmt(o.miss) + ', joined ' + fmt(o.joined) + ', cached ' + fmt(o.cached) + ', not dedup. ' + fmt(o.none));
+  const svg = $('hour-chart'); const w = 600, height = 60, n = 60, bw = w / n;
+  const max = Math.max(1, ...h.minutes.map((m) => m.requests)); const bars = [];
+  const end = Math.floor(Date.now() / 60000) * 60000;
+  for (const m of h.minutes) { const i = n - 1 - Math.round((end - m.at) / 60000); if (i < 0) continue; let y = height;
+    for (const k of ['miss', 'joined', 'cached', 'none']) { const bh = m[k] / max * (height - 4); if (!bh) continue; y -= bh; const r = document.createElementNS('http://www.w3.org/2000/svg', 'rect'); r.setAttribute('x', i * bw + 1); r.setAttribute('y', y); r.setAttribute('width', bw - 2); r.setAttribute('height', bh); r.setAttribute('fill', 'var(--' + k + ')'); const t = document.createElementNS('http://www.w3.org/2000/svg', 'title'); t.textContent = time(m.at) + ': ' + m.requests + ' requests, p95 ' + (m.p95 ? ms(m.p95) : '-'); r.append(t); bars.push(r); } }
   svg.replaceChildren(...bars);
 }
 function render(s) {
@@ -75,6 +105,12 @@ function render(s) {
   rows($('refusals'), Object.entries(s.refusals), ([reason, n]) => [reason.replace('_', ' '), fmt(n)]);
   rows($('tenants'), s.tenants, (t) => [t.tenant, fmt(t.requests)]);
   rows($('errors'), s.errors, (e) => [time(e.at), e.route, e.status, e.code || '', e.requestId.slice(0, 8)]);
+  rows($('causes'), s.causes, (c) => [c.cause + (c.fromUpstream ? ' (provider)' : ''), c.status, c.route, fmt(c.count), time(c.lastAt), time(c.firstAt), c.lastRequestId.slice(0, 8)]);
+  const spend = (r) => [r.name, fmt(r.requests), r.spentDollars ? money(r.spentDollars) : fmt(r.spentTokens) + ' tok', fmt(r.savedCalls), r.savedDollars ? money(r.savedDollars) : fmt(r.savedTokens) + ' tok'];
+  rows($('by-model'), s.spendByModel, spend);
+  rows($('by-key'), s.spendByKey, spend);
+  renderFleet(s);
+  renderHour(s.hour);
   text($('window'), fmt(s.window.entries) + ' answers, ' + fmt(Math.round(s.window.bytes / 1024)) + ' KiB');
 }
 function connect() {
@@ -91,7 +127,9 @@ export function statusPageHtml(): string {
 <body><header><h1>Gateway status</h1><span class="dim">provider <b id="provider">-</b></span><span class="dim">up <b id="uptime">-</b></span>
 <span class="dim" id="workers"></span><span class="dim" id="conn">connecting…</span><span class="badge open" id="draining"></span></header>
 <main>
+<section class="wide"><h2>Fleet</h2><p class="dim" id="fleet-size">-</p><table><thead><tr><th>process</th><th>state</th><th>breaker</th><th>calls in flight</th><th>queued</th><th>req/s</th><th>saved</th><th>heard</th></tr></thead><tbody id="fleet"></tbody></table></section>
 <section><h2>Upstreams</h2><div id="upstreams"></div></section>
+<section class="wide"><h2>Calls in flight</h2><p class="dim"><b id="callers-waiting">0</b> callers waiting on the busiest calls (each call made once)</p><table><thead><tr><th>call (hashed)</th><th>route</th><th>callers</th><th>running for</th><th>on</th></tr></thead><tbody id="flights"></tbody></table></section>
 <section><h2>Requests per second</h2>
 <div class="grid"><div><span>miss</span><b class="big" id="rate-miss">0</b></div><div><span>joined</span><b class="big" id="rate-joined">0</b></div><div><span>cached</span><b class="big" id="rate-cached">0</b></div></div>
 <svg id="chart" viewBox="0 0 600 90" preserveAspectRatio="none"></svg>
@@ -104,6 +142,11 @@ export function statusPageHtml(): string {
 <p class="dim">Answer window: <span id="window">-</span></p></section>
 <section><h2>Refusals</h2><table><thead><tr><th>reason</th><th>calls</th></tr></thead><tbody id="refusals"></tbody></table></section>
 <section><h2>Top tenants (hashed)</h2><table><thead><tr><th>tenant</th><th>requests</th></tr></thead><tbody id="tenants"></tbody></table></section>
+<section class="wide"><h2>Error causes</h2><table><thead><tr><th>cause</th><th>status</th><th>route</th><th>times</th><th>last</th><th>first</th><th>last request</th></tr></thead><tbody id="causes"></tbody></table></section>
+<section><h2>Last hour</h2><div class="grid"><div><span>requests</span><b class="big" id="hour-requests">0</b></div><div><span>errors</span><b class="big" id="hour-errors">0</b></div><div><span>p50 / p95 / p99</span><b id="hour-p50">-</b> / <b id="hour-p95">-</b> / <b id="hour-p99">-</b></div></div>
+<svg id="hour-chart" viewBox="0 0 600 60" preserveAspectRatio="none"></svg><p class="dim" id="hour-outcomes">-</p></section>
+<section><h2>Spend and savings by model</h2><table><thead><tr><th>model</th><th>requests</th><th>spent</th><th>answered by dedup</th><th>saved</th></tr></thead><tbody id="by-model"></tbody></table></section>
+<section><h2>Spend and savings by key (hashed)</h2><table><thead><tr><th>key</th><th>requests</th><th>spent</th><th>answered by dedup</th><th>saved</th></tr></thead><tbody id="by-key"></tbody></table></section>
 <section><h2>Recent errors</h2><table><thead><tr><th>time</th><th>route</th><th>status</th><th>code</th><th>request id</th></tr></thead><tbody id="errors"></tbody></table></section>
 </main><script>${SCRIPT}</script></body></html>`;
 }

@@ -1,7 +1,7 @@
 import { Observable, Subscription, defer, from, type Subscriber } from 'rxjs';
 import { ClientClosedError, isOrchestratorError, type UpstreamTimeoutError } from './errors.js';
 import type { ObserverHub, RefusalReason } from './observer.js';
-import { isStreamedResponse, type CallEvent } from './events.js';
+import { isRawResponse, isStreamedResponse, type CallEvent } from './events.js';
 import type { CallSource } from './breaker/failure-attribution.js';
 import type { RoutePolicy } from './policy.js';
 import type { ReleaseSlot } from './concurrency/concurrency-limiter.js';
@@ -9,6 +9,7 @@ import type { CallControl } from './retry/retry.policy.js';
 import { withTimeLimits } from './timeout/time-limits.js';
 import { isOverloadSignal } from './breaker/failure-classifier.js';
 import type { Upstream } from './upstreams/upstream-pool.js';
+import type { RequestSpan, UpstreamSpan } from './tracing/request-tracing.js';
 
 /**
  * The upstream work: receives the call's own AbortSignal, aborted on timeout
@@ -79,6 +80,8 @@ export interface GuardedCallOptions {
   handle?: CallHandle;
   /** Told of the call's queue wait, attempts, timeouts, retries and refusals (absent: nobody watches). */
   observer?: ObserverHub;
+  /** The server span of the request that makes the call: each attempt gets a client span under it (absent: no tracing). */
+  trace?: RequestSpan;
 }
 
 export interface CallHandle {
@@ -97,6 +100,10 @@ class GuardedCall<T> implements CallControl {
   private release?: ReleaseSlot;
   // Created only when the call has to wait (queue, back-off): most calls never need it.
   private cancelController?: AbortController;
+  // Only with tracing: the queue wait and the attempt number go on each client span.
+  private queueWaitMs = 0;
+  private attempts = 0;
+  private upstreamSpan?: UpstreamSpan;
 
   constructor(
     private readonly policy: RoutePolicy,
@@ -115,16 +122,19 @@ class GuardedCall<T> implements CallControl {
 
   async run(): Promise<void> {
     const { breaker, limiter, retry } = this.policy;
-    const { source, observer } = this.options;
+    const { source, observer, trace } = this.options;
     breaker?.assertCallable();
     if (limiter) {
       this.release = limiter.tryAcquire(source?.tenant);
       if (this.release) observer?.queueWait(this.upstream, 0);
       else {
-        const queuedAt = observer ? performance.now() : 0;
+        const queuedAt = observer || trace ? performance.now() : 0;
         this.release = await limiter.acquire(this.signal(), source?.tenant);
-        observer?.queueWait(this.upstream, performance.now() - queuedAt);
+        const waited = performance.now() - queuedAt;
+        observer?.queueWait(this.upstream, waited);
+        this.queueWaitMs = waited;
       }
+      trace?.setAttributes({ 'orchestrator.queue.wait_ms': round(this.queueWaitMs) });
     }
     // Cancelled while the slot was being granted.
     if (this.state.kind === 'done') return this.finish();
@@ -153,10 +163,11 @@ class GuardedCall<T> implements CallControl {
   /** Resolves at the first event (a value, or a stream's first chunk): that, not the whole stream, is what the breaker times. */
   private attempt(): Promise<void> {
     const { breaker, timeLimits, limiter } = this.policy;
-    const observer = this.options.observer;
+    const { observer, trace } = this.options;
     // Read once per attempt: a limit learnt from latency needs the clock, a fixed one does not.
     const learning = limiter?.learning;
     const startedAt = observer || learning ? performance.now() : 0;
+    const span = trace && this.startUpstreamSpan(trace);
     return new Promise<void>((resolveFirst, rejectFirst) => {
       // A work function that declares no parameter cannot read its signal: it gets a shared one that never aborts.
       const abort = this.work.length === 0 ? undefined : new AbortController();
@@ -167,7 +178,10 @@ class GuardedCall<T> implements CallControl {
       attempt.upstream = (timeLimits ? events.pipe(withTimeLimits<T>(timeLimits)) : events).subscribe({
         next: (event) => {
           // A plain value is the whole answer: the call is over before the caller (who may unsubscribe at once) sees it.
-          if (event.kind === 'value') this.finish();
+          if (event.kind === 'value') {
+            if (span) endUpstreamSpan(span, event.value);
+            this.finish();
+          }
           if (!answered && event.kind !== 'head') {
             answered = true;
             if (learning) learning.sample(performance.now() - startedAt, limiter!.inFlight + 1);
@@ -178,6 +192,7 @@ class GuardedCall<T> implements CallControl {
           this.subscriber.next(event);
         },
         error: (error: unknown) => {
+          span?.end(isOrchestratorError(error) && error.code === 'upstream_timeout' ? 'timeout' : 'error', error);
           attempt.abort?.abort(error);
           if (observer) this.observeError(observer, error, answered ? undefined : performance.now() - startedAt);
           if (!answered) {
@@ -190,6 +205,7 @@ class GuardedCall<T> implements CallControl {
           this.fail(error);
         },
         complete: () => {
+          span?.end('ok');
           this.finish();
           if (!answered) {
             if (learning) learning.sample(performance.now() - startedAt, limiter!.inFlight + 1);
@@ -200,6 +216,16 @@ class GuardedCall<T> implements CallControl {
         },
       });
     });
+  }
+
+  private startUpstreamSpan(trace: RequestSpan): UpstreamSpan {
+    const span = trace.startUpstreamSpan(this.upstream, {
+      'orchestrator.attempt': ++this.attempts,
+      'orchestrator.breaker.state': this.policy.breaker?.state,
+      'orchestrator.queue.wait_ms': this.policy.limiter ? round(this.queueWaitMs) : undefined,
+    });
+    this.upstreamSpan = span;
+    return span;
   }
 
   /** See `CallHandle.detach`. */
@@ -238,6 +264,7 @@ class GuardedCall<T> implements CallControl {
     if (state.kind === 'done') return;
     this.finish();
     if (state.kind === 'attempting' || state.kind === 'streaming') {
+      this.upstreamSpan?.end('cancelled');
       state.attempt.upstream?.unsubscribe();
       state.attempt.abort?.abort();
       state.attempt.abandon();
@@ -251,6 +278,18 @@ class GuardedCall<T> implements CallControl {
     this.release = undefined;
     release?.();
   }
+}
+
+/** A plain answer's client span ends with it: its status (a relayed provider error is a failure of the upstream). */
+function endUpstreamSpan(span: UpstreamSpan, value: unknown): void {
+  const status = isRawResponse(value) ? value.status : undefined;
+  if (status === undefined) return span.end('ok');
+  span.setAttributes({ 'http.response.status_code': status });
+  span.end(status >= 500 ? 'error' : 'ok', status >= 500 ? { status } : undefined);
+}
+
+function round(ms: number): number {
+  return Math.round(ms * 10) / 10;
 }
 
 /**

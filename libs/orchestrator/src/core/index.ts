@@ -10,6 +10,7 @@ export {
   type OrchestratorHealth,
   type RunOptions,
   type RunCall,
+  type FlightSnapshot,
 } from './orchestrator.js';
 export type { OrchestrateOptions, RoutePolicy } from './policy.js';
 export type { FailoverPlan } from './upstreams/failover-call.js';

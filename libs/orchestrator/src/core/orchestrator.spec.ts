@@ -804,3 +804,30 @@ describe('SingleFlight', () => {
     expect(flights.join('k')).toBeUndefined();
   });
 });
+
+describe('calls in flight and the callers waiting on them', () => {
+  it('a herd of 5 is one call with 5 callers; a caller that leaves is counted out; a finished call is gone', async () => {
+    const orchestrator = new Orchestrator();
+    const policy = orchestrator.policy({ dedup: true, breaker: 'llm' }, 'summaries');
+    let release!: (value: string) => void;
+    const answer = new Promise<string>((resolve) => (release = resolve));
+    const leaving = new AbortController();
+    const herd = Array.from({ length: 5 }, (_, i) =>
+      orchestrator.run(policy, () => answer, { key: 'same', signal: i === 4 ? leaving.signal : undefined }).catch((error: unknown) => error),
+    );
+    await new Promise((resolve) => setImmediate(resolve));
+    const [flight] = orchestrator.flightsInFlight();
+    expect(flight).toMatchObject({ route: 'summaries', upstream: 'llm', callers: 5 });
+    // A one-way digest of the key, never the key.
+    expect(flight.key).toHaveLength(12);
+    expect(flight.key).not.toContain('same');
+    expect(orchestrator.health().callersWaiting).toBe(5);
+    leaving.abort(new Error('gone'));
+    expect(orchestrator.flightsInFlight()[0].callers).toBe(4);
+    release('done');
+    await Promise.all(herd);
+    expect(orchestrator.flightsInFlight()).toEqual([]);
+    expect(orchestrator.health()).toMatchObject({ inFlight: 0, callersWaiting: 0 });
+    await orchestrator.close();
+  });
+});

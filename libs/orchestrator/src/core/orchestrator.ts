@@ -34,6 +34,7 @@ import {
 import { RETRY_FIELDS, type RetryOptions } from './retry/retry.options.js';
 import { RetryPolicy } from './retry/retry.policy.js';
 import { TIMEOUT_FIELDS, type TimeoutOptions } from './timeout/timeout.options.js';
+import type { RequestSpan, RequestTracing } from './tracing/request-tracing.js';
 
 /** Module-wide defaults; decorators on a class or route override them field by field. */
 export interface OrchestratorOptions {
@@ -71,6 +72,13 @@ export interface OrchestratorOptions {
    * Without it, each replica dedups and breaks on its own.
    */
   coordinator?: FlightCoordinator & BreakerCoordinator;
+  /**
+   * OpenTelemetry traces (`await RequestTracing.create()`, needs
+   * `@opentelemetry/api`): the request paths of this package start a server
+   * span per request and pass it as `CallRequest.trace`. Default off: nothing
+   * is traced and nothing is paid for it.
+   */
+  tracing?: RequestTracing;
 }
 
 const MODULE_FIELDS = {
@@ -85,6 +93,7 @@ const MODULE_FIELDS = {
   windowStores: { check: 'array' },
   tenant: { check: 'function' },
   coordinator: { check: 'object' },
+  tracing: { check: 'object' },
 } as const satisfies Fields<OrchestratorOptions>;
 
 /** Throws `OrchestratorConfigError` naming the first option that cannot work. */
@@ -139,6 +148,13 @@ export interface CallRequest {
   /** The caller's tenant (already hashed, see `tenantOf`): its line in the queue, and whose failure it is. */
   tenant?: string;
   reuse?: Reuse;
+  /**
+   * The request's server span (`RequestTracing.startServerSpan`): the call
+   * records its dedup outcome and breaker state on it, links it to the
+   * leader's span when it joins another's call (on any replica), and gives the
+   * upstream call a client span under it.
+   */
+  trace?: RequestSpan;
 }
 
 /** Per-call facts `run` needs alongside a reusable policy. */
@@ -164,12 +180,25 @@ export interface OrchestratorHealth {
   upstreams: UpstreamSnapshot[];
   /** Deduplicated calls in flight. */
   inFlight: number;
+  /** Callers waiting on those calls (the leaders included): a herd of 300 is 1 in flight, 300 waiting. */
+  callersWaiting: number;
   /** How deduplicated requests were answered since start. */
   dedup: Record<DedupOutcome, number>;
   /** Clients that hung up before their answer was written. */
   clientsGone: number;
   /** With a `coordinator`: whether the replicas share calls and breakers right now. */
   coordination?: { state: 'ok' | 'degraded'; error?: string };
+}
+
+/** A call in flight, as `flightsInFlight` lists it. */
+export interface FlightSnapshot {
+  /** 12 characters of a one-way digest of the dedup key: the same call has the same key on every replica. */
+  key: string;
+  route?: string;
+  upstream?: string;
+  /** Callers of this process waiting on the call (its leader's included). */
+  callers: number;
+  ageMs: number;
 }
 
 export interface OrchestratorHooks {
@@ -305,35 +334,38 @@ export class Orchestrator {
       hub?.refused(upstreamOf(policy), 'shutting_down');
       throw new ShuttingDownError();
     }
-    const { key, tenant, reuse } = call;
+    const { key, tenant, reuse, trace } = call;
     const source = { key, tenant };
     const dedup = policy.dedup;
     if (!dedup || key === undefined) {
       hub?.request(policy.name, upstreamOf(policy), 'none');
-      return { events: upstreamCall(policy, work, { source, observer: hub }) };
+      trace?.setOutcome('none', upstreamOf(policy), policy.breaker?.state);
+      return { events: upstreamCall(policy, work, { source, observer: hub, trace }) };
     }
     const flights = this.flights as SingleFlight<T>;
     // no-cache: a fresh answer, neither joined nor from the window (it then replaces what the window holds).
     if (!reuse?.noCache) {
       const running = flights.join(key);
-      if (running) return this.answer(policy, 'joined', running);
+      if (running) return this.joined(policy, running, trace);
       const stored = dedup.window?.getLocal<T>(key);
-      const cached = stored && this.cached(policy, stored, reuse);
+      const cached = stored && this.cached(policy, stored, reuse, trace);
       if (cached) return cached;
     }
-    const { state, lead } = this.leader(policy, work, source);
+    const { state, lead } = this.leader(policy, work, source, trace);
     const coordinator = this.options.coordinator;
     if (reuse?.noCache || !(dedup.window?.hasShared || coordinator)) {
-      return this.answer(policy, 'miss', this.register(policy, call, lead(), state, () => 'miss'));
+      return this.answer(policy, 'miss', this.register(policy, call, lead(), state, () => 'miss'), trace);
     }
     // The flight is registered before any I/O: every identical request in this process joins it, whatever the
     // shared store and the fleet do (slow, frozen or gone). They only decide where its events come from.
-    const found = this.findShared<T>(policy, key, reuse, lead);
+    const found = this.findShared<T>(policy, key, reuse, lead, trace);
     let outcome: DedupOutcome | undefined;
-    const events = this.register(policy, call, afterFound(found), state, () => outcome);
-    const { outcome: settled, ageSeconds } = await found;
+    const events = this.register(policy, call, afterFound(found), state, () => outcome, true);
+    const { outcome: settled, ageSeconds, leader } = await found;
     outcome = settled;
-    return { ...this.answer(policy, settled, events), ...(ageSeconds === undefined ? {} : { ageSeconds }) };
+    // Joiners here link to whoever leads the call: this request, or the request of another replica it follows.
+    if (trace?.recording) flights.setLeader(events, settled === 'miss' ? trace.traceparent : leader);
+    return { ...this.answer(policy, settled, events, trace, leader), ...(ageSeconds === undefined ? {} : { ageSeconds }) };
   }
 
   /**
@@ -342,7 +374,13 @@ export class Orchestrator {
    * lead it), else a call of our own. Never rejects: a store or a fleet that
    * fails is a miss, and the call is made here (once per process and key).
    */
-  private async findShared<T>(policy: RoutePolicy, key: string, reuse: Reuse | undefined, lead: () => Observable<CallEvent<T>>): Promise<Found<T>> {
+  private async findShared<T>(
+    policy: RoutePolicy,
+    key: string,
+    reuse: Reuse | undefined,
+    lead: () => Observable<CallEvent<T>>,
+    trace: RequestSpan | undefined,
+  ): Promise<Found<T>> {
     try {
       const window = policy.dedup!.window;
       if (window?.hasShared) {
@@ -350,8 +388,9 @@ export class Orchestrator {
         const replay = stored && replayable(stored, reuse);
         if (replay) return { outcome: 'cached', ...replay };
       }
-      const claim = await this.options.coordinator?.claim<T>(key, lead);
-      if (claim?.role === 'follow') return { outcome: 'joined', events: claim.events };
+      const traceparent = trace?.traceparent;
+      const claim = await this.options.coordinator?.claim<T>(key, lead, traceparent ? { trace: traceparent } : undefined);
+      if (claim?.role === 'follow') return { outcome: 'joined', events: claim.events, leader: claim.leader };
       if (claim) {
         // Nobody here waits any more: the fleet is told at once (followers elsewhere take the call over).
         return { outcome: 'miss', events: claim.publish(lead()), abandon: () => claim.publish<T>(NEVER).subscribe().unsubscribe() };
@@ -363,9 +402,10 @@ export class Orchestrator {
   }
 
   /** The leader's guarded call, and what is learnt about it while it runs. */
-  private leader<T>(policy: RoutePolicy, work: CallWork<T>, source: CallSource) {
+  private leader<T>(policy: RoutePolicy, work: CallWork<T>, source: CallSource, trace: RequestSpan | undefined) {
     const state = { reachedUpstream: false, handle: {} as CallHandle };
-    const lead = () => upstreamCall(policy, work, { source, onUpstream: () => (state.reachedUpstream = true), handle: state.handle, observer: this.hub });
+    const lead = () =>
+      upstreamCall(policy, work, { source, onUpstream: () => (state.reachedUpstream = true), handle: state.handle, observer: this.hub, trace });
     return { state, lead };
   }
 
@@ -381,6 +421,7 @@ export class Orchestrator {
     call$: Observable<CallEvent<T>>,
     state: { reachedUpstream: boolean; handle: CallHandle },
     outcome: () => DedupOutcome | undefined,
+    leaderPending = false,
   ): Observable<CallEvent<T>> {
     const dedup = policy.dedup!;
     const key = call.key!;
@@ -395,6 +436,9 @@ export class Orchestrator {
         return !(state.handle.detach?.() ?? true);
       },
       maxEntryBytes: dedup.maxEntryBytes,
+      leader: !call.trace?.recording ? undefined : leaderPending ? 'pending' : call.trace.traceparent,
+      route: policy.name,
+      upstream: upstreamOf(policy),
       onSuccess: !window
         ? undefined
         : async (entry) => {
@@ -413,29 +457,37 @@ export class Orchestrator {
    */
   startLocal<T>(policy: RoutePolicy, call: CallRequest, work: CallWork<T>): StartedCall<T> | undefined {
     if (this.closing) return undefined;
-    const { key, tenant, reuse } = call;
+    const { key, tenant, reuse, trace } = call;
     const source = { key, tenant };
     const dedup = policy.dedup;
     if (!dedup || key === undefined) {
       this.hub?.request(policy.name, upstreamOf(policy), 'none');
-      return { events: upstreamCall(policy, work, { source, observer: this.hub }) };
+      trace?.setOutcome('none', upstreamOf(policy), policy.breaker?.state);
+      return { events: upstreamCall(policy, work, { source, observer: this.hub, trace }) };
     }
     if (!reuse?.noCache) {
-      const running = (this.flights as SingleFlight<T>).join(key);
-      if (running) return this.answer(policy, 'joined', running);
+      const flights = this.flights as SingleFlight<T>;
+      const running = flights.join(key);
+      if (running) return this.joined(policy, running, trace);
       const stored = dedup.window?.getLocal<T>(key);
-      const cached = stored && this.cached(policy, stored, reuse);
+      const cached = stored && this.cached(policy, stored, reuse, trace);
       if (cached) return cached;
       if (dedup.window?.hasShared || this.options.coordinator) return undefined;
     }
-    const { state, lead } = this.leader(policy, work, source);
-    return this.answer(policy, 'miss', this.register(policy, call, lead(), state, () => 'miss'));
+    const { state, lead } = this.leader(policy, work, source, trace);
+    return this.answer(policy, 'miss', this.register(policy, call, lead(), state, () => 'miss'), trace);
+  }
+
+  /** A request that waits on a call in flight here: its span links to the call's leader (now, or once the fleet says who). */
+  private joined<T>(policy: RoutePolicy, running: Observable<CallEvent<T>>, trace: RequestSpan | undefined): StartedCall<T> {
+    if (trace?.recording) (this.flights as SingleFlight<T>).onLeader(running, (leader) => trace.link(leader));
+    return this.answer(policy, 'joined', running, trace);
   }
 
   /** A stored answer replayed, unless the caller asks for a younger one (`max-age`). */
-  private cached<T>(policy: RoutePolicy, stored: WindowEntry<T>, reuse: Reuse | undefined): StartedCall<T> | undefined {
+  private cached<T>(policy: RoutePolicy, stored: WindowEntry<T>, reuse: Reuse | undefined, trace: RequestSpan | undefined): StartedCall<T> | undefined {
     const replay = replayable(stored, reuse);
-    return replay && { ...this.answer(policy, 'cached', replay.events), ageSeconds: replay.ageSeconds };
+    return replay && { ...this.answer(policy, 'cached', replay.events, trace), ageSeconds: replay.ageSeconds };
   }
 
   /**
@@ -491,6 +543,7 @@ export class Orchestrator {
       limiters: this.limiters.snapshot(),
       upstreams: this.upstreams.snapshot(),
       inFlight: this.flights.size,
+      callersWaiting: this.flights.callers,
       dedup: { ...this.outcomes },
       clientsGone: this.clientsGone,
       coordination: this.options.coordinator?.health?.(),
@@ -500,6 +553,27 @@ export class Orchestrator {
   /** The state of the breaker of that name, if it was ever used. */
   breakerState(name: string): BreakerState | undefined {
     return this.breakers.find(name)?.state;
+  }
+
+  /** The tracing given in the options (`undefined`: requests are not traced). */
+  get tracing(): RequestTracing | undefined {
+    return this.options.tracing;
+  }
+
+  /**
+   * The calls in flight with the most callers waiting on them (at most
+   * `limit`), for a status page: a herd of 300 is one call with 300 callers.
+   * `key` is a short one-way digest of the dedup key, never the key itself.
+   */
+  flightsInFlight(limit = 10): FlightSnapshot[] {
+    const now = Date.now();
+    return this.flights.busiest(limit).map((f) => ({
+      key: hashIdentity(f.key).slice(0, 12),
+      route: f.route,
+      upstream: f.upstream,
+      callers: f.callers,
+      ageMs: now - f.startedAt,
+    }));
   }
 
   /** Whether the app says who a request is for (`options.tenant`), rather than relying on its credentials. */
@@ -529,9 +603,19 @@ export class Orchestrator {
     await this.window.disconnect().catch(() => undefined);
   }
 
-  private answer<T>(policy: RoutePolicy, outcome: DedupOutcome, events: Observable<CallEvent<T>>): StartedCall<T> {
+  private answer<T>(
+    policy: RoutePolicy,
+    outcome: DedupOutcome,
+    events: Observable<CallEvent<T>>,
+    trace?: RequestSpan,
+    leader?: string,
+  ): StartedCall<T> {
     this.outcomes[outcome]++;
     this.hub?.request(policy.name, upstreamOf(policy), outcome);
+    if (trace) {
+      trace.setOutcome(outcome, upstreamOf(policy), policy.breaker?.state);
+      if (outcome === 'joined') trace.link(leader);
+    }
     return { outcome, events };
   }
 }
@@ -558,6 +642,8 @@ interface Found<T> {
   outcome: DedupOutcome;
   events: Observable<CallEvent<T>>;
   ageSeconds?: number;
+  /** The leader's span on another replica (a `traceparent`), when this replica follows it. */
+  leader?: string;
   /** Called instead of subscribing when every caller left before the flight was found (gives a won claim back). */
   abandon?: () => void;
 }

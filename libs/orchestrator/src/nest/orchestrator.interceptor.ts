@@ -13,12 +13,16 @@ import { CAPABILITIES, type RoutePolicy, type RouteSettings } from '../core/poli
 import { claimInterceptor, scopeOf } from './app-scope.js';
 import { CALL_SIGNAL, CALL_UPSTREAM, METADATA } from './constants.js';
 import type { Upstream } from '../core/upstreams/upstream-pool.js';
+import { requestSpanOf, type RequestSpan, type RequestTracing } from '../core/tracing/request-tracing.js';
 import { deliver } from './deliver-response.js';
 import { errorHeaders, orchestratorHttpException } from './http-errors.js';
 import { OrchestratorService } from './orchestrator.service.js';
 
 type AnyRequest = IncomingMessage & {
   originalUrl?: string;
+  /** The matched route's pattern: Express's `route.path`, Fastify's `routeOptions.url`. */
+  route?: { path?: unknown };
+  routeOptions?: { url?: unknown };
   body?: unknown;
   raw?: IncomingMessage;
   [CALL_SIGNAL]?: AbortSignal;
@@ -80,6 +84,8 @@ export class OrchestratorInterceptor implements NestInterceptor {
       call.key = this.orchestrator.requestKey(policy, described, tenant);
       call.reuse = reuseOf(dedup.honorCacheControl ? request.headers['cache-control'] : undefined, dedup.store?.(described) ?? true);
     }
+    const tracing = this.orchestrator.tracing;
+    if (tracing) call.trace = this.spanOf(tracing, request, raw, described);
     // The handler runs when `next.handle()` is subscribed, and its parameters are resolved then: the
     // signal put on the request here is what `@CallSignal()` reads.
     const work: CallWork<unknown> = (signal, upstream) => {
@@ -103,6 +109,27 @@ export class OrchestratorInterceptor implements NestInterceptor {
     const local = this.orchestrator.startLocal(policy, call, work);
     if (local) return deliverStarted(local).pipe(onError);
     return from(this.orchestrator.start(policy, call, work)).pipe(mergeMap(deliverStarted), onError);
+  }
+
+  /**
+   * The request's server span: one an earlier layer started and attached
+   * (`attachRequestSpan`; that layer ends it), else one started here and
+   * ended when the response is over.
+   */
+  private spanOf(tracing: RequestTracing, request: AnyRequest, raw: ServerResponse, described: DedupRequest): RequestSpan {
+    const attached = requestSpanOf(request);
+    if (attached) return attached;
+    const pattern = request.routeOptions?.url ?? request.route?.path;
+    const route = typeof pattern === 'string' ? pattern : undefined;
+    const path = described.url.split('?', 1)[0];
+    const span = tracing.startServerSpan(`${described.method} ${route ?? path}`, request.headers, {
+      'http.request.method': described.method,
+      'http.route': route,
+      'url.path': path,
+    });
+    // A client that left before its answer was written: 499, as nginx logs it.
+    if (span.recording) raw.once('close', () => span.end(raw.writableFinished ? raw.statusCode : 499, raw.writableFinished ? undefined : 'client_closed'));
+    return span;
   }
 
   private rethrow(error: unknown, context: ExecutionContext): Observable<never> {

@@ -21,6 +21,14 @@ export interface LeadClaim {
 export interface FollowClaim<T> {
   role: 'follow';
   events: Observable<CallEvent<T>>;
+  /** The leader's span (a W3C `traceparent`) when it was traced and told with its claim: joiners here link to it. */
+  leader?: string;
+}
+
+/** What a claim may carry besides its key. */
+export interface ClaimOptions {
+  /** This request's span (a W3C `traceparent`): if it wins, replicas that follow it link their requests to it. */
+  trace?: string;
 }
 
 export interface FlightCoordinator {
@@ -30,7 +38,7 @@ export interface FlightCoordinator {
    * then acts alone. `lead` is what a follower runs if the leader dies before
    * anything reached its callers.
    */
-  claim<T>(key: string, lead: () => Observable<CallEvent<T>>): Promise<LeadClaim | FollowClaim<T> | undefined>;
+  claim<T>(key: string, lead: () => Observable<CallEvent<T>>, options?: ClaimOptions): Promise<LeadClaim | FollowClaim<T> | undefined>;
   /** Whether coordination works right now (`degraded`: each replica acts alone), for health reports. */
   health?(): { state: 'ok' | 'degraded'; error?: string };
 }

@@ -9,6 +9,7 @@ import {
   leaderLost,
   toWire,
   type BreakerCoordinator,
+  type ClaimOptions,
   type ErrorCodec,
   type FlightCoordinator,
   type FollowClaim,
@@ -114,9 +115,11 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
 
   // ---- one call per key, fleet-wide ----
 
-  async claim<T>(key: string, lead: () => Observable<CallEvent<T>>): Promise<LeadClaim | FollowClaim<T> | undefined> {
+  async claim<T>(key: string, lead: () => Observable<CallEvent<T>>, options?: ClaimOptions): Promise<LeadClaim | FollowClaim<T> | undefined> {
     if (!this.available()) return undefined;
-    const holder = `${this.replicaId}:${randomUUID()}`;
+    // The leader's span rides in the lease's value: a follower learns it with the same reply that makes it follow.
+    const trace = options?.trace;
+    const holder = `${this.replicaId}:${randomUUID()}${trace && TRACEPARENT.test(trace) ? `;${trace}` : ''}`;
     let previous: unknown;
     try {
       previous = await this.command(['SET', this.key('lease', key), holder, 'NX', 'PX', String(this.leaseMs), 'GET']);
@@ -125,7 +128,10 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
       return undefined;
     }
     if (previous === null) return this.leadClaim(key, holder);
-    return { role: 'follow', events: this.follow<T>(key, String(previous), lead) };
+    const leader = String(previous);
+    const mark = leader.indexOf(';');
+    const events = this.follow<T>(key, leader, lead);
+    return mark < 0 ? { role: 'follow', events } : { role: 'follow', events, leader: leader.slice(mark + 1) };
   }
 
   private leadClaim(key: string, holder: string): LeadClaim {
@@ -447,7 +453,11 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
   }
 }
 
-/** The flight id in a lease holder's value (`replica:flight`). */
+/** The flight id in a lease holder's value (`replica:flight`, then `;traceparent` when the leader is traced). */
 function flightOf(holder: string): string {
-  return holder.slice(holder.indexOf(':') + 1);
+  const mark = holder.indexOf(';');
+  return holder.slice(holder.indexOf(':') + 1, mark < 0 ? undefined : mark);
 }
+
+// Only a plain traceparent goes into a lease's value (it must never hold a `;` or `:` of its own).
+const TRACEPARENT = /^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$/;

@@ -42,16 +42,27 @@ export class DeliveryBatches {
     this.nextTurn();
   }
 
-  /** Operator: every event of the source reaches its subscriber through these batches. */
-  operator<T>(): MonoTypeOperatorFunction<T> {
+  /**
+   * Operator: every event of the source reaches its subscriber through these
+   * batches. With `count`, its `subscribers` says how many are subscribed right
+   * now (kept here, where each subscriber passes anyway, rather than by another
+   * operator of its own).
+   */
+  operator<T>(count?: { subscribers: number }): MonoTypeOperatorFunction<T> {
     return (source) =>
-      new Observable<T>((subscriber) =>
-        source.subscribe({
+      new Observable<T>((subscriber) => {
+        const subscription = source.subscribe({
           next: (value) => this.run(() => subscriber.next(value)),
           error: (error: unknown) => this.run(() => subscriber.error(error)),
           complete: () => this.run(() => subscriber.complete()),
-        }),
-      );
+        });
+        if (!count) return subscription;
+        count.subscribers++;
+        return () => {
+          count.subscribers--;
+          subscription.unsubscribe();
+        };
+      });
   }
 
   private nextTurn(): void {

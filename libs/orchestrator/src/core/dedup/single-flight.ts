@@ -24,7 +24,38 @@ export interface LeadOptions<T> {
   maxEntryBytes: number;
   /** Receives the finished answer (if within bounds); the flight stays joinable until the returned promise settles. */
   onSuccess?: (entry: WindowPayload<T>) => Promise<void>;
+  /**
+   * The leader's span (a W3C `traceparent`), for joiners to link to; absent
+   * without tracing. `pending`: not known yet (the fleet is being asked who
+   * leads); joiners are linked once `setLeader` tells.
+   */
+  leader?: string | 'pending';
+  /** What the call is for (a route, an upstream), for whoever lists the calls in flight. */
+  route?: string;
+  upstream?: string;
 }
+
+/** One call in flight, as a status page shows it. */
+export interface FlightInfo {
+  readonly key: string;
+  readonly route?: string;
+  readonly upstream?: string;
+  /** Epoch ms. */
+  readonly startedAt: number;
+  /** Callers of this process waiting on it now (the leader's included). */
+  readonly callers: number;
+}
+
+/** A flight's facts, and the count of its subscribers (kept by the delivery operator). */
+interface Flight {
+  readonly key: string;
+  readonly route?: string;
+  readonly upstream?: string;
+  readonly startedAt: number;
+  subscribers: number;
+}
+
+type Linker = (leader: string | undefined) => void;
 
 /**
  * Singleflight over RxJS: one shared call per key, multicast with `share` and a
@@ -40,6 +71,10 @@ export interface LeadOptions<T> {
  */
 export class SingleFlight<T> {
   private readonly flights = new Map<string, Observable<CallEvent<T>>>();
+  private readonly infos = new Map<string, Flight>();
+  // Beside the map rather than in it: without tracing nothing is kept, and a flight's entry goes with the flight.
+  // A list while the leader is not known yet: the joiners waiting to be linked.
+  private readonly leaders = new WeakMap<Observable<CallEvent<T>>, string | Linker[]>();
 
   constructor(private readonly batches = new DeliveryBatches({ size: DELIVERY_BATCH_SIZE })) {}
 
@@ -52,6 +87,35 @@ export class SingleFlight<T> {
     return this.flights.get(key);
   }
 
+  /** The calls in flight with the most callers waiting on them, at most `limit`. */
+  busiest(limit: number): FlightInfo[] {
+    const all = [...this.infos.values()].sort((a, b) => b.subscribers - a.subscribers || a.startedAt - b.startedAt);
+    return all.slice(0, limit).map((f) => ({ key: f.key, route: f.route, upstream: f.upstream, startedAt: f.startedAt, callers: f.subscribers }));
+  }
+
+  /** Callers waiting on every call in flight here, together. */
+  get callers(): number {
+    let n = 0;
+    for (const info of this.infos.values()) n += info.subscribers;
+    return n;
+  }
+
+  /** Calls `link` with the span of the request that leads `flight` (a `traceparent`), now or once known; not at all without one. */
+  onLeader(flight: Observable<CallEvent<T>>, link: Linker): void {
+    const leader = this.leaders.get(flight);
+    if (typeof leader === 'string') link(leader);
+    else leader?.push(link);
+  }
+
+  /** Names the span joiners of a `pending` flight link to (this replica's leader, or another replica's). */
+  setLeader(flight: Observable<CallEvent<T>>, traceparent: string | undefined): void {
+    const waiting = this.leaders.get(flight);
+    if (typeof waiting === 'string') return;
+    if (traceparent) this.leaders.set(flight, traceparent);
+    else this.leaders.delete(flight);
+    for (const link of waiting ?? []) link(traceparent);
+  }
+
   /** Registers `call` as the flight for `key` and returns its shared events. */
   lead(key: string, call: Observable<CallEvent<T>>, options: LeadOptions<T>): Observable<CallEvent<T>> {
     const onSuccess = options.onSuccess;
@@ -59,8 +123,12 @@ export class SingleFlight<T> {
     let written: Promise<void> | undefined;
     let replay: FlightReplay<CallEvent<T>> | undefined;
     let streamed = 0;
+    // Who waits on the call right now: what a status page shows beside it (299 callers on one call, not "1 in flight").
+    const info: Flight = { key, route: options.route, upstream: options.upstream, startedAt: Date.now(), subscribers: 0 };
     const forget = () => {
-      if (this.flights.get(key) === delivered) this.flights.delete(key);
+      if (this.flights.get(key) !== delivered) return;
+      this.flights.delete(key);
+      this.infos.delete(key);
     };
     // One operator for what `tap` and `finalize` would do in two.
     const recorded = new Observable<CallEvent<T>>((subscriber) => {
@@ -103,8 +171,10 @@ export class SingleFlight<T> {
     const joinable = new Observable<CallEvent<T>>((subscriber) =>
       replay?.dropped ? subscriber.error(new FlightOutgrownError()) : shared.subscribe(subscriber),
     );
-    const delivered = joinable.pipe(this.batches.operator<CallEvent<T>>());
+    const delivered = joinable.pipe(this.batches.operator<CallEvent<T>>(info));
     this.flights.set(key, delivered);
+    this.infos.set(key, info);
+    if (options.leader) this.leaders.set(delivered, options.leader === 'pending' ? [] : options.leader);
     return delivered;
   }
 }

@@ -1,0 +1,197 @@
+import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
+import { OrchestratorService, type FlightSnapshot } from 'nest-prompt-orchestrator';
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import type { GatewayConfig } from '../config/gateway-config.js';
+import { GATEWAY_CONFIG } from '../gateway.tokens.js';
+import { Lifecycle } from '../http/lifecycle.js';
+import { UPSTREAM } from '../routes/shaping.js';
+import { SharedState } from '../shared-state/shared-state.js';
+
+/** How often each process says it is alive, and when a silent one is shown as such, then dropped. */
+const BEAT_MS = 1_000;
+const SILENT_AFTER_MS = 3_500;
+const FORGET_AFTER_MS = 60_000;
+/** A heartbeat is small: at most this many calls in flight ride in it. */
+const FLIGHTS_PER_BEAT = 5;
+
+/** The figures a status board adds to a heartbeat (absent without a status page). */
+export interface BoardFigures {
+  requestsPerSecond: number;
+  totals: Record<'miss' | 'joined' | 'cached' | 'none', number>;
+  savedCalls: number;
+  savedDollars: number;
+  spentDollars: number;
+  errors: number;
+}
+
+/** What one gateway process publishes every second: who it is and its numbers. */
+export interface Heartbeat {
+  id: string;
+  host: string;
+  pid: number;
+  port?: number;
+  startedAt: number;
+  at: number;
+  draining: boolean;
+  breaker: string;
+  /** Deduplicated calls in flight, and the callers waiting on them. */
+  inFlight: number;
+  callersWaiting: number;
+  upstreamInFlight: number;
+  queued: number;
+  limit: number;
+  flights: FlightSnapshot[];
+  board?: BoardFigures;
+}
+
+/** A process of the fleet as the page shows it. */
+export interface FleetMember extends Heartbeat {
+  /** `silent`: no heartbeat for a few seconds (busy, frozen or gone). */
+  state: 'ok' | 'silent';
+  /** This process. */
+  self: boolean;
+}
+
+/**
+ * Every gateway process sharing the Redis prefix (replicas, and each worker of
+ * --workers) publishes a small heartbeat with its numbers into one Redis hash
+ * every second, and reads everybody's back: the status page and /health then
+ * show the whole fleet, not one island. Without --redis there is no fleet to
+ * show beyond this process (and its --workers siblings, gathered through the
+ * primary). Every Redis operation is bounded; a missing beat shows the member
+ * `silent`, never holds a request up.
+ */
+@Injectable()
+export class FleetHeartbeat implements OnModuleInit, OnApplicationShutdown {
+  readonly enabled: boolean;
+  readonly id = randomUUID();
+  private readonly startedAt = Date.now();
+  private readonly key: string;
+  private members: FleetMember[] = [];
+  private timer?: ReturnType<typeof setInterval>;
+  private figures?: () => BoardFigures;
+  private beating = false;
+
+  constructor(
+    @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
+    private readonly shared: SharedState,
+    private readonly orchestrator: OrchestratorService,
+    private readonly lifecycle: Lifecycle,
+    private readonly adapterHost: HttpAdapterHost,
+  ) {
+    this.enabled = shared.redis !== undefined;
+    this.key = `${config.redisPrefix}:fleet`;
+  }
+
+  onModuleInit(): void {
+    if (!this.enabled) return;
+    this.timer = setInterval(() => void this.beat(), BEAT_MS);
+    this.timer.unref();
+    void this.beat();
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    clearInterval(this.timer);
+    // Gone, rather than silent: a stopped process says so on its way out.
+    if (this.enabled) await this.command(['HDEL', this.key, this.id]).catch(() => undefined);
+  }
+
+  /** The status board's figures, added to every heartbeat from now on. */
+  provideFigures(figures: () => BoardFigures): void {
+    this.figures = figures;
+  }
+
+  /** The fleet as last read (this process first, then by host and pid); without --redis, this process alone. */
+  view(now = Date.now()): FleetMember[] {
+    if (!this.enabled) return [{ ...this.own(), state: 'ok', self: true }];
+    return this.members.map((m) => ({ ...m, state: m.self || now - m.at < SILENT_AFTER_MS ? 'ok' : 'silent' }));
+  }
+
+  /** This process's heartbeat now. */
+  own(): Heartbeat {
+    const health = this.orchestrator.health();
+    const limiter = health.limiters.find((l) => l.name === UPSTREAM);
+    const address = this.adapterHost.httpAdapter?.getHttpServer()?.address?.();
+    return {
+      id: this.id,
+      host: hostname(),
+      pid: process.pid,
+      port: typeof address === 'object' && address !== null ? address.port : undefined,
+      startedAt: this.startedAt,
+      at: Date.now(),
+      draining: this.lifecycle.isDraining,
+      breaker: health.breakers.find((b) => b.name === UPSTREAM)?.state ?? 'closed',
+      inFlight: health.inFlight,
+      callersWaiting: health.callersWaiting,
+      upstreamInFlight: limiter?.inFlight ?? 0,
+      queued: limiter?.queued ?? 0,
+      limit: limiter?.limit ?? 0,
+      flights: this.orchestrator.flightsInFlight(FLIGHTS_PER_BEAT),
+      board: this.figures?.(),
+    };
+  }
+
+  private async beat(): Promise<void> {
+    if (this.beating) return;
+    this.beating = true;
+    try {
+      const own = this.own();
+      await this.command(['HSET', this.key, this.id, JSON.stringify(own)]);
+      await this.command(['PEXPIRE', this.key, String(FORGET_AFTER_MS)]);
+      const all = await this.command(['HGETALL', this.key]);
+      const now = Date.now();
+      const members: FleetMember[] = [];
+      const stale: string[] = [];
+      for (const [id, text] of entries(all)) {
+        if (id === this.id) continue;
+        const beat = parse(text);
+        if (!beat || now - beat.at > FORGET_AFTER_MS) stale.push(id);
+        else members.push({ ...beat, state: 'ok', self: false });
+      }
+      members.sort((a, b) => a.host.localeCompare(b.host) || a.pid - b.pid || (a.port ?? 0) - (b.port ?? 0));
+      this.members = [{ ...own, state: 'ok', self: true }, ...members];
+      if (stale.length > 0) await this.command(['HDEL', this.key, ...stale]);
+    } catch {
+      // Redis away: the others are shown as last heard of (they turn silent), and this process as it is now.
+      this.members = [{ ...this.own(), state: 'ok', self: true }, ...this.members.filter((m) => !m.self)];
+    } finally {
+      this.beating = false;
+    }
+  }
+
+  private command(args: string[]): Promise<unknown> {
+    const redis = this.shared.redis!;
+    const bound = Math.max(this.config.redisTimeoutMs, 50);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`Redis did not answer within ${bound} ms`)), bound);
+      redis.sendCommand(args).then(
+        (value) => (clearTimeout(timer), resolve(value)),
+        (error: unknown) => (clearTimeout(timer), reject(error)),
+      );
+    });
+  }
+}
+
+/** HGETALL's answer: a flat list (RESP2) or a map (RESP3). */
+function entries(reply: unknown): Array<[string, string]> {
+  if (Array.isArray(reply)) {
+    const out: Array<[string, string]> = [];
+    for (let i = 0; i + 1 < reply.length; i += 2) out.push([String(reply[i]), String(reply[i + 1])]);
+    return out;
+  }
+  if (reply instanceof Map) return [...reply.entries()].map(([k, v]) => [String(k), String(v)]);
+  if (reply && typeof reply === 'object') return Object.entries(reply as Record<string, unknown>).map(([k, v]) => [k, String(v)]);
+  return [];
+}
+
+/** A heartbeat another process wrote (anything else under the key is ignored). */
+function parse(text: string): Heartbeat | undefined {
+  try {
+    const beat = JSON.parse(text) as Heartbeat;
+    return typeof beat?.id === 'string' && typeof beat.at === 'number' && typeof beat.pid === 'number' ? beat : undefined;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,162 @@
+import { afterEach, describe, expect, it } from '@jest/globals';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { OrchestratorService } from 'nest-prompt-orchestrator';
+import { PLATFORMS, waitFor } from '../support/platforms.js';
+import { postJson, startGateway, uniquePrompt, type GatewayUnderTest } from '../support/gateway-harness.js';
+
+/**
+ * The gateway's traces as a collector receives them: an OTLP/HTTP receiver
+ * (a plain node:http server on loopback that decodes the JSON export), the
+ * gateway started with --otlp-endpoint pointing at it.
+ */
+
+/** One span as OTLP/JSON carries it (ids in hex, attributes as typed values). */
+interface OtlpSpan {
+  traceId: string;
+  spanId: string;
+  parentSpanId?: string;
+  name: string;
+  kind: number;
+  attributes?: Array<{ key: string; value: Record<string, unknown> }>;
+  links?: Array<{ traceId: string; spanId: string }>;
+  status?: { code?: number };
+}
+
+const SERVER = 2;
+const CLIENT = 3;
+
+/** The OTLP/HTTP traces route of a collector, keeping whatever it is sent. */
+async function startReceiver(): Promise<{ url: string; spans: OtlpSpan[]; resources: Array<Record<string, unknown>>; close(): Promise<void> }> {
+  const spans: OtlpSpan[] = [];
+  const resources: Array<Record<string, unknown>> = [];
+  const server: Server = createServer((request, response) => {
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk: Buffer) => chunks.push(chunk));
+    request.on('end', () => {
+      if (request.method !== 'POST' || request.url !== '/v1/traces' || !/json/.test(request.headers['content-type'] ?? '')) {
+        response.writeHead(404).end();
+        return;
+      }
+      const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as {
+        resourceSpans: Array<{ resource: { attributes: Array<{ key: string; value: Record<string, unknown> }> }; scopeSpans: Array<{ spans: OtlpSpan[] }> }>;
+      };
+      for (const resource of body.resourceSpans) {
+        resources.push(attributesOf(resource.resource.attributes));
+        for (const scope of resource.scopeSpans) spans.push(...scope.spans);
+      }
+      response.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    spans,
+    resources,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+function attributesOf(list: OtlpSpan['attributes']): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const { key, value } of list ?? []) {
+    const v = value.stringValue ?? value.intValue ?? value.doubleValue ?? value.boolValue;
+    out[key] = typeof v === 'string' && value.intValue !== undefined ? Number(v) : v;
+  }
+  return out;
+}
+
+describe.each(PLATFORMS)('OpenTelemetry traces from the gateway on %s', (platform) => {
+  let g: GatewayUnderTest | undefined;
+  let receiver: Awaited<ReturnType<typeof startReceiver>> | undefined;
+  afterEach(async () => {
+    await g?.close();
+    await receiver?.close();
+    g = undefined;
+    receiver = undefined;
+  });
+
+  it('a herd of 10: 10 server spans continuing each caller, 1 client span, 9 links to the leader, GenAI attributes', async () => {
+    receiver = await startReceiver();
+    g = await startGateway({ flags: ['--platform', platform, '--otlp-endpoint', receiver.url], mock: { latencyMs: 1_500 } });
+    const callers = Array.from({ length: 10 }, (_, i) => ({ traceId: `${i + 1}`.padStart(32, 'e'), spanId: `${i + 1}`.padStart(16, 'f') }));
+    const body = { model: 'mock-model', messages: [{ role: 'user', content: uniquePrompt('traced herd') }] };
+    const herd = callers.map((c) =>
+      postJson(`${g!.gatewayUrl}/v1/chat/completions`, body, { authorization: 'Bearer sk-traced', traceparent: `00-${c.traceId}-${c.spanId}-01` }),
+    );
+    const orchestrator = g.app.get(OrchestratorService);
+    await waitFor(() => orchestrator.health().dedup.joined === 9, 10_000, '9 requests joined to the first');
+    const answers = await Promise.all(herd);
+    expect(answers.map((a) => a.status)).toEqual(Array(10).fill(200));
+    expect(g.provider.stats().total).toBe(1);
+    // Closing the gateway sends the spans still batched.
+    await g.close();
+
+    const server = receiver.spans.filter((s) => s.kind === SERVER && s.name === 'POST /v1/chat/completions');
+    const client = receiver.spans.filter((s) => s.kind === CLIENT);
+    expect(server).toHaveLength(10);
+    expect(client).toHaveLength(1);
+    // The caller's trace is continued: each server span is the child of the span its caller sent.
+    for (const span of server) {
+      const caller = callers.find((c) => c.traceId === span.traceId);
+      expect(caller).toBeDefined();
+      expect(span.parentSpanId).toBe(caller!.spanId);
+    }
+    const leader = server.find((s) => attributesOf(s.attributes)['orchestrator.dedup.outcome'] === 'miss')!;
+    const joined = server.filter((s) => attributesOf(s.attributes)['orchestrator.dedup.outcome'] === 'joined');
+    expect(joined).toHaveLength(9);
+    const links = joined.flatMap((s) => s.links ?? []);
+    expect(links).toHaveLength(9);
+    for (const link of links) expect(link).toMatchObject({ traceId: leader.traceId, spanId: leader.spanId });
+
+    const leaderAttributes = attributesOf(leader.attributes);
+    expect(leaderAttributes).toMatchObject({
+      'gen_ai.system': 'openai',
+      'gen_ai.operation.name': 'chat',
+      'gen_ai.request.model': 'mock-model',
+      'http.request.method': 'POST',
+      'http.route': '/v1/chat/completions',
+      'http.response.status_code': 200,
+      'orchestrator.upstream': 'upstream',
+      'orchestrator.breaker.state': 'closed',
+    });
+    expect(leaderAttributes['gen_ai.usage.input_tokens']).toEqual(expect.any(Number));
+    expect(leaderAttributes['gen_ai.usage.output_tokens']).toEqual(expect.any(Number));
+    expect(leaderAttributes['orchestrator.queue.wait_ms']).toEqual(expect.any(Number));
+    for (const span of joined) {
+      const a = attributesOf(span.attributes);
+      // What a joined request got for free is saved, never usage (a dashboard summing usage counts the call once).
+      expect(a['gen_ai.usage.input_tokens']).toBeUndefined();
+      expect(a['orchestrator.saved.input_tokens']).toBe(leaderAttributes['gen_ai.usage.input_tokens']);
+      expect(a['orchestrator.dedup.leader_trace_id']).toBe(leader.traceId);
+    }
+    const [call] = client;
+    expect(call.parentSpanId).toBe(leader.spanId);
+    expect(call.traceId).toBe(leader.traceId);
+    expect(call.name).toBe('chat mock-model');
+    expect(attributesOf(call.attributes)).toMatchObject({
+      'gen_ai.system': 'openai',
+      'gen_ai.request.model': 'mock-model',
+      'server.address': '127.0.0.1',
+      'orchestrator.upstream': 'upstream',
+      'orchestrator.attempt': 1,
+      'orchestrator.upstream.result': 'ok',
+    });
+    expect(receiver.resources[0]).toMatchObject({ 'service.name': 'nest-prompt-orchestrator-gateway' });
+  }, 30_000);
+
+  it('an outage: the provider\'s 503 is on the client span and on the server span as a failure', async () => {
+    receiver = await startReceiver();
+    g = await startGateway({ flags: ['--platform', platform, '--otlp-endpoint', receiver.url, '--retries', '0'] });
+    g.provider.setMode('error503');
+    const failed = await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'mock-model', messages: [{ role: 'user', content: uniquePrompt('outage') }] });
+    expect(failed.status).toBe(503);
+    await g.close();
+    const [call] = receiver.spans.filter((s) => s.kind === CLIENT);
+    expect(attributesOf(call.attributes)).toMatchObject({ 'http.response.status_code': 503, 'orchestrator.upstream.result': 'error' });
+    expect(call.status?.code).toBe(2);
+    const server = receiver.spans.find((s) => s.kind === SERVER && s.name === 'POST /v1/chat/completions')!;
+    expect(attributesOf(server.attributes)).toMatchObject({ 'http.response.status_code': 503 });
+    expect(server.status?.code).toBe(2);
+  }, 30_000);
+});
