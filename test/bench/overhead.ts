@@ -1,5 +1,7 @@
 import autocannon from 'autocannon';
 import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { Pool, request } from 'undici';
 import { percentile } from './metrics.js';
@@ -39,15 +41,36 @@ interface LoadRow {
   limit: number;
   /** Metrics, the request log and the status page off (every other row runs the gateway as it starts by default). */
   quiet?: boolean;
+  /** Traces exported (`--otlp-endpoint`, to a sink in this process that takes and drops them). */
+  traced?: boolean;
 }
 
 const QUIET_FLAGS = ['--no-metrics', '--no-request-log', '--no-status-page'];
-const gatewayOf = (row: LoadRow) => (row.quiet ? `${row.platform}-quiet` : row.platform);
+const gatewayOf = (row: LoadRow) => (row.quiet ? `${row.platform}-quiet` : row.traced ? `${row.platform}-traced` : row.platform);
+/** The flags a row's gateway runs with beyond its platform. */
+const flagsOf = (row: LoadRow, traces: string) => [...(row.quiet ? QUIET_FLAGS : []), ...(row.traced ? ['--otlp-endpoint', traces] : [])];
+
+/** An OTLP/HTTP endpoint that reads each export and answers 200, so that tracing costs the gateway what it would. */
+async function startTraceSink(): Promise<{ url: string; spans: () => number; close: () => Promise<void> }> {
+  let exports = 0;
+  const server = createServer((request, response) => {
+    request.on('data', () => undefined);
+    request.once('end', () => {
+      exports++;
+      response.writeHead(200, { 'content-type': 'application/json' });
+      response.end('{}');
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return { url: `http://127.0.0.1:${port}`, spans: () => exports, close: () => new Promise((resolve) => server.close(() => resolve())) };
+}
 
 /** The rows of the table the gateway is held to, each measured against the floor proxy in the same round. */
 export const ROWS: readonly LoadRow[] = [
   { id: 'small32', label: 'small distinct, 32 conns', platform: 'fastify', connections: 32, body: 'small-distinct', limit: 2 },
   { id: 'quiet32', label: 'small distinct, 32 conns, metrics and logs off', platform: 'fastify', connections: 32, body: 'small-distinct', limit: 2, quiet: true },
+  { id: 'traced32', label: 'small distinct, 32 conns, traces exported (--otlp-endpoint)', platform: 'fastify', connections: 32, body: 'small-distinct', limit: 2, traced: true },
   { id: 'small200', label: 'small distinct, 200 conns', platform: 'fastify', connections: 200, body: 'small-distinct', limit: 2 },
   // A hit answers from memory: it should cost less than proxying does.
   { id: 'hits', label: 'window hits (identical small requests)', platform: 'fastify', connections: 32, body: 'small-same', limit: 0.7 },
@@ -221,6 +244,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
   const withHerd = options.only.length === 0 || options.only.includes('herd');
   const withLimits = options.only.length === 0 || options.only.includes('limit');
   const children: ChildHandle[] = [];
+  let traces: Awaited<ReturnType<typeof startTraceSink>> | undefined;
   const start = async <T extends ChildHandle>(child: Promise<T>) => {
     const handle = await child;
     children.push(handle);
@@ -232,9 +256,11 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     // the floor measures the proxy, not the provider (its own rate is printed beside the floor's).
     const mock = await start(startMockProvider(0, ['--fixed-answers', String(STREAM_EVENTS)]));
     const floor = await start(startMinimalProxy(mock.url, 256));
+    traces = await startTraceSink();
     const gateways: Record<string, ChildHandle> = {};
     for (const row of rows) {
-      gateways[gatewayOf(row)] ??= await start(startGateway(mock.url, ['--platform', row.platform, ...(row.quiet ? QUIET_FLAGS : [])]));
+      gateways[gatewayOf(row)] ??= await start(startGateway(mock.url, ['--platform', row.platform, ...flagsOf(row, traces.url)]));
+      if (row.traced) log(`    traces of ${row.id} go to ${traces.url}`);
     }
     log(`  overhead: provider ${mock.url}, floor ${floor.url}, ${Object.entries(gateways).map(([p, g]) => `gateway ${p} ${g.url}`).join(', ')}`);
 
@@ -320,7 +346,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       const named = ROWS.map((r) => r.id).filter((id) => options.only.includes(id));
       for (const id of named.length ? named : ['small32', 'big']) {
         const row = ROWS.find((r) => r.id === id)!;
-        profiles.push(await profileRow(row, mock.url, options, log));
+        profiles.push(await profileRow(row, mock.url, traces.url, options, log));
       }
     }
     const limits = withLimits ? await runLimits(options, start, log) : undefined;
@@ -328,6 +354,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     return { options: { durationSec: options.durationSec, rounds: options.rounds, herd: options.herd }, stretches, rows: summaries, herd, profiles, limits, checks };
   } finally {
     await Promise.all(children.reverse().map((child) => child.stop()));
+    await traces?.close();
   }
 }
 
@@ -504,10 +531,10 @@ async function upstreamCalls(mockUrl: string): Promise<number> {
 }
 
 /** A gateway started with --cpu-prof, loaded like the row for twice the stretch; samples outside the load are left out. */
-async function profileRow(row: LoadRow, upstream: string, options: OverheadOptions, log: (line: string) => void): Promise<ProfileSummary> {
+async function profileRow(row: LoadRow, upstream: string, traces: string, options: OverheadOptions, log: (line: string) => void): Promise<ProfileSummary> {
   const dir = join(options.out, `profile-${row.id}-${Date.now()}`);
   await mkdir(dir, { recursive: true });
-  const gateway = await startGateway(upstream, ['--platform', row.platform, ...(row.quiet ? QUIET_FLAGS : [])], ['--cpu-prof', '--cpu-prof-dir', dir]);
+  const gateway = await startGateway(upstream, ['--platform', row.platform, ...flagsOf(row, traces)], ['--cpu-prof', '--cpu-prof-dir', dir]);
   const spec = requestSpec(row.body);
   let requests = 0;
   let from = 0n;
@@ -581,6 +608,8 @@ function checksOf(rows: RowSummary[], herd: HerdSummary | undefined): TargetChec
 
 const ms = (v: number) => (v < 1 ? v.toFixed(3) : v.toFixed(2));
 
+const signed = (v: number) => `${v >= 0 ? '+' : ''}${v.toFixed(0)}`;
+
 function herdExtraLimitMs(requests: number): number {
   return requests >= BIG_HERD ? BIG_HERD_EXTRA_LIMIT_MS : HERD_EXTRA_LIMIT_MS;
 }
@@ -604,7 +633,7 @@ export function overheadMarkdown(result: OverheadResult, before?: OverheadResult
     const h = result.herd;
     const b = before?.herd;
     lines.push(
-      `| herd of ${h.requests} on one call: slowest vs direct | ${before ? `${b ? `+${b.extraMsMedian.toFixed(0)} ms` : '-'} | ` : ''}+${h.extraMsMedian.toFixed(0)} ms (+${h.extraMsMin.toFixed(0)} ms) | ` +
+      `| herd of ${h.requests} on one call: slowest vs direct | ${before ? `${b ? `${signed(b.extraMsMedian)} ms` : '-'} | ` : ''}${signed(h.extraMsMedian)} ms (${signed(h.extraMsMin)} ms) | ` +
         `- | - | /health max ${h.healthMaxMs.toFixed(1)} ms during the herd | <= +${herdExtraLimitMs(h.requests)} ms | ${h.extraMsMedian <= herdExtraLimitMs(h.requests) ? 'met' : '**not met**'} | - |`,
       `| herd: CPU per joined answer | ${before ? `${b ? `${ms(b.cpuMsPerAnswerMedian)} ms` : '-'} | ` : ''}${ms(h.cpuMsPerAnswerMedian)} ms | ${ms(h.cpuMsPerAnswerMedian)} (${ms(h.floorCpuMsPerRequest)} per proxied request) | - | - | ` +
         `<= ${HERD_CPU_PER_ANSWER_MS} ms | ${h.cpuMsPerAnswerMedian <= HERD_CPU_PER_ANSWER_MS ? 'met' : '**not met**'} | - |`,
