@@ -12,7 +12,7 @@ import type { VirtualKey } from '../budgets/virtual-keys.js';
 import type { UsageLedger } from '../observability/usage-ledger.js';
 import { statusOf, type GatewayTelemetry } from '../observability/gateway-telemetry.js';
 import { GatewayTracing } from '../observability/gateway-tracing.js';
-import { ApiError, invalidRequest } from '../http/api-error.js';
+import { ApiError, invalidRequest, keyRequired } from '../http/api-error.js';
 import { clientKey, identityOf, isOneOf, keyDigest } from '../http/credentials.js';
 import { drainBound, drainRequest, errorReply } from '../http/gateway-exception.filter.js';
 import type { Lifecycle } from '../http/lifecycle.js';
@@ -110,7 +110,9 @@ export class DataPlane {
   readonly handle = (request: IncomingMessage, response: ServerResponse): boolean => {
     const url = request.url ?? '/';
     const query = url.indexOf('?');
-    const match = this.routes.match(request.method ?? 'GET', query < 0 ? url : url.slice(0, query));
+    // HEAD is a GET without its body, as the platforms serve it (Node's response leaves the body out itself).
+    const method = request.method === 'HEAD' ? 'GET' : (request.method ?? 'GET');
+    const match = this.routes.match(method, query < 0 ? url : url.slice(0, query));
     if (!match) return false;
     new ProxiedCall(this, request, response, match.route, match.params, query < 0 ? '' : url.slice(query)).start();
     return true;
@@ -245,13 +247,7 @@ class ProxiedCall {
       // A virtual key names its holder: that name is the caller's one identity (dedup, fair queue, limits, spend).
       const key: VirtualKey | undefined = budgets.keys?.find(this.presented);
       if ((this.plane.keyDigests.length > 0 || budgets.keysOn) && !key && !isOneOf(this.plane.keyDigests, this.presented)) {
-        throw new ApiError(
-          401,
-          'This gateway needs an API key: send one of its keys as "Authorization: Bearer <key>" or "x-api-key".',
-          'invalid_api_key',
-          null,
-          'authentication_error',
-        );
+        throw keyRequired();
       }
       const identity = key ? `key=${key.name}` : identityOf(headers, config.provider, this.plane.checksKeys);
       context.identity = identity;

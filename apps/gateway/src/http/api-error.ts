@@ -31,3 +31,14 @@ export function invalidRequest(param: string | null, message: string): ApiError 
 export function notSupported(message: string): ApiError {
   return new ApiError(501, message, 'not_supported', null, 'not_supported_error');
 }
+
+/** A request without one of the gateway's keys, when it checks keys (gateway keys or virtual keys). */
+export function keyRequired(): ApiError {
+  return new ApiError(
+    401,
+    'This gateway needs an API key: send one of its keys as "Authorization: Bearer <key>" or "x-api-key".',
+    'invalid_api_key',
+    null,
+    'authentication_error',
+  );
+}

@@ -3,7 +3,7 @@ import type { IncomingMessage } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { Budgets } from '../budgets/budgets.service.js';
-import { ApiError } from './api-error.js';
+import { keyRequired } from './api-error.js';
 import { clientKey, isOneOf, keyDigest } from './credentials.js';
 import { STATUS_ACCESS, statusSignIn, type StatusAccess } from '../status/status.controller.js';
 import { StatusSessions } from '../status/status-session.js';
@@ -33,13 +33,7 @@ export class GatewayGuard implements CanActivate {
     if (this.keyDigests.length === 0 && !this.budgets.keysOn) return true;
     const presented = clientKey(request.headers);
     if (this.budgets.keys?.find(presented) || isOneOf(this.keyDigests, presented) || this.statusAllows(execution, request)) return true;
-    throw new ApiError(
-      401,
-      'This gateway needs an API key: send one of its keys as "Authorization: Bearer <key>" or "x-api-key".',
-      'invalid_api_key',
-      null,
-      'authentication_error',
-    );
+    throw keyRequired();
   }
 
   /** The status page's own routes: its page and login are open (they check the key themselves), its data needs a session. */
