@@ -9,14 +9,14 @@ import { clientKey } from './http/credentials.js';
 import { redactor } from './http/redaction.js';
 import { requireObject } from './http/request-validation.js';
 import { createProvider } from './providers/provider.factory.js';
-import { ROUTES, type ClientApi, type Provider, type UpstreamPlan } from './providers/provider.js';
+import { ROUTES, type ClientApi, type Provider, type Translation, type UpstreamPlan } from './providers/provider.js';
 import { sseEvent, translateSse } from './translate/sse.js';
 import { UpstreamStreamError, checkStreamEnd } from './upstream/stream-end.js';
 import { UpstreamClient, UpstreamHttpError, UpstreamProtocolError, looksLikeJson, startsWithErrorField } from './upstream/upstream-client.js';
 import { UpstreamIdentity } from './upstream/upstream-identity.js';
 import { urlOn, type UpstreamTarget } from './upstreams/upstream-set.js';
 import { Budgets } from './budgets/budgets.service.js';
-import { tapUsage, usageOfJson, withStreamUsage } from './budgets/usage.js';
+import { tapUsage, usageOfJson } from './budgets/usage.js';
 import { UsageLedger } from './observability/usage-ledger.js';
 import type { RequestContext } from './http/request-context.js';
 
@@ -43,10 +43,10 @@ export interface Caller {
 const SSE = { contentType: 'text/event-stream; charset=utf-8' };
 
 /**
- * Sends a routed request to the configured provider and answers with what it
- * sent back. Where the client's API is the provider's, bytes pass through
- * unchanged both ways (status and content type included); where they differ,
- * the provider's route plan carries the translation. Whether an answer is a
+ * The provider behind the gateway: its plans, identity and health probe, and
+ * the calls of routes whose client API is not the provider's (`forward`:
+ * the route plan carries the translation; the data plane relays the others as
+ * bytes). Whether an answer is a
  * stream is the provider's to say (its Content-Type), as for a direct client.
  * The upstream address comes from configuration only: no request can change it.
  */
@@ -81,19 +81,16 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     void this.identity.check(this.provider.authHeaders({ headers: {} }));
   }
 
+  /** Calls a translated route: the request translated for the provider, its answer (or stream) back for the client. */
   async forward(caller: Caller): Promise<RawResponse | StreamedResponse> {
     const { context } = caller;
     const route = context.route!;
     const plan = this.provider.plan(route);
     const translation = plan.translation;
+    if (!translation) throw new Error(`forward() translates; ${route} is relayed as bytes by the data plane`);
     const body = caller.body;
     // A translation reads the body, so it needs one: what it cannot translate is a 400 naming the field.
-    const translated = translation?.request ? translation.request(requireObject(body)) : undefined;
-    // An OpenAI stream reports its usage (what spend and token limits count) only when asked: the gateway asks, and
-    // hides the answer from a client that did not. Not llama-server: asked, it moves its `timings` into that usage
-    // chunk (hiding it would lose them), and its final chunk counts tokens anyway (`tokens_predicted` on /completion).
-    const usageAdded =
-      !translation && this.provider.kind === 'openai' && this.budgets.streamUsage && (route === 'chat' || route === 'completions') ? withStreamUsage(body) : undefined;
+    const translated = translation.request ? translation.request(requireObject(body)) : undefined;
     const settle = (usage: Parameters<Budgets['settle']>[2]) => {
       this.usage.record(context, usage);
       return this.budgets.settle(context, body, usage);
@@ -105,7 +102,7 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
       method: plan.method,
       url: urlOn(upstreamUrl(plan, caller.params, caller.query), this.config, caller.upstream),
       // Unchanged bytes where nothing is translated: no second serialisation, the provider reads what the client sent.
-      body: translated ?? usageAdded ?? (body === undefined ? undefined : (caller.rawBody ?? (body as object))),
+      body: translated ?? (body === undefined ? undefined : (caller.rawBody ?? (body as object))),
       headers: {
         'x-request-id': context.id,
         ...(uploadType ? { 'content-type': uploadType } : {}),
@@ -119,7 +116,7 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     // Only the call that reaches the provider holds money against a cap: joined and cached requests never get here.
     await this.budgets.reserve(context, body, caller.rawBody?.length);
     try {
-      return await this.call(caller, plan, call, auth, usageAdded, settle);
+      return await this.call(caller, { ...plan, translation }, call, auth, settle);
     } catch (error) {
       // No answer the client could use: the hold is let go (an answer that did end has already settled it).
       this.budgets.release(context);
@@ -129,10 +126,9 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
 
   private async call(
     caller: Caller,
-    plan: UpstreamPlan,
+    plan: UpstreamPlan & { translation: Translation },
     call: Parameters<UpstreamClient['open']>[0],
     auth: Parameters<Provider['authHeaders']>[0],
-    usageAdded: Record<string, unknown> | undefined,
     settle: (usage: Parameters<Budgets['settle']>[2]) => Promise<void>,
   ): Promise<RawResponse | StreamedResponse> {
     const { context, body } = caller;
@@ -151,11 +147,11 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
 
     if (answer.isEventStream) {
       const text = answer.text();
-      if (!translation?.stream) {
+      if (!translation.stream) {
         // A passed-through stream is read for its end marker on the way (its bytes are not changed).
         const end = ROUTES[route].streamEnd ?? plan.api;
         const checked = end === false ? text : checkStreamEnd(text, end);
-        const chunks = tapUsage(checked, usageAdded !== undefined, (usage) => void settle(usage)).pipe(redactErrors(auth.clientKey));
+        const chunks = tapUsage(checked, false, (usage) => void settle(usage)).pipe(redactErrors(auth.clientKey));
         return new StreamedResponse(chunks, { contentType: answer.contentType ?? SSE.contentType }, streamErrorEvent(context.api));
       }
       // A translated stream is checked by its translator.
@@ -174,10 +170,6 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     // replica, rather than still held.
     if (answer.status < 300) await settle(usageOfJson(bytes));
     else this.budgets.release(context);
-    if (!translation) {
-      if (route === 'props') this.identity.observe(parseJson(bytes));
-      return new RawResponse(bytes, answer.contentType ?? 'application/json', undefined, answer.status === 200 ? undefined : answer.status);
-    }
     const json = parseJson(bytes);
     if (typeof json !== 'object' || json === null) throw new UpstreamProtocolError('The provider sent a body that is not a JSON object.');
     return new RawResponse(Buffer.from(JSON.stringify(translation.response(json as Json))));
@@ -226,7 +218,8 @@ function redactErrors(presented: string | undefined) {
   return map((chunk: string) => (chunk.includes('"error"') ? redactor.text(chunk, [presented]) : chunk));
 }
 
-function parseJson(bytes: Buffer): unknown {
+/** A body parsed as JSON, or undefined when it is not JSON. */
+export function parseJson(bytes: Buffer): unknown {
   try {
     return JSON.parse(bytes.toString('utf8'));
   } catch {

@@ -184,11 +184,17 @@ export function tapUsage(chunks: ObservableInput<string>, strip: boolean, onEnd:
  * body with `stream_options.include_usage` set, or undefined when the client asked already (or does not stream).
  */
 export function withStreamUsage(body: unknown): Record<string, unknown> | undefined {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) return undefined;
+  if (!needsStreamUsage(body)) return undefined;
   const b = body as Record<string, unknown>;
-  if (b.stream !== true) return undefined;
+  return { ...b, stream_options: { ...(b.stream_options as object | null | undefined), include_usage: true } };
+}
+
+/** Whether `withStreamUsage` would change the body: it streams, and does not ask for its usage already. */
+export function needsStreamUsage(body: unknown): boolean {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return false;
+  const b = body as Record<string, unknown>;
+  if (b.stream !== true) return false;
   const options = b.stream_options;
-  if (options !== undefined && options !== null && typeof options !== 'object') return undefined;
-  if ((options as { include_usage?: unknown } | null)?.include_usage === true) return undefined;
-  return { ...b, stream_options: { ...(options as object | null), include_usage: true } };
+  if (options !== undefined && options !== null && typeof options !== 'object') return false;
+  return (options as { include_usage?: unknown } | null | undefined)?.include_usage !== true;
 }

@@ -5,7 +5,7 @@ import { ShuttingDownError, type Orchestrator, type RawResponse, type RoutePolic
 import { dedupKey, hashIdentity, reuseOf, toCallEvents, type CallEvent, type CallWork, type StartedCall } from 'nest-prompt-orchestrator/internal';
 import { Observable, from, type Subscription } from 'rxjs';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { streamErrorEvent, upstreamUrl, type GatewayService } from '../gateway.service.js';
+import { parseJson, streamErrorEvent, upstreamUrl, type GatewayService } from '../gateway.service.js';
 import { upstreamMembers, urlOn } from '../upstreams/upstream-set.js';
 import type { Budgets } from '../budgets/budgets.service.js';
 import type { VirtualKey } from '../budgets/virtual-keys.js';
@@ -16,12 +16,13 @@ import { ApiError, invalidRequest, keyRequired } from '../http/api-error.js';
 import { clientKey, identityOf, isOneOf, keyDigest } from '../http/credentials.js';
 import { drainBound, drainRequest, errorReply } from '../http/gateway-exception.filter.js';
 import type { Lifecycle } from '../http/lifecycle.js';
-import { serverTiming, type RequestContext } from '../http/request-context.js';
+import { pathOfUrl, serverTiming, type RequestContext } from '../http/request-context.js';
 import { ROUTES, gatewayChecksKeys, type GatewayRoute, type RouteInfo, type UpstreamPlan } from '../providers/provider.js';
 import { SHAPING } from '../routes/shaping.js';
 import { EXPOSED_HEADERS } from '../http/cors.js';
 import { JsonSyntaxError, JsonTooDeepError, scanJson, type JsonSkeleton } from './json-skeleton.js';
 import { ProxyRoutes } from './proxy-routes.js';
+import { needsStreamUsage, withStreamUsage } from '../budgets/usage.js';
 import { UpstreamExchange } from './upstream-exchange.js';
 
 /** What the data plane is made of: the gateway's services, built once by Nest, called here directly. */
@@ -198,7 +199,7 @@ class ProxiedCall {
       // Named by the route, never by a path a client made up; ended with the response (GatewayTelemetry.finished).
       const { method, path } = this.info;
       this.context.span = tracing.startServerSpan(`${method} ${path}`, this.request.headers, {
-        ...GatewayTracing.requestAttributes(config, this.route, method, pathOf(this.request.url)),
+        ...GatewayTracing.requestAttributes(config, this.route, method, pathOfUrl(this.request.url)),
         'http.route': path,
         'gateway.request_id': this.context.id,
       });
@@ -410,10 +411,7 @@ class ProxiedCall {
     const { gateway, budgets } = this.plane.parts;
     if (!skeleton || gateway.provider.kind !== 'openai' || !budgets.streamUsage) return false;
     if (this.route !== 'chat' && this.route !== 'completions') return false;
-    if (skeleton.field('stream') !== true) return false;
-    const options = skeleton.field('stream_options');
-    if (options !== undefined && options !== null && typeof options !== 'object') return false;
-    return (options as { include_usage?: unknown } | null | undefined)?.include_usage !== true;
+    return needsStreamUsage({ stream: skeleton.field('stream'), stream_options: skeleton.field('stream_options') });
   }
 
   private deliver(started: StartedCall<RawResponse>): void {
@@ -582,13 +580,6 @@ class ProxiedCall {
   };
 }
 
-/** A URL's path, without its query string (which may carry anything), bounded. */
-function pathOf(url: string | undefined): string {
-  const path = url ?? '/';
-  const end = path.indexOf('?');
-  return (end < 0 ? path : path.slice(0, end)).slice(0, 200);
-}
-
 function tooLarge(max: number): ApiError {
   return new ApiError(413, `The request body is larger than this gateway accepts (${max} bytes).`, 'request_too_large');
 }
@@ -602,18 +593,9 @@ function withIncludeUsage(body: Buffer, skeleton: JsonSkeleton): Buffer {
     const open = body.indexOf(0x7b);
     return Buffer.concat([body.subarray(0, open + 1), INCLUDE_USAGE, body.subarray(open + 1)]);
   }
-  const parsed = JSON.parse(body.toString('utf8')) as Record<string, unknown>;
-  const options = parsed.stream_options as Record<string, unknown> | null;
-  return Buffer.from(JSON.stringify({ ...parsed, stream_options: { ...options, include_usage: true } }));
+  return Buffer.from(JSON.stringify(withStreamUsage(JSON.parse(body.toString('utf8')))));
 }
 
-function parseJson(bytes: Buffer): unknown {
-  try {
-    return JSON.parse(bytes.toString('utf8'));
-  } catch {
-    return undefined;
-  }
-}
 
 function noop(): void {}
 

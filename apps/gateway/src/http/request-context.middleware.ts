@@ -8,7 +8,7 @@ import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
 import { Lifecycle } from './lifecycle.js';
 import { GatewayTelemetry } from '../observability/gateway-telemetry.js';
 import { GatewayTracing } from '../observability/gateway-tracing.js';
-import { attachContext, serverTiming, type RequestContext } from './request-context.js';
+import { attachContext, pathOfUrl, serverTiming, type RequestContext } from './request-context.js';
 
 // A propagated id is echoed in headers and logs: accept only a short, plain token.
 const REQUEST_ID = /^[\w.:-]{1,128}$/;
@@ -39,7 +39,7 @@ export class RequestContextMiddleware implements NestMiddleware {
     attachContext(request, context);
     const tracing = this.tracing.tracing;
     if (tracing) {
-      const path = pathWithoutQuery(request.originalUrl ?? request.url ?? '');
+      const path = pathOfUrl(request.originalUrl ?? request.url);
       const spec = route && ROUTES[route];
       // A span's name stays low in cardinality: the route's path, never a path a client made up.
       context.span = tracing.startServerSpan(spec ? `${request.method ?? 'GET'} ${spec.path}` : (request.method ?? 'GET'), request.headers, {
@@ -66,12 +66,6 @@ export class RequestContextMiddleware implements NestMiddleware {
     if (this.telemetry.enabled) this.telemetry.track(request, response, context);
     next();
   }
-}
-
-/** A URL's path, without its query string (which may carry anything), bounded. */
-function pathWithoutQuery(url: string): string {
-  const end = url.indexOf('?');
-  return (end < 0 ? url : url.slice(0, end)).slice(0, 200);
 }
 
 /** The API of a request no route serves (a 404): llama.cpp's in front of a llama.cpp server, else OpenAI's. */

@@ -80,3 +80,10 @@ export function serverTiming(context: RequestContext, now: number): string {
   parts.push(`total;dur=${ms(now - context.startedAt)}`);
   return parts.join(', ');
 }
+
+/** A URL's path, without its query string (which may carry anything), bounded: what logs and spans may name. */
+export function pathOfUrl(url: string | undefined): string {
+  const path = url ?? '';
+  const end = path.indexOf('?');
+  return (end < 0 ? path : path.slice(0, end)).slice(0, 200);
+}

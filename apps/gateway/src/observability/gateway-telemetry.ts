@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG, GATEWAY_LOGGER } from '../gateway.tokens.js';
-import type { RequestContext } from '../http/request-context.js';
+import { pathOfUrl, type RequestContext } from '../http/request-context.js';
 import { UPSTREAM } from '../routes/shaping.js';
 import { StatusBoard } from '../status/status-board.js';
 import { Budgets } from '../budgets/budgets.service.js';
@@ -111,7 +111,7 @@ export class GatewayTelemetry {
 
   /** Watches one request of a control route (health, metrics, the status page) until its response is over. */
   track(request: IncomingMessage, response: ServerResponse, context: RequestContext): void {
-    response.once('close', () => this.finished(context, request.method ?? 'GET', pathOf(request), statusOf(response)));
+    response.once('close', () => this.finished(context, request.method ?? 'GET', pathOfUrl((request as { originalUrl?: string }).originalUrl ?? request.url), statusOf(response)));
   }
 
   /** A request is over: its line, its tokens, its place on the status page. `path` names a request no route served. */
@@ -197,13 +197,6 @@ function round(ms: number): number {
 /** The status a response was logged with: a client that left before its answer was written is a 499, as nginx logs it. */
 export function statusOf(response: ServerResponse): number {
   return response.writableFinished ? response.statusCode : 499;
-}
-
-/** The path of a request no route served, without its query string (which may carry anything). */
-function pathOf(request: IncomingMessage): string {
-  const url = (request as { originalUrl?: string }).originalUrl ?? request.url ?? '';
-  const end = url.indexOf('?');
-  return (end < 0 ? url : url.slice(0, end)).slice(0, 200);
 }
 
 /** The request's prompt, as the client sent it (messages, prompt or input), bounded. */
