@@ -62,6 +62,7 @@ export function orchestratorOptions(
     dedup: {
       windowMs: config.dedupWindowMs,
       maxBytes: config.windowMaxBytes,
+      maxInFlightBytes: config.inFlightMaxBytes,
       storeTimeoutMs: config.redisTimeoutMs,
       // Work nobody waits for stops (a llama.cpp slot is freed, a paid stream stops generating), unless kept.
       cancelWhenAbandoned: !config.keepAbandoned,

@@ -51,6 +51,8 @@ export interface GatewayConfig {
   shutdownGraceMs: number;
   /** Bytes the in-memory answer window keeps at most. */
   windowMaxBytes: number;
+  /** `--in-flight-max-bytes`: what the streams in flight keep together, for late joiners and the window. */
+  inFlightMaxBytes: number;
   redisUrl?: string;
   /** Longest one Redis operation may take before it counts as a failure (and a miss). */
   redisTimeoutMs: number;
@@ -215,6 +217,11 @@ const FLAGS: Record<string, FlagSpec> = {
     value: 'BYTES',
     help: 'bytes the in-memory answer window keeps at most (default 268435456, 256 MiB)',
   },
+  'in-flight-max-bytes': {
+    env: 'ORCHESTRATOR_IN_FLIGHT_MAX_BYTES',
+    value: 'BYTES',
+    help: 'bytes the streams in flight keep together for late joiners and the window; past it a growing stream is neither joined nor kept (default 8388608, 8 MiB: some 80 streams of 100 KB)',
+  },
   redis: { env: 'ORCHESTRATOR_REDIS_URL', value: 'URL', help: 'share calls in flight, breakers and the answer window with other replicas through Redis (docs/scaling.md)' },
   'redis-prefix': {
     env: 'ORCHESTRATOR_REDIS_PREFIX',
@@ -351,6 +358,10 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
   const noDedup = values['no-dedup'] === true || isTrue(env.ORCHESTRATOR_NO_DEDUP);
   const maxBodyBytes = integer('max-body', 10 * 1024 * 1024, 1024);
   const windowMaxBytes = integer('window-max-bytes', 256 * 1024 * 1024, 1024 * 1024);
+  // Not below one whole answer of the window's (1 MiB): a stream that may be kept must fit. The default is lower
+  // than the plugin's: a gateway relays many long streams at once, and what they keep, V8 frees only after a
+  // major collection, so their copies cost about twice their size in RSS (docs/architecture.md, "Memory").
+  const inFlightMaxBytes = integer('in-flight-max-bytes', 8 * 1024 * 1024, 1024 * 1024);
 
   return {
     provider,
@@ -381,6 +392,7 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     maxConnections: integer('max-connections', defaultMaxConnections(), 1),
     shutdownGraceMs: seconds('shutdown-grace', 30),
     windowMaxBytes,
+    inFlightMaxBytes,
     redisUrl,
     redisTimeoutMs: seconds('redis-timeout', 0.5),
     redisPrefix: raw('redis-prefix') ?? 'npo',

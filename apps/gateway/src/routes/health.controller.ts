@@ -66,7 +66,7 @@ export class HealthController {
       upstreams: health.upstreams,
       breakers: health.breakers,
       limiters: health.limiters,
-      dedup: { inFlight: health.inFlight, callersWaiting: health.callersWaiting, ...health.dedup },
+      dedup: { inFlight: health.inFlight, callersWaiting: health.callersWaiting, inFlightBytes: health.inFlightBytes, ...health.dedup },
       window: { entries: health.window.entries, bytes: health.window.bytes, maxBytes: health.window.maxBytes },
       store: store ?? null,
       coordination: coordination ?? null,

@@ -805,6 +805,65 @@ describe('SingleFlight', () => {
   });
 });
 
+describe('SingleFlight: what the streams in flight keep together', () => {
+  const options = (stored: WindowPayload<string>[]): LeadOptions<string> => ({
+    cancelWhenAbandoned: () => false,
+    maxEntryBytes: 8,
+    onSuccess: (entry) => {
+      stored.push(entry);
+      return Promise.resolve();
+    },
+  });
+
+  it('past maxHeldBytes together, the stream whose chunk crosses it is no longer joined nor kept; the others are', async () => {
+    const flights = new SingleFlight<string>({ maxHeldBytes: 10 });
+    const stored: WindowPayload<string>[] = [];
+    const a = new Subject<Event>();
+    const b = new Subject<Event>();
+    const seenA: string[] = [];
+    flights.lead('a', a, options(stored)).subscribe((e) => e.kind === 'chunk' && seenA.push(String(e.chunk)));
+    flights.lead('b', b, options(stored)).subscribe();
+    a.next(HEAD);
+    b.next(HEAD);
+    a.next(chunk('aaaaaa'));
+    expect(flights.heldBytes).toBe(6);
+    // b's 6 bytes would make 12 of 10: b lets its copy go, a keeps its own.
+    b.next(chunk('bbbbbb'));
+    expect(flights.heldBytes).toBe(6);
+    expect(flights.join('b')).toBeUndefined();
+    expect(flights.join('a')).toBeDefined();
+    a.next(chunk('a'));
+    a.complete();
+    b.next(chunk('b'));
+    b.complete();
+    await flush();
+    // a's readers got every byte; a was kept, b (which outgrew the shared bound) was not.
+    expect(seenA.join('')).toBe('aaaaaaa');
+    expect(stored).toEqual([{ kind: 'stream', head: { contentType: 'text/event-stream' }, chunks: ['aaaaaa', 'a'] }]);
+    expect(flights.heldBytes).toBe(0);
+  });
+
+  it('a stream cancelled when its callers left hands its share back: the next one is kept', async () => {
+    const flights = new SingleFlight<string>({ maxHeldBytes: 10 });
+    const stored: WindowPayload<string>[] = [];
+    const first = new Subject<Event>();
+    const leaving = flights.lead('first', first, { ...options(stored), cancelWhenAbandoned: () => true }).subscribe();
+    first.next(HEAD);
+    first.next(chunk('1234567'));
+    expect(flights.heldBytes).toBe(7);
+    leaving.unsubscribe();
+    expect(flights.heldBytes).toBe(0);
+    const second = new Subject<Event>();
+    flights.lead('second', second, options(stored)).subscribe();
+    second.next(HEAD);
+    second.next(chunk('1234567'));
+    second.complete();
+    await flush();
+    expect(stored).toHaveLength(1);
+    expect(flights.heldBytes).toBe(0);
+  });
+});
+
 describe('calls in flight and the callers waiting on them', () => {
   it('a herd of 5 is one call with 5 callers; a caller that leaves is counted out; a finished call is gone', async () => {
     const orchestrator = new Orchestrator();

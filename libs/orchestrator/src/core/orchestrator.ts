@@ -182,6 +182,8 @@ export interface OrchestratorHealth {
   inFlight: number;
   /** Callers waiting on those calls (the leaders included): a herd of 300 is 1 in flight, 300 waiting. */
   callersWaiting: number;
+  /** Bytes the streams in flight keep for late joiners and the window, together (bounded by `dedup.maxInFlightBytes`). */
+  inFlightBytes: number;
   /** How deduplicated requests were answered since start. */
   dedup: Record<DedupOutcome, number>;
   /** Clients that hung up before their answer was written. */
@@ -231,7 +233,7 @@ export class Orchestrator {
   readonly outcomes: Record<DedupOutcome, number> = { miss: 0, joined: 0, cached: 0 };
   private readonly options: OrchestratorOptions;
   private readonly window: AnswerWindow;
-  private readonly flights = new SingleFlight<unknown>();
+  private readonly flights: SingleFlight<unknown>;
   private clientsGone = 0;
   private closing = false;
   /** Present only while somebody observes: unobserved, every event costs one property check. */
@@ -246,6 +248,10 @@ export class Orchestrator {
     if (dedup.maxEntryBytes > dedup.maxBytes) {
       throw new OrchestratorConfigError(`dedup.maxEntryBytes (${dedup.maxEntryBytes}) must not exceed dedup.maxBytes (${dedup.maxBytes})`);
     }
+    if (dedup.maxEntryBytes > dedup.maxInFlightBytes) {
+      throw new OrchestratorConfigError(`dedup.maxEntryBytes (${dedup.maxEntryBytes}) must not exceed dedup.maxInFlightBytes (${dedup.maxInFlightBytes})`);
+    }
+    this.flights = new SingleFlight({ maxHeldBytes: dedup.maxInFlightBytes });
     this.window = new AnswerWindow({
       maxEntries: dedup.maxEntries,
       maxBytes: dedup.maxBytes,
@@ -544,6 +550,7 @@ export class Orchestrator {
       upstreams: this.upstreams.snapshot(),
       inFlight: this.flights.size,
       callersWaiting: this.flights.callers,
+      inFlightBytes: this.flights.heldBytes,
       dedup: { ...this.outcomes },
       clientsGone: this.clientsGone,
       coordination: this.options.coordinator?.health?.(),

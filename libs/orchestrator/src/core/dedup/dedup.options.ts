@@ -32,6 +32,13 @@ export interface DedupOptions {
   /** Answers larger than this many bytes are not kept. Default 1 048 576. */
   maxEntryBytes?: number;
   /**
+   * Bytes all streams in flight keep together for callers who join late and
+   * for the window (each keeps its stream from the start, up to
+   * `maxEntryBytes`). Past it, the stream that grows lets its copy go: it is
+   * neither joined any more nor kept. Default 33 554 432 (32 MiB). Module-wide only.
+   */
+  maxInFlightBytes?: number;
+  /**
    * Cancel a call once every caller waiting for it has gone. Default false: the
    * call runs to completion and lands in the window, so a retry is answered
    * from it. A call still queued for a slot is always cancelled.
@@ -65,6 +72,7 @@ export const DEDUP_FIELDS = {
   storeTimeoutMs: { check: 'positive', default: 100 },
   storeRetryMs: { check: 'positive', default: 1_000 },
   maxEntryBytes: { check: 'positiveInt', default: 1_048_576 },
+  maxInFlightBytes: { check: 'positiveInt', default: 32 * 1024 * 1024 },
   cancelWhenAbandoned: { check: 'boolean', default: false },
   key: { check: 'function' },
   store: { check: 'function' },

@@ -76,7 +76,19 @@ export class SingleFlight<T> {
   // A list while the leader is not known yet: the joiners waiting to be linked.
   private readonly leaders = new WeakMap<Observable<CallEvent<T>>, string | Linker[]>();
 
-  constructor(private readonly batches = new DeliveryBatches({ size: DELIVERY_BATCH_SIZE })) {}
+  /** Bytes the streams in flight keep together, for late joiners and for the window (see `HeldBytes`). */
+  private readonly held: HeldBytes;
+  private readonly batches: DeliveryBatches;
+
+  constructor(options: { maxHeldBytes?: number; batches?: DeliveryBatches } = {}) {
+    this.held = new HeldBytes(options.maxHeldBytes ?? Number.POSITIVE_INFINITY);
+    this.batches = options.batches ?? new DeliveryBatches({ size: DELIVERY_BATCH_SIZE });
+  }
+
+  /** Bytes the streams in flight keep now, for late joiners and for the window. */
+  get heldBytes(): number {
+    return this.held.bytes;
+  }
 
   /** Calls in flight; bounded by the number of distinct keys being called right now. */
   get size(): number {
@@ -123,6 +135,12 @@ export class SingleFlight<T> {
     let written: Promise<void> | undefined;
     let replay: FlightReplay<CallEvent<T>> | undefined;
     let streamed = 0;
+    // This flight's share of `held`: what its replay (and the recorder, on the same Buffers) keeps of the stream.
+    let kept = 0;
+    const release = () => {
+      this.held.bytes -= kept;
+      kept = 0;
+    };
     // Who waits on the call right now: what a status page shows beside it (299 callers on one call, not "1 in flight").
     const info: Flight = { key, route: options.route, upstream: options.upstream, startedAt: Date.now(), subscribers: 0 };
     const forget = () => {
@@ -135,9 +153,18 @@ export class SingleFlight<T> {
       const subscription = call.subscribe({
         next: (event) => {
           recorder?.record(event);
-          if (event.kind === 'chunk' && (streamed += event.chunk.length) > options.maxEntryBytes && replay && !replay.dropped) {
-            forget();
-            replay.drop();
+          if (event.kind === 'chunk' && replay && !replay.dropped) {
+            const size = event.chunk.length;
+            streamed += size;
+            kept += size;
+            this.held.bytes += size;
+            // Too long to keep, or the streams in flight keep too much together: the one that grows lets its copy go.
+            if (streamed > options.maxEntryBytes || this.held.bytes > this.held.limit) {
+              forget();
+              replay.drop();
+              recorder?.abandon();
+              release();
+            }
           }
           subscriber.next(event);
         },
@@ -154,6 +181,8 @@ export class SingleFlight<T> {
       });
       return () => {
         subscription.unsubscribe();
+        // The window counts a finished answer in its own budget; late joiners of the finished flight are few and brief.
+        release();
         // Until the window holds the answer, late callers still join the finished flight.
         if (written) void written.finally(forget);
         else forget();
@@ -208,6 +237,16 @@ class FlightReplay<E> extends ReplaySubject<E> {
   }
 }
 
+/**
+ * A bound on what every stream in flight keeps at once. Each flight keeps its stream from the start (for callers who
+ * join late, and for the window) up to `maxEntryBytes`; many long streams at once would keep that many times over, so
+ * past `limit` together the flight whose chunk crosses it lets its copy go, as if it had outgrown `maxEntryBytes`.
+ */
+class HeldBytes {
+  bytes = 0;
+  constructor(readonly limit: number) {}
+}
+
 /** Collects a call's events into a window entry while it runs, until it grows past its bound. */
 class AnswerRecorder<T> {
   private size = 0;
@@ -217,6 +256,13 @@ class AnswerRecorder<T> {
   private overflowed = false;
 
   constructor(private readonly maxBytes: number) {}
+
+  /** Keeps nothing more: the answer will not be stored. */
+  abandon(): void {
+    this.overflowed = true;
+    this.chunks = [];
+    this.value = undefined;
+  }
 
   record(event: CallEvent<T>): void {
     if (this.overflowed) return;
@@ -229,11 +275,7 @@ class AnswerRecorder<T> {
       this.size += event.chunk.length;
       this.chunks.push(event.chunk);
     }
-    if (this.size > this.maxBytes) {
-      this.overflowed = true;
-      this.chunks = [];
-      this.value = undefined;
-    }
+    if (this.size > this.maxBytes) this.abandon();
   }
 
   entry(): WindowPayload<T> | undefined {
