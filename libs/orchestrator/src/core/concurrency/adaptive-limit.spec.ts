@@ -97,15 +97,73 @@ describe('AdaptiveLimit', () => {
     expect(limit.limit).toBe(2);
   });
 
+  it('finds an upstream whose capacity is below the initial limit: the latency it first sees is not uncontended', () => {
+    // Started at 32 against a capacity of 20, the first window's 80 ms is congested already; without a probe that
+    // 80 ms would count as uncontended, and the limit would settle near 2x the capacity.
+    const sim = new Simulation(200, 20, 50);
+    sim.run(10_000);
+    sim.latencies = [];
+    const limits = sim.run(10_000);
+    expect(sim.limit.uncontendedMs).toBe(50);
+    const settled = average(limits);
+    expect(settled).toBeGreaterThanOrEqual(20 * 0.75);
+    expect(settled).toBeLessThanOrEqual(20 * 1.5);
+    expect(Math.max(...sim.latencies)).toBeLessThanOrEqual(50 * 1.5);
+  });
+
+  it('probes at most once per probeIntervalMs, and only on congestion', () => {
+    let now = 0;
+    const limits: number[] = [];
+    const limit = new AdaptiveLimit(512, { initialLimit: 40, probeIntervalMs: 30_000 }, () => now, (l) => limits.push(l));
+    const window = (latency: number, inFlight = limit.limit) => {
+      now += 100;
+      for (let i = 0; i < 8; i++) limit.sample(latency, inFlight);
+    };
+    window(50);
+    expect(limit.probing).toBe(false);
+    // Congested: the limit drops to a quarter while one window of calls started under it is measured.
+    window(100);
+    expect(limit.probing).toBe(true);
+    expect(limit.limit).toBe(11);
+    window(60);
+    expect(limit.probing).toBe(false);
+    expect(limit.uncontendedMs).toBe(60);
+    expect(limit.limit).toBe(41);
+    // Congested again (90 ms against 60 x 1.25) within the interval: plain backoff, no probe.
+    window(90);
+    expect(limit.probing).toBe(false);
+    expect(limit.limit).toBe(37);
+    now += 30_000;
+    window(90);
+    expect(limit.probing).toBe(true);
+  });
+
+  it('judges a window only by calls that started under the limit in force', () => {
+    let now = 0;
+    const limit = new AdaptiveLimit(512, { initialLimit: 40 }, () => now);
+    now += 100;
+    for (let i = 0; i < 8; i++) limit.sample(50, 40);
+    expect(limit.limit).toBe(46);
+    // Slow calls that started before the limit moved say nothing about 46: the window does not close on them.
+    now += 150;
+    for (let i = 0; i < 20; i++) limit.sample(400, 46);
+    expect(limit.limit).toBe(46);
+    expect(limit.probing).toBe(false);
+  });
+
   it('re-learns an upstream that became slower for everyone, then grows back to its capacity', () => {
     const sim = new Simulation(200, 40, 50);
     sim.run(10_000);
     sim.baseMs = 200;
+    // Congested against 50 ms: the limit backs off, and the next probe (within probeIntervalMs) measures 200 ms.
     sim.run(2_000);
-    expect(sim.limit.limit).toBeLessThan(20);
-    sim.run(60_000);
-    expect(sim.limit.uncontendedMs).toBeGreaterThanOrEqual(200);
+    expect(sim.limit.limit).toBeLessThan(40);
+    sim.run(35_000);
+    expect(sim.limit.uncontendedMs).toBe(200);
+    sim.run(25_000);
+    expect(sim.limit.uncontendedMs).toBe(200);
     expect(sim.limit.limit).toBeGreaterThan(40 * 0.8);
+    expect(sim.limit.limit).toBeLessThan(40 * 1.5);
   });
 
   it("does not read the process's own slowness (its event loop's lag) as the upstream queueing", () => {

@@ -16,6 +16,11 @@ export interface AdaptiveLimitOptions {
   windowMs?: number;
   /** Fewest samples a window needs before the limit moves. Default 8. */
   minSamples?: number;
+  /**
+   * Congestion is checked against an uncontended latency measured at a low limit (a probe) at most this often;
+   * between probes it is taken as known. Default 30 000 ms.
+   */
+  probeIntervalMs?: number;
 }
 
 /** Milliseconds from an arbitrary origin, increasing (e.g. `performance.now`). */
@@ -29,17 +34,24 @@ interface Settings {
   dropBackoff: number;
   windowMs: number;
   minSamples: number;
+  probeIntervalMs: number;
 }
+
+/** Fewest calls let through while the uncontended latency is measured (as Envoy's `min_concurrency`). */
+const PROBE_LIMIT = 4;
 
 /**
  * A concurrency limit that finds an upstream's capacity from its latency, in
  * the spirit of Netflix's concurrency-limits and Envoy's adaptive concurrency
  * filter, without timers of its own: it moves only when a sample arrives.
  *
- * Samples are averaged over windows (`windowMs`, at least `minSamples`). The
- * lowest window average is the uncontended latency. At the end of a window:
- * - the average is above `tolerance` x uncontended: the upstream is queueing,
- *   the limit shrinks by `backoff`;
+ * Samples are averaged over windows (`windowMs`, at least `minSamples`); a
+ * window counts only calls that started after the limit last moved, so that
+ * it judges the limit in force, not the one before. At the end of a window:
+ * - the average is above `tolerance` x the uncontended latency: the upstream
+ *   is queueing, the limit shrinks by `backoff`;
+ * - above half of that tolerance, it grows by one call: it settles just under
+ *   the tolerance instead of swinging across it;
  * - else it grows by its square root (quick from a small limit, gentle near a
  *   large one);
  * - a limit nobody used (less than half of it in flight) stays where it is:
@@ -47,10 +59,14 @@ interface Settings {
  * An overload answer (429, 503) shrinks it by `dropBackoff` at once, at most
  * once per window (a burst of refusals is one signal).
  *
- * The uncontended latency is re-learnt at the minimum limit, where nothing of
- * ours queues: an upstream that became slower for everyone (another model, a
- * busier shared host) pushes the limit down once, then is measured afresh and
- * the limit grows again, as Envoy's periodic minimum-latency measurement does.
+ * The uncontended latency is the lowest window average until congestion is
+ * first seen; a limit that started above the upstream's capacity never saw
+ * it uncontended, though. So congestion, at most once per `probeIntervalMs`,
+ * first starts a probe, as Envoy's periodic minimum-latency measurement does:
+ * the limit drops to a quarter (at least `PROBE_LIMIT` calls) until one window of calls
+ * started under it is in. Their median becomes the uncontended latency
+ * (an upstream that became slower, or faster, for everyone is measured
+ * afresh), and the limit resumes where it was, judged against it.
  */
 export class AdaptiveLimit {
   private current: number;
@@ -61,6 +77,14 @@ export class AdaptiveLimit {
   private windowCount = 0;
   private windowMaxInFlight = 0;
   private lastDropAt = Number.NEGATIVE_INFINITY;
+  /** When the limit last moved: calls started before say nothing about the limit now. */
+  private changedAt: number;
+  /** When the last probe ended (the uncontended latency was measured). */
+  private probedAt = Number.NEGATIVE_INFINITY;
+  /** During a probe: the limit to resume. */
+  private resumeAt?: number;
+  /** During a probe: its samples (their median is the uncontended latency, a few stragglers aside). */
+  private probeSamples: number[] = [];
 
   constructor(
     maxLimit: number,
@@ -82,6 +106,7 @@ export class AdaptiveLimit {
       dropBackoff: options.dropBackoff ?? 0.5,
       windowMs: options.windowMs ?? 100,
       minSamples: options.minSamples ?? 8,
+      probeIntervalMs: options.probeIntervalMs ?? 30_000,
     };
     const s = this.settings;
     if (!(s.minLimit >= 1 && s.minLimit <= maxLimit)) throw new OrchestratorConfigError(`adaptive minLimit must be within 1..${maxLimit}`);
@@ -91,6 +116,7 @@ export class AdaptiveLimit {
     }
     this.current = clamp(options.initialLimit ?? 32, s.minLimit, maxLimit);
     this.windowStart = now();
+    this.changedAt = this.windowStart;
   }
 
   /** The limit to apply now (a whole number). */
@@ -108,19 +134,24 @@ export class AdaptiveLimit {
    * in flight when it started or ended (whichever the caller knows).
    */
   sample(latencyMs: number, inFlight: number): void {
+    const now = this.now();
+    if (now - latencyMs < this.changedAt) return;
     this.windowSum += latencyMs;
     this.windowCount++;
+    if (this.resumeAt !== undefined) this.probeSamples.push(latencyMs);
     if (inFlight > this.windowMaxInFlight) this.windowMaxInFlight = inFlight;
-    const now = this.now();
     if (now - this.windowStart < this.settings.windowMs || this.windowCount < this.settings.minSamples) return;
     const average = this.windowSum / this.windowCount;
     const lag = this.ownDelayMs?.() ?? 0;
     const used = this.windowMaxInFlight >= this.current / 2;
-    this.windowStart = now;
-    this.windowSum = 0;
-    this.windowCount = 0;
-    this.windowMaxInFlight = 0;
-    this.endWindow(average, Math.max(0, average - lag), used);
+    this.resetWindow(now);
+    if (this.resumeAt !== undefined) return this.endProbe(now);
+    this.endWindow(average, Math.max(0, average - lag), used, now);
+  }
+
+  /** Whether the uncontended latency is being measured now (the limit is held low meanwhile). */
+  get probing(): boolean {
+    return this.resumeAt !== undefined;
   }
 
   /** An overload answer (429, 503): the upstream says it has too much. */
@@ -128,27 +159,62 @@ export class AdaptiveLimit {
     const now = this.now();
     if (now - this.lastDropAt < this.settings.windowMs) return;
     this.lastDropAt = now;
-    this.set(this.current * this.settings.dropBackoff);
+    if (this.resumeAt !== undefined) this.resumeAt = Math.max(this.settings.minLimit, this.resumeAt * this.settings.dropBackoff);
+    else this.set(this.current * this.settings.dropBackoff, now);
   }
 
   /**
    * `average` as measured sets the uncontended latency (a lag estimate never lowers it); `compensated` (the process's
    * own delay taken off) is what is compared with it, so that the process's own slowness can only spare the limit.
    */
-  private endWindow(average: number, compensated: number, used: boolean): void {
+  private endWindow(average: number, compensated: number, used: boolean, now: number): void {
     const s = this.settings;
     // At the floor nothing of ours queues: whatever latency is seen there is the upstream's own.
     if (average < this.noLoadMs || this.current <= s.minLimit) this.noLoadMs = average;
     // A limit nobody reached says nothing either way about the upstream's capacity.
     if (!used) return;
-    if (compensated > this.noLoadMs * s.tolerance) this.set(this.current * s.backoff);
-    else this.set(this.current + Math.sqrt(this.current));
+    if (compensated > this.noLoadMs * s.tolerance) {
+      // Congestion against an uncontended latency that may never have been uncontended: measure it first.
+      // A quarter of the limit (at least a few calls): below the capacity of all but a far overshot upstream, whose
+      // next probe starts lower; small enough that the probe's window fills within a few latencies.
+      const probe = Math.max(s.minLimit, Math.min(this.limit - 1, Math.max(PROBE_LIMIT, Math.floor(this.current / 4))));
+      if (now - this.probedAt >= s.probeIntervalMs && probe < this.limit) {
+        this.resumeAt = this.current;
+        this.probeSamples = [];
+        this.set(probe, now);
+      } else this.set(this.current * s.backoff, now);
+    } else if (compensated > this.noLoadMs * (1 + (s.tolerance - 1) / 2)) {
+      // Close to the tolerance: one more call at a time, so the limit settles just under it rather than swinging.
+      this.set(this.current + 1, now);
+    } else this.set(this.current + Math.sqrt(this.current), now);
   }
 
-  private set(value: number): void {
+  /** The probe's window is in: it is the upstream's uncontended latency now; the limit goes back to where it was. */
+  private endProbe(now: number): void {
+    const resume = this.resumeAt!;
+    this.resumeAt = undefined;
+    const samples = this.probeSamples.sort((a, b) => a - b);
+    this.probeSamples = [];
+    this.noLoadMs = samples[samples.length >> 1];
+    this.probedAt = now;
+    this.set(resume * this.settings.backoff, now);
+  }
+
+  private resetWindow(now: number): void {
+    this.windowStart = now;
+    this.windowSum = 0;
+    this.windowCount = 0;
+    this.windowMaxInFlight = 0;
+  }
+
+  private set(value: number, now: number): void {
     const before = this.limit;
     this.current = clamp(value, this.settings.minLimit, this.settings.maxLimit);
-    if (this.limit !== before) this.onChange?.(this.limit);
+    if (this.limit !== before) {
+      this.changedAt = now;
+      this.resetWindow(now);
+      this.onChange?.(this.limit);
+    }
   }
 }
 
