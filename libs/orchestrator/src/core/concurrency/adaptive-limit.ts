@@ -63,10 +63,11 @@ const PROBE_LIMIT = 4;
  * first seen; a limit that started above the upstream's capacity never saw
  * it uncontended, though. So congestion, at most once per `probeIntervalMs`,
  * first starts a probe, as Envoy's periodic minimum-latency measurement does:
- * the limit drops to a quarter (at least `PROBE_LIMIT` calls) until one window of calls
- * started under it is in. Their median becomes the uncontended latency
- * (an upstream that became slower, or faster, for everyone is measured
- * afresh), and the limit resumes where it was, judged against it.
+ * the limit drops to a quarter (at least `PROBE_LIMIT` calls) until one
+ * window of calls started under it is in. Their median becomes the
+ * uncontended latency (an upstream that became slower, or faster, for
+ * everyone is measured afresh), and the limit resumes at `backoff` times
+ * where it was (the congestion was seen), judged against it from then on.
  */
 export class AdaptiveLimit {
   private current: number;
