@@ -183,6 +183,7 @@ interface WorkerHealth {
   state: string;
   inFlight: number;
   dedup: { miss: number; joined: number; cached: number };
+  coordination?: string | null;
 }
 
 interface Health {
@@ -432,6 +433,7 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
       expect(h.dedup.joined).toBe(348);
       expect(h.workers!.list.reduce((n, w) => n + w.dedup.joined, 0)).toBe(348);
       expect(h.coordination).toEqual({ state: 'ok' });
+      expect(h.workers!.list.every((w) => w.coordination === 'ok')).toBe(true);
     }
     expect([...seenBy].every((pid) => workerPids.includes(pid))).toBe(true);
 
@@ -518,7 +520,12 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     if (missing) throw new Error(missing);
     redis = await startOwnedRedis();
     const { gateway } = await start(['--redis', redis.url]);
-    const before = await until('Redis coordination', () => health(gateway.url), (h) => h.coordination?.state === 'ok' && h.workers?.reporting === 2);
+    // Each worker has its own Redis connection: a herd led by one whose coordination is down would make a second call.
+    const before = await until(
+      'Redis coordination in both workers',
+      () => health(gateway.url),
+      (h) => h.coordination?.state === 'ok' && h.workers?.reporting === 2 && h.workers.list.every((w) => w.coordination === 'ok'),
+    );
     upstream.hold();
     const body = chat(uniquePrompt('workers with redis'));
     const herd = Array.from({ length: 40 }, () => ask(gateway.url, body));

@@ -18,6 +18,9 @@ interface WorkerPart {
   dedup: Record<DedupOutcome, number>;
   breaker: string;
   draining: boolean;
+  /** This worker's coordination of calls (Redis's, or the primary's); each worker has its own connection. */
+  coordination: 'ok' | 'degraded' | null;
+  inFlightBytes: number;
   limiters: LimiterSnapshot[];
   window: { entries: number; bytes: number; maxBytes: number };
 }
@@ -78,10 +81,20 @@ export class HealthController {
     if (!port) return report;
     const parts = port.parts.map((p) => p.data);
     const sum = (read: (part: WorkerPart) => number) => parts.reduce((n, part) => n + read(part), 0);
+    // The port coordinates its calls only while every worker does: one degraded worker leads calls of its own.
+    const degraded = parts.some((p) => p.coordination === 'degraded');
     return {
       ...report,
+      status: degraded ? 'degraded' : report.status,
+      coordination: degraded && report.coordination?.state !== 'degraded' ? { state: 'degraded' as const, error: 'another worker is not coordinated' } : report.coordination,
       limiters: sumLimiters(parts.map((p) => p.limiters)),
-      dedup: { inFlight: sum((p) => p.inFlight), miss: sum((p) => p.dedup.miss), joined: sum((p) => p.dedup.joined), cached: sum((p) => p.dedup.cached) },
+      dedup: {
+        inFlight: sum((p) => p.inFlight),
+        inFlightBytes: sum((p) => p.inFlightBytes),
+        miss: sum((p) => p.dedup.miss),
+        joined: sum((p) => p.dedup.joined),
+        cached: sum((p) => p.dedup.cached),
+      },
       window: { entries: sum((p) => p.window.entries), bytes: sum((p) => p.window.bytes), maxBytes: sum((p) => p.window.maxBytes) },
       workers: {
         configured: this.config.workers,
@@ -98,6 +111,7 @@ export class HealthController {
             dedup: data.dedup,
             breaker: data.breaker,
             draining: data.draining,
+            coordination: data.coordination,
           })),
           // Alive but too busy to answer within the gathering's bound.
           ...port.silent.map((pid) => ({ pid, state: 'silent' as const })),
@@ -117,6 +131,8 @@ export class HealthController {
       dedup: { ...health.dedup },
       breaker: health.breakers.find((b) => b.name === UPSTREAM)?.state ?? 'closed',
       draining: this.lifecycle.isDraining,
+      coordination: health.coordination?.state ?? null,
+      inFlightBytes: health.inFlightBytes,
       limiters: health.limiters,
       window: { entries: health.window.entries, bytes: health.window.bytes, maxBytes: health.window.maxBytes },
     };
