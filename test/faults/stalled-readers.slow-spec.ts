@@ -75,9 +75,9 @@ describe('readers that stall', () => {
         await settle(500);
         peak = Math.max(peak, rssOf(gateway.pid));
       }
-      // What the stalled streams keep for late joiners and the window stays within the gateway's bound (8 MiB).
+      // What the stalled streams keep for late joiners and the window stays within the gateway's bound (4 MiB).
       const held = ((await (await fetch(`${gateway.url}/health`)).json()) as { dedup: { inFlightBytes: number } }).dedup.inFlightBytes;
-      expect(held).toBeLessThanOrEqual(8 * MiB);
+      expect(held).toBeLessThanOrEqual(4 * MiB);
       const other = await fetch(`${gateway.url}/v1/chat/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },

@@ -135,7 +135,7 @@ describe('parseGatewayConfig', () => {
       maxConnections: defaultMaxConnections(),
       shutdownGraceMs: 30_000,
       windowMaxBytes: 256 * 1024 * 1024,
-      inFlightMaxBytes: 8 * 1024 * 1024,
+      inFlightMaxBytes: 4 * 1024 * 1024,
       redisUrl: undefined,
       redisTimeoutMs: 500,
       redisPrefix: 'npo',

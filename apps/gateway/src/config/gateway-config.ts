@@ -220,7 +220,7 @@ const FLAGS: Record<string, FlagSpec> = {
   'in-flight-max-bytes': {
     env: 'ORCHESTRATOR_IN_FLIGHT_MAX_BYTES',
     value: 'BYTES',
-    help: 'bytes the streams in flight keep together for late joiners and the window; past it a growing stream is neither joined nor kept (default 8388608, 8 MiB: some 80 streams of 100 KB)',
+    help: 'bytes the streams in flight keep together for late joiners and the window; past it a growing stream is neither joined nor kept (default 4194304, 4 MiB: some 40 streams of 100 KB)',
   },
   redis: { env: 'ORCHESTRATOR_REDIS_URL', value: 'URL', help: 'share calls in flight, breakers and the answer window with other replicas through Redis (docs/scaling.md)' },
   'redis-prefix': {
@@ -360,8 +360,8 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
   const windowMaxBytes = integer('window-max-bytes', 256 * 1024 * 1024, 1024 * 1024);
   // Not below one whole answer of the window's (1 MiB): a stream that may be kept must fit. The default is lower
   // than the plugin's: a gateway relays many long streams at once, and what they keep, V8 frees only after a
-  // major collection, so their copies cost about twice their size in RSS (docs/architecture.md, "Memory").
-  const inFlightMaxBytes = integer('in-flight-max-bytes', 8 * 1024 * 1024, 1024 * 1024);
+  // major collection, so their copies cost about twice their size in RSS (docs/architecture.md, "Streams").
+  const inFlightMaxBytes = integer('in-flight-max-bytes', 4 * 1024 * 1024, 1024 * 1024);
 
   return {
     provider,

@@ -424,6 +424,8 @@ class ProxiedCall {
           this.respond(value.status ?? 200, value.contentType, value.body, value.headers, started.ageSeconds);
         } else if (event.kind === 'head') {
           this.head = event;
+          // Past the head nothing is retried or sent elsewhere: a long stream need not keep the request's bytes.
+          this.body = undefined;
           if (event.flow instanceof UpstreamExchange) this.flow = event.flow;
         } else this.write(event.chunk, started.ageSeconds);
       },
