@@ -76,18 +76,24 @@ export class SingleFlight<T> {
   // A list while the leader is not known yet: the joiners waiting to be linked.
   private readonly leaders = new WeakMap<Observable<CallEvent<T>>, string | Linker[]>();
 
-  /** Bytes the streams in flight keep together, for late joiners and for the window (see `HeldBytes`). */
-  private readonly held: HeldBytes;
+  /**
+   * Bytes the streams in flight keep now, together. Each flight keeps its stream from the start (for callers who join
+   * late, and for the window) up to `maxEntryBytes`; many long streams at once would keep that many times over, so
+   * past `maxHeldBytes` together the flight whose chunk crosses it lets its copy go, as if it had outgrown
+   * `maxEntryBytes`.
+   */
+  private held = 0;
+  private readonly maxHeldBytes: number;
   private readonly batches: DeliveryBatches;
 
   constructor(options: { maxHeldBytes?: number; batches?: DeliveryBatches } = {}) {
-    this.held = new HeldBytes(options.maxHeldBytes ?? Number.POSITIVE_INFINITY);
+    this.maxHeldBytes = options.maxHeldBytes ?? Number.POSITIVE_INFINITY;
     this.batches = options.batches ?? new DeliveryBatches({ size: DELIVERY_BATCH_SIZE });
   }
 
   /** Bytes the streams in flight keep now, for late joiners and for the window. */
   get heldBytes(): number {
-    return this.held.bytes;
+    return this.held;
   }
 
   /** Calls in flight; bounded by the number of distinct keys being called right now. */
@@ -134,11 +140,10 @@ export class SingleFlight<T> {
     const recorder = onSuccess ? new AnswerRecorder<T>(options.maxEntryBytes) : undefined;
     let written: Promise<void> | undefined;
     let replay: FlightReplay<CallEvent<T>> | undefined;
-    let streamed = 0;
     // This flight's share of `held`: what its replay (and the recorder, on the same Buffers) keeps of the stream.
     let kept = 0;
     const release = () => {
-      this.held.bytes -= kept;
+      this.held -= kept;
       kept = 0;
     };
     // Who waits on the call right now: what a status page shows beside it (299 callers on one call, not "1 in flight").
@@ -154,12 +159,10 @@ export class SingleFlight<T> {
         next: (event) => {
           recorder?.record(event);
           if (event.kind === 'chunk' && replay && !replay.dropped) {
-            const size = event.chunk.length;
-            streamed += size;
-            kept += size;
-            this.held.bytes += size;
+            kept += event.chunk.length;
+            this.held += event.chunk.length;
             // Too long to keep, or the streams in flight keep too much together: the one that grows lets its copy go.
-            if (streamed > options.maxEntryBytes || this.held.bytes > this.held.limit) {
+            if (kept > options.maxEntryBytes || this.held > this.maxHeldBytes) {
               forget();
               replay.drop();
               recorder?.abandon();
@@ -235,16 +238,6 @@ class FlightReplay<E> extends ReplaySubject<E> {
     if (this.dropped) Subject.prototype.next.call(this, value);
     else super.next(value);
   }
-}
-
-/**
- * A bound on what every stream in flight keeps at once. Each flight keeps its stream from the start (for callers who
- * join late, and for the window) up to `maxEntryBytes`; many long streams at once would keep that many times over, so
- * past `limit` together the flight whose chunk crosses it lets its copy go, as if it had outgrown `maxEntryBytes`.
- */
-class HeldBytes {
-  bytes = 0;
-  constructor(readonly limit: number) {}
 }
 
 /** Collects a call's events into a window entry while it runs, until it grows past its bound. */
