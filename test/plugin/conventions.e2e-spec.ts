@@ -144,6 +144,31 @@ describe.each(PLATFORMS)('Nest conventions on %s', (platform) => {
     expect(names).toEqual(['ConventionsController.a', 'ConventionsController.b']);
   });
 
+  it('controllers that are only called the same (two modules) do not share a breaker', async () => {
+    const make = (path: string, threshold: number) => {
+      @Controller(path)
+      class ItemsController {
+        @Get()
+        @CircuitBreaker({ failureThreshold: threshold })
+        list(@Query('fail') fail?: string) {
+          count(path);
+          if (fail) throw new HttpException('upstream down', 503);
+          return { path };
+        }
+      }
+      @Module({ controllers: [ItemsController] })
+      class ItemsModule {}
+      return ItemsModule;
+    };
+    const { url, app } = await start([OrchestratorModule.forRoot(), make('shop', 2), make('admin', 5)]);
+    for (let i = 0; i < 2; i++) expect((await send(`${url}/shop?fail=1`)).status).toBe(503);
+    expect((await send(`${url}/shop`)).json).toMatchObject({ code: 'circuit_open' });
+    expect(calls.shop).toBe(2);
+    expect((await send(`${url}/admin`)).status).toBe(200);
+    const names = app.get(OrchestratorService).health().breakers.map((b) => b.name).sort();
+    expect(names).toEqual(['ItemsController.list', 'ItemsController.list#2']);
+  });
+
   it('two routes giving one breaker name different settings stop start-up', async () => {
     @Controller('clash')
     class ClashController {

@@ -24,18 +24,14 @@ export * from './core/index.js';
 export {
   RequestTracing,
   TRACE_ATTRIBUTES,
-  NOOP_REQUEST_SPAN,
   attachRequestSpan,
-  requestSpanOf,
   type RequestTracingOptions,
   type RequestSpan,
   type UpstreamSpan,
-  type UpstreamSpanResult,
   type SpanAttributes,
   type SpanAttributeValue,
   type TraceHeaders,
 } from './core/tracing/request-tracing.js';
-export { parseTraceParent, formatTraceParent, type TraceParent } from './core/tracing/traceparent.js';
 
 // Observability: metrics (prom-client), event logs (pino-shaped), terminus-style health. Optional peers, loaded on use.
 export {

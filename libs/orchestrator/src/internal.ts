@@ -4,11 +4,18 @@
  * the wire format of coordinated calls). Not covered by semver: it changes
  * with the gateway. Framework-free, like `/core`.
  *
- * The gateway's data plane starts calls with `Orchestrator.start()` and
- * `Orchestrator.startLocal()` (typed by `CallRequest`, `CallWork`,
- * `StartedCall` and `Reuse` below), the entry points the adapters use too.
+ * The gateway's data plane starts calls with `startLocalCall()` and
+ * `startCall()` (typed by `CallRequest`, `CallWork`, `StartedCall` and
+ * `Reuse` below), the entry points the adapters use too; they are not on the
+ * public `Orchestrator` type.
  */
 export { hashIdentity, type CallRequest, type Reuse, type StartedCall } from './core/orchestrator.js';
+export { startLocalCall, startCall, noteClientGone } from './core/low-level-calls.js';
+export type { FailoverPlan } from './core/upstreams/failover-call.js';
+export { isOverloadSignal } from './core/breaker/failure-classifier.js';
+export { DEDUP_HEADER } from './core/http/answer-headers.js';
+export { NOOP_REQUEST_SPAN, requestSpanOf, type UpstreamSpanResult } from './core/tracing/request-tracing.js';
+export { parseTraceParent, formatTraceParent } from './core/tracing/traceparent.js';
 export { toCallEvents, type CallWork } from './core/call.js';
 export type { CallEvent, Chunk, FlowControl } from './core/events.js';
 export { dedupKey, BodyTooDeepError, type DedupKeyInput, type DedupKeyOptions } from './core/dedup/dedup-key.js';

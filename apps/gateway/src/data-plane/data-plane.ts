@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { LRUCache } from 'lru-cache';
 import { ShuttingDownError, type Orchestrator, type RawResponse, type RoutePolicy, type Upstream } from 'nest-prompt-orchestrator';
-import { dedupKey, hashIdentity, reuseOf, toCallEvents, type CallEvent, type CallWork, type StartedCall } from 'nest-prompt-orchestrator/internal';
+import { dedupKey, hashIdentity, noteClientGone, reuseOf, startCall, startLocalCall, toCallEvents, type CallEvent, type CallWork, type StartedCall } from 'nest-prompt-orchestrator/internal';
 import { Observable, from, type Subscription } from 'rxjs';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { parseJson, streamErrorEvent, upstreamUrl, type GatewayService } from '../gateway.service.js';
@@ -271,7 +271,7 @@ class ProxiedCall {
       const policy = this.plane.policyOf(this.route);
       const work = this.work(plan, skeleton);
       this.inCall = true;
-      const started = orchestrator.startLocal<RawResponse>(policy, call, work) ?? (await orchestrator.start<RawResponse>(policy, call, work));
+      const started = startLocalCall<RawResponse>(orchestrator, policy, call, work) ?? (await startCall<RawResponse>(orchestrator, policy, call, work));
       this.deliver(started);
     } catch (error) {
       this.fail(error);
@@ -564,7 +564,7 @@ class ProxiedCall {
   /** The client hung up before its answer was written: it leaves the flight (which goes on for whoever else is in it). */
   private left(): void {
     this.subscription?.unsubscribe();
-    if (this.inCall) this.plane.parts.orchestrator.noteClientGone();
+    if (this.inCall) noteClientGone(this.plane.parts.orchestrator);
     this.inCall = false;
   }
 

@@ -13,8 +13,8 @@ export {
   type FlightSnapshot,
 } from './orchestrator.js';
 export type { OrchestrateOptions, RoutePolicy } from './policy.js';
-export type { FailoverPlan } from './upstreams/failover-call.js';
 export { Upstream, UpstreamPool, defaultShouldFailover, type UpstreamHealth, type UpstreamSnapshot } from './upstreams/upstream-pool.js';
+export type { UpstreamRegistry } from './upstreams/upstream.registry.js';
 export type { UpstreamPoolOptions, UpstreamMemberOptions } from './upstreams/upstreams.options.js';
 export { AdaptiveLimit, type AdaptiveLimitOptions, type Clock } from './concurrency/adaptive-limit.js';
 export { OrchestratorConfigError } from './options.js';
@@ -35,14 +35,13 @@ export {
   isOrchestratorError,
   type OrchestratorErrorCode,
 } from './errors.js';
-export { isUpstreamFailure, isTransientFailure, isOverloadSignal } from './breaker/failure-classifier.js';
+export { isUpstreamFailure, isTransientFailure } from './breaker/failure-classifier.js';
 export type { BreakerSnapshot, BreakerState } from './breaker/circuit-breaker.js';
 export type { LimiterSnapshot } from './concurrency/concurrency.registry.js';
 export type { DedupOutcome } from './dedup/single-flight.js';
 export type { OrchestratorObserver, RequestOutcome, RefusalReason, UpstreamResult } from './observer.js';
 
 // HTTP answers, for servers that wire the engine themselves (the Fastify plugin and the Express middleware do).
-export { DEDUP_HEADER } from './http/answer-headers.js';
 export { errorBody, errorHeaders, type ErrorShape, type ErrorBody, type NestErrorBody, type OpenAIErrorBody } from './http/errors.js';
 
 // Replicas: one call and one breaker state across the fleet (optional; Redis through any node-redis-like client).

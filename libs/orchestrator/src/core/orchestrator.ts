@@ -297,6 +297,7 @@ export class Orchestrator {
    * Merges module defaults with class and route settings (route wins, field by
    * field). A capability is on only where a class or route asks for it.
    * `defaultName` names the breaker and limiter when the settings do not.
+   * @internal
    */
   resolve(route: RouteSettings, controller: RouteSettings | undefined, defaultName: string, name = defaultName): RoutePolicy {
     const pick = <K extends keyof RouteSettings>(k: K) =>
@@ -333,6 +334,7 @@ export class Orchestrator {
    * Starts a call under a policy; the low-level entry point of the Nest
    * interceptor. Without a `key` (or under a policy without dedup) nothing is
    * shared. The call starts when `events` is subscribed; unsubscribing leaves it.
+   * @internal
    */
   async start<T>(policy: RoutePolicy, call: CallRequest, work: CallWork<T>): Promise<StartedCall<T>> {
     const hub = this.hub;
@@ -460,6 +462,7 @@ export class Orchestrator {
    * or the fleet: a call in flight under the key to join, an answer the
    * in-memory window holds, or the call led from here. `undefined` when the call
    * needs such I/O (or the orchestrator is closing): then call `start`.
+   * @internal
    */
   startLocal<T>(policy: RoutePolicy, call: CallRequest, work: CallWork<T>): StartedCall<T> | undefined {
     if (this.closing) return undefined;
@@ -528,13 +531,17 @@ export class Orchestrator {
    * request carries (`authorization`, `x-api-key` and `cookie` together). It
    * is hashed (never kept or shown as it was), then used for the dedup key,
    * the fair share of the concurrency queue, and attributing failures.
+   * @internal
    */
   tenantOf(request: DedupRequest): string | undefined {
     const identity = this.options.tenant ? this.options.tenant(request) : defaultIdentity(request.headers);
     return identity === undefined || identity === '' ? undefined : hashIdentity(identity);
   }
 
-  /** The dedup key of an HTTP request under a route's policy, for a caller whose tenant is known; `undefined` skips dedup. */
+  /**
+   * The dedup key of an HTTP request under a route's policy, for a caller whose tenant is known; `undefined` skips dedup.
+   * @internal
+   */
   requestKey(policy: RoutePolicy, request: DedupRequest, tenant: string | undefined): string | undefined {
     const dedup = policy.dedup;
     if (!dedup) return undefined;
@@ -583,12 +590,18 @@ export class Orchestrator {
     }));
   }
 
-  /** Whether the app says who a request is for (`options.tenant`), rather than relying on its credentials. */
+  /**
+   * Whether the app says who a request is for (`options.tenant`), rather than relying on its credentials.
+   * @internal
+   */
   get hasTenantResolver(): boolean {
     return this.options.tenant !== undefined;
   }
 
-  /** Counts a client that hung up before its answer was written (for `health()`). */
+  /**
+   * Counts a client that hung up before its answer was written (for `health()`).
+   * @internal
+   */
   noteClientGone(): void {
     this.clientsGone++;
   }

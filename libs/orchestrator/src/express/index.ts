@@ -62,13 +62,11 @@ export interface Orchestrate {
   readonly orchestrator: Orchestrator;
 }
 
-let anonymous = 0;
-
 /**
  * Makes the middleware factory. Each wrapped route gets its own breaker and
- * limiter (named `options.name`, else the handler's function name) unless the
- * options name one; wrapping routes that give one name different settings
- * throws at once.
+ * limiter (named `options.name`, else after the handler's function name,
+ * numbered when another handler has that name too) unless the options name
+ * one; wrapping routes that give one name different settings throws at once.
  */
 export function orchestrated(options: ExpressOrchestratorOptions = {}): Orchestrate {
   const { orchestrator: given, errorShape = 'nest', ...engineOptions } = options;
@@ -80,7 +78,7 @@ export function orchestrated(options: ExpressOrchestratorOptions = {}): Orchestr
     handler: OrchestratedHandler<Req, Res>,
   ): ExpressMiddleware<Req, Res> => {
     const { name: given, ...asked } = routeOptions;
-    const name = given ?? (handler.name || `route-${++anonymous}`);
+    const name = given ?? names.implicitName(handler.name || 'route', handler);
     const settings = normalizeOrchestrate(asked, `orchestrate() ${name}`);
     names.check(name, settings);
     const route = new HttpRoute(orchestrator, name, settings);

@@ -179,7 +179,9 @@ export class OrchestratorInterceptor implements NestInterceptor {
     const classSettings = read(controller);
     if (CAPABILITIES.every((c) => route[c] === undefined && classSettings[c] === undefined)) return null;
     // Breakers and limiters are the route's own (`Class.method`) unless they are named: sharing is asked for.
-    return new HttpRoute(this.orchestrator, `${controller.name}.${handler.name}`, route, classSettings);
+    const base = `${controller.name}.${handler.name}`;
+    const name = scopeOf(this.orchestrator)?.names.implicitName(base, handler) ?? base;
+    return new HttpRoute(this.orchestrator, name, route, classSettings);
   }
 }
 

@@ -1,6 +1,6 @@
 import { Catch, Injectable, Logger, type ExceptionFilter, type OnModuleInit } from '@nestjs/common';
 import { MetadataScanner, ModuleRef, ModulesContainer } from '@nestjs/core';
-import type { RouteNames } from '../core/http/route.js';
+import { RouteNames } from '../core/http/route.js';
 import { CAPABILITIES, type RouteSettings } from '../core/policy.js';
 import { METADATA, ORCHESTRATOR_OPTIONS } from './constants.js';
 
@@ -16,7 +16,7 @@ function settingsOf(target: object): RouteSettings {
 }
 
 /** Every controller method of the app that has orchestrator settings (its own or its class's). */
-function decoratedRoutes(modules: ModulesContainer): Array<{ name: string; route: RouteSettings; controller: RouteSettings }> {
+function decoratedRoutes(modules: ModulesContainer, names: RouteNames): Array<{ name: string; route: RouteSettings; controller: RouteSettings }> {
   const scanner = new MetadataScanner();
   const found: Array<{ name: string; route: RouteSettings; controller: RouteSettings }> = [];
   const seen = new Set<unknown>();
@@ -31,7 +31,7 @@ function decoratedRoutes(modules: ModulesContainer): Array<{ name: string; route
         const handler = (type.prototype as Record<string, unknown>)[method];
         if (typeof handler !== 'function') continue;
         const route = settingsOf(handler);
-        if (classAsks || Object.keys(route).length > 0) found.push({ name: `${type.name}.${method}`, route, controller });
+        if (classAsks || Object.keys(route).length > 0) found.push({ name: names.implicitName(`${type.name}.${method}`, handler), route, controller });
       }
     }
   }
@@ -44,7 +44,7 @@ function decoratedRoutes(modules: ModulesContainer): Array<{ name: string; route
  * would decide the settings of all the routes that share the name.
  */
 export function checkRoutes(modules: ModulesContainer, names: RouteNames): void {
-  for (const { name, route, controller } of decoratedRoutes(modules)) names.check(name, route, controller);
+  for (const { name, route, controller } of decoratedRoutes(modules, names)) names.check(name, route, controller);
 }
 
 /** Never thrown: the filter below catches nothing, it only runs at start-up. */
@@ -80,7 +80,7 @@ export class OrchestratorModuleCheck implements ExceptionFilter, OnModuleInit {
       // Not found: the module was not imported.
     }
     warned.add(this.modules);
-    const routes = decoratedRoutes(this.modules).map((r) => r.name);
+    const routes = decoratedRoutes(this.modules, new RouteNames()).map((r) => r.name);
     const listed = routes.slice(0, 5).join(', ') + (routes.length > 5 ? `, and ${routes.length - 5} more` : '');
     this.logger.warn(
       `orchestrator decorators are used (${listed}) but OrchestratorModule is not imported, so they do nothing: ` +

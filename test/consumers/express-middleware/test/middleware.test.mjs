@@ -46,6 +46,15 @@ before(async () => {
     count('fail');
     throw Object.assign(new Error('upstream down'), { status: 503 });
   }));
+  // Two handlers that are only called the same, with settings of their own: each has its own breaker.
+  const sameName = (fails) =>
+    async function handler() {
+      if (!fails) return { ok: true };
+      count('same');
+      throw Object.assign(new Error('upstream down'), { status: 503 });
+    };
+  app.get('/same-a', orchestrate({ breaker: { failureThreshold: 2 } }, sameName(true)));
+  app.get('/same-b', orchestrate({ breaker: { failureThreshold: 5 } }, sameName(false)));
   app.get('/hang', orchestrate({ timeout: 50 }, (req, res, signal) => new Promise((resolve) => signal.addEventListener('abort', resolve))));
   // Errors that are not the orchestrator's go to Express's error handling, as usual.
   app.use((error, req, res, next) => res.status(error.status ?? 500).json({ message: error.message }));
@@ -98,6 +107,16 @@ test('the breaker opens and refuses at once, in Nest shape with the retry header
   const body = await refused.json();
   assert.deepEqual({ ...body, message: typeof body.message }, { statusCode: 503, message: 'string', error: 'Service Unavailable', code: 'circuit_open' });
   assert.equal(calls.fail, 2);
+});
+
+test('handlers that share a function name do not share a breaker', async () => {
+  for (let i = 0; i < 2; i++) assert.equal((await fetch(`${url}/same-a`)).status, 503);
+  const refused = await fetch(`${url}/same-a`);
+  assert.equal((await refused.json()).code, 'circuit_open');
+  assert.equal(calls.same, 2);
+  const other = await fetch(`${url}/same-b`);
+  assert.equal(other.status, 200);
+  assert.deepEqual(await other.json(), { ok: true });
 });
 
 test('a timeout aborts the call and answers 504', async () => {

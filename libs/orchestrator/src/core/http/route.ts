@@ -73,6 +73,21 @@ function settingsOf(kind: 'breaker' | 'concurrency', route: RouteSettings, contr
  */
 export class RouteNames {
   private readonly claims = new Map<string, { where: string; settings: Record<string, unknown> }>();
+  private readonly owners = new Map<string, object[]>();
+
+  /**
+   * The name of a route that names nothing: `base` (`Class.method`, a handler's function name) for the first handler
+   * that has it, `base#2`, `base#3` for the next: two handlers that only happen to be called the same (classes of one
+   * name in two modules, functions all called `handler`) do not share a breaker. The same handler always gets the
+   * same name.
+   */
+  implicitName(base: string, owner: object): string {
+    let owners = this.owners.get(base);
+    if (!owners) this.owners.set(base, (owners = []));
+    let index = owners.indexOf(owner);
+    if (index < 0) index = owners.push(owner) - 1;
+    return index === 0 ? base : `${base}#${index + 1}`;
+  }
 
   /** Records the route's breaker and limiter; throws `OrchestratorConfigError` when a name is given other settings. */
   check(name: string, route: RouteSettings, controller?: RouteSettings): void {

@@ -7,6 +7,7 @@ import type { UpstreamPoolOptions } from './upstreams.options.js';
 export class UpstreamRegistry {
   private readonly pools = new Map<string, UpstreamPool>();
 
+  /** @internal */
   constructor(
     private readonly options: Record<string, UpstreamPoolOptions> = {},
     private readonly breakers: BreakerRegistry,

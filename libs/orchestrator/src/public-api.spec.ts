@@ -1,0 +1,96 @@
+import { describe, expect, it } from '@jest/globals';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import ts from 'typescript';
+
+// The package's public surface, as its declarations give it to users (members marked `@internal` are stripped from
+// them). A name added here is a promise kept under semver; what only the gateway needs goes to `./internal.ts`.
+const src = dirname(fileURLToPath(import.meta.url));
+const ENTRIES = {
+  '.': 'index.ts',
+  './core': 'core/index.ts',
+  './fastify': 'fastify/index.ts',
+  './express': 'express/index.ts',
+  './throttler': 'throttler/index.ts',
+} as const;
+
+const program = ts.createProgram(
+  Object.values(ENTRIES).map((file) => join(src, file)),
+  {
+    target: ts.ScriptTarget.ES2022,
+    module: ts.ModuleKind.NodeNext,
+    moduleResolution: ts.ModuleResolutionKind.NodeNext,
+    experimentalDecorators: true,
+    strict: true,
+    skipLibCheck: true,
+    noEmit: true,
+  },
+);
+const checker = program.getTypeChecker();
+
+function exportsOf(file: string): ts.Symbol[] {
+  const module = checker.getSymbolAtLocation(program.getSourceFile(join(src, file))!)!;
+  return checker.getExportsOfModule(module);
+}
+
+/** The members of an exported class a user sees: public, not `@internal`. */
+function publicMembers(entry: string, name: string): string[] {
+  let symbol = exportsOf(entry).find((s) => s.name === name)!;
+  if (symbol.flags & ts.SymbolFlags.Alias) symbol = checker.getAliasedSymbol(symbol);
+  const declaration = symbol.declarations!.find(ts.isClassDeclaration)!;
+  return declaration.members
+    .filter((member) => member.name !== undefined && !ts.isPrivateIdentifier(member.name))
+    .filter((member) => !(ts.getCombinedModifierFlags(member) & (ts.ModifierFlags.Private | ts.ModifierFlags.Protected)))
+    .filter((member) => !ts.getJSDocTags(member).some((tag) => tag.tagName.text === 'internal'))
+    .map((member) => member.name!.getText())
+    .filter((name, index, all) => all.indexOf(name) === index)
+    .sort();
+}
+
+const CORE = [
+  'AdaptiveLimit', 'AdaptiveLimitOptions', 'BreakerCoordinator', 'BreakerOptions', 'BreakerSnapshot', 'BreakerState',
+  'CircuitOpenError', 'ClientClosedError', 'Clock', 'ConcurrencyOptions', 'DedupOptions', 'DedupOutcome',
+  'DedupRequest', 'ErrorBody', 'ErrorShape', 'FailureRateOptions', 'FlightCoordinator', 'FlightSnapshot',
+  'LimiterSnapshot', 'NestErrorBody', 'OpenAIErrorBody', 'OrchestrateOptions', 'Orchestrator', 'OrchestratorConfigError',
+  'OrchestratorError', 'OrchestratorErrorCode', 'OrchestratorHealth', 'OrchestratorHooks', 'OrchestratorObserver',
+  'OrchestratorOptions', 'OverloadedError', 'QueueTimeoutError', 'RawResponse', 'RedisCommands', 'RedisCoordinator',
+  'RedisCoordinatorOptions', 'RedisSubscriber', 'RefusalReason', 'RequestOutcome', 'RetryOptions', 'RoutePolicy',
+  'RunCall', 'RunOptions', 'ShuttingDownError', 'StreamHead', 'StreamedResponse', 'TimeoutOptions', 'Upstream',
+  'UpstreamHealth', 'UpstreamMemberOptions', 'UpstreamPool', 'UpstreamPoolOptions', 'UpstreamRegistry', 'UpstreamResult',
+  'UpstreamSnapshot', 'UpstreamTimeoutError', 'defaultShouldFailover', 'errorBody', 'errorHeaders', 'isOrchestratorError',
+  'isTransientFailure', 'isUpstreamFailure',
+];
+const NEST = [
+  'CallSignal', 'CallTimeout', 'CircuitBreaker', 'Concurrency', 'Dedup', 'HealthIndicatorResult', 'HealthReport',
+  'MetricsRegistry', 'Orchestrate', 'OrchestratorHealthOptions', 'OrchestratorInterceptor', 'OrchestratorMetrics',
+  'OrchestratorMetricsOptions', 'OrchestratorModule', 'OrchestratorModuleExtras', 'OrchestratorModuleOptions',
+  'OrchestratorObservabilityModule', 'OrchestratorObservabilityOptions', 'OrchestratorService', 'ReadinessOptions',
+  'RequestSpan', 'RequestTracing', 'RequestTracingOptions', 'Retry', 'SpanAttributeValue', 'SpanAttributes',
+  'StructuredLogger', 'TRACE_ATTRIBUTES', 'Timeout', 'TraceHeaders', 'UpstreamSpan', 'attachRequestSpan', 'callSignalOf',
+  'callUpstreamOf', 'livenessReport', 'logOrchestratorEvents', 'orchestratorHttpException', 'readinessReport',
+];
+
+describe('the public API', () => {
+  it.each([
+    ['.', [...CORE, ...NEST]],
+    ['./core', CORE],
+    ['./fastify', ['FastifyOrchestratorOptions', 'Orchestrator', 'RawResponse', 'StreamedResponse', 'callSignalOf', 'orchestratorOf', 'orchestratorPlugin']],
+    [
+      './express',
+      ['ExpressMiddleware', 'ExpressOrchestratorOptions', 'ExpressRequestLike', 'ExpressResponseLike', 'Orchestrate', 'OrchestratedHandler', 'Orchestrator', 'RawResponse', 'StreamedResponse', 'orchestrated'],
+    ],
+    ['./throttler', ['MemoryWindowCounters', 'RedisThrottlerStorage', 'RedisThrottlerStorageOptions', 'ThrottlerRedisClient', 'WindowCount', 'WindowCounters', 'rateLimitErrorBody']],
+  ] as const)('%s exports what users need and nothing of the gateway', (entry, expected) => {
+    const names = exportsOf(ENTRIES[entry]).map((s) => s.name).sort();
+    expect(names).toEqual([...expected].sort());
+    for (const leaked of ['dedupKey', 'hashIdentity', 'DEFAULT_ERROR_CODEC', 'openAIErrorBody', 'startLocalCall', 'startCall', 'toWire']) {
+      expect(names).not.toContain(leaked);
+    }
+  });
+
+  it('Orchestrator shows users its engine, not the entry points the adapters and the gateway use', () => {
+    expect(publicMembers('core/index.ts', 'Orchestrator')).toEqual(
+      ['breakerState', 'close', 'drain', 'flightsInFlight', 'health', 'isClosing', 'observe', 'outcomes', 'policy', 'run', 'tracing', 'upstreams'].sort(),
+    );
+  });
+});
