@@ -187,7 +187,7 @@ interface WorkerHealth {
 }
 
 interface Health {
-  dedup: { inFlight: number; miss: number; joined: number; cached: number };
+  dedup: { inFlight: number; callersWaiting: number; miss: number; joined: number; cached: number };
   coordination: { state: string } | null;
   workers?: { configured: number; count: number; reporting: number; answeredBy: number; list: WorkerHealth[] };
 }
@@ -431,6 +431,7 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
       expect(h.workers!.list.every((w) => w.state === 'ok' && w.inFlight === 0)).toBe(true);
       expect(h.dedup.miss).toBe(2);
       expect(h.dedup.joined).toBe(348);
+      expect(h.dedup.callersWaiting).toBe(0);
       expect(h.workers!.list.reduce((n, w) => n + w.dedup.joined, 0)).toBe(348);
       expect(h.coordination).toEqual({ state: 'ok' });
       expect(h.workers!.list.every((w) => w.coordination === 'ok')).toBe(true);

@@ -102,6 +102,12 @@ describe('the status page of two replicas sharing a Redis, in headless Chromium'
     expect(flight).toContain(`:${port(b)}`);
     expect((await Promise.all(herd)).map((r) => r.status)).toEqual(Array(30).fill(200));
     expect(provider.stats().byRoute['/v1/chat/completions']).toBe(1);
+    // Each replica counts what its own joined callers saved, also the one whose callers joined the other's call.
+    for (const g of [a, b]) {
+      const snapshot = (await (await fetch(`${g.gatewayUrl}/orchestrator/snapshot`)).json()) as { saved: { calls: number; tokens: number } };
+      expect(snapshot.saved.calls).toBeGreaterThanOrEqual(14);
+      expect(snapshot.saved.tokens).toBeGreaterThan(0);
+    }
     // Once answered, the last hour counts the herd and its latency.
     await until(() => Number(document.getElementById('hour-requests')?.textContent?.replace(/,/g, '')) >= 15);
     expect(await page.locator('#hour-p95').textContent()).toMatch(/\d/);

@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from '@jest/globals';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { OrchestratorService } from 'nest-prompt-orchestrator';
+import { startMockProvider } from '../../apps/mock-provider/src/index.js';
 import { PLATFORMS, waitFor } from '../support/platforms.js';
 import { postJson, startGateway, uniquePrompt, type GatewayUnderTest } from '../support/gateway-harness.js';
 
@@ -158,5 +159,29 @@ describe.each(PLATFORMS)('OpenTelemetry traces from the gateway on %s', (platfor
     const server = receiver.spans.find((s) => s.kind === SERVER && s.name === 'POST /v1/chat/completions')!;
     expect(attributesOf(server.attributes)).toMatchObject({ 'http.response.status_code': 503 });
     expect(server.status?.code).toBe(2);
+  }, 30_000);
+
+  it('a pool of two: each attempt\'s client span names the upstream it went to', async () => {
+    receiver = await startReceiver();
+    const [first, second] = await Promise.all([startMockProvider({ latencyMs: 5 }), startMockProvider({ latencyMs: 5 })]);
+    try {
+      // The first answers 503: every call fails over to the second, and both attempts have a client span.
+      first.setMode('error503');
+      const pool = ['--upstream', first.url, '--upstream', second.url];
+      g = await startGateway({ provider: first, flags: ['--platform', platform, '--otlp-endpoint', receiver.url, '--retries', '0', ...pool] });
+      for (let i = 0; i < 4; i++) {
+        const answer = await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'mock-model', messages: [{ role: 'user', content: uniquePrompt('pool') }] });
+        expect(answer.status).toBe(200);
+      }
+      await g.close();
+      const port = (url: string) => Number(new URL(url).port);
+      const calls = receiver.spans.filter((s) => s.kind === CLIENT).map((s) => attributesOf(s.attributes));
+      expect(calls.filter((c) => c['server.port'] === port(second.url))).toHaveLength(4);
+      for (const call of calls) expect(call['orchestrator.upstream']).toBe(`upstream@127.0.0.1:${call['server.port']}`);
+      expect(second.stats().byRoute['/v1/chat/completions']).toBe(4);
+    } finally {
+      await first.close();
+      await second.close();
+    }
   }, 30_000);
 });

@@ -22,7 +22,9 @@ import { SHAPING } from '../routes/shaping.js';
 import { EXPOSED_HEADERS } from '../http/cors.js';
 import { JsonSyntaxError, JsonTooDeepError, scanJson, type JsonSkeleton } from './json-skeleton.js';
 import { ProxyRoutes } from './proxy-routes.js';
-import { needsStreamUsage, withStreamUsage } from '../budgets/usage.js';
+import { mergeUsage, needsStreamUsage, usageOfJson, withStreamUsage } from '../budgets/usage.js';
+import type { Usage } from '../budgets/prices.js';
+import { SseScan } from './sse-scan.js';
 import { UpstreamExchange } from './upstream-exchange.js';
 
 /** What the data plane is made of: the gateway's services, built once by Nest, called here directly. */
@@ -48,6 +50,8 @@ const MULTIPART_TYPE = /^multipart\/form-data\b/i;
 const MAX_BEHIND_BYTES = 4 * 1024 * 1024;
 /** A follower of another replica's stream cannot hold that stream back: it is cut later, but cut all the same. */
 const MAX_BEHIND_UNHELD_BYTES = 32 * 1024 * 1024;
+/** The last chunks of a reused stream kept to read its usage from: the usage event, the end marker, and a line split across them. */
+const KEPT_LAST_CHUNKS = 3;
 /** How long a cut reader may take to read its error event before its socket is closed. */
 const CUT_GRACE_MS = 5_000;
 /** The top-level fields any feature reads (model, sampling, output bound, streaming): the rest of a body is never parsed. */
@@ -173,6 +177,12 @@ class ProxiedCall {
   private received = 0;
   private replayed = 0;
   private inCall = false;
+  /**
+   * A joined or replayed stream keeps its first chunk and last few (references to the shared Buffers): when its
+   * call was led elsewhere, its usage is read from them at the end (Anthropic's input at the start, every API's
+   * output at the end).
+   */
+  private reusedChunks?: { first?: Buffer; last: Buffer[] };
 
   constructor(
     private readonly plane: DataPlane,
@@ -370,6 +380,7 @@ class ProxiedCall {
       const { origin, path } = this.plane.target(plan, this.params, this.query, upstream);
       const dispatch = () => {
         context.upstreamStartedAt = performance.now();
+        if (upstream !== undefined) context.upstream = upstream.name;
         gateway.upstream.dispatcher.dispatch({ origin, path, method: plan.method, headers, body: plan.method === 'GET' ? undefined : body }, exchange);
       };
       // Only the call that reaches the provider holds money against a cap.
@@ -386,6 +397,7 @@ class ProxiedCall {
 
   /** A route whose client API is not the provider's: the gateway service translates request and answer. */
   private translated(signal: AbortSignal, upstream: Upstream | undefined): Observable<CallEvent<RawResponse>> {
+    if (upstream !== undefined && this.plane.pooled) this.context.upstream = upstream.name;
     let body: unknown;
     if (this.body !== undefined && this.body.length > 0) body = JSON.parse(this.body.toString('utf8'));
     const query = this.query;
@@ -417,10 +429,13 @@ class ProxiedCall {
   private deliver(started: StartedCall<RawResponse>): void {
     const context = this.context;
     context.outcome = started.outcome;
+    const reused = (started.outcome === 'joined' || started.outcome === 'cached') && context.dedupKey !== undefined && this.plane.parts.usage.enabled;
+    if (reused) this.reusedChunks = { last: [] };
     this.subscription = started.events.subscribe({
       next: (event) => {
         if (event.kind === 'value') {
           const value = event.value;
+          if (reused) this.learnUsage(() => usageOfJson(value.body));
           this.respond(value.status ?? 200, value.contentType, value.body, value.headers, started.ageSeconds);
         } else if (event.kind === 'head') {
           this.head = event;
@@ -436,6 +451,7 @@ class ProxiedCall {
       },
       complete: () => {
         this.inCall = false;
+        if (reused && this.streaming) this.learnUsage(() => this.streamedUsage());
         // A stream that ended before its first chunk: an empty stream.
         if (!this.streaming && this.head) this.startStream(started.ageSeconds);
         if (this.streaming && !this.response.writableEnded) this.response.end();
@@ -444,6 +460,25 @@ class ProxiedCall {
     // Gone while the flight was being found: it is left at once (a flight nobody waits for is let go, not kept
     // waiting for a subscriber that never comes).
     if (this.response.destroyed) this.left();
+  }
+
+  /** Records what a reused answer's call used, unless this process knows it already (it led the call). */
+  private learnUsage(read: () => Usage | undefined): void {
+    const { usage } = this.plane.parts;
+    const key = this.context.dedupKey!;
+    if (usage.reused(key) === undefined) usage.learn(key, read());
+  }
+
+  /** The usage a relayed stream reported, read from the chunks it kept (see `reusedChunks`). */
+  private streamedUsage(): Usage | undefined {
+    const format = this.info.streamEnd ?? this.context.api;
+    const kept = this.reusedChunks;
+    if (format === false || !kept?.first) return undefined;
+    const start = new SseScan(format, true, false);
+    start.feed(kept.first);
+    const end = new SseScan(format, true, false);
+    for (const chunk of kept.last) end.feed(chunk);
+    return end.usage ? mergeUsage(start.usage, end.usage) : start.usage;
   }
 
   /** Headers every answer carries: its id, timing, dedup outcome and age, and CORS when it is on. */
@@ -492,6 +527,12 @@ class ProxiedCall {
     // Joining late, a caller is first given what the stream already sent: shared bytes, not its own backlog.
     if (flow && this.received < flow.emitted - chunk.length) this.replayed += chunk.length;
     this.received += chunk.length;
+    const kept = this.reusedChunks;
+    if (kept) {
+      const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+      if (!kept.first) kept.first = bytes;
+      else if (kept.last.push(bytes) > KEPT_LAST_CHUNKS) kept.last.shift();
+    }
     const ok = response.write(chunk);
     flow?.progress(this.received - response.writableLength);
     if (!ok && !this.slow) {

@@ -35,6 +35,8 @@ export interface RequestContext {
   settled?: { usage: { input: number; output: number; cached: number }; costNano: number };
   /** When this request's own upstream call started (absent if it joined another or was answered from the window). */
   upstreamStartedAt?: number;
+  /** The pool member its last attempt went to, when there are several (its breaker is the request line's). */
+  upstream?: string;
   /** When the provider's response headers arrived. */
   upstreamAnsweredAt?: number;
   /** The parsed request body (set by the guard): its model for metrics, and the prompt only if the operator asked. */

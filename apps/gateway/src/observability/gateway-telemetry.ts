@@ -174,7 +174,7 @@ export class GatewayTelemetry {
       status,
       dedup: outcome ?? null,
       tenant: tenant ?? null,
-      breaker: this.orchestrator.breakerState(UPSTREAM) ?? null,
+      breaker: this.orchestrator.breakerState(context.upstream ?? UPSTREAM) ?? null,
       totalMs: round(now - context.startedAt),
     };
     if (context.upstreamStartedAt !== undefined) {

@@ -2,6 +2,7 @@ import type { OnApplicationShutdown } from '@nestjs/common';
 import { RequestTracing, TRACE_ATTRIBUTES, type SpanAttributes } from 'nest-prompt-orchestrator';
 import type { GatewayConfig, ProviderKind } from '../config/gateway-config.js';
 import type { GatewayRoute } from '../providers/provider.js';
+import { upstreamMembers } from '../upstreams/upstream-set.js';
 
 /** `gen_ai.system` of each provider kind (the OpenTelemetry GenAI conventions' names where they have one). */
 const GEN_AI_SYSTEM: Record<ProviderKind, string> = { openai: 'openai', anthropic: 'anthropic', llama: 'llama.cpp' };
@@ -45,15 +46,20 @@ export class GatewayTracing implements OnApplicationShutdown {
       // Batched off the request path; the exporter's own OTEL_EXPORTER_OTLP_HEADERS / _TIMEOUT still apply.
       spanProcessors: [new sdk.BatchSpanProcessor(new exporter.OTLPTraceExporter({ url }))],
     });
-    const upstream = new URL(config.upstream);
+    // Attempts are named by the pool member they go to (its breaker's name): each has its own address.
+    const addresses = new Map(upstreamMembers(config).map((m) => [m.name, new URL(m.target.url)]));
+    const first = new URL(config.upstream);
     const tracing = new RequestTracing(api, {
       tracerProvider: provider,
       tracerName: 'nest-prompt-orchestrator-gateway',
-      upstreamAttributes: () => ({
-        [TRACE_ATTRIBUTES.genAiSystem]: GEN_AI_SYSTEM[config.provider],
-        'server.address': upstream.hostname,
-        'server.port': Number(upstream.port) || (upstream.protocol === 'https:' ? 443 : 80),
-      }),
+      upstreamAttributes: (name) => {
+        const upstream = addresses.get(name) ?? first;
+        return {
+          [TRACE_ATTRIBUTES.genAiSystem]: GEN_AI_SYSTEM[config.provider],
+          'server.address': upstream.hostname,
+          'server.port': Number(upstream.port) || (upstream.protocol === 'https:' ? 443 : 80),
+        };
+      },
     });
     return new GatewayTracing(tracing, provider);
   }

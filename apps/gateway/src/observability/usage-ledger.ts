@@ -29,6 +29,14 @@ export class UsageLedger {
     if (context.dedupKey !== undefined) this.byKey.set(context.dedupKey, usage);
   }
 
+  /**
+   * The usage read from an answer this process only relayed (a call led by another replica or worker, or a stored
+   * answer it did not make): what the requests that reuse it saved.
+   */
+  learn(dedupKey: string, usage: Usage | undefined): void {
+    if (this.enabled && usage) this.byKey.set(dedupKey, usage);
+  }
+
   /** The usage of the call whose answer a joined or cached request reused. */
   reused(dedupKey: string | undefined): Usage | undefined {
     return dedupKey === undefined ? undefined : this.byKey.get(dedupKey);

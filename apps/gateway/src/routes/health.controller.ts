@@ -7,11 +7,13 @@ import { WorkerCoordination } from '../cluster/worker-coordination.js';
 import { Lifecycle } from '../http/lifecycle.js';
 import { UPSTREAM } from './shaping.js';
 import { FleetHeartbeat } from '../status/fleet-heartbeat.js';
+import { poolState } from '../upstreams/upstream-set.js';
 
 /** One worker's share of /health under `--workers` (what the primary gathers from each). */
 interface WorkerPart {
-  /** Deduplicated calls in flight (each may have many callers). */
+  /** Deduplicated calls in flight (each may have many callers), and the callers waiting on them. */
   inFlight: number;
+  callersWaiting: number;
   /** Upstream calls holding a concurrency slot, and calls waiting for one. */
   upstreamInFlight: number;
   queued: number;
@@ -48,7 +50,7 @@ export class HealthController {
   async health() {
     const health = this.orchestrator.health();
     const breaker = health.breakers.find((b) => b.name === UPSTREAM);
-    const state = breaker?.state ?? 'closed';
+    const state = poolState(health).breaker;
     // Before any call (or probe) has had an outcome, nobody knows whether the provider is up.
     const known = breaker !== undefined && (breaker.observed || state !== 'closed');
     const store = health.window.store;
@@ -90,6 +92,7 @@ export class HealthController {
       limiters: sumLimiters(parts.map((p) => p.limiters)),
       dedup: {
         inFlight: sum((p) => p.inFlight),
+        callersWaiting: sum((p) => p.callersWaiting),
         inFlightBytes: sum((p) => p.inFlightBytes),
         miss: sum((p) => p.dedup.miss),
         joined: sum((p) => p.dedup.joined),
@@ -123,13 +126,14 @@ export class HealthController {
   /** This worker's figures, for whichever worker answers /health. */
   private part(): WorkerPart {
     const health = this.orchestrator.health();
-    const upstreams = health.upstreams;
+    const pool = poolState(health);
     return {
       inFlight: health.inFlight,
-      upstreamInFlight: upstreams.reduce((n, u) => n + u.inFlight, 0),
-      queued: upstreams.reduce((n, u) => n + u.queued, 0),
+      callersWaiting: health.callersWaiting,
+      upstreamInFlight: pool.inFlight,
+      queued: pool.queued,
       dedup: { ...health.dedup },
-      breaker: health.breakers.find((b) => b.name === UPSTREAM)?.state ?? 'closed',
+      breaker: pool.breaker,
       draining: this.lifecycle.isDraining,
       coordination: health.coordination?.state ?? null,
       inFlightBytes: health.inFlightBytes,

@@ -6,8 +6,8 @@ import { hostname } from 'node:os';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { Lifecycle } from '../http/lifecycle.js';
-import { UPSTREAM } from '../routes/shaping.js';
 import { SharedState } from '../shared-state/shared-state.js';
+import { poolState } from '../upstreams/upstream-set.js';
 
 /** How often each process says it is alive, and when a silent one is shown as such, then dropped. */
 const BEAT_MS = 1_000;
@@ -112,7 +112,7 @@ export class FleetHeartbeat implements OnModuleInit, OnApplicationShutdown {
   /** This process's heartbeat now. */
   own(): Heartbeat {
     const health = this.orchestrator.health();
-    const limiter = health.limiters.find((l) => l.name === UPSTREAM);
+    const pool = poolState(health);
     const address = this.adapterHost.httpAdapter?.getHttpServer()?.address?.();
     return {
       id: this.id,
@@ -122,12 +122,12 @@ export class FleetHeartbeat implements OnModuleInit, OnApplicationShutdown {
       startedAt: this.startedAt,
       at: Date.now(),
       draining: this.lifecycle.isDraining,
-      breaker: health.breakers.find((b) => b.name === UPSTREAM)?.state ?? 'closed',
+      breaker: pool.breaker,
       inFlight: health.inFlight,
       callersWaiting: health.callersWaiting,
-      upstreamInFlight: limiter?.inFlight ?? 0,
-      queued: limiter?.queued ?? 0,
-      limit: limiter?.limit ?? 0,
+      upstreamInFlight: pool.inFlight,
+      queued: pool.queued,
+      limit: pool.limit,
       flights: this.orchestrator.flightsInFlight(FLIGHTS_PER_BEAT),
       board: this.figures?.(),
     };

@@ -234,8 +234,17 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
     const upstreams = [...names].map((name) => {
       const breaker = health.breakers.find((b) => b.name === name);
       const limiter = health.limiters.find((l) => l.name === name);
+      const member = health.upstreams.find((u) => u.name === name);
       return {
         name,
+        // A member of the pool: its health check, whether it is in rotation (and why not), how its limit is set.
+        member: member && {
+          health: member.health,
+          available: member.available,
+          slots: member.slots ?? null,
+          limitMode: member.limitMode ?? null,
+          detail: member.detail ?? null,
+        },
         breaker: breaker && {
           state: breaker.observed || breaker.state !== 'closed' ? breaker.state : 'unknown',
           consecutiveFailures: breaker.consecutiveFailures,

@@ -44,6 +44,11 @@ function renderUpstreams(upstreams) {
     facts.append(fact('in flight', u.limiter ? u.limiter.inFlight + ' / ' + u.limiter.limit : '-', 'in-flight'), fact('queued', u.limiter ? u.limiter.queued + ' / ' + u.limiter.queueSize : '-', 'queued'), fact('failures in a row', u.breaker ? u.breaker.consecutiveFailures : '-', 'failures'));
     const w = u.queueWait || { count: 0, avgMs: 0, maxMs: 0 };
     facts.append(fact('queue wait, last minute', w.count ? ms(w.avgMs) + ' avg, ' + ms(w.maxMs) + ' max' : '-', 'queue-wait'));
+    if (u.member) {
+      const m = u.member;
+      facts.append(fact('health', m.health + (m.available ? ', in rotation' : ', out of rotation') + (m.detail ? ' (' + m.detail + ')' : ''), 'member-health'));
+      facts.append(fact('limit', m.limitMode === 'capacity' ? m.slots + ' slots' : (m.limitMode || 'fixed'), 'limit-mode'));
+    }
     const list = document.createElement('ul'); list.className = 'timeline';
     const items = u.timeline.slice().reverse().map((t) => { const li = document.createElement('li'); li.textContent = time(t.at) + '  ' + t.from.replace('_', '-') + ' \\u2192 ' + t.to.replace('_', '-'); return li; });
     if (items.length === 0) { const li = document.createElement('li'); li.className = 'dim'; li.textContent = 'no transition yet'; items.push(li); }

@@ -1,4 +1,4 @@
-import { defaultShouldFailover, isOrchestratorError, type Upstream, type UpstreamMemberOptions } from 'nest-prompt-orchestrator';
+import { defaultShouldFailover, isOrchestratorError, type OrchestratorHealth, type Upstream, type UpstreamMemberOptions } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { ApiError } from '../http/api-error.js';
 import type { Provider } from '../providers/provider.js';
@@ -67,4 +67,37 @@ export function retryAfterSeconds(value: string | undefined): number | undefined
   if (Number.isFinite(seconds)) return Math.max(0, seconds);
   const at = Date.parse(value);
   return Number.isNaN(at) ? undefined : Math.max(0, (at - Date.now()) / 1000);
+}
+
+/** The pool as a caller sees it: one breaker state, and its members' load added up. */
+export interface PoolState {
+  /** `closed` while any member's breaker lets calls through, `half_open` while one is trying, `open` when none can. */
+  breaker: 'closed' | 'open' | 'half_open';
+  inFlight: number;
+  queued: number;
+  limit: number;
+}
+
+/**
+ * The pool's state from an orchestrator's health: with one upstream, its breaker and limiter (named `upstream`);
+ * with several, every member's together (a breaker named `upstream` then does not exist).
+ */
+export function poolState(health: Pick<OrchestratorHealth, 'upstreams' | 'breakers' | 'limiters'>): PoolState {
+  const members = health.upstreams.filter((u) => u.pool === UPSTREAM_POOL);
+  if (members.length === 0) {
+    const limiter = health.limiters.find((l) => l.name === UPSTREAM_POOL);
+    return {
+      breaker: health.breakers.find((b) => b.name === UPSTREAM_POOL)?.state ?? 'closed',
+      inFlight: limiter?.inFlight ?? 0,
+      queued: limiter?.queued ?? 0,
+      limit: limiter?.limit ?? 0,
+    };
+  }
+  const states = members.map((m) => m.breaker);
+  return {
+    breaker: states.includes('closed') ? 'closed' : states.includes('half_open') ? 'half_open' : 'open',
+    inFlight: members.reduce((n, m) => n + m.inFlight, 0),
+    queued: members.reduce((n, m) => n + m.queued, 0),
+    limit: members.reduce((n, m) => n + (m.limit ?? 0), 0),
+  };
 }

@@ -31,6 +31,19 @@ const freePort = () =>
     });
   });
 
+async function redisAnswers(port: number): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const up = await new Promise<boolean>((resolve) => {
+      const socket = createServer().listen(port, '127.0.0.1', () => socket.close(() => resolve(false)));
+      socket.on('error', () => resolve(true));
+    });
+    if (up) return;
+    if (Date.now() > deadline) throw new Error('redis-server did not start');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
 describe('install advice for Nest 11: @nestjs/config 4, keyv 5 + @keyv/redis 5', () => {
   let redis: ChildProcess;
   let app: INestApplication;
@@ -40,7 +53,7 @@ describe('install advice for Nest 11: @nestjs/config 4, keyv 5 + @keyv/redis 5',
     const port = await freePort();
     redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
     process.env.REDIS_URL = `redis://127.0.0.1:${port}`;
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    await redisAnswers(port);
 
     @Module({
       imports: [
