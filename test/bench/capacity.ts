@@ -32,6 +32,8 @@ export interface ThroughputRun {
   latencyP50: number;
   latencyP99: number;
   failed: number;
+  /** The gateway's adaptive limit, sampled every 200 ms over the run. */
+  limits?: number[];
 }
 
 export interface CapacityRun {
@@ -97,16 +99,28 @@ export async function runCapacity(log: (line: string) => void): Promise<Capacity
       ['gateway, default flags', await start(startGateway(mock.url, []))],
     ] as const) {
       await blast(child.url, WARMUP_SEC);
+      const limits: number[] = [];
+      let sampling = label.startsWith('gateway');
+      const sampler = (async () => {
+        while (sampling) {
+          const limit = await gatewayLimit(child.url);
+          if (limit !== undefined) limits.push(limit);
+          await new Promise((resolve) => setTimeout(resolve, 200));
+        }
+      })();
       const result = await blast(child.url, THROUGHPUT_SEC);
+      sampling = false;
+      await sampler;
       const entry = {
         label,
         requestsPerSec: result['2xx'] / result.duration,
         latencyP50: result.latency.p50,
         latencyP99: result.latency.p99,
         failed: result.non2xx + result.errors + result.timeouts,
+        limits: limits.length > 0 ? limits : undefined,
       };
       throughput.push(entry);
-      log(`    throughput ${label}: ${Math.round(entry.requestsPerSec)} req/s, p50 ${entry.latencyP50} ms, p99 ${entry.latencyP99} ms`);
+      log(`    throughput ${label}: ${Math.round(entry.requestsPerSec)} req/s, p50 ${entry.latencyP50} ms, p99 ${entry.latencyP99} ms${limits.length > 0 ? `, limit ${limits.join(' ')}` : ''}`);
     }
 
     // 2. A provider with a capacity.

@@ -46,13 +46,48 @@ class Simulation {
   }
 }
 
+/**
+ * The same on an event clock, as the gateway sees a provider: each call's latency is fixed when it arrives (by the
+ * calls in flight then), and the limiter hands a finished call's slot to the next caller before the finished call's
+ * sample is taken (so the calls in flight a sample reports include its successor, as `call.ts` reports them).
+ */
+function eventRun(capacity: number, clients: number, ms: number, baseMs = 50): { limits: number[]; latencies: number[] } {
+  let now = 0;
+  const limit = new AdaptiveLimit(512, {}, () => now);
+  let inFlight = 0;
+  let waiting = clients;
+  const running: Array<{ endsAt: number; startedAt: number }> = [];
+  const admit = () => {
+    while (waiting > 0 && inFlight < limit.limit) {
+      waiting--;
+      inFlight++;
+      running.push({ endsAt: now + baseMs * Math.max(1, inFlight / capacity), startedAt: now });
+    }
+  };
+  const limits: number[] = [];
+  const latencies: number[] = [];
+  admit();
+  while (now < ms) {
+    running.sort((a, b) => a.endsAt - b.endsAt);
+    const call = running.shift()!;
+    now = call.endsAt;
+    inFlight--;
+    waiting++;
+    admit();
+    limit.sample(now - call.startedAt, inFlight + 1);
+    latencies.push(now - call.startedAt);
+    limits.push(limit.limit);
+  }
+  return { limits, latencies };
+}
+
 const average = (values: number[]) => values.reduce((a, b) => a + b, 0) / values.length;
 
 describe('AdaptiveLimit', () => {
-  it('grows while latency holds: 200 callers of a 50 ms upstream get 200 in flight within seconds, not the initial 32', () => {
+  it('grows while latency holds: 200 callers of a 50 ms upstream get 200 in flight within a second, not the initial 32', () => {
     const sim = new Simulation(200, 10_000, 50);
     expect(sim.limit.limit).toBe(32);
-    sim.run(5_000);
+    sim.run(1_000);
     expect(sim.limit.limit).toBeGreaterThanOrEqual(200);
   });
 
@@ -66,6 +101,18 @@ describe('AdaptiveLimit', () => {
     expect(settled).toBeLessThan(40 * 1.5);
     expect(Math.max(...sim.latencies)).toBeLessThan(50 * 1.5);
     expect(sim.limit.uncontendedMs).toBe(50);
+  });
+
+  it('settles near the capacity of a provider that fixes each latency on arrival, from far below and from slow start', () => {
+    for (const capacity of [20, 60]) {
+      const { limits, latencies } = eventRun(capacity, 200, 20_000);
+      const settled = limits.slice(limits.length / 2).sort((a, b) => a - b);
+      const median = settled[settled.length >> 1];
+      expect(median).toBeGreaterThanOrEqual(capacity * 0.75);
+      expect(median).toBeLessThanOrEqual(capacity * 1.5);
+      const late = latencies.slice(latencies.length / 2).sort((a, b) => a - b);
+      expect(late[Math.floor(late.length * 0.5)]).toBeLessThanOrEqual(50 * 1.5);
+    }
   });
 
   it('never grows a limit nobody reaches: light traffic proves nothing', () => {
@@ -114,9 +161,9 @@ describe('AdaptiveLimit', () => {
   it('probes at most once per probeIntervalMs, and only on congestion', () => {
     let now = 0;
     const limits: number[] = [];
-    const limit = new AdaptiveLimit(512, { initialLimit: 40, probeIntervalMs: 30_000 }, () => now, (l) => limits.push(l));
+    const limit = new AdaptiveLimit(512, { initialLimit: 40, probeIntervalMs: 30_000, slowStart: false }, () => now, (l) => limits.push(l));
     const window = (latency: number, inFlight = limit.limit) => {
-      now += 100;
+      now += 2 * latency;
       for (let i = 0; i < 8; i++) limit.sample(latency, inFlight);
     };
     window(50);
@@ -134,13 +181,24 @@ describe('AdaptiveLimit', () => {
     expect(limit.probing).toBe(false);
     expect(limit.limit).toBe(37);
     now += 30_000;
-    window(90);
+    // Still congested, and the latency fell with the calls in flight (an upstream at its capacity): probed again.
+    window(82);
     expect(limit.probing).toBe(true);
+  });
+
+  it('grows past a latency that rises much less than its calls in flight (a busy machine, not a full upstream)', () => {
+    // Latency climbs with the load on the machine, not with the upstream's queue: 40% slower at 200 calls in flight.
+    // Each call more still buys most of its share of throughput, so the limit lets all 200 callers in.
+    const sim = new Simulation(200, 10_000, 50);
+    sim.latency = (inFlight) => 50 * (1 + (0.4 * inFlight) / 200);
+    sim.run(10_000);
+    const limits = sim.run(5_000);
+    expect(Math.min(...limits)).toBeGreaterThanOrEqual(180);
   });
 
   it('judges a window only by calls that started under the limit in force', () => {
     let now = 0;
-    const limit = new AdaptiveLimit(512, { initialLimit: 40 }, () => now);
+    const limit = new AdaptiveLimit(512, { initialLimit: 40, slowStart: false }, () => now);
     now += 100;
     for (let i = 0; i < 8; i++) limit.sample(50, 40);
     expect(limit.limit).toBe(46);
@@ -169,7 +227,7 @@ describe('AdaptiveLimit', () => {
   it("does not read the process's own slowness (its event loop's lag) as the upstream queueing", () => {
     let now = 0;
     let lag = 0;
-    const limit = new AdaptiveLimit(512, { initialLimit: 40 }, () => now, undefined, () => lag);
+    const limit = new AdaptiveLimit(512, { initialLimit: 40, slowStart: false }, () => now, undefined, () => lag);
     const window = (latency: number) => {
       now += 100;
       for (let i = 0; i < 8; i++) limit.sample(latency, 40);
