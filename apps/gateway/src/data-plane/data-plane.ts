@@ -397,7 +397,7 @@ class ProxiedCall {
 
   /** A route whose client API is not the provider's: the gateway service translates request and answer. */
   private translated(signal: AbortSignal, upstream: Upstream | undefined): Observable<CallEvent<RawResponse>> {
-    if (upstream !== undefined && this.plane.pooled) this.context.upstream = upstream.name;
+    if (upstream !== undefined) this.context.upstream = upstream.name;
     let body: unknown;
     if (this.body !== undefined && this.body.length > 0) body = JSON.parse(this.body.toString('utf8'));
     const query = this.query;

@@ -79,23 +79,14 @@ export interface PoolState {
 }
 
 /**
- * The pool's state from an orchestrator's health: with one upstream, its breaker and limiter (named `upstream`);
- * with several, every member's together (a breaker named `upstream` then does not exist).
+ * The pool's state from an orchestrator's health: its members' (one per `--upstream`; the gateway always has the
+ * pool, so with one upstream this is that upstream's breaker and limiter, named `upstream`).
  */
-export function poolState(health: Pick<OrchestratorHealth, 'upstreams' | 'breakers' | 'limiters'>): PoolState {
+export function poolState(health: Pick<OrchestratorHealth, 'upstreams'>): PoolState {
   const members = health.upstreams.filter((u) => u.pool === UPSTREAM_POOL);
-  if (members.length === 0) {
-    const limiter = health.limiters.find((l) => l.name === UPSTREAM_POOL);
-    return {
-      breaker: health.breakers.find((b) => b.name === UPSTREAM_POOL)?.state ?? 'closed',
-      inFlight: limiter?.inFlight ?? 0,
-      queued: limiter?.queued ?? 0,
-      limit: limiter?.limit ?? 0,
-    };
-  }
   const states = members.map((m) => m.breaker);
   return {
-    breaker: states.includes('closed') ? 'closed' : states.includes('half_open') ? 'half_open' : 'open',
+    breaker: states.length === 0 || states.includes('closed') ? 'closed' : states.includes('half_open') ? 'half_open' : 'open',
     inFlight: members.reduce((n, m) => n + m.inFlight, 0),
     queued: members.reduce((n, m) => n + m.queued, 0),
     limit: members.reduce((n, m) => n + (m.limit ?? 0), 0),
