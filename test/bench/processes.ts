@@ -3,6 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { GATEWAY_NODE_FLAGS } from '../../apps/gateway/src/runtime-flags.js';
 
 /** The monorepo root, found from this file whether it runs from source (test/bench) or from dist/test/bench. */
 export function repoRoot(): string {
@@ -239,6 +240,8 @@ export function startMockProvider(latencyMs: number, flags: readonly string[] = 
 
 /** Starts the gateway in front of `upstream` on a free port; retries with another port if that one was taken meanwhile. */
 export async function startGateway(upstream: string, flags: readonly string[], nodeArgs: string[] = []): Promise<ChildHandle> {
+  // As `npm start` runs it (see runtime-flags.ts).
+  nodeArgs = [...GATEWAY_NODE_FLAGS, ...nodeArgs];
   let lastError: unknown;
   for (let attempt = 0; attempt < 3; attempt++) {
     const port = await freePort();

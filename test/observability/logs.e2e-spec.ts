@@ -74,6 +74,9 @@ describe('gateway logs', () => {
     expect(joined.tenant).toBe(miss.tenant);
     const cached = await waitForLine(gateway, (l) => l.msg === 'request' && l.dedup === 'cached');
     expect(cached.savedUsage).toEqual(miss.usage);
+    // Requests answered from this process are not read again: what they say of themselves is the leader's summary.
+    expect(joined.model).toBe('gpt-4o-mini');
+    expect(cached.model).toBe('gpt-4o-mini');
 
     // A refused key is a line too (401), and the key it tried is not in it either.
     await expect(new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: 'sk-wrong-key-77aa', maxRetries: 0 }).models.list()).rejects.toMatchObject({ status: 401 });

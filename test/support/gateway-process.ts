@@ -1,4 +1,5 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { GATEWAY_NODE_FLAGS } from '../../apps/gateway/src/runtime-flags.js';
 import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -58,8 +59,8 @@ export type GatewayProcess = AppProcess;
 const START_TIMEOUT_MS = 60_000;
 
 /** Starts a built app and waits (bounded) for its "listening on http://..." line. */
-async function startApp(main: string, args: string[], env: NodeJS.ProcessEnv, startTimeoutMs = START_TIMEOUT_MS): Promise<AppProcess> {
-  const child = spawn(process.execPath, [main, ...args], { cwd: ROOT, env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+async function startApp(main: string, args: string[], env: NodeJS.ProcessEnv, startTimeoutMs = START_TIMEOUT_MS, nodeArgs: readonly string[] = []): Promise<AppProcess> {
+  const child = spawn(process.execPath, [...nodeArgs, main, ...args], { cwd: ROOT, env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   child.stdout!.on('data', (b: Buffer) => (output += b.toString()));
   child.stderr!.on('data', (b: Buffer) => (output += b.toString()));
@@ -82,7 +83,7 @@ async function startApp(main: string, args: string[], env: NodeJS.ProcessEnv, st
 
 /** Starts the built gateway with `args` (`--port 0` is added). */
 export function startGatewayProcess(args: string[], env: NodeJS.ProcessEnv = {}, startTimeoutMs?: number): Promise<AppProcess> {
-  return startApp(GATEWAY_MAIN, ['--port', '0', ...args], env, startTimeoutMs);
+  return startApp(GATEWAY_MAIN, ['--port', '0', ...args], env, startTimeoutMs, GATEWAY_NODE_FLAGS);
 }
 
 /** Starts the built simulated provider with `args` (`--port 0` is added). */

@@ -9,8 +9,8 @@
  * `Reuse` below), the entry points the adapters use too; they are not on the
  * public `Orchestrator` type.
  */
-export { hashIdentity, type CallRequest, type Reuse, type StartedCall } from './core/orchestrator.js';
-export { startLocalCall, startCall, findLocalCall, noteClientGone } from './core/low-level-calls.js';
+export { hashIdentity, type CallRequest, type LocalAnswer, type Reuse, type StartedCall } from './core/orchestrator.js';
+export { startLocalCall, startCall, peekLocalCall, answerLocalCall, noteClientGone } from './core/low-level-calls.js';
 export type { FailoverPlan } from './core/upstreams/failover-call.js';
 export { isOverloadSignal } from './core/breaker/failure-classifier.js';
 export { DEDUP_HEADER } from './core/http/answer-headers.js';

@@ -6,7 +6,8 @@ import {
   hashIdentity,
   noteClientGone,
   reuseOf,
-  findLocalCall,
+  answerLocalCall,
+  peekLocalCall,
   startCall,
   startLocalCall,
   toCallEvents,
@@ -281,8 +282,6 @@ class ProxiedCall {
       if (tenant !== undefined) context.tenantHash = tenant.slice(0, 12);
       const plan = gateway.provider.plan(this.route);
       const json = this.checkContent();
-      if (budgets.needsAdmission(key)) await budgets.admit(context, key);
-
       const generation = this.info.kind === 'generation' && this.info.body !== 'multipart';
       let scope = this.plane.dedupOn && generation ? gateway.dedupScope(headers) : undefined;
       // Known once the upstream's identity is: no turn of the event loop for it.
@@ -291,19 +290,16 @@ class ProxiedCall {
       context.requestHash = hash;
       if (scope !== undefined) context.dedupKey = hash;
       const policy = this.plane.policyOf(this.route);
-      this.inCall = true;
       // A request this process can answer alone (a call in flight under its key, the window) is not sent: its body
       // need not be read. Its bytes are the leader's, so they were valid JSON, and the leader's summary of them
       // (the call's tag) stands for them.
-      if (scope !== undefined && json && !config.observability.logPrompts) {
-        const found = findLocalCall<RawResponse>(orchestrator, policy, { key: hash, tenant, reuse: reuseOf(headers['cache-control'], true), trace: context.span });
-        if (found) {
-          if (found.tag !== undefined) this.summarised(found.tag);
-          else this.scanBody();
-          return this.deliver(found);
-        }
-      }
-      const skeleton = json ? this.scanBody() : undefined;
+      const local = scope !== undefined && json && !config.observability.logPrompts ? { key: hash, tenant, reuse: reuseOf(headers['cache-control'], true), trace: context.span } : undefined;
+      const found = local && peekLocalCall<RawResponse>(orchestrator, policy, local);
+      const skeleton = json && found?.tag === undefined ? this.scanBody() : undefined;
+      if (found?.tag !== undefined) this.summarised(found.tag);
+      if (budgets.needsAdmission(key)) await budgets.admit(context, key);
+      this.inCall = true;
+      if (found) return this.deliver(answerLocalCall(orchestrator, policy, local!, found));
       const storable = config.windowForSampled || !isSampled(context.body);
       const call = {
         key: context.dedupKey,

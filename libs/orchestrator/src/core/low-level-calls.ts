@@ -1,5 +1,5 @@
 import type { CallWork } from './call.js';
-import type { CallRequest, Orchestrator, StartedCall } from './orchestrator.js';
+import type { CallRequest, LocalAnswer, Orchestrator, StartedCall } from './orchestrator.js';
 import type { RoutePolicy } from './policy.js';
 
 // The call entry below `run()`, kept off the public `Orchestrator` type (its methods are `@internal`): the adapters
@@ -10,9 +10,14 @@ export function startLocalCall<T>(orchestrator: Orchestrator, policy: RoutePolic
   return orchestrator.startLocal<T>(policy, call, work);
 }
 
-/** `Orchestrator.findLocal`: the call joined or replayed from this process alone, or `undefined` (nothing started). */
-export function findLocalCall<T>(orchestrator: Orchestrator, policy: RoutePolicy, call: CallRequest): StartedCall<T> | undefined {
-  return orchestrator.findLocal<T>(policy, call);
+/** `Orchestrator.peekLocal`: what this process holds for the call's key, nothing counted or started yet. */
+export function peekLocalCall<T>(orchestrator: Orchestrator, policy: RoutePolicy, call: CallRequest): LocalAnswer<T> | undefined {
+  return orchestrator.peekLocal<T>(policy, call);
+}
+
+/** `Orchestrator.answerLocal`: the call answered with what `peekLocalCall` found. */
+export function answerLocalCall<T>(orchestrator: Orchestrator, policy: RoutePolicy, call: CallRequest, found: LocalAnswer<T>): StartedCall<T> {
+  return orchestrator.answerLocal<T>(policy, call, found);
 }
 
 /** `Orchestrator.start`: the call joined, replayed or led, asking the shared window and the fleet first. */

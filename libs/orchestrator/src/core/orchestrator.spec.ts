@@ -890,3 +890,57 @@ describe('calls in flight and the callers waiting on them', () => {
     await orchestrator.close();
   });
 });
+
+describe("a leader's tag, and answers found in this process", () => {
+  const work = (answer: Subject<CallEvent<string>>): CallWork<string> => () => answer;
+
+  it("a call joined in flight and its answer replayed from the window both carry the leader's tag; peeking counts nothing", async () => {
+    const orchestrator = new Orchestrator({ dedup: { cacheAnswers: true } });
+    const policy = orchestrator.policy({ dedup: true }, 'tagged');
+    const answer = new Subject<CallEvent<string>>();
+    const leader = orchestrator.startLocal<string>(policy, { key: 'k', tag: { model: 'm-1' } }, work(answer))!;
+    const leaderEvents: string[] = [];
+    leader.events.subscribe((event) => event.kind === 'value' && leaderEvents.push(event.value));
+
+    const peeked = orchestrator.peekLocal<string>(policy, { key: 'k' });
+    expect(peeked?.tag).toEqual({ model: 'm-1' });
+    expect(orchestrator.outcomes).toEqual({ miss: 1, joined: 0, cached: 0 });
+    const joined = orchestrator.answerLocal(policy, { key: 'k' }, peeked!);
+    expect(joined).toMatchObject({ outcome: 'joined', tag: { model: 'm-1' } });
+    expect(orchestrator.outcomes).toEqual({ miss: 1, joined: 1, cached: 0 });
+    const joinedEvents: string[] = [];
+    joined.events.subscribe((event) => event.kind === 'value' && joinedEvents.push(event.value));
+
+    answer.next({ kind: 'value', value: 'the answer' });
+    answer.complete();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(leaderEvents).toEqual(['the answer']);
+    expect(joinedEvents).toEqual(['the answer']);
+
+    const cached = orchestrator.findLocal<string>(policy, { key: 'k' });
+    expect(cached).toMatchObject({ outcome: 'cached', tag: { model: 'm-1' }, stored: { kind: 'value', value: 'the answer' } });
+    expect(orchestrator.outcomes).toEqual({ miss: 1, joined: 1, cached: 1 });
+    // Nothing under another key, and nothing for a caller that asks for a fresh answer.
+    expect(orchestrator.peekLocal(policy, { key: 'other' })).toBeUndefined();
+    expect(orchestrator.peekLocal(policy, { key: 'k', reuse: { noCache: true } })).toBeUndefined();
+    await orchestrator.close();
+  });
+
+  it('an answer older than the caller accepts (max-age) is not found', async () => {
+    jest.useFakeTimers({ now: 1_000_000 });
+    try {
+      const orchestrator = new Orchestrator({ dedup: { cacheAnswers: true } });
+      const policy = orchestrator.policy({ dedup: true }, 'aged');
+      const answer = new Subject<CallEvent<string>>();
+      orchestrator.startLocal<string>(policy, { key: 'k' }, work(answer))!.events.subscribe();
+      answer.next({ kind: 'value', value: 'v' });
+      answer.complete();
+      jest.setSystemTime(1_000_000 + 5_000);
+      expect(orchestrator.peekLocal(policy, { key: 'k', reuse: { maxAgeMs: 10_000 } })).toMatchObject({ ageSeconds: 5 });
+      expect(orchestrator.peekLocal(policy, { key: 'k', reuse: { maxAgeMs: 2_000 } })).toBeUndefined();
+      await orchestrator.close();
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+});

@@ -459,37 +459,52 @@ export class Orchestrator {
    * The call answered from this process alone, if it can be: joined to a
    * call in flight under its key, or replayed from the in-memory window.
    * `undefined` when it would have to be made (or asked of a shared store or
-   * the fleet): nothing is started then. Lets a caller that has the request's
-   * key before it has read the whole request (its body's fields) skip that
-   * reading for a request it will not send.
+   * the fleet): nothing is started then.
    * @internal
    */
   findLocal<T>(policy: RoutePolicy, call: CallRequest): StartedCall<T> | undefined {
-    const { key, reuse, trace } = call;
+    const found = this.peekLocal<T>(policy, call);
+    return found && this.answerLocal(policy, call, found);
+  }
+
+  /**
+   * What this process holds for the call's key (a call in flight, an answer
+   * in the in-memory window), without answering with it yet: nothing is
+   * counted or started. Lets a caller that has the request's key before it
+   * has read the whole request skip that reading for a request it will not
+   * send (the leader's `tag` stands for it), and admit it before it answers.
+   * @internal
+   */
+  peekLocal<T>(policy: RoutePolicy, call: CallRequest): LocalAnswer<T> | undefined {
+    const { key, reuse } = call;
     const dedup = policy.dedup;
     if (!dedup || key === undefined || reuse?.noCache || this.closing) return undefined;
     const running = (this.flights as SingleFlight<T>).find(key);
-    if (running) {
-      const joined = this.joined(policy, running.events, trace);
-      joined.tag = running.tag;
-      return joined;
-    }
+    if (running) return { events: running.events, tag: running.tag };
     const stored = dedup.window?.getLocal<T>(key);
-    return stored && this.cached(policy, stored, reuse, trace);
+    if (!stored) return undefined;
+    const ageSeconds = ageOf(stored, reuse);
+    return ageSeconds === undefined ? undefined : { stored, ageSeconds, tag: stored.tag };
+  }
+
+  /**
+   * The call answered with what `peekLocal` found (joined, or replayed), counted as such.
+   * @internal
+   */
+  answerLocal<T>(policy: RoutePolicy, call: CallRequest, found: LocalAnswer<T>): StartedCall<T> {
+    if (found.stored) {
+      this.count(policy, 'cached', call.trace);
+      return new Replay(found.stored, found.ageSeconds!);
+    }
+    const joined = this.joined(policy, found.events!, call.trace);
+    joined.tag = found.tag;
+    return joined;
   }
 
   /** A request that waits on a call in flight here: its span links to the call's leader (now, or once the fleet says who). */
   private joined<T>(policy: RoutePolicy, running: Observable<CallEvent<T>>, trace: RequestSpan | undefined): StartedCall<T> {
     if (trace?.recording) (this.flights as SingleFlight<T>).onLeader(running, (leader) => trace.link(leader));
     return this.answer(policy, 'joined', running, trace);
-  }
-
-  /** A stored answer replayed, unless the caller asks for a younger one (`max-age`). */
-  private cached<T>(policy: RoutePolicy, stored: WindowEntry<T>, reuse: Reuse | undefined, trace: RequestSpan | undefined): StartedCall<T> | undefined {
-    const ageSeconds = ageOf(stored, reuse);
-    if (ageSeconds === undefined) return undefined;
-    this.count(policy, 'cached', trace);
-    return new Replay(stored, ageSeconds);
   }
 
   /**
@@ -653,6 +668,17 @@ function defaultIdentity(headers: DedupRequest['headers']): string | undefined {
     identity = `${identity ?? ''}${name}=${Array.isArray(value) ? value.join(',') : value}\n`;
   }
   return identity;
+}
+
+/** What this process holds for a key (see `Orchestrator.peekLocal`): a call in flight, or an answer the window holds. */
+export interface LocalAnswer<T> {
+  /** The call in flight's events. */
+  readonly events?: Observable<CallEvent<T>>;
+  /** The stored answer, and its age in whole seconds. */
+  readonly stored?: WindowEntry<T>;
+  readonly ageSeconds?: number;
+  /** Its leader's `CallRequest.tag`. */
+  readonly tag?: unknown;
 }
 
 /** Where a flight's events come from, once the shared window and the fleet have been asked. */
