@@ -313,7 +313,8 @@ export function helpText(): string {
   lines.push(
     '',
     'Provider keys come from OPENAI_API_KEY, ANTHROPIC_API_KEY or LLAMA_API_KEY; without one, the',
-    "client's own key is passed through. Keys are never logged.",
+    "client's own key is passed through. --upstreams-file may give each upstream a key of its own",
+    '(apiKeyEnv: the variable that holds it). Keys are never logged.',
     '',
     'Virtual keys (--keys-file or ORCHESTRATOR_KEYS), rate limits, spend caps, the request log and',
     '`npm run audit`: see docs/operations.md, "Budgets and keys".',
