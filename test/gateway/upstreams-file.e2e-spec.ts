@@ -55,7 +55,7 @@ describe('upstreams with keys of their own', () => {
     [a, b] = await Promise.all([startMockProvider({ latencyMs: 5 }), startMockProvider({ latencyMs: 5 })]);
     const file = writeFile('upstreams.json', {
       upstreams: [
-        { name: 'eu', url: a.url, apiKeyEnv: 'KEY_A' },
+        { name: 'eu', url: a.url, apiKeyEnv: 'KEY_A', concurrency: 3 },
         { name: 'us', url: `${b.url}/v1`, apiKey: KEY_B },
       ],
     });
@@ -69,6 +69,13 @@ describe('upstreams with keys of their own', () => {
   afterAll(async () => {
     await g?.close();
     await Promise.all([a?.close(), b?.close()]);
+  });
+
+  it('gives an upstream its own concurrency ceiling, the others --concurrency', async () => {
+    const health = (await (await fetch(`${g.gatewayUrl}/health`)).json()) as { upstreams: Array<{ name: string; limit: number }> };
+    const limits = Object.fromEntries(health.upstreams.map((u) => [u.name, u.limit]));
+    // The adaptive limit starts at 32, below the ceiling: eu's ceiling of 3 holds it there.
+    expect(limits).toEqual({ eu: 3, us: 32 });
   });
 
   it("sends each upstream its own key, never the provider key or the client's, health probes included", async () => {
@@ -385,5 +392,33 @@ describe('what the gateway says of an upstream and its key: answers, request lin
       { status: 200, model: 'big-model', servedModel: 'small-model', upstream: 'quoting-1' },
       { status: 401, model: 'big-model', servedModel: 'small-model', upstream: 'quoting-1' },
     ]);
+  });
+});
+
+describe('an Anthropic upstream with a key of its own', () => {
+  const KEY_ANT = 'anthropicOwn0123456789abc';
+  let server: MockProvider;
+  let g: GatewayUnderTest;
+
+  beforeAll(async () => {
+    server = await startMockProvider({ latencyMs: 5 });
+    const file = writeFile('upstreams.json', { upstreams: [{ name: 'claude', url: server.url, apiKey: KEY_ANT }] });
+    g = await startGateway({ provider: server, flags: ['--provider', 'anthropic', '--upstreams-file', file], env: { ANTHROPIC_API_KEY: PROVIDER_KEY } });
+  });
+
+  afterAll(async () => {
+    await g?.close();
+    await server?.close();
+  });
+
+  it('is sent it as x-api-key, instead of ANTHROPIC_API_KEY or the client\'s own', async () => {
+    const answer = await fetch(`${g.gatewayUrl}/v1/messages`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-api-key': CLIENT_KEY, 'anthropic-version': '2023-06-01' },
+      body: JSON.stringify({ model: 'claude-x', max_tokens: 8, messages: [{ role: 'user', content: uniquePrompt('claude') }] }),
+    });
+    expect(answer.status).toBe(200);
+    expect(answer.headers.get('x-orchestrator-upstream')).toBe('claude');
+    expect(credentials(server.calls())).toEqual(new Set([hashCredential(KEY_ANT)]));
   });
 });
