@@ -48,10 +48,9 @@ export function fallbackGroups(config: Pick<GatewayConfig, 'upstreamsFile'>): Ma
 
 /** Every upstream the gateway may call, primary and fallback alike: each has a breaker and a limiter. */
 export function everyMember(config: Pick<GatewayConfig, 'upstreams' | 'upstreamsFile'>): Array<Member & { concurrency?: number }> {
-  const ceilings = new Map<string, number | undefined>();
   const file = config.upstreamsFile;
-  for (const entry of [...(file?.upstreams ?? []), ...[...(file?.groups.values() ?? [])].flat()]) ceilings.set(entry.name, entry.concurrency);
-  return [...upstreamMembers(config), ...[...fallbackGroups(config).values()].flat()].map((m) => ({ ...m, concurrency: ceilings.get(m.name) }));
+  if (!file) return upstreamMembers(config);
+  return [...file.upstreams, ...[...file.groups.values()].flat()].map((entry) => ({ ...memberOf(entry), concurrency: entry.concurrency }));
 }
 
 /** Whether each attempt must be told its upstream: several, a named one, or fallback chains. */
