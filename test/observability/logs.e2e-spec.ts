@@ -86,6 +86,24 @@ describe('gateway logs', () => {
     expect(jsonLines(output).filter((l) => l.msg === 'request' && l.route === 'chat')).toHaveLength(3);
   });
 
+  it("what a client wrote in the request line (its request id, its model name) is redacted and escaped: the line stays one JSON object", async () => {
+    gateway = await start();
+    const openai = client(gateway);
+    const leakyId = 'sk-proj-abcdefghijklmnop1234';
+    const leakyModel = `"quoted" model\nwith ${GATEWAY_KEY} and sk-ant-api03-zzzzyyyyxxxx inside`;
+    await openai.chat.completions.create(
+      { model: leakyModel, messages: [{ role: 'user', content: 'redacted line' }] },
+      { headers: { 'x-request-id': leakyId } },
+    );
+    const line = await waitForLine(gateway, (l) => l.msg === 'request' && l.route === 'chat' && l.status === 200);
+    expect(line.reqId).toBe('[redacted]');
+    expect(line.model).toBe('"quoted" model\nwith [redacted] and [redacted] inside');
+    const output = gateway.output();
+    expect(output).not.toContain(leakyId);
+    expect(output).not.toContain(GATEWAY_KEY);
+    expect(output).not.toContain('sk-ant-api03-zzzzyyyyxxxx');
+  });
+
   it('breaker transitions as their own lines (warn when it opens, info when it closes)', async () => {
     gateway = await start(['--breaker-failures', '2', '--retries', '0', '--breaker-open', '60']);
     const openai = client(gateway);

@@ -10,7 +10,7 @@
  * public `Orchestrator` type.
  */
 export { hashIdentity, type CallRequest, type Reuse, type StartedCall } from './core/orchestrator.js';
-export { startLocalCall, startCall, noteClientGone } from './core/low-level-calls.js';
+export { startLocalCall, startCall, findLocalCall, noteClientGone } from './core/low-level-calls.js';
 export { withFallbacks, type FailoverPlan } from './core/upstreams/failover-call.js';
 export { isOverloadSignal } from './core/breaker/failure-classifier.js';
 export { DEDUP_HEADER } from './core/http/answer-headers.js';
@@ -18,6 +18,7 @@ export { NOOP_REQUEST_SPAN, requestSpanOf, type UpstreamSpanResult } from './cor
 export { parseTraceParent, formatTraceParent } from './core/tracing/traceparent.js';
 export { toCallEvents, type CallWork } from './core/call.js';
 export type { CallEvent, Chunk, FlowControl } from './core/events.js';
+export type { WindowPayload } from './core/dedup/answer-window.js';
 export { dedupKey, BodyTooDeepError, type DedupKeyInput, type DedupKeyOptions } from './core/dedup/dedup-key.js';
 export { openAIErrorBody } from './core/http/errors.js';
 export { reuseOf } from './core/http/cache-control.js';
@@ -33,3 +34,5 @@ export {
 } from './core/cluster/coordination.js';
 // Building blocks of a coordinator (the gateway's workers use one over IPC): a call's events as they cross the wire.
 export { toWire, fromWire, WireReader, errorToWire, leaderLost, type WireEvent } from './core/cluster/coordination.js';
+// Metrics counted on every request without prom-client's per-call label hashing (read by the registry at scrape time).
+export { TalliedCounter, Tally, BatchedHistogram, BucketTally } from './nest/observability/batched-metrics.js';

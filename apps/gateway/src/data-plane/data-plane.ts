@@ -1,8 +1,20 @@
-import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { LRUCache } from 'lru-cache';
 import { ShuttingDownError, type Orchestrator, type RawResponse, type RoutePolicy, type Upstream } from 'nest-prompt-orchestrator';
-import { dedupKey, hashIdentity, noteClientGone, reuseOf, startCall, startLocalCall, toCallEvents, type CallEvent, type CallWork, type StartedCall } from 'nest-prompt-orchestrator/internal';
+import {
+  dedupKey,
+  hashIdentity,
+  noteClientGone,
+  reuseOf,
+  findLocalCall,
+  startCall,
+  startLocalCall,
+  toCallEvents,
+  type CallEvent,
+  type CallWork,
+  type StartedCall,
+  type WindowPayload,
+} from 'nest-prompt-orchestrator/internal';
 import { Observable, from, type Subscription } from 'rxjs';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { parseJson, streamErrorEvent, upstreamUrl, type GatewayService } from '../gateway.service.js';
@@ -17,7 +29,7 @@ import { ApiError, invalidRequest, keyRequired } from '../http/api-error.js';
 import { clientKey, identityOf, isOneOf, keyDigest } from '../http/credentials.js';
 import { drainBound, drainRequest, errorReply } from '../http/gateway-exception.filter.js';
 import type { Lifecycle } from '../http/lifecycle.js';
-import { pathOfUrl, serverTiming, type RequestContext } from '../http/request-context.js';
+import { pathOfUrl, requestIdOf, serverTiming, type RequestContext } from '../http/request-context.js';
 import { ROUTES, gatewayChecksKeys, type GatewayRoute, type RouteInfo, type UpstreamPlan } from '../providers/provider.js';
 import { SHAPING } from '../routes/shaping.js';
 import { EXPOSED_HEADERS } from '../http/cors.js';
@@ -43,8 +55,6 @@ export interface DataPlaneParts {
 
 // Deeper than any real request; a provider parsing it recursively could overflow its stack.
 const MAX_DEPTH = 128;
-// A propagated id is echoed in headers and logs: accept only a short, plain token.
-const REQUEST_ID = /^[\w.:-]{1,128}$/;
 const JSON_TYPE = /^application\/(.+\+)?json\b/i;
 const MULTIPART_TYPE = /^multipart\/form-data\b/i;
 /** A stream reader this far behind the stream (beyond what it was replayed on joining) is cut: memory stays bounded. */
@@ -187,6 +197,10 @@ class ProxiedCall {
    * output at the end).
    */
   private reusedChunks?: { first?: Buffer; last: Buffer[] };
+  /** The answer was another's (joined, or from the window): what it used is counted as saved. */
+  private reused = false;
+  /** How old a `cached` answer is (its `Age` header). */
+  private ageSeconds?: number;
 
   constructor(
     private readonly plane: DataPlane,
@@ -196,17 +210,17 @@ class ProxiedCall {
     private readonly params: Record<string, string>,
     private readonly query: string,
   ) {
-    const incoming = request.headers['x-request-id'];
-    const id = typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();
+    const { id, given } = requestIdOf(request.headers);
     this.info = ROUTES[route];
-    this.context = { id, startedAt: performance.now(), api: this.info.api, route };
+    this.context = { id, idGiven: given, startedAt: performance.now(), api: this.info.api, route };
     this.presented = clientKey(request.headers);
   }
 
   start(): void {
     const { lifecycle, orchestrator, config } = this.plane.parts;
     const response = this.response;
-    response.once('close', this.closed);
+    // `on`, not `once`: each fires once anyway, and `once` wraps every listener in a closure of its own.
+    response.on('close', this.closed);
     lifecycle.enter(response);
     const tracing = orchestrator.tracing;
     if (tracing) {
@@ -229,9 +243,9 @@ class ProxiedCall {
       return void this.serve();
     }
     this.request.on('data', this.data);
-    this.request.once('end', this.ended);
+    this.request.on('end', this.ended);
     // A client that resets mid-upload: 'close' on the response follows and accounts for it.
-    this.request.once('error', noop);
+    this.request.on('error', noop);
   }
 
   private readonly data = (chunk: Buffer): void => {
@@ -270,22 +284,43 @@ class ProxiedCall {
       // One hash: the request log, the request line, metrics and rate limits all name the caller by its first 12 characters.
       if (tenant !== undefined) context.tenantHash = tenant.slice(0, 12);
       const plan = gateway.provider.plan(this.route);
-      const skeleton = this.checkBody();
-      const model = (context.body as { model?: unknown } | undefined)?.model;
-      if (context.span && typeof model === 'string') context.span.setAttributes({ 'gen_ai.request.model': model.slice(0, 200) });
+      const json = this.checkContent();
       if (budgets.needsAdmission(key)) await budgets.admit(context, key);
 
       const generation = this.info.kind === 'generation' && this.info.body !== 'multipart';
-      const scope = this.plane.dedupOn && generation ? await gateway.dedupScope(headers) : undefined;
+      let scope = this.plane.dedupOn && generation ? gateway.dedupScope(headers) : undefined;
+      // Known once the upstream's identity is: no turn of the event loop for it.
+      if (typeof scope === 'object') scope = await scope;
       const hash = dedupKey({ method: this.info.method, url: this.request.url ?? '', body: undefined, rawBody: this.body, credential: identity, scope });
       context.requestHash = hash;
       if (scope !== undefined) context.dedupKey = hash;
-      const storable = config.windowForSampled || !isSampled(context.body);
-      const call = { key: context.dedupKey, tenant, reuse: scope === undefined ? undefined : reuseOf(headers['cache-control'], storable), trace: context.span };
-      const policy = this.plane.attempts.policyFor(this.route, model, this.plane.policyOf(this.route));
-      const work = this.work(plan, skeleton);
+      const policy = this.plane.policyOf(this.route);
       this.inCall = true;
-      const started = startLocalCall<RawResponse>(orchestrator, policy, call, work) ?? (await startCall<RawResponse>(orchestrator, policy, call, work));
+      // A request this process can answer alone (a call in flight under its key, the window) is not sent: its body
+      // need not be read. Its bytes are the leader's, so they were valid JSON, and the leader's summary of them
+      // (the call's tag) stands for them.
+      if (scope !== undefined && json && !config.observability.logPrompts) {
+        const found = findLocalCall<RawResponse>(orchestrator, policy, { key: hash, tenant, reuse: reuseOf(headers['cache-control'], true), trace: context.span });
+        if (found) {
+          if (found.tag !== undefined) this.summarised(found.tag);
+          else this.scanBody();
+          return this.deliver(found);
+        }
+      }
+      const skeleton = json ? this.scanBody() : undefined;
+      const storable = config.windowForSampled || !isSampled(context.body);
+      const call = {
+        key: context.dedupKey,
+        tenant,
+        reuse: scope === undefined ? undefined : reuseOf(headers['cache-control'], storable),
+        trace: context.span,
+        // What a request that reuses the answer reads instead of its own body (never the whole body of --log-prompts).
+        tag: config.observability.logPrompts ? undefined : context.body,
+      };
+      const work = this.work(plan, skeleton);
+      // The fallback chain of the model the body names (a request answered above shares its flight whatever the chain).
+      const chained = this.plane.attempts.policyFor(this.route, (context.body as { model?: unknown } | undefined)?.model, policy);
+      const started = startLocalCall<RawResponse>(orchestrator, chained, call, work) ?? (await startCall<RawResponse>(orchestrator, chained, call, work));
       this.deliver(started);
     } catch (error) {
       this.fail(error);
@@ -293,12 +328,12 @@ class ProxiedCall {
   }
 
   /**
-   * The body as the route takes it: a JSON object (or value) whose structure is checked without parsing it
-   * (see `scanJson`), an upload's bytes, or nothing. Sets the context's body to the few fields features read.
+   * The body's headers as the route takes them: a JSON object (or value), an upload, or nothing. Whether there is a
+   * JSON body to read (see `scanBody`).
    */
-  private checkBody(): JsonSkeleton | undefined {
+  private checkContent(): boolean {
     const info = this.info;
-    if (info.method !== 'POST') return undefined;
+    if (info.method !== 'POST') return false;
     const headers = this.request.headers;
     const upload = info.body === 'multipart';
     const type = headers['content-type'];
@@ -306,7 +341,7 @@ class ProxiedCall {
     const matches = type !== undefined && (upload ? MULTIPART_TYPE : JSON_TYPE).test(type);
     // Said to be JSON but empty: not JSON (as the platforms' own parsers say when they see it).
     if (matches && !upload && !present) throw new ApiError(400, 'The request body is empty: it is not valid JSON.', 'invalid_json');
-    if (!present) return undefined;
+    if (!present) return false;
     if (!matches) {
       const expected = upload ? 'multipart/form-data' : 'application/json';
       throw new ApiError(415, `Content-Type must be ${expected}, got ${type ? `"${type.slice(0, 100)}"` : 'none'}.`, 'unsupported_media_type');
@@ -315,7 +350,15 @@ class ProxiedCall {
     if (encoding !== undefined && encoding.toLowerCase() !== 'identity') {
       throw new ApiError(415, 'The request body encoding is not supported.', 'unsupported_encoding');
     }
-    if (upload) return undefined;
+    return !upload;
+  }
+
+  /**
+   * The JSON body's structure, checked without parsing it (see `scanJson`). Sets the context's body to the few
+   * fields features read (the whole body only with --log-prompts).
+   */
+  private scanBody(): JsonSkeleton {
+    const info = this.info;
     let skeleton: JsonSkeleton;
     try {
       skeleton = scanJson(this.body!, MAX_DEPTH);
@@ -334,8 +377,15 @@ class ProxiedCall {
     }
     const summary: Record<string, unknown> = {};
     if (skeleton.type === 'object') for (const name of SUMMARY_FIELDS) if (skeleton.has(name)) summary[name] = skeleton.field(name);
-    this.context.body = this.plane.parts.config.observability.logPrompts ? JSON.parse(this.body!.toString('utf8')) : summary;
+    this.summarised(this.plane.parts.config.observability.logPrompts ? JSON.parse(this.body!.toString('utf8')) : summary);
     return skeleton;
+  }
+
+  /** The request's body as features read it (its summary, or the whole body with --log-prompts). */
+  private summarised(body: unknown): void {
+    this.context.body = body;
+    const model = (body as { model?: unknown } | undefined)?.model;
+    if (this.context.span && typeof model === 'string') this.context.span.setAttributes({ 'gen_ai.request.model': model.slice(0, 200) });
   }
 
   /** The upstream call this request leads (only the leader's runs: joined and cached requests never call it). */
@@ -434,37 +484,59 @@ class ProxiedCall {
   private deliver(started: StartedCall<RawResponse>): void {
     const context = this.context;
     context.outcome = started.outcome;
-    const reused = (started.outcome === 'joined' || started.outcome === 'cached') && context.dedupKey !== undefined && this.plane.parts.usage.enabled;
-    if (reused) this.reusedChunks = { last: [] };
-    this.subscription = started.events.subscribe({
-      next: (event) => {
-        if (event.kind === 'value') {
-          const value = event.value;
-          if (reused) this.learnUsage(() => usageOfJson(value.body));
-          this.respond(value.status ?? 200, value.contentType, value.body, value.headers, started.ageSeconds);
-        } else if (event.kind === 'head') {
-          this.head = event;
-          // Past the head nothing is retried or sent elsewhere: a long stream need not keep the request's bytes.
-          this.body = undefined;
-          if (event.flow instanceof UpstreamExchange) this.flow = event.flow;
-        } else this.write(event.chunk, started.ageSeconds);
-      },
-      error: (error: unknown) => {
-        this.inCall = false;
-        if (!this.response.headersSent) return this.fail(error);
-        this.breakStream(error);
-      },
-      complete: () => {
-        this.inCall = false;
-        if (reused && this.streaming) this.learnUsage(() => this.streamedUsage());
-        // A stream that ended before its first chunk: an empty stream.
-        if (!this.streaming && this.head) this.startStream(started.ageSeconds);
-        if (this.streaming && !this.response.writableEnded) this.response.end();
-      },
-    });
+    this.ageSeconds = started.ageSeconds;
+    this.reused = (started.outcome === 'joined' || started.outcome === 'cached') && context.dedupKey !== undefined && this.plane.parts.usage.enabled;
+    if (this.reused) this.reusedChunks = { last: [] };
+    const stored = started.stored;
+    if (stored !== undefined && stored.kind !== 'value') return this.replay(stored);
+    // This call is the observer of its events (no closures made per request).
+    this.subscription = started.events.subscribe(this);
     // Gone while the flight was being found: it is left at once (a flight nobody waits for is let go, not kept
     // waiting for a subscriber that never comes).
     if (this.response.destroyed) this.left();
+  }
+
+  /** An answer from the window, written as the window holds it (a body, or a stream's head and chunks). */
+  private replay(stored: Exclude<WindowPayload<RawResponse>, { kind: 'value' }>): void {
+    if (stored.kind === 'bytes') {
+      this.inCall = false;
+      if (this.reused) this.learnUsage(() => usageOfJson(stored.body));
+      return this.respond(stored.status ?? 200, stored.contentType, stored.body, stored.headers, this.ageSeconds);
+    }
+    this.head = { kind: 'head', head: stored.head };
+    // The stream's chunks as they came, in one write to the socket.
+    this.response.cork();
+    for (const chunk of stored.chunks) this.write(chunk);
+    this.response.uncork();
+    this.complete();
+  }
+
+  /** An event of the call (this call subscribes as its own observer). */
+  next(event: CallEvent<RawResponse>): void {
+    if (event.kind === 'value') {
+      const value = event.value;
+      if (this.reused) this.learnUsage(() => usageOfJson(value.body));
+      this.respond(value.status ?? 200, value.contentType, value.body, value.headers, this.ageSeconds);
+    } else if (event.kind === 'head') {
+      this.head = event;
+      // Past the head nothing is retried or sent elsewhere: a long stream need not keep the request's bytes.
+      this.body = undefined;
+      if (event.flow instanceof UpstreamExchange) this.flow = event.flow;
+    } else this.write(event.chunk);
+  }
+
+  error(error: unknown): void {
+    this.inCall = false;
+    if (!this.response.headersSent) return this.fail(error);
+    this.breakStream(error);
+  }
+
+  complete(): void {
+    this.inCall = false;
+    if (this.reused && this.streaming) this.learnUsage(() => this.streamedUsage());
+    // A stream that ended before its first chunk: an empty stream.
+    if (!this.streaming && this.head) this.startStream();
+    if (this.streaming && !this.response.writableEnded) this.response.end();
   }
 
   /** Records what a reused answer's call used, unless this process knows it already (it led the call). */
@@ -510,10 +582,10 @@ class ProxiedCall {
     response.end(body);
   }
 
-  private startStream(ageSeconds: number | undefined): void {
+  private startStream(): void {
     this.streaming = true;
     const head = this.head!.head;
-    const headers = this.headersOf(ageSeconds);
+    const headers = this.headersOf(this.ageSeconds);
     headers.push('content-type', head.contentType, 'cache-control', 'no-cache', 'x-accel-buffering', 'no');
     if (head.headers) for (const name in head.headers) headers.push(name, head.headers[name]);
     this.response.writeHead(200, headers);
@@ -524,10 +596,10 @@ class ProxiedCall {
    * One chunk to this caller, with the socket's backpressure: it tells the stream's source how far it got (the
    * upstream pauses while no caller keeps up); one that falls too far behind the others is cut.
    */
-  private write(chunk: string | Buffer, ageSeconds: number | undefined): void {
+  private write(chunk: string | Buffer): void {
     const response = this.response;
     if (response.destroyed || response.writableEnded) return;
-    if (!this.streaming) this.startStream(ageSeconds);
+    if (!this.streaming) this.startStream();
     const flow = this.flow;
     // Joining late, a caller is first given what the stream already sent: shared bytes, not its own backlog.
     if (flow && this.received < flow.emitted - chunk.length) this.replayed += chunk.length;

@@ -9,7 +9,7 @@ const USAGE_EVENT = 'data: {"id":"c","object":"chat.completion.chunk","choices":
 function run(text: string, size: number, scan: SseScan): { out: string; scan: SseScan } {
   const bytes = Buffer.from(text);
   const out: Buffer[] = [];
-  for (let at = 0; at < bytes.length; at += size) out.push(scan.feed(bytes.subarray(at, at + size)));
+  for (let at = 0; at < bytes.length; at += size) out.push(...[scan.feed(bytes.subarray(at, at + size))].flat());
   const rest = scan.end();
   if (rest) out.push(rest);
   return { out: Buffer.concat(out).toString(), scan };
@@ -21,6 +21,21 @@ describe('SseScan', () => {
     const chunk = Buffer.from(openaiChunk('hello', 'null') + openaiChunk('world', 'null'));
     expect(scan.feed(chunk)).toBe(chunk);
     expect(scan.verdict).toBeUndefined();
+  });
+
+  it('stripping usage, a chunk that finishes a line the last one cut is not copied: that line, then the rest where it lies', () => {
+    const scan = new SseScan('openai', true, true);
+    const first = Buffer.from(openaiChunk('one', 'null') + 'data: {"id":"c","choi');
+    const second = Buffer.from('ces":[{"index":0,"delta":{"content":"two"}}],"usage":null}\n\n' + openaiChunk('three', 'null'));
+    expect(scan.feed(first).toString()).toBe(openaiChunk('one', 'null'));
+    const out = scan.feed(second);
+    expect(Array.isArray(out)).toBe(true);
+    const [line, rest] = out as Buffer[];
+    expect(line.toString()).toBe('data: {"id":"c","choices":[{"index":0,"delta":{"content":"two"}}],"usage":null}\n');
+    expect(rest.toString()).toBe('\n' + openaiChunk('three', 'null'));
+    // The rest is a view of the chunk that arrived, not a copy of it.
+    expect(rest.buffer).toBe(second.buffer);
+    expect(rest.byteOffset).toBe(second.byteOffset + second.indexOf('\n') + 1);
   });
 
   it('sees the end marker, usage and nothing else, wherever the chunks are cut', () => {

@@ -37,17 +37,38 @@ export class SseScan {
     this.markers = format === false ? [] : [...END_MARKERS[format], ERROR];
   }
 
-  /** Takes a chunk; returns the bytes to pass on (the chunk itself unless stripping), possibly empty. */
-  feed(chunk: Buffer): Buffer {
+  /**
+   * Takes a chunk; returns the bytes to pass on (the chunk itself unless stripping), possibly empty, or, when
+   * stripping and a line was cut across the chunks, two pieces: that line, and the rest of the chunk where it lies
+   * (the chunk is never copied whole).
+   */
+  feed(chunk: Buffer): Buffer | Buffer[] {
     if (this.format === false) return chunk;
-    const data = this.partial === undefined ? chunk : Buffer.concat([this.partial, chunk]);
+    const partial = this.partial;
+    if (partial === undefined) return this.read(chunk);
     this.partial = undefined;
+    const nl = chunk.indexOf(NL);
+    if (nl < 0) {
+      // Still the same line (longer than a socket read): kept until it ends.
+      this.partial = Buffer.concat([partial, chunk]);
+      return this.stripUsage ? EMPTY : chunk;
+    }
+    // The line the last chunk cut is joined (one line, a small copy) and read on its own; then the rest of this
+    // chunk, where it lies. A marker never spans the two: it lies within a line.
+    const first = this.read(Buffer.concat([partial, chunk.subarray(0, nl + 1)]));
+    const rest = this.read(chunk.subarray(nl + 1));
+    if (!this.stripUsage) return chunk;
+    return first.length === 0 ? rest : rest.length === 0 ? first : [first, rest];
+  }
+
+  /** Reads bytes that start at a line's start; returns what to pass on of them (the bytes themselves unless stripping). */
+  private read(data: Buffer): Buffer {
     // The common case: lines with nothing to read in them. Only a line not yet ended is kept, to be read (and, when
     // stripping, passed on) with the next chunk: a marker may be split across the two.
     if (this.format !== 'llama' && !this.holdsMarker(data)) {
       const last = data.lastIndexOf(NL);
       if (last < data.length - 1) this.partial = Buffer.from(data.subarray(last + 1));
-      if (!this.stripUsage) return chunk;
+      if (!this.stripUsage) return data;
       return last === data.length - 1 ? data : data.subarray(0, last + 1);
     }
     const kept: Buffer[] | undefined = this.stripUsage ? [] : undefined;
@@ -61,7 +82,7 @@ export class SseScan {
     }
     // A line not yet ended waits (copied: it must not keep a large chunk alive), and is read with the next chunk.
     this.partial = at < data.length ? Buffer.from(data.subarray(at)) : undefined;
-    if (!kept) return chunk;
+    if (!kept) return data;
     return kept.length === 1 ? kept[0] : Buffer.concat(kept);
   }
 
@@ -75,19 +96,16 @@ export class SseScan {
   }
 
   /**
-   * Whether the bytes may hold something to read: each search is a pass over them, so there are few. OpenAI's end
-   * marker is the stream's last line: only the tail is looked at for it. A usage object is found from `"usage":`
-   * (which every chunk of a stream that asked for usage holds, as `"usage":null`).
+   * Whether the bytes may hold something to read: each search is a pass over them, so there are few (a search per
+   * occurrence of `"usage":` would be one per event: every chunk of a stream that asked for usage holds
+   * `"usage":null`). OpenAI's end marker is the stream's last line: only the tail is looked at for it. A usage
+   * object is `"usage":{`, compact or with the one space JSON writers put after a colon.
    */
   private holdsMarker(data: Buffer): boolean {
     for (const marker of this.markers) if (data.indexOf(marker) >= 0) return true;
     if (this.format === 'openai' && data.indexOf(DONE, Math.max(0, data.length - DONE_TAIL)) >= 0) return true;
     if (!this.readUsage) return false;
-    for (let at = data.indexOf(USAGE_KEY); at >= 0; at = data.indexOf(USAGE_KEY, at + USAGE_KEY.length)) {
-      let next = at + USAGE_KEY.length;
-      while (data[next] === 0x20) next++;
-      if (data[next] === 0x7b) return true;
-    }
+    for (const marker of USAGE_OBJECT) if (data.indexOf(marker) >= 0) return true;
     return false;
   }
 
@@ -162,14 +180,15 @@ export class SseScan {
 }
 
 const NL = 0x0a;
+const EMPTY = Buffer.alloc(0);
 const CR = 0x0d;
 const EVENT = Buffer.from('event:');
 const DATA = Buffer.from('data:');
 const DONE = Buffer.from('[DONE]');
 const ERROR = Buffer.from('"error"');
 // Chunks before OpenAI's usage event say `"usage":null`: only an object is worth reading.
-const USAGE = [Buffer.from('"usage":{'), Buffer.from('"usage": {'), Buffer.from('"tokens_predicted"')];
-const USAGE_KEY = Buffer.from('"usage":');
+const USAGE_OBJECT = [Buffer.from('"usage":{'), Buffer.from('"usage": {')];
+const USAGE = [...USAGE_OBJECT, Buffer.from('"tokens_predicted"')];
 // `data: [DONE]` and the blank lines after it, with room for a CR before each newline.
 const DONE_TAIL = 24;
 const END_MARKERS: Record<StreamFormat, readonly Buffer[]> = {

@@ -214,14 +214,10 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
 
   private streamed(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     const scan = this.scan!;
-    let out = scan.feed(chunk);
-    // A provider's error event may quote a key, as its error bodies do: only such a chunk is decoded to look.
-    if (scan.verdict === 'error') out = redactor.bytes(out, [this.options.presentedKey]);
-    if (out.length > 0) {
-      this.emitted += out.length;
-      this.subscriber.next({ kind: 'chunk', chunk: out });
-      this.flow();
-    }
+    const out = scan.feed(chunk);
+    if (Array.isArray(out)) for (const piece of out) this.pass(piece);
+    else this.pass(out);
+    this.flow();
     if (scan.verdict === 'error') {
       this.mode = 'done';
       this.options.onUsage(scan.usage);
@@ -229,6 +225,15 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
       controller.abort(ABORTED);
       this.subscriber.error(new UpstreamStreamError('The provider sent an error in the stream.', true, scan.errorEvent));
     }
+  }
+
+  /** Bytes of the stream, on to the callers. */
+  private pass(bytes: Buffer): void {
+    // A provider's error event may quote a key, as its error bodies do: only such a chunk is decoded to look.
+    if (this.scan!.verdict === 'error') bytes = redactor.bytes(bytes, [this.options.presentedKey]);
+    if (bytes.length === 0) return;
+    this.emitted += bytes.length;
+    this.subscriber.next({ kind: 'chunk', chunk: bytes });
   }
 
   private finishStream(): void {

@@ -39,8 +39,12 @@ export class Redactor {
   // Keys with characters a token cannot hold are searched for as they are (few, if any).
   private readonly odd: string[] = [];
 
+  /** Grows whenever keys are added: what was found clean before may quote one now. */
+  version = 0;
+
   /** Keys the gateway holds or accepts; shorter than 8 characters they are too short to tell from words. */
   add(keys: Iterable<string | undefined>): void {
+    this.version++;
     for (const key of keys) {
       if (key === undefined || key.length < MIN_LENGTH) continue;
       if (/^[\w\-.~+/]+$/.test(key)) this.known.add(key);

@@ -1,6 +1,5 @@
 import { Inject, Injectable, type NestMiddleware } from '@nestjs/common';
 import { ShuttingDownError, attachRequestSpan } from 'nest-prompt-orchestrator';
-import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
@@ -8,10 +7,7 @@ import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
 import { Lifecycle } from './lifecycle.js';
 import { GatewayTelemetry } from '../observability/gateway-telemetry.js';
 import { GatewayTracing } from '../observability/gateway-tracing.js';
-import { attachContext, pathOfUrl, serverTiming, type RequestContext } from './request-context.js';
-
-// A propagated id is echoed in headers and logs: accept only a short, plain token.
-const REQUEST_ID = /^[\w.:-]{1,128}$/;
+import { attachContext, pathOfUrl, requestIdOf, serverTiming, type RequestContext } from './request-context.js';
 
 /**
  * Runs first on every request: gives it a context with an `x-request-id`
@@ -31,11 +27,10 @@ export class RequestContextMiddleware implements NestMiddleware {
   }
 
   use(request: IncomingMessage & { originalUrl?: string }, response: ServerResponse, next: (error?: unknown) => void): void {
-    const incoming = request.headers['x-request-id'];
-    const id = typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();
+    const { id, given } = requestIdOf(request.headers);
     // Until a route matches, the API its path names: a body the parser rejects is still answered in it.
     const route = routeAt(request.originalUrl ?? request.url ?? '');
-    const context: RequestContext = { id, startedAt: performance.now(), api: route ? ROUTES[route].api : this.defaultApi };
+    const context: RequestContext = { id, idGiven: given, startedAt: performance.now(), api: route ? ROUTES[route].api : this.defaultApi };
     attachContext(request, context);
     const tracing = this.tracing.tracing;
     if (tracing) {

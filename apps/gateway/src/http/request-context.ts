@@ -1,4 +1,5 @@
-import type { IncomingMessage } from 'node:http';
+import { randomUUID } from 'node:crypto';
+import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import type { DedupOutcome, RequestSpan } from 'nest-prompt-orchestrator';
 import type { ClientApi, GatewayRoute } from '../providers/provider.js';
 import type { Usage } from '../budgets/prices.js';
@@ -9,6 +10,8 @@ const REQUEST_CONTEXT = Symbol('gateway.request-context');
 /** Per-request facts the gateway keeps, set once and read wherever they are needed. */
 export interface RequestContext {
   id: string;
+  /** The id came from the client (`x-request-id`): it is the client's text, redacted before it is logged. */
+  idGiven?: boolean;
   /** performance.now() at arrival. */
   startedAt: number;
   /** The route that matched (set by the guard; absent for a request no route serves). */
@@ -56,6 +59,15 @@ export interface RequestContext {
   span?: RequestSpan;
 }
 
+// A propagated id is echoed in headers and logs: accept only a short, plain token.
+const REQUEST_ID = /^[\w.:-]{1,128}$/;
+
+/** The request's id and whether the client gave it: its `x-request-id` when that is a short, plain token, else a new one. */
+export function requestIdOf(headers: IncomingHttpHeaders): { id: string; given: boolean } {
+  const incoming = headers['x-request-id'];
+  return typeof incoming === 'string' && REQUEST_ID.test(incoming) ? { id: incoming, given: true } : { id: randomUUID(), given: false };
+}
+
 type WithContext = IncomingMessage & { [REQUEST_CONTEXT]?: RequestContext; raw?: WithContext };
 
 export function attachContext(request: IncomingMessage, context: RequestContext): void {
@@ -78,14 +90,10 @@ export function findContext(request: unknown): RequestContext | undefined {
 
 /** `Server-Timing`: time queued (dedup, breaker check, concurrency slot), time upstream, and total. */
 export function serverTiming(context: RequestContext, now: number): string {
-  const ms = (n: number) => n.toFixed(1);
-  const parts: string[] = [];
-  if (context.upstreamStartedAt !== undefined) {
-    parts.push(`queue;dur=${ms(context.upstreamStartedAt - context.startedAt)}`);
-    parts.push(`upstream;dur=${ms((context.upstreamAnsweredAt ?? now) - context.upstreamStartedAt)}`);
-  }
-  parts.push(`total;dur=${ms(now - context.startedAt)}`);
-  return parts.join(', ');
+  const total = `total;dur=${(now - context.startedAt).toFixed(1)}`;
+  const upstreamAt = context.upstreamStartedAt;
+  if (upstreamAt === undefined) return total;
+  return `queue;dur=${(upstreamAt - context.startedAt).toFixed(1)}, upstream;dur=${((context.upstreamAnsweredAt ?? now) - upstreamAt).toFixed(1)}, ${total}`;
 }
 
 /** A URL's path, without its query string (which may carry anything), bounded: what logs and spans may name. */

@@ -2,7 +2,9 @@ import { Inject, Injectable, Optional } from '@nestjs/common';
 import { OrchestratorMetrics, OrchestratorService, TRACE_ATTRIBUTES, type RequestOutcome } from 'nest-prompt-orchestrator';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import { Counter, type Registry } from 'prom-client';
+import * as promClient from 'prom-client';
+import type { Registry } from 'prom-client';
+import { TalliedCounter } from 'nest-prompt-orchestrator/internal';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG, GATEWAY_LOGGER } from '../gateway.tokens.js';
 import { pathOfUrl, type RequestContext } from '../http/request-context.js';
@@ -12,12 +14,14 @@ import { StatusBoard } from '../status/status-board.js';
 import { Budgets } from '../budgets/budgets.service.js';
 import { UsageLedger } from './usage-ledger.js';
 import { GatewayTracing } from './gateway-tracing.js';
+import { RequestLines } from './request-line.js';
 
 const MAX_MODELS = 50;
 const MAX_TENANT_LABELS = 50;
 const MAX_PROMPT_CHARS = 4000;
 
 type TokenChildren = [input: { inc(n: number): void }, output: { inc(n: number): void }];
+type TokenLabels = 'direction' | 'model' | 'tenant';
 
 /** Distinct label values up to a cap; later ones become "other" (a label never grows without bound). */
 class CappedLabels {
@@ -46,8 +50,8 @@ export class GatewayTelemetry {
   readonly enabled: boolean;
   private readonly requestLog: boolean;
   private readonly logPrompts: boolean;
-  private readonly tokens?: Counter<'direction' | 'model' | 'tenant'>;
-  private readonly tokensSaved?: Counter<'direction' | 'model'>;
+  private readonly tokens?: TalliedCounter<TokenLabels>;
+  private readonly tokensSaved?: TalliedCounter<'direction' | 'model'>;
   private readonly models = new CappedLabels(MAX_MODELS);
   private readonly tenantLabels = new CappedLabels(MAX_TENANT_LABELS);
   private readonly metricsTenants: boolean;
@@ -55,10 +59,11 @@ export class GatewayTelemetry {
   private readonly boundSaved = new Map<string, TokenChildren>();
   /** The breaker a request line names when its call reached no upstream (refused): the sole primary one's, however named. */
   private readonly defaultBreaker: string;
+  private readonly lines: RequestLines;
 
   constructor(
     @Inject(GATEWAY_CONFIG) config: GatewayConfig,
-    @Inject(GATEWAY_LOGGER) private readonly logger: Logger,
+    @Inject(GATEWAY_LOGGER) logger: Logger,
     private readonly orchestrator: OrchestratorService,
     private readonly usage: UsageLedger,
     private readonly budgets: Budgets,
@@ -70,17 +75,18 @@ export class GatewayTelemetry {
     const primary = upstreamMembers(config);
     this.defaultBreaker = primary.length === 1 ? primary[0].name : UPSTREAM;
     this.requestLog = o.requestLog && logger.isLevelEnabled('info');
+    this.lines = new RequestLines(logger);
     this.logPrompts = o.logPrompts;
     this.metricsTenants = o.metricsTenants;
     if (metrics) {
       const registers = [metrics.registry as Registry];
-      this.tokens = new Counter({
+      this.tokens = new TalliedCounter<TokenLabels>(promClient, {
         name: 'gateway_tokens_total',
         help: 'Tokens of the calls the gateway made to the provider, as it reported them (direction in = prompt, out = completion).',
         labelNames: o.metricsTenants ? ['direction', 'model', 'tenant'] : ['direction', 'model'],
         registers,
       });
-      this.tokensSaved = new Counter({
+      this.tokensSaved = new TalliedCounter<'direction' | 'model'>(promClient, {
         name: 'gateway_tokens_saved_total',
         help: 'Tokens of answers reused by deduplication (joined or cached requests): calls the provider did not bill.',
         labelNames: ['direction', 'model'],
@@ -97,7 +103,7 @@ export class GatewayTelemetry {
     if (!children) {
       const m = this.models.of(model);
       const labels = tenant === undefined ? [m] : [m, this.tenantLabels.of(tenant)];
-      children = [this.tokens!.labels('in', ...labels), this.tokens!.labels('out', ...labels)];
+      children = [this.tokens!.tally('in', ...labels), this.tokens!.tally('out', ...labels)];
       // Values past the caps all map to "other": remember them under their own key only while that stays small.
       if (this.boundTokens.size < 4 * (MAX_MODELS + MAX_TENANT_LABELS)) this.boundTokens.set(key, children);
     }
@@ -108,7 +114,7 @@ export class GatewayTelemetry {
     let children = this.boundSaved.get(model);
     if (!children) {
       const m = this.models.of(model);
-      children = [this.tokensSaved!.labels('in', m), this.tokensSaved!.labels('out', m)];
+      children = [this.tokensSaved!.tally('in', m), this.tokensSaved!.tally('out', m)];
       if (this.boundSaved.size < 4 * MAX_MODELS) this.boundSaved.set(model, children);
     }
     return children;
@@ -174,29 +180,29 @@ export class GatewayTelemetry {
     }
     if (!this.requestLog) return;
     const now = performance.now();
-    const line: Record<string, unknown> = {
+    const answered = context.upstreamStartedAt !== undefined;
+    this.lines.write({
       reqId: context.id,
+      reqIdGiven: context.idGiven === true,
       method,
       route: context.route ?? path,
+      named: context.route !== undefined,
       status,
       dedup: outcome ?? null,
       tenant: tenant ?? null,
       breaker: this.orchestrator.breakerState(context.upstream ?? this.defaultBreaker) ?? null,
       totalMs: round(now - context.startedAt),
-    };
-    if (context.upstreamStartedAt !== undefined) {
-      line.queueMs = round(context.upstreamStartedAt - context.startedAt);
-      line.upstreamMs = round((context.upstreamAnsweredAt ?? now) - context.upstreamStartedAt);
-    }
-    if (model !== undefined) line.model = model.slice(0, 100);
-    if (context.servedModel !== undefined) line.servedModel = context.servedModel.slice(0, 100);
-    // The pool member (or fallback group's) whose answer, or failure, this was.
-    if (context.upstream !== undefined) line.upstream = context.upstream;
-    if (own) line.usage = { in: own.input, out: own.output };
-    else if (reused) line.savedUsage = { in: reused.input, out: reused.output };
-    if (context.errorCode) line.error = context.errorCode;
-    if (this.logPrompts && context.body !== undefined) line.prompt = promptOf(context.body);
-    this.logger.info(line, 'request');
+      queueMs: answered ? round(context.upstreamStartedAt! - context.startedAt) : undefined,
+      upstreamMs: answered ? round((context.upstreamAnsweredAt ?? now) - context.upstreamStartedAt!) : undefined,
+      model: model?.slice(0, 100),
+      servedModel: context.servedModel?.slice(0, 100),
+      // The pool member (or fallback group's) whose answer, or failure, this was.
+      upstream: context.upstream,
+      usage: own && { in: own.input, out: own.output },
+      savedUsage: !own && reused ? { in: reused.input, out: reused.output } : undefined,
+      error: context.errorCode,
+      prompt: this.logPrompts && context.body !== undefined ? promptOf(context.body) : undefined,
+    });
   }
 }
 

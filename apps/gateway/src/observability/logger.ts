@@ -23,7 +23,22 @@ export function createLogger(config: ObservabilityConfig): Logger {
   if (config.logFormat === 'pretty') {
     return pino(options, pretty({ colorize: Boolean(process.stdout.isTTY), sync: true, ignore: 'pid,hostname', translateTime: 'SYS:HH:MM:ss.l' }));
   }
-  return pino(options, stdoutDestination());
+  const destination = stdoutDestination();
+  const logger = pino(options, destination);
+  lineSinks.set(logger, (line) => destination.write(line));
+  return logger;
+}
+
+const lineSinks = new WeakMap<Logger, (line: string) => void>();
+
+/**
+ * Where lines already serialised in the logger's own JSON shape may be written
+ * straight, beside its own (see `RequestLines`): the destination of a logger
+ * made by `createLogger` for JSON output. Absent for any other logger (pretty
+ * output, a test's own): lines then go through the logger.
+ */
+export function lineSinkOf(logger: Logger): ((line: string) => void) | undefined {
+  return lineSinks.get(logger);
 }
 
 let stdout: ReturnType<typeof pino.destination> | undefined;

@@ -1,12 +1,13 @@
-import { Observable, Subscription, defer, from, type Subscriber } from 'rxjs';
+import { Observable, Subscription, from, type Observer, type Subscriber, type Unsubscribable } from 'rxjs';
 import { ClientClosedError, isOrchestratorError, type UpstreamTimeoutError } from './errors.js';
 import type { ObserverHub, RefusalReason } from './observer.js';
 import { isRawResponse, isStreamedResponse, type CallEvent } from './events.js';
 import type { CallSource } from './breaker/failure-attribution.js';
 import type { RoutePolicy } from './policy.js';
 import type { ReleaseSlot } from './concurrency/concurrency-limiter.js';
+import type { AdaptiveLimit } from './concurrency/adaptive-limit.js';
 import type { CallControl } from './retry/retry.policy.js';
-import { withTimeLimits } from './timeout/time-limits.js';
+import { CallClock } from './timeout/time-limits.js';
 import { isOverloadSignal } from './breaker/failure-classifier.js';
 import type { Upstream } from './upstreams/upstream-pool.js';
 import type { RequestSpan, UpstreamSpan } from './tracing/request-tracing.js';
@@ -20,24 +21,15 @@ import type { RequestSpan, UpstreamSpan } from './tracing/request-tracing.js';
  */
 export type CallWork<T> = (signal: AbortSignal, upstream?: Upstream) => Observable<CallEvent<T>>;
 
-/** One try at the upstream: its own signal (a timeout aborts this attempt only) and its events. */
-interface Attempt {
-  /** Absent when the work takes no signal (it stops when unsubscribed): no controller is made for nobody. */
-  readonly abort?: AbortController;
-  upstream?: Subscription;
-  /** Settles the attempt's promise when the caller leaves, or the breaker would wait for it forever. */
-  readonly abandon: () => void;
-}
-
 /**
  * Where a guarded call is. Each state carries what can be cancelled in it, so
  * `cancel()` never has to guess.
  */
 type CallState =
   | { readonly kind: 'queued' }
-  | { readonly kind: 'attempting'; readonly attempt: Attempt }
+  | { readonly kind: 'attempting'; readonly attempt: Attempt<unknown> }
   | { readonly kind: 'backoff' }
-  | { readonly kind: 'streaming'; readonly attempt: Attempt }
+  | { readonly kind: 'streaming'; readonly attempt: Attempt<unknown> }
   | { readonly kind: 'done' };
 
 const REFUSALS = new Set<string>(['circuit_open', 'overloaded', 'queue_timeout', 'shutting_down']);
@@ -58,25 +50,26 @@ const DONE: CallState = { kind: 'done' };
  * slot is held until the call ends, stream included. Unsubscribing cancels
  * whatever stage the call is in: it leaves the queue, or aborts the upstream
  * request through the attempt's own signal.
+ *
+ * The common case runs in one synchronous pass without a promise: a free
+ * slot, a closed breaker that opens on consecutive failures (see
+ * `CircuitBreaker.admitsDirect`) and the first attempt, whose outcome the
+ * breaker counts as its `execute` would. A queue wait, a retry, or a breaker
+ * that is not closed takes the general path above.
  */
 export function guardedCall<T>(policy: RoutePolicy, work: CallWork<T>, options: GuardedCallOptions = {}): Observable<CallEvent<T>> {
   return new Observable<CallEvent<T>>((subscriber) => {
     const call = new GuardedCall(policy, work, subscriber, options);
-    if (options.handle) {
-      options.handle.detach = () => call.detach();
-      options.handle.running = () => !call.cancelled;
-    }
-    call.run().catch((error: unknown) => call.fail(error));
-    return () => call.cancel();
+    if (options.handle) options.handle.call = call;
+    call.start();
+    return call;
   });
 }
 
 export interface GuardedCallOptions {
   /** Who the call is for: its tenant waits in that tenant's line, and its failures are attributed (see `FailureAttribution`). */
   source?: CallSource;
-  /** Told when the call leaves the queue for the upstream. */
-  onUpstream?: () => void;
-  /** Filled in on subscription: lets the caller move the running call out of the callers' slots. */
+  /** Filled in on subscription, and told when the call leaves the queue for the upstream. */
   handle?: CallHandle;
   /** Told of the call's queue wait, attempts, timeouts, retries and refusals (absent: nobody watches). */
   observer?: ObserverHub;
@@ -84,18 +77,32 @@ export interface GuardedCallOptions {
   trace?: RequestSpan;
 }
 
+/** What whoever started a call learns of it while it runs. */
 export interface CallHandle {
-  /** Whether the call is still running (it has not ended, nor been cancelled). */
-  running?: () => boolean;
+  /** The call running now (the latest attempt's, over a pool): set on subscription. */
+  call?: RunningCall;
+  /** Set once the call has left the queue for the upstream. */
+  reachedUpstream?: boolean;
+}
+
+export interface RunningCall {
+  /** Whether the call has ended or been cancelled. */
+  readonly cancelled: boolean;
   /**
    * Every caller left and the call is to keep running: its slot moves to the
    * limiter's detached budget. False when it cannot keep running (it has not
    * reached the upstream, or the budget is full): it is to be cancelled.
    */
-  detach?: () => boolean;
+  detach(): boolean;
 }
 
-class GuardedCall<T> implements CallControl {
+/** How an attempt on the general path settles the promise the breaker and the retries wait on. */
+interface Settle {
+  resolve(): void;
+  reject(error: unknown): void;
+}
+
+class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
   private state: CallState = QUEUED;
   private release?: ReleaseSlot;
   // Created only when the call has to wait (queue, back-off): most calls never need it.
@@ -107,7 +114,7 @@ class GuardedCall<T> implements CallControl {
 
   constructor(
     private readonly policy: RoutePolicy,
-    private readonly work: CallWork<T>,
+    readonly work: CallWork<T>,
     private readonly subscriber: Subscriber<CallEvent<T>>,
     private readonly options: GuardedCallOptions,
   ) {}
@@ -120,30 +127,55 @@ class GuardedCall<T> implements CallControl {
     return (this.cancelController ??= new AbortController()).signal;
   }
 
-  async run(): Promise<void> {
-    const { breaker, limiter, retry } = this.policy;
+  start(): void {
+    const { breaker, limiter } = this.policy;
     const { source, observer, trace } = this.options;
-    breaker?.assertCallable();
+    if (breaker && !breaker.isCallable()) return this.fail(breaker.refusal());
     if (limiter) {
       this.release = limiter.tryAcquire(source?.tenant);
-      if (this.release) observer?.queueWait(this.upstream, 0);
-      else {
-        const queuedAt = observer || trace ? performance.now() : 0;
-        this.release = await limiter.acquire(this.signal(), source?.tenant);
-        const waited = performance.now() - queuedAt;
-        observer?.queueWait(this.upstream, waited);
-        this.queueWaitMs = waited;
-      }
-      trace?.setAttributes({ 'orchestrator.queue.wait_ms': round(this.queueWaitMs) });
+      if (!this.release) return void this.queue().catch((error: unknown) => this.fail(error));
+      observer?.queueWait(this.upstream, 0);
+      trace?.setAttributes({ 'orchestrator.queue.wait_ms': 0 });
     }
+    this.firstAttempt()?.catch((error: unknown) => this.fail(error));
+  }
+
+  /** No slot was free: the call waits in the limiter's queue, then goes on as `start` would. */
+  private async queue(): Promise<void> {
+    const { source, observer, trace } = this.options;
+    const queuedAt = observer || trace ? performance.now() : 0;
+    this.release = await this.policy.limiter!.acquire(this.signal(), source?.tenant);
+    const waited = performance.now() - queuedAt;
+    observer?.queueWait(this.upstream, waited);
+    this.queueWaitMs = waited;
+    trace?.setAttributes({ 'orchestrator.queue.wait_ms': round(waited) });
     // Cancelled while the slot was being granted.
     if (this.state.kind === 'done') return this.finish();
-    this.options.onUpstream?.();
-    let attempt = breaker ? () => breaker.execute(() => this.attempt(), source) : () => this.attempt();
+    return this.firstAttempt();
+  }
+
+  private firstAttempt(): Promise<void> | undefined {
+    if (this.options.handle) this.options.handle.reachedUpstream = true;
+    const breaker = this.policy.breaker;
+    if (breaker && !breaker.admitsDirect) return this.general();
+    breaker?.noteCall(this.options.source);
+    this.attempt(undefined);
+    return undefined;
+  }
+
+  /**
+   * The general path: each attempt through the breaker's `execute`, retried
+   * by the policy; `failed` is the error of a first attempt made directly.
+   */
+  private general(failed?: { error: unknown }): Promise<void> {
+    const { breaker, retry } = this.policy;
+    const { source, observer } = this.options;
+    const once = () => new Promise<void>((resolve, reject) => this.attempt({ resolve, reject }));
+    let attempt = breaker ? () => breaker.execute(once, source) : once;
     if (!retry) return attempt();
     if (observer) {
       const first = attempt;
-      let tries = 0;
+      let tries = failed ? 1 : 0;
       attempt = () => {
         if (tries++ > 0) observer.retried(this.upstream);
         return first();
@@ -152,7 +184,7 @@ class GuardedCall<T> implements CallControl {
     // Never retry into an open breaker. One with a health probe may close within the back-off's bound
     // (the upstream is back): wait that long for it, as the SDKs would have waited before their own retry.
     const waitForBreaker = breaker && ((signal: AbortSignal) => breaker.waitUntilCallable(retry.maxDelayMs, signal));
-    return retry.execute(attempt, this, waitForBreaker);
+    return retry.execute(attempt, this, waitForBreaker, failed);
   }
 
   /** What observers call the upstream this call goes to. */
@@ -160,62 +192,98 @@ class GuardedCall<T> implements CallControl {
     return this.policy.breaker?.name ?? this.policy.limiter?.name ?? this.policy.name;
   }
 
-  /** Resolves at the first event (a value, or a stream's first chunk): that, not the whole stream, is what the breaker times. */
-  private attempt(): Promise<void> {
-    const { breaker, timeLimits, limiter } = this.policy;
+  /**
+   * One try at the upstream, up to its first event (a value, or a stream's first chunk): that, not the whole
+   * stream, is what the breaker times. `settle` is the general path's promise; without it the attempt was made
+   * directly, and its outcome is counted by `directSettled`.
+   */
+  private attempt(settle: Settle | undefined): void {
+    const { timeLimits, limiter } = this.policy;
     const { observer, trace } = this.options;
     // Read once per attempt: a limit learnt from latency needs the clock, a fixed one does not.
     const learning = limiter?.learning;
     const startedAt = observer || learning ? performance.now() : 0;
     const span = trace && this.startUpstreamSpan(trace);
-    return new Promise<void>((resolveFirst, rejectFirst) => {
-      // A work function that declares no parameter cannot read its signal: it gets a shared one that never aborts.
-      const abort = this.work.length === 0 ? undefined : new AbortController();
-      const attempt: Attempt = { abort, abandon: () => rejectFirst(new ClientClosedError()) };
-      this.state = { kind: 'attempting', attempt };
-      let answered = false;
-      const events = defer(() => this.work(abort?.signal ?? NEVER_ABORTED, this.policy.upstream));
-      attempt.upstream = (timeLimits ? events.pipe(withTimeLimits<T>(timeLimits)) : events).subscribe({
-        next: (event) => {
-          // A plain value is the whole answer: the call is over before the caller (who may unsubscribe at once) sees it.
-          if (event.kind === 'value') {
-            if (span) endUpstreamSpan(span, event.value);
-            this.finish();
-          }
-          if (!answered && event.kind !== 'head') {
-            answered = true;
-            if (learning) learning.sample(performance.now() - startedAt, limiter!.inFlight + 1);
-            observer?.upstreamCall(this.upstream, performance.now() - startedAt, 'ok');
-            if (this.state.kind === 'attempting') this.state = { kind: 'streaming', attempt };
-            resolveFirst();
-          }
-          this.subscriber.next(event);
-        },
-        error: (error: unknown) => {
-          span?.end(isOrchestratorError(error) && error.code === 'upstream_timeout' ? 'timeout' : 'error', error);
-          attempt.abort?.abort(error);
-          if (observer) this.observeError(observer, error, answered ? undefined : performance.now() - startedAt);
-          if (!answered) {
-            if (learning && isOverloadSignal(error)) learning.drop();
-            if (this.state.kind === 'attempting') this.state = BACKOFF;
-            return rejectFirst(error);
-          }
-          // The breaker already counted this call a success; a stream that breaks later still counts.
-          breaker?.recordFailure(error, this.options.source);
-          this.fail(error);
-        },
-        complete: () => {
-          span?.end('ok');
-          this.finish();
-          if (!answered) {
-            if (learning) learning.sample(performance.now() - startedAt, limiter!.inFlight + 1);
-            observer?.upstreamCall(this.upstream, performance.now() - startedAt, 'ok');
-            resolveFirst();
-          }
-          this.subscriber.complete();
-        },
-      });
-    });
+    // A work function that declares no parameter cannot read its signal: it gets a shared one that never aborts.
+    const abort = this.work.length === 0 ? undefined : new AbortController();
+    const attempt = new Attempt<T>(this, settle, abort, startedAt, learning, span);
+    this.state = { kind: 'attempting', attempt: attempt as Attempt<unknown> };
+    let events: Observable<CallEvent<T>>;
+    try {
+      events = this.work(abort?.signal ?? NEVER_ABORTED, this.policy.upstream);
+    } catch (error) {
+      // As `defer` would: work that throws is an attempt that failed.
+      return attempt.error(error);
+    }
+    if (timeLimits) attempt.clock = new CallClock(timeLimits, (error) => attempt.timedOut(error));
+    attempt.upstream = events.subscribe(attempt);
+  }
+
+  /** An event of the attempt in progress. */
+  onEvent(attempt: Attempt<T>, event: CallEvent<T>): void {
+    attempt.clock?.event(event);
+    // A plain value is the whole answer: the call is over before the caller (who may unsubscribe at once) sees it.
+    if (event.kind === 'value') {
+      if (attempt.span) endUpstreamSpan(attempt.span, event.value);
+      this.finish();
+    }
+    if (!attempt.answered && event.kind !== 'head') {
+      attempt.answered = true;
+      this.answered(attempt);
+      if (this.state.kind === 'attempting') this.state = { kind: 'streaming', attempt: attempt as Attempt<unknown> };
+      attempt.settled(undefined);
+    }
+    this.subscriber.next(event);
+  }
+
+  onError(attempt: Attempt<T>, error: unknown): void {
+    attempt.clock?.stop();
+    attempt.span?.end(isOrchestratorError(error) && error.code === 'upstream_timeout' ? 'timeout' : 'error', error);
+    attempt.abort?.abort(error);
+    const observer = this.options.observer;
+    if (observer) this.observeError(observer, error, attempt.answered ? undefined : performance.now() - attempt.startedAt);
+    if (!attempt.answered) {
+      if (attempt.learning && isOverloadSignal(error)) attempt.learning.drop();
+      if (this.state.kind === 'attempting') this.state = BACKOFF;
+      return attempt.settled(error);
+    }
+    // The breaker already counted this call a success; a stream that breaks later still counts.
+    this.policy.breaker?.recordFailure(error, this.options.source);
+    this.fail(error);
+  }
+
+  onComplete(attempt: Attempt<T>): void {
+    attempt.clock?.stop();
+    attempt.span?.end('ok');
+    this.finish();
+    if (!attempt.answered) {
+      attempt.answered = true;
+      this.answered(attempt);
+      attempt.settled(undefined);
+    }
+    this.subscriber.complete();
+  }
+
+  /** The attempt's first event: its latency, for the adaptive limit and the observers. */
+  private answered(attempt: Attempt<T>): void {
+    if (attempt.learning) attempt.learning.sample(performance.now() - attempt.startedAt, this.policy.limiter!.inFlight + 1);
+    this.options.observer?.upstreamCall(this.upstream, performance.now() - attempt.startedAt, 'ok');
+  }
+
+  /**
+   * The outcome of a first attempt made directly, counted by the breaker as its `execute` would count it; a
+   * failure then goes to the retries, if the policy has any.
+   */
+  directSettled(error: unknown): void {
+    const counted = this.policy.breaker?.settle(error, this.options.source);
+    if (error === undefined) return;
+    if (counted) void counted.then(() => this.afterDirectFailure(error));
+    else this.afterDirectFailure(error);
+  }
+
+  private afterDirectFailure(error: unknown): void {
+    if (!this.policy.retry || this.cancelled) return this.fail(error);
+    this.general({ error }).catch((e: unknown) => this.fail(e));
   }
 
   private startUpstreamSpan(trace: RequestSpan): UpstreamSpan {
@@ -228,7 +296,7 @@ class GuardedCall<T> implements CallControl {
     return span;
   }
 
-  /** See `CallHandle.detach`. */
+  /** See `RunningCall.detach`. */
   detach(): boolean {
     const state = this.state.kind;
     if (state === 'done') return true;
@@ -258,6 +326,11 @@ class GuardedCall<T> implements CallControl {
     if (latencyMs !== undefined) observer.upstreamCall(this.upstream, latencyMs, timeout ? 'timeout' : 'error');
   }
 
+  /** The caller left (the subscription's teardown). */
+  unsubscribe(): void {
+    this.cancel();
+  }
+
   /** The caller left. Once the call has ended there is nothing left to abort (and aborting costs a DOMException). */
   cancel(): void {
     const state = this.state;
@@ -265,9 +338,7 @@ class GuardedCall<T> implements CallControl {
     this.finish();
     if (state.kind === 'attempting' || state.kind === 'streaming') {
       this.upstreamSpan?.end('cancelled');
-      state.attempt.upstream?.unsubscribe();
-      state.attempt.abort?.abort();
-      state.attempt.abandon();
+      state.attempt.leave();
     }
     this.cancelController?.abort();
   }
@@ -277,6 +348,65 @@ class GuardedCall<T> implements CallControl {
     const release = this.release;
     this.release = undefined;
     release?.();
+  }
+}
+
+/**
+ * One try at the upstream: its own signal (a timeout aborts this attempt
+ * only), its time limits, and its events, which it hands to its call. The
+ * observer its work is subscribed with.
+ */
+class Attempt<T> implements Observer<CallEvent<T>> {
+  upstream?: Subscription;
+  clock?: CallClock;
+  /** Its first event (a value, a stream's first chunk) or its end has come. */
+  answered = false;
+  private done = false;
+
+  constructor(
+    private readonly call: GuardedCall<T>,
+    private readonly settle: Settle | undefined,
+    /** Absent when the work takes no signal (it stops when unsubscribed): no controller is made for nobody. */
+    readonly abort: AbortController | undefined,
+    readonly startedAt: number,
+    readonly learning: AdaptiveLimit | undefined,
+    readonly span: UpstreamSpan | undefined,
+  ) {}
+
+  next(event: CallEvent<T>): void {
+    this.call.onEvent(this, event);
+  }
+
+  error(error: unknown): void {
+    this.call.onError(this, error);
+  }
+
+  complete(): void {
+    this.call.onComplete(this);
+  }
+
+  /** A time limit passed: the upstream request is left (and aborted), and the attempt fails with it. */
+  timedOut(error: UpstreamTimeoutError): void {
+    this.upstream?.unsubscribe();
+    this.error(error);
+  }
+
+  /** The caller left: the upstream request is aborted, and an attempt still waited on settles as abandoned. */
+  leave(): void {
+    this.clock?.stop();
+    this.upstream?.unsubscribe();
+    this.abort?.abort();
+    this.settled(new ClientClosedError());
+  }
+
+  /** Up to its first event, once: the promise of the general path, else the direct path's count. */
+  settled(error: unknown): void {
+    if (this.done) return;
+    this.done = true;
+    const settle = this.settle;
+    if (!settle) return this.call.directSettled(error);
+    if (error === undefined) settle.resolve();
+    else settle.reject(error);
   }
 }
 

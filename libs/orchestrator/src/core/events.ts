@@ -53,7 +53,8 @@ const STREAMED = Symbol.for('nest-prompt-orchestrator.streamed-response');
 
 export class StreamedResponse {
   // A brand, not `instanceof` alone: two copies of the package (ESM and CommonJS) in one process still agree.
-  readonly [STREAMED] = true;
+  // On the prototype (see below): a symbol-keyed field would be defined on every instance.
+  declare readonly [STREAMED]: true;
 
   constructor(
     readonly chunks: ObservableInput<Chunk>,
@@ -65,6 +66,8 @@ export class StreamedResponse {
     readonly formatError?: (error: unknown) => string,
   ) {}
 }
+
+Object.defineProperty(StreamedResponse.prototype, STREAMED, { value: true });
 
 export function isStreamedResponse(value: unknown): value is StreamedResponse {
   return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[STREAMED] === true;
@@ -79,7 +82,8 @@ const RAW = Symbol.for('nest-prompt-orchestrator.raw-response');
  * window by their exact size. Nothing re-serialises them.
  */
 export class RawResponse {
-  readonly [RAW] = true;
+  // On the prototype (see below): one is made per answer, and a symbol-keyed field would be defined on each.
+  declare readonly [RAW]: true;
 
   constructor(
     readonly body: Buffer,
@@ -91,6 +95,8 @@ export class RawResponse {
     readonly status?: number,
   ) {}
 }
+
+Object.defineProperty(RawResponse.prototype, RAW, { value: true });
 
 export function isRawResponse(value: unknown): value is RawResponse {
   return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[RAW] === true;

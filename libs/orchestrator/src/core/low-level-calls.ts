@@ -10,6 +10,11 @@ export function startLocalCall<T>(orchestrator: Orchestrator, policy: RoutePolic
   return orchestrator.startLocal<T>(policy, call, work);
 }
 
+/** `Orchestrator.findLocal`: the call joined or replayed from this process alone, or `undefined` (nothing started). */
+export function findLocalCall<T>(orchestrator: Orchestrator, policy: RoutePolicy, call: CallRequest): StartedCall<T> | undefined {
+  return orchestrator.findLocal<T>(policy, call);
+}
+
 /** `Orchestrator.start`: the call joined, replayed or led, asking the shared window and the fleet first. */
 export function startCall<T>(orchestrator: Orchestrator, policy: RoutePolicy, call: CallRequest, work: CallWork<T>): Promise<StartedCall<T>> {
   return orchestrator.start<T>(policy, call, work);

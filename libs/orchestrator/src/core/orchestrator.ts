@@ -11,12 +11,11 @@ import { checkUpstreamPools, type UpstreamPoolOptions } from './upstreams/upstre
 import type { Upstream, UpstreamSnapshot } from './upstreams/upstream-pool.js';
 import { CONCURRENCY_FIELDS, type ConcurrencyOptions } from './concurrency/concurrency.options.js';
 import { ConcurrencyRegistry, type LimiterSnapshot } from './concurrency/concurrency.registry.js';
-import { AnswerWindow, replayEntry, type StoreState, type WindowEntry, type WindowHealth } from './dedup/answer-window.js';
+import { AnswerWindow, replayEntry, type StoreState, type WindowEntry, type WindowHealth, type WindowPayload } from './dedup/answer-window.js';
 import { DEDUP_FIELDS, type DedupOptions, type DedupRequest } from './dedup/dedup.options.js';
 import { dedupKey } from './dedup/dedup-key.js';
-import { SingleFlight, type DedupOutcome } from './dedup/single-flight.js';
+import { SingleFlight, type DedupOutcome, type LeadOptions } from './dedup/single-flight.js';
 import type { BreakerCoordinator, FlightCoordinator } from './cluster/coordination.js';
-import type { CallSource } from './breaker/failure-attribution.js';
 import { describeError } from './bounded.js';
 import { ShuttingDownError } from './errors.js';
 import type { CallEvent } from './events.js';
@@ -145,6 +144,14 @@ export interface Reuse {
 export interface CallRequest {
   /** Dedup key (tenant included); without it nothing is shared. */
   key?: string;
+  /**
+   * What the request that leads the call wants the requests that reuse its
+   * answer to know (e.g. a few fields of its body, which they then need not
+   * read): kept with the flight and stored with the answer (plain data, when
+   * the window has a shared store), and returned as `StartedCall.tag` to a
+   * request that joins the call or replays the answer.
+   */
+  tag?: unknown;
   /** The caller's tenant (already hashed, see `tenantOf`): its line in the queue, and whose failure it is. */
   tenant?: string;
   reuse?: Reuse;
@@ -169,6 +176,13 @@ export interface StartedCall<T> {
   /** How old a `cached` answer is, in whole seconds (the `Age` header). */
   ageSeconds?: number;
   events: Observable<CallEvent<T>>;
+  /**
+   * A `cached` answer as the window holds it: a caller may write it as it is
+   * (a body, or a stream's head and chunks) instead of subscribing to `events`.
+   */
+  stored?: WindowPayload<T>;
+  /** The leader's `CallRequest.tag`, for a request that joined its call or replays its answer (when it gave one). */
+  tag?: unknown;
 }
 
 export interface OrchestratorHealth {
@@ -352,28 +366,26 @@ export class Orchestrator {
     }
     const flights = this.flights as SingleFlight<T>;
     // no-cache: a fresh answer, neither joined nor from the window (it then replaces what the window holds).
-    if (!reuse?.noCache) {
-      const running = flights.join(key);
-      if (running) return this.joined(policy, running, trace);
-      const stored = dedup.window?.getLocal<T>(key);
-      const cached = stored && this.cached(policy, stored, reuse, trace);
-      if (cached) return cached;
-    }
-    const { state, lead } = this.leader(policy, work, source, trace);
+    const local = this.findLocal<T>(policy, call);
+    if (local) return local;
     const coordinator = this.options.coordinator;
     if (reuse?.noCache || !(dedup.window?.hasShared || coordinator)) {
-      return this.answer(policy, 'miss', this.register(policy, call, lead(), state, () => 'miss'), trace);
+      const lead = new Lead<T>(policy, call, work, hub, 'miss', false);
+      return this.answer(policy, 'miss', this.register(key, lead, lead.call()), trace);
     }
     // The flight is registered before any I/O: every identical request in this process joins it, whatever the
     // shared store and the fleet do (slow, frozen or gone). They only decide where its events come from.
-    const found = this.findShared<T>(policy, key, reuse, lead, trace);
-    let outcome: DedupOutcome | undefined;
-    const events = this.register(policy, call, afterFound(found), state, () => outcome, true);
-    const { outcome: settled, ageSeconds, leader } = await found;
-    outcome = settled;
+    const lead = new Lead<T>(policy, call, work, hub, undefined, true);
+    const found = this.findShared<T>(policy, key, reuse, () => lead.call(), trace);
+    const events = this.register(key, lead, afterFound(found));
+    const { outcome: settled, ageSeconds, leader, tag } = await found;
+    lead.outcome = settled;
     // Joiners here link to whoever leads the call: this request, or the request of another replica it follows.
     if (trace?.recording) flights.setLeader(events, settled === 'miss' ? trace.traceparent : leader);
-    return { ...this.answer(policy, settled, events, trace, leader), ...(ageSeconds === undefined ? {} : { ageSeconds }) };
+    const started = this.answer(policy, settled, events, trace, leader);
+    if (ageSeconds !== undefined) started.ageSeconds = ageSeconds;
+    if (tag !== undefined) started.tag = tag;
+    return started;
   }
 
   /**
@@ -394,7 +406,7 @@ export class Orchestrator {
       if (window?.hasShared) {
         const stored = await window.getShared<T>(key);
         const replay = stored && replayable(stored, reuse);
-        if (replay) return { outcome: 'cached', ...replay };
+        if (replay) return { outcome: 'cached', ...replay, tag: stored.tag };
       }
       const traceparent = trace?.traceparent;
       const claim = await this.options.coordinator?.claim<T>(key, lead, traceparent ? { trace: traceparent } : undefined);
@@ -409,52 +421,13 @@ export class Orchestrator {
     return { outcome: 'miss', events: lead() };
   }
 
-  /** The leader's guarded call, and what is learnt about it while it runs. */
-  private leader<T>(policy: RoutePolicy, work: CallWork<T>, source: CallSource, trace: RequestSpan | undefined) {
-    const state = { reachedUpstream: false, handle: {} as CallHandle };
-    const lead = () =>
-      upstreamCall(policy, work, { source, onUpstream: () => (state.reachedUpstream = true), handle: state.handle, observer: this.hub, trace });
-    return { state, lead };
-  }
-
   /**
-   * Makes `call$` the flight under the call's key, recorded for the window
-   * when it succeeds: by the leader in memory and the shared store, by a
-   * replica that followed another in memory only, not at all when it was
-   * replayed from the window (`outcome()` tells, once the flight is known).
+   * Makes the leader's guarded call (or the events found for it) the flight under the call's key, recorded for the
+   * window when it succeeds: by the leader in memory and the shared store, by a replica that followed another in
+   * memory only, not at all when it was replayed from the window (`lead.outcome` tells, once the flight is known).
    */
-  private register<T>(
-    policy: RoutePolicy,
-    call: CallRequest,
-    call$: Observable<CallEvent<T>>,
-    state: { reachedUpstream: boolean; handle: CallHandle },
-    outcome: () => DedupOutcome | undefined,
-    leaderPending = false,
-  ): Observable<CallEvent<T>> {
-    const dedup = policy.dedup!;
-    const key = call.key!;
-    const window = call.reuse?.noStore ? undefined : dedup.window;
-    return (this.flights as SingleFlight<T>).lead(key, call$, {
-      // Every caller gone: a call that has not reached the upstream is dropped; one still running is aborted when the
-      // route says so, else keeps running for the window in the limiter's detached budget (cancelled when that is
-      // full). One that has ended (a plain answer: the caller leaves as soon as it has it) is left to record itself.
-      cancelWhenAbandoned: () => {
-        if (!state.reachedUpstream) return true;
-        if (dedup.cancelWhenAbandoned && (state.handle.running?.() ?? true)) return true;
-        return !(state.handle.detach?.() ?? true);
-      },
-      maxEntryBytes: dedup.maxEntryBytes,
-      leader: !call.trace?.recording ? undefined : leaderPending ? 'pending' : call.trace.traceparent,
-      route: policy.name,
-      upstream: upstreamOf(policy),
-      onSuccess: !window
-        ? undefined
-        : async (entry) => {
-            const how = outcome();
-            if (how === 'miss') return window.set(key, entry, dedup.windowMs);
-            if (how === 'joined') window.setLocal(key, entry, dedup.windowMs);
-          },
-    });
+  private register<T>(key: string, lead: Lead<T>, events: Observable<CallEvent<T>>): Observable<CallEvent<T>> {
+    return (this.flights as SingleFlight<T>).lead(key, events, lead);
   }
 
   /**
@@ -467,24 +440,42 @@ export class Orchestrator {
   startLocal<T>(policy: RoutePolicy, call: CallRequest, work: CallWork<T>): StartedCall<T> | undefined {
     if (this.closing) return undefined;
     const { key, tenant, reuse, trace } = call;
-    const source = { key, tenant };
     const dedup = policy.dedup;
     if (!dedup || key === undefined) {
       this.hub?.request(policy.name, upstreamOf(policy), 'none');
       trace?.setOutcome('none', upstreamOf(policy), policy.breaker?.state);
-      return { events: upstreamCall(policy, work, { source, observer: this.hub, trace }) };
+      return { events: upstreamCall(policy, work, { source: { key, tenant }, observer: this.hub, trace }) };
     }
     if (!reuse?.noCache) {
-      const flights = this.flights as SingleFlight<T>;
-      const running = flights.join(key);
-      if (running) return this.joined(policy, running, trace);
-      const stored = dedup.window?.getLocal<T>(key);
-      const cached = stored && this.cached(policy, stored, reuse, trace);
-      if (cached) return cached;
+      const found = this.findLocal<T>(policy, call);
+      if (found) return found;
       if (dedup.window?.hasShared || this.options.coordinator) return undefined;
     }
-    const { state, lead } = this.leader(policy, work, source, trace);
-    return this.answer(policy, 'miss', this.register(policy, call, lead(), state, () => 'miss'), trace);
+    const lead = new Lead<T>(policy, call, work, this.hub, 'miss', false);
+    return this.answer(policy, 'miss', this.register(key, lead, lead.call()), trace);
+  }
+
+  /**
+   * The call answered from this process alone, if it can be: joined to a
+   * call in flight under its key, or replayed from the in-memory window.
+   * `undefined` when it would have to be made (or asked of a shared store or
+   * the fleet): nothing is started then. Lets a caller that has the request's
+   * key before it has read the whole request (its body's fields) skip that
+   * reading for a request it will not send.
+   * @internal
+   */
+  findLocal<T>(policy: RoutePolicy, call: CallRequest): StartedCall<T> | undefined {
+    const { key, reuse, trace } = call;
+    const dedup = policy.dedup;
+    if (!dedup || key === undefined || reuse?.noCache || this.closing) return undefined;
+    const running = (this.flights as SingleFlight<T>).find(key);
+    if (running) {
+      const joined = this.joined(policy, running.events, trace);
+      joined.tag = running.tag;
+      return joined;
+    }
+    const stored = dedup.window?.getLocal<T>(key);
+    return stored && this.cached(policy, stored, reuse, trace);
   }
 
   /** A request that waits on a call in flight here: its span links to the call's leader (now, or once the fleet says who). */
@@ -495,8 +486,10 @@ export class Orchestrator {
 
   /** A stored answer replayed, unless the caller asks for a younger one (`max-age`). */
   private cached<T>(policy: RoutePolicy, stored: WindowEntry<T>, reuse: Reuse | undefined, trace: RequestSpan | undefined): StartedCall<T> | undefined {
-    const replay = replayable(stored, reuse);
-    return replay && { ...this.answer(policy, 'cached', replay.events, trace), ageSeconds: replay.ageSeconds };
+    const ageSeconds = ageOf(stored, reuse);
+    if (ageSeconds === undefined) return undefined;
+    this.count(policy, 'cached', trace);
+    return new Replay(stored, ageSeconds);
   }
 
   /**
@@ -630,13 +623,18 @@ export class Orchestrator {
     trace?: RequestSpan,
     leader?: string,
   ): StartedCall<T> {
+    this.count(policy, outcome, trace, leader);
+    return { outcome, events };
+  }
+
+  /** How a request was answered: counted, told to the observers, and set on its span. */
+  private count(policy: RoutePolicy, outcome: DedupOutcome, trace?: RequestSpan, leader?: string): void {
     this.outcomes[outcome]++;
     this.hub?.request(policy.name, upstreamOf(policy), outcome);
     if (trace) {
       trace.setOutcome(outcome, upstreamOf(policy), policy.breaker?.state);
       if (outcome === 'joined') trace.link(leader);
     }
-    return { outcome, events };
   }
 }
 
@@ -666,13 +664,103 @@ interface Found<T> {
   leader?: string;
   /** Called instead of subscribing when every caller left before the flight was found (gives a won claim back). */
   abandon?: () => void;
+  /** The stored answer's tag (see `CallRequest.tag`). */
+  tag?: unknown;
 }
 
-/** A stored answer's events and age (the `Age` header), unless the caller asks for a younger one (`max-age`). */
-function replayable<T>(stored: WindowEntry<T>, reuse: Reuse | undefined): { events: Observable<CallEvent<T>>; ageSeconds: number } | undefined {
+/** A stored answer's age in whole seconds (the `Age` header), unless the caller asks for a younger one (`max-age`). */
+function ageOf(stored: WindowEntry<unknown>, reuse: Reuse | undefined): number | undefined {
   const age = Date.now() - stored.storedAt;
   if (reuse?.maxAgeMs !== undefined && age > reuse.maxAgeMs) return undefined;
-  return { events: from(replayEntry(stored)), ageSeconds: Math.max(0, Math.floor(age / 1000)) };
+  return Math.max(0, Math.floor(age / 1000));
+}
+
+/** A stored answer's events and age, unless the caller asks for a younger one. */
+function replayable<T>(stored: WindowEntry<T>, reuse: Reuse | undefined): { events: Observable<CallEvent<T>>; ageSeconds: number } | undefined {
+  const ageSeconds = ageOf(stored, reuse);
+  return ageSeconds === undefined ? undefined : { events: from(replayEntry(stored)), ageSeconds };
+}
+
+/** A call answered from the window: its events are made only for a caller that subscribes (others write `stored`). */
+class Replay<T> implements StartedCall<T> {
+  readonly outcome = 'cached';
+
+  constructor(
+    readonly stored: WindowEntry<T>,
+    readonly ageSeconds: number,
+  ) {}
+
+  get tag(): unknown {
+    return this.stored.tag;
+  }
+
+  get events(): Observable<CallEvent<T>> {
+    return from(replayEntry(this.stored));
+  }
+}
+
+/**
+ * The leader side of one flight, as the flight sees it (`LeadOptions`): the
+ * guarded call it makes, what is learnt of that call while it runs (its
+ * handle), what happens when every caller has left, and where its answer is
+ * recorded. One object per flight.
+ */
+class Lead<T> implements LeadOptions<T> {
+  readonly handle: CallHandle = {};
+  readonly maxEntryBytes: number;
+  readonly leader?: string;
+  readonly route: string;
+  readonly upstream: string;
+  readonly onSuccess?: (entry: WindowPayload<T>) => Promise<void> | undefined;
+  readonly tag: unknown;
+  private readonly window?: AnswerWindow;
+
+  constructor(
+    private readonly policy: RoutePolicy,
+    private readonly request: CallRequest,
+    private readonly work: CallWork<T>,
+    private readonly observer: ObserverHub | undefined,
+    /** How this process answers the key: `miss` (it leads), `joined` (it follows another replica), `cached`. Set once known. */
+    public outcome: DedupOutcome | undefined,
+    leaderPending: boolean,
+  ) {
+    const dedup = policy.dedup!;
+    this.maxEntryBytes = dedup.maxEntryBytes;
+    const trace = request.trace;
+    this.leader = !trace?.recording ? undefined : leaderPending ? 'pending' : trace.traceparent;
+    this.route = policy.name;
+    this.upstream = upstreamOf(policy);
+    this.window = request.reuse?.noStore ? undefined : dedup.window;
+    this.tag = request.tag;
+    // Called as the flight's option (`options.onSuccess(entry)`), so the method keeps this object as `this`.
+    if (this.window) this.onSuccess = this.record;
+  }
+
+  /** The guarded call (over the pool, if the policy has one). */
+  call(): Observable<CallEvent<T>> {
+    const { key, tenant, trace } = this.request;
+    return upstreamCall(this.policy, this.work, { source: { key, tenant }, handle: this.handle, observer: this.observer, trace });
+  }
+
+  /**
+   * Every caller gone: a call that has not reached the upstream is dropped; one still running is aborted when the
+   * route says so, else keeps running for the window in the limiter's detached budget (cancelled when that is
+   * full). One that has ended (a plain answer: the caller leaves as soon as it has it) is left to record itself.
+   */
+  cancelWhenAbandoned(): boolean {
+    const handle = this.handle;
+    if (!handle.reachedUpstream) return true;
+    if (this.policy.dedup!.cancelWhenAbandoned && !(handle.call?.cancelled ?? false)) return true;
+    return !(handle.call?.detach() ?? true);
+  }
+
+  private record(entry: WindowPayload<T>): Promise<void> | undefined {
+    const window = this.window!;
+    const { windowMs } = this.policy.dedup!;
+    if (this.outcome === 'miss') return window.set(this.request.key!, entry, windowMs);
+    if (this.outcome === 'joined') window.setLocal(this.request.key!, entry, windowMs);
+    return undefined;
+  }
 }
 
 /** The events of `found` once it settles; a subscriber that leaves before then makes it `abandon`. */

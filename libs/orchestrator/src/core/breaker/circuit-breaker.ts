@@ -98,11 +98,7 @@ export class CircuitBreaker {
     // The source rides along as fire()'s second argument so that errorFilter sees it; the action ignores it.
     this.breaker = new OpossumBreaker((action: Action, _source?: CallSource) => action(), this.opossumOptions);
     // opossum reports a filtered error as a success; a call its caller abandoned proves nothing either way.
-    this.breaker.on('success', (result: unknown) => {
-      if (isAbandoned(result)) return;
-      this.resetRun();
-      if (this.fleet) void this.fleet.resetFailures(name);
-    });
+    this.breaker.on('success', (result: unknown) => this.succeeded(result));
     // Registered before opossum decides to reopen after a failed probe, so the
     // doubled period is in place when its reset timer starts.
     this.breaker.on('failure', (_error: unknown, _latency: number, args: [Action, CallSource?]) => {
@@ -141,7 +137,6 @@ export class CircuitBreaker {
     this.breaker.on('open', () => this.noteState());
     this.breaker.on('close', () => this.noteState());
     this.breaker.on('halfOpen', () => this.noteState());
-    this.breaker.on('success', () => (this.observed = true));
     this.breaker.on('failure', () => (this.observed = true));
     if (fleet) {
       void fleet.watch(name, (state) => this.applyRemote(state)).then((current) => {
@@ -185,7 +180,55 @@ export class CircuitBreaker {
   /** Throws `CircuitOpenError` unless a call would be let through right now. */
   assertCallable(): void {
     if (this.isCallable()) return;
-    throw new CircuitOpenError(this.name, this.retryAfterSeconds());
+    throw this.refusal();
+  }
+
+  /** The error a refused call gets: when to come back, as `Retry-After` says it. */
+  refusal(): CircuitOpenError {
+    return new CircuitOpenError(this.name, this.retryAfterSeconds());
+  }
+
+  /**
+   * Whether a call may be made without opossum's `fire()` (see `settle`): the
+   * breaker is closed and opens on consecutive failures only. In that state
+   * `fire()` does nothing but hand the outcome to the listeners this class
+   * registers (its own statistics serve only the failure-rate mode), at the
+   * price of two promises and four events per call; the state machine (open,
+   * half-open with its single probe, the reset timer) stays opossum's.
+   */
+  get admitsDirect(): boolean {
+    return this.breaker.closed && this.options.failureRate === undefined && !this.breaker.isShutdown;
+  }
+
+  /**
+   * The outcome of a call made without `fire()` (see `admitsDirect`), up to its
+   * first event (`error` undefined: it answered), counted exactly as `fire()`
+   * would count it: a success resets the run of failures and gives its tenant
+   * standing; a failure that is the upstream's counts (and may open the
+   * breaker); one that is not counts as a success, as opossum reports a
+   * filtered error. Returns what to wait for before answering the caller (a
+   * failure being counted across the fleet), if anything.
+   */
+  settle(error: unknown, source?: CallSource): Promise<void> | undefined {
+    if (error === undefined) {
+      this.attribution.succeeded(source);
+      this.succeeded(undefined);
+      return undefined;
+    }
+    if (!this.options.isFailure(error) || !this.counts(source)) {
+      this.succeeded(error);
+      return this.fleetCount;
+    }
+    const newcomer = this.verdict === 'newcomer';
+    this.verdict = undefined;
+    this.observed = true;
+    this.onFailure(source, newcomer);
+    return this.fleetCount;
+  }
+
+  /** A call starts without `fire()` (see `admitsDirect`): its tenant is active, as `execute` records it. */
+  noteCall(source?: CallSource): void {
+    this.attribution.seen(source);
   }
 
   /**
@@ -278,7 +321,19 @@ export class CircuitBreaker {
     return this.verdict === 'upstream' || (this.verdict === 'newcomer' && this.options.healthProbe !== undefined);
   }
 
+  /** A call answered (or failed in a way that is not the upstream's): the run of failures is over. */
+  private succeeded(result: unknown): void {
+    this.observed = true;
+    // An answer nobody waited for proves nothing either way.
+    if (isAbandoned(result)) return;
+    // A success while half-open closes the breaker (what opossum's own listener does for a call through fire()).
+    if (this.breaker.halfOpen) this.breaker.close();
+    this.resetRun();
+    if (this.fleet) void this.fleet.resetFailures(this.name);
+  }
+
   private resetRun(): void {
+    if (this.consecutiveFailures === 0 && this.streakTenants.size === 0 && !this.streakHasNewcomer) return;
     this.consecutiveFailures = 0;
     this.streakTenants.clear();
     this.streakHasNewcomer = false;

@@ -13,9 +13,11 @@ class LastByOwner {
   private second?: { owner: string; at: number };
 
   record(owner: string, at: number): void {
-    if (this.first?.owner === owner) this.first = { owner, at };
+    const first = this.first;
+    // The same owner again (every call of a single tenant): updated in place, nothing made per call.
+    if (first?.owner === owner) first.at = at;
     else {
-      this.second = this.first;
+      this.second = first;
       this.first = { owner, at };
     }
   }

@@ -4,11 +4,15 @@ import { LRUCache } from 'lru-cache';
 import { describeError, withTimeout } from '../bounded.js';
 import { RawResponse, isRawResponse, type CallEvent, type Chunk, type StreamHead } from '../events.js';
 
-/** A finished answer as recorded. Plain data (a `RawResponse` is kept as `bytes`), so a shared store (Redis) can hold it. */
-export type WindowPayload<T> =
+/**
+ * A finished answer as recorded. Plain data (a `RawResponse` is kept as `bytes`), so a shared store (Redis) can hold
+ * it; `tag` is what its leader's request said of itself (`CallRequest.tag`).
+ */
+export type WindowPayload<T> = (
   | { kind: 'value'; value: T }
   | { kind: 'bytes'; body: Buffer; contentType: string; headers?: Record<string, string>; status?: number }
-  | { kind: 'stream'; head: StreamHead; chunks: Chunk[] };
+  | { kind: 'stream'; head: StreamHead; chunks: Chunk[] }
+) & { tag?: unknown };
 
 /** A finished answer kept for reuse, with when it was stored and until when it is reused. */
 export type WindowEntry<T> = WindowPayload<T> & {
@@ -119,16 +123,25 @@ export class AnswerWindow {
     return this.getLocal<T>(key) ?? (this.hasShared ? this.getShared<T>(key) : undefined);
   }
 
-  /** Keeps the answer for `ttlMs` in memory and in the shared store; a store failure is reported, not thrown. */
-  async set<T>(key: string, payload: WindowPayload<T>, ttlMs: number): Promise<void> {
+  /**
+   * Keeps the answer for `ttlMs` in memory and in the shared store; a store failure is reported, not thrown.
+   * Returns what to wait for while the shared store takes it (nothing without one: the memory tier is synchronous).
+   */
+  set<T>(key: string, payload: WindowPayload<T>, ttlMs: number): Promise<void> | undefined {
     const entry = this.setLocal(key, payload, ttlMs);
-    if (this.hasShared) await this.sharedOp((cache) => cache.set(key, entry, ttlMs));
+    if (!this.hasShared) return undefined;
+    const shared = entry.kind === 'stream' ? { ...entry, chunks: joinBytes(entry.chunks) } : entry;
+    return this.sharedOp((cache) => cache.set(key, shared, ttlMs)).then(noop);
   }
 
-  /** Keeps the answer in memory only (another replica already put it in the shared store). */
+  /**
+   * Keeps the answer in memory only (another replica already put it in the shared store). The payload becomes the
+   * entry (its times are added to it): it is the recorder's own, made for this.
+   */
   setLocal<T>(key: string, payload: WindowPayload<T>, ttlMs: number): WindowEntry<T> {
-    const storedAt = Date.now();
-    const entry: WindowEntry<T> = { ...payload, storedAt, expiresAt: storedAt + ttlMs };
+    const entry = payload as WindowEntry<T>;
+    entry.storedAt = Date.now();
+    entry.expiresAt = entry.storedAt + ttlMs;
     // No ttl for lru-cache: `getLocal` reads `expiresAt` itself, and lru-cache's own clock per entry costs every set.
     this.memory.set(key, entry);
     return entry;
@@ -226,3 +239,14 @@ export function sizeOf(value: unknown): number {
   }
 }
 
+function noop(): void {}
+
+/**
+ * A finished stream of relayed bytes as one Buffer, for a shared store: one value to write and read, and never
+ * decoded chunk by chunk (a chunk may end inside a multi-byte character). Text chunks stay as they are. In memory
+ * the chunks stay as they came: joining them would copy every stream once more.
+ */
+function joinBytes(chunks: Chunk[]): Chunk[] {
+  if (chunks.length < 2 || chunks.every((chunk) => typeof chunk === 'string')) return chunks;
+  return [Buffer.concat(chunks.map((chunk) => (typeof chunk === 'string' ? Buffer.from(chunk) : chunk)))];
+}

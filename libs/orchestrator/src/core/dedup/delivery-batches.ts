@@ -1,4 +1,4 @@
-import { Observable, type MonoTypeOperatorFunction } from 'rxjs';
+import { Observable, type MonoTypeOperatorFunction, type Observer, type Subscriber } from 'rxjs';
 
 export interface DeliveryBatchesOptions {
   /** Deliveries run at once in one turn of the event loop; the rest wait for the next turn. */
@@ -32,14 +32,32 @@ export class DeliveryBatches {
   }
 
   run(delivery: () => void): void {
-    if (this.waiting === 0 && this.ranThisTurn < this.options.size) {
-      this.ranThisTurn++;
-      this.nextTurn();
-      delivery();
-      return;
-    }
-    this.queue.push(delivery);
+    if (this.mayRunNow()) delivery();
+    else this.queue.push(delivery);
+  }
+
+  /** An event for `subscriber`, now if the turn allows (no closure made), else in its place in the queue. */
+  next<E>(subscriber: Subscriber<E>, value: E): void {
+    if (this.mayRunNow()) subscriber.next(value);
+    else this.queue.push(() => subscriber.next(value));
+  }
+
+  error(subscriber: Subscriber<unknown>, error: unknown): void {
+    if (this.mayRunNow()) subscriber.error(error);
+    else this.queue.push(() => subscriber.error(error));
+  }
+
+  complete(subscriber: Subscriber<unknown>): void {
+    if (this.mayRunNow()) subscriber.complete();
+    else this.queue.push(() => subscriber.complete());
+  }
+
+  /** Whether a delivery may run at once (nothing waits, this turn has room); counts it if so. */
+  private mayRunNow(): boolean {
     this.nextTurn();
+    if (this.waiting > 0 || this.ranThisTurn >= this.options.size) return false;
+    this.ranThisTurn++;
+    return true;
   }
 
   /**
@@ -51,11 +69,7 @@ export class DeliveryBatches {
   operator<T>(count?: { subscribers: number }): MonoTypeOperatorFunction<T> {
     return (source) =>
       new Observable<T>((subscriber) => {
-        const subscription = source.subscribe({
-          next: (value) => this.run(() => subscriber.next(value)),
-          error: (error: unknown) => this.run(() => subscriber.error(error)),
-          complete: () => this.run(() => subscriber.complete()),
-        });
+        const subscription = source.subscribe(new BatchedDelivery(this, subscriber));
         if (!count) return subscription;
         count.subscribers++;
         return () => {
@@ -95,3 +109,23 @@ export class DeliveryBatches {
 }
 
 const noop = () => undefined;
+
+/** One subscriber's events, through the batches: the observer a shared source is subscribed with for it. */
+export class BatchedDelivery<E> implements Observer<E> {
+  constructor(
+    private readonly batches: DeliveryBatches,
+    private readonly subscriber: Subscriber<E>,
+  ) {}
+
+  next(value: E): void {
+    this.batches.next(this.subscriber, value);
+  }
+
+  error(error: unknown): void {
+    this.batches.error(this.subscriber, error);
+  }
+
+  complete(): void {
+    this.batches.complete(this.subscriber);
+  }
+}

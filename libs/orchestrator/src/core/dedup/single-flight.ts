@@ -1,7 +1,7 @@
-import { NEVER, Observable, ReplaySubject, Subject, of, share } from 'rxjs';
+import { Observable, ReplaySubject, Subject, type Observer, type Subscriber, type Subscription, type TeardownLogic, type Unsubscribable } from 'rxjs';
 import { isRawResponse, type CallEvent, type Chunk, type StreamHead } from '../events.js';
 import { sizeOf, type WindowPayload } from './answer-window.js';
-import { DeliveryBatches } from './delivery-batches.js';
+import { BatchedDelivery, DeliveryBatches } from './delivery-batches.js';
 
 /** Callers served at once when one answer reaches many: about 10-20 ms of work before the event loop gets a turn. */
 export const DELIVERY_BATCH_SIZE = 32;
@@ -22,8 +22,8 @@ export interface LeadOptions<T> {
    * was kept for late joiners is let go, so a long stream costs its callers' sockets, not a copy of itself.
    */
   maxEntryBytes: number;
-  /** Receives the finished answer (if within bounds); the flight stays joinable until the returned promise settles. */
-  onSuccess?: (entry: WindowPayload<T>) => Promise<void>;
+  /** Receives the finished answer (if within bounds); the flight stays joinable until the returned promise (if any) settles. */
+  onSuccess?: (entry: WindowPayload<T>) => Promise<void> | undefined;
   /**
    * The leader's span (a W3C `traceparent`), for joiners to link to; absent
    * without tracing. `pending`: not known yet (the fleet is being asked who
@@ -33,6 +33,8 @@ export interface LeadOptions<T> {
   /** What the call is for (a route, an upstream), for whoever lists the calls in flight. */
   route?: string;
   upstream?: string;
+  /** The leader's `CallRequest.tag`: given to joiners, and stored with the answer. */
+  tag?: unknown;
 }
 
 /** One call in flight, as a status page shows it. */
@@ -46,21 +48,13 @@ export interface FlightInfo {
   readonly callers: number;
 }
 
-/** A flight's facts, and the count of its subscribers (kept by the delivery operator). */
-interface Flight {
-  readonly key: string;
-  readonly route?: string;
-  readonly upstream?: string;
-  readonly startedAt: number;
-  subscribers: number;
-}
-
 type Linker = (leader: string | undefined) => void;
 
 /**
- * Singleflight over RxJS: one shared call per key, multicast with `share` and a
- * ReplaySubject connector, so that a caller who joins late still receives every
- * event from the first one, then the live tail.
+ * Singleflight over RxJS: one shared call per key, multicast through a
+ * ReplaySubject (as `share` with a ReplaySubject connector would, see
+ * `Flight`), so that a caller who joins late still receives every event from
+ * the first one, then the live tail.
  *
  * Invariants: a key maps to at most one flight; a flight's entry is removed when
  * its call ends (success, error or cancellation), and only if the map still holds
@@ -70,8 +64,7 @@ type Linker = (leader: string | undefined) => void;
  * event loop for more than one batch.
  */
 export class SingleFlight<T> {
-  private readonly flights = new Map<string, Observable<CallEvent<T>>>();
-  private readonly infos = new Map<string, Flight>();
+  private readonly flights = new Map<string, Flight<T>>();
   // Beside the map rather than in it: without tracing nothing is kept, and a flight's entry goes with the flight.
   // A list while the leader is not known yet: the joiners waiting to be linked.
   private readonly leaders = new WeakMap<Observable<CallEvent<T>>, string | Linker[]>();
@@ -82,9 +75,9 @@ export class SingleFlight<T> {
    * past `maxHeldBytes` together the flight whose chunk crosses it lets its copy go, as if it had outgrown
    * `maxEntryBytes`.
    */
-  private held = 0;
-  private readonly maxHeldBytes: number;
-  private readonly batches: DeliveryBatches;
+  held = 0;
+  readonly maxHeldBytes: number;
+  readonly batches: DeliveryBatches;
 
   constructor(options: { maxHeldBytes?: number; batches?: DeliveryBatches } = {}) {
     this.maxHeldBytes = options.maxHeldBytes ?? Number.POSITIVE_INFINITY;
@@ -102,19 +95,24 @@ export class SingleFlight<T> {
   }
 
   join(key: string): Observable<CallEvent<T>> | undefined {
+    return this.flights.get(key)?.events;
+  }
+
+  /** The flight under `key`: its events, and its leader's tag. */
+  find(key: string): { readonly events: Observable<CallEvent<T>>; readonly tag?: unknown } | undefined {
     return this.flights.get(key);
   }
 
   /** The calls in flight with the most callers waiting on them, at most `limit`. */
   busiest(limit: number): FlightInfo[] {
-    const all = [...this.infos.values()].sort((a, b) => b.subscribers - a.subscribers || a.startedAt - b.startedAt);
+    const all = [...this.flights.values()].sort((a, b) => b.subscribers - a.subscribers || a.startedAt - b.startedAt);
     return all.slice(0, limit).map((f) => ({ key: f.key, route: f.route, upstream: f.upstream, startedAt: f.startedAt, callers: f.subscribers }));
   }
 
   /** Callers waiting on every call in flight here, together. */
   get callers(): number {
     let n = 0;
-    for (const info of this.infos.values()) n += info.subscribers;
+    for (const flight of this.flights.values()) n += flight.subscribers;
     return n;
   }
 
@@ -136,78 +134,150 @@ export class SingleFlight<T> {
 
   /** Registers `call` as the flight for `key` and returns its shared events. */
   lead(key: string, call: Observable<CallEvent<T>>, options: LeadOptions<T>): Observable<CallEvent<T>> {
-    const onSuccess = options.onSuccess;
-    const recorder = onSuccess ? new AnswerRecorder<T>(options.maxEntryBytes) : undefined;
-    let written: Promise<void> | undefined;
-    let replay: FlightReplay<CallEvent<T>> | undefined;
-    // This flight's share of `held`: what its replay (and the recorder, on the same Buffers) keeps of the stream.
-    let kept = 0;
-    const release = () => {
-      this.held -= kept;
-      kept = 0;
-    };
-    // Who waits on the call right now: what a status page shows beside it (299 callers on one call, not "1 in flight").
-    const info: Flight = { key, route: options.route, upstream: options.upstream, startedAt: Date.now(), subscribers: 0 };
-    const forget = () => {
-      if (this.flights.get(key) !== delivered) return;
-      this.flights.delete(key);
-      this.infos.delete(key);
-    };
-    // One operator for what `tap` and `finalize` would do in two.
-    const recorded = new Observable<CallEvent<T>>((subscriber) => {
-      const subscription = call.subscribe({
-        next: (event) => {
-          recorder?.record(event);
-          if (event.kind === 'chunk' && replay && !replay.dropped) {
-            kept += event.chunk.length;
-            this.held += event.chunk.length;
-            // Too long to keep, or the streams in flight keep too much together: the one that grows lets its copy go.
-            if (kept > options.maxEntryBytes || this.held > this.maxHeldBytes) {
-              forget();
-              replay.drop();
-              recorder?.abandon();
-              release();
-            }
-          }
-          subscriber.next(event);
-        },
-        error: (error: unknown) => {
-          // Before the callers see the error: one that retries at once must start a new call, not join this one.
-          forget();
-          subscriber.error(error);
-        },
-        complete: () => {
-          const entry = recorder?.entry();
-          if (entry && onSuccess) written = onSuccess(entry);
-          subscriber.complete();
-        },
-      });
-      return () => {
-        subscription.unsubscribe();
-        // The window counts a finished answer in its own budget; late joiners of the finished flight are few and brief.
-        release();
-        // Until the window holds the answer, late callers still join the finished flight.
-        if (written) void written.finally(forget);
-        else forget();
-      };
-    });
-    const shared: Observable<CallEvent<T>> = recorded.pipe(
-      share({
-        connector: () => (replay = new FlightReplay<CallEvent<T>>()),
-        resetOnError: false,
-        resetOnComplete: false,
-        resetOnRefCountZero: () => (options.cancelWhenAbandoned() ? of(true) : NEVER),
-      }),
-    );
+    const flight = new Flight<T>(this, key, call, options);
+    this.flights.set(key, flight);
+    if (options.leader) this.leaders.set(flight.events, options.leader === 'pending' ? [] : options.leader);
+    return flight.events;
+  }
+
+  /** The flight's call is over (or was let go): identical requests no longer join it. */
+  forget(flight: Flight<T>): void {
+    if (this.flights.get(flight.key) === flight) this.flights.delete(flight.key);
+  }
+}
+
+/**
+ * One call in flight and its callers: what `share` with a ReplaySubject
+ * connector does (the first subscriber connects the call; the replay outlives
+ * its end, for late joiners and errors alike; the last subscriber leaving
+ * before the end resets it when `cancelWhenAbandoned` says so), written out so
+ * that a flight costs one subscription of the call and one per caller, and it
+ * is also where the answer is recorded for the window and what the stream
+ * keeps is counted. The flight is the observer of its call.
+ */
+class Flight<T> implements Observer<CallEvent<T>> {
+  readonly startedAt = Date.now();
+  readonly route?: string;
+  readonly upstream?: string;
+  readonly tag?: unknown;
+  /** Callers of this process waiting on the call now (the leader's included). */
+  subscribers = 0;
+  /** What callers subscribe to: one Observable for the whole flight. */
+  readonly events: Observable<CallEvent<T>>;
+  private replay?: FlightReplay<CallEvent<T>>;
+  private source?: Subscription;
+  private connected = false;
+  /** The call completed or failed: nothing resets the flight any more. */
+  private ended = false;
+  private readonly recorder?: AnswerRecorder<T>;
+  private written?: Promise<void>;
+  /** This flight's share of `held`: what its replay (and the recorder, on the same Buffers) keeps of the stream. */
+  private kept = 0;
+
+  constructor(
+    private readonly flights: SingleFlight<T>,
+    readonly key: string,
+    private readonly call: Observable<CallEvent<T>>,
+    private readonly options: LeadOptions<T>,
+  ) {
+    this.route = options.route;
+    this.upstream = options.upstream;
+    this.tag = options.tag;
+    if (options.onSuccess) this.recorder = new AnswerRecorder<T>(options.maxEntryBytes, options.tag);
+    this.events = new Observable<CallEvent<T>>((subscriber) => this.attach(subscriber));
+  }
+
+  private attach(subscriber: Subscriber<CallEvent<T>>): TeardownLogic {
     // A caller that joined just before the replay was let go, and subscribes after, cannot get the answer's start.
-    const joinable = new Observable<CallEvent<T>>((subscriber) =>
-      replay?.dropped ? subscriber.error(new FlightOutgrownError()) : shared.subscribe(subscriber),
-    );
-    const delivered = joinable.pipe(this.batches.operator<CallEvent<T>>(info));
-    this.flights.set(key, delivered);
-    this.infos.set(key, info);
-    if (options.leader) this.leaders.set(delivered, options.leader === 'pending' ? [] : options.leader);
-    return delivered;
+    if (this.replay?.dropped) return subscriber.error(new FlightOutgrownError());
+    this.subscribers++;
+    const replay = (this.replay ??= new FlightReplay<CallEvent<T>>());
+    const caller = new FlightCaller<T>(this, replay.subscribe(new BatchedDelivery(this.flights.batches, subscriber)));
+    if (!this.connected) {
+      this.connected = true;
+      const source = this.call.subscribe(this);
+      // Ended (or reset) during the subscription itself: there is nothing left to unsubscribe.
+      if (this.connected && !this.ended) this.source = source;
+    }
+    return caller;
+  }
+
+  /** A caller left: the last one leaving before the end lets the call go, if the flight says so. */
+  left(): void {
+    this.subscribers--;
+    if (this.subscribers > 0 || this.ended || !this.connected || !this.options.cancelWhenAbandoned()) return;
+    // Reset as `share` resets: a caller who still subscribes later starts a call of its own.
+    const source = this.source;
+    this.source = undefined;
+    this.replay = undefined;
+    this.connected = false;
+    source?.unsubscribe();
+    this.disconnected();
+  }
+
+  next(event: CallEvent<T>): void {
+    const replay = this.replay!;
+    this.recorder?.record(event);
+    if (event.kind === 'chunk' && !replay.dropped) {
+      const length = event.chunk.length;
+      this.kept += length;
+      this.flights.held += length;
+      // Too long to keep, or the streams in flight keep too much together: the one that grows lets its copy go.
+      if (this.kept > this.options.maxEntryBytes || this.flights.held > this.flights.maxHeldBytes) {
+        this.flights.forget(this);
+        replay.drop();
+        this.recorder?.abandon();
+        this.release();
+      }
+    }
+    replay.next(event);
+  }
+
+  error(error: unknown): void {
+    // Before the callers see the error: one that retries at once must start a new call, not join this one.
+    this.flights.forget(this);
+    this.ended = true;
+    this.source = undefined;
+    this.replay!.error(error);
+    this.disconnected();
+  }
+
+  complete(): void {
+    const entry = this.recorder?.entry();
+    if (entry && this.options.onSuccess) this.written = this.options.onSuccess(entry);
+    this.ended = true;
+    this.source = undefined;
+    this.replay!.complete();
+    this.disconnected();
+  }
+
+  /**
+   * The call's subscription is over (ended, or let go): what it kept is handed back (the window counts a finished
+   * answer in its own budget; late joiners of the finished flight are few and brief), and the flight is forgotten,
+   * once the window holds its answer: until then, late callers still join it.
+   */
+  private disconnected(): void {
+    this.release();
+    if (this.written) void this.written.finally(() => this.flights.forget(this));
+    else this.flights.forget(this);
+  }
+
+  private release(): void {
+    this.flights.held -= this.kept;
+    this.kept = 0;
+  }
+}
+
+/** One caller's subscription to a flight's replay; unsubscribing it is the caller leaving. */
+class FlightCaller<T> implements Unsubscribable {
+  constructor(
+    private readonly flight: Flight<T>,
+    private readonly subscription: Subscription,
+  ) {}
+
+  unsubscribe(): void {
+    this.subscription.unsubscribe();
+    this.flight.left();
   }
 }
 
@@ -248,7 +318,10 @@ class AnswerRecorder<T> {
   private chunks: Chunk[] = [];
   private overflowed = false;
 
-  constructor(private readonly maxBytes: number) {}
+  constructor(
+    private readonly maxBytes: number,
+    private readonly tag: unknown,
+  ) {}
 
   /** Keeps nothing more: the answer will not be stored. */
   abandon(): void {
@@ -273,22 +346,14 @@ class AnswerRecorder<T> {
 
   entry(): WindowPayload<T> | undefined {
     if (this.overflowed) return undefined;
+    const tag = this.tag;
     if (this.value) {
       const value = this.value.value;
-      if (!isRawResponse(value)) return { kind: 'value', value };
-      return { kind: 'bytes', body: value.body, contentType: value.contentType, headers: value.headers, status: value.status };
+      if (!isRawResponse(value)) return { kind: 'value', value, tag };
+      return { kind: 'bytes', body: value.body, contentType: value.contentType, headers: value.headers, status: value.status, tag };
     }
-    if (this.head) return { kind: 'stream', head: this.head, chunks: joinBytes(this.chunks) };
+    // The chunks as they came (Buffers the stream already allocated): joined only for a shared store (see `AnswerWindow.set`).
+    if (this.head) return { kind: 'stream', head: this.head, chunks: this.chunks, tag };
     return undefined;
   }
-}
-
-/**
- * A finished stream of relayed bytes kept as one Buffer: replayed in one write, stored in a shared store as one
- * value, and never decoded chunk by chunk (a chunk may end inside a multi-byte character). Text chunks stay as
- * they are.
- */
-function joinBytes(chunks: Chunk[]): Chunk[] {
-  if (chunks.length < 2 || chunks.every((chunk) => typeof chunk === 'string')) return chunks;
-  return [Buffer.concat(chunks.map((chunk) => (typeof chunk === 'string' ? Buffer.from(chunk) : chunk)))];
 }

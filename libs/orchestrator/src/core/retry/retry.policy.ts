@@ -28,9 +28,16 @@ export class RetryPolicy {
     this.shouldRetry = o.shouldRetry ?? isTransientFailure;
   }
 
-  async execute<T>(attempt: () => Promise<T>, call: CallControl, beforeRetry?: (signal: AbortSignal) => Promise<void>): Promise<T> {
+  /** `failed`: the first attempt was already made (elsewhere) and failed with this error; the retries go on from it. */
+  async execute<T>(
+    attempt: () => Promise<T>,
+    call: CallControl,
+    beforeRetry?: (signal: AbortSignal) => Promise<void>,
+    failed?: { error: unknown },
+  ): Promise<T> {
     for (let retries = 0; ; retries++) {
       try {
+        if (retries === 0 && failed) throw failed.error;
         return await attempt();
       } catch (error) {
         if (retries >= this.retries || !this.shouldRetry(error) || call.cancelled) throw error;

@@ -20,84 +20,115 @@ export interface TimeLimits {
 export const LOOP_LAG_TOLERANCE_MS = 20;
 
 /**
- * Applies the limits to a call's events, failing it with `UpstreamTimeoutError`
- * (and unsubscribing it, which aborts the upstream request) when one is passed.
- * A stream is timed by its first chunk and by the gaps between chunks, never by
- * its total length, so a long answer is not cut while a hang is caught early.
+ * The time limits of one attempt, told of its events as they pass: a plain
+ * answer must come within `totalMs`, a stream's head too, its first chunk
+ * within `firstChunkMs` of the start and each later chunk within `idleMs` of
+ * the one before. When a limit is passed, `expire` is called once with an
+ * `UpstreamTimeoutError`. A stream is timed by its first chunk and by the gaps
+ * between chunks, never by its total length, so a long answer is not cut
+ * while a hang is caught early.
  *
  * Time the process itself spent busy is not charged to the upstream: a timer
- * that fires late (the loop was blocked) is extended by its lateness, up to the
- * limit once more, so an answer that arrived while the loop was blocked is
+ * that fires late (the loop was blocked) is extended by its lateness, up to
+ * the limit once more, so an answer that arrived while the loop was blocked is
  * read, and counts as in time.
+ *
+ * A class rather than an operator of its own: the guarded call owns one per
+ * attempt and tells it of each event itself, so a plain answer costs one timer
+ * and no extra subscription.
+ */
+export class CallClock {
+  private readonly startedAt = Date.now();
+  private timer?: ReturnType<typeof setTimeout>;
+  private armedMs = -1;
+  private due = Infinity;
+  private given = 0;
+  private phase: UpstreamTimeoutError['phase'] = 'total';
+  private limitMs: number;
+  private flow?: FlowControl;
+
+  constructor(
+    private readonly limits: TimeLimits,
+    private readonly expire: (error: UpstreamTimeoutError) => void,
+  ) {
+    this.limitMs = limits.totalMs;
+    this.arm(limits.totalMs, 'total', limits.totalMs);
+  }
+
+  /** An event of the attempt: a value ends the timing, a head starts the first chunk's, a chunk the next gap's. */
+  event(event: CallEvent<unknown>): void {
+    if (event.kind === 'value') this.stop();
+    else if (event.kind === 'head') {
+      this.flow = event.flow;
+      this.arm(this.startedAt + this.limits.firstChunkMs - Date.now(), 'first_chunk', this.limits.firstChunkMs);
+    } else this.arm(this.limits.idleMs, 'idle', this.limits.idleMs);
+  }
+
+  /** The attempt ended (or was left): no limit applies any more. */
+  stop(): void {
+    this.due = Infinity;
+    clearTimeout(this.timer);
+  }
+
+  private arm(ms: number, phase: UpstreamTimeoutError['phase'], limitMs: number): void {
+    this.phase = phase;
+    this.limitMs = limitMs;
+    this.due = Date.now() + Math.max(0, ms);
+    // The idle limit re-arms on every chunk with the same delay: refreshing the timer costs no new one.
+    if (this.timer && this.armedMs === ms) this.timer.refresh();
+    else {
+      clearTimeout(this.timer);
+      this.timer = setTimeout(this.check, Math.max(0, ms));
+      this.armedMs = ms;
+    }
+  }
+
+  private readonly check = (): void => {
+    // Held back by its own slow readers, a stream is not silent: the gap limit starts again once it flows.
+    if (this.phase === 'idle' && this.flow?.paused) {
+      this.due = Date.now() + this.limits.idleMs;
+      this.timer = setTimeout(this.check, this.limits.idleMs);
+      this.armedMs = -1;
+      return;
+    }
+    const late = Date.now() - this.due;
+    if (late > LOOP_LAG_TOLERANCE_MS && this.given < this.limitMs) {
+      const back = Math.min(late, this.limitMs - this.given);
+      this.given += back;
+      this.due = Date.now() + back;
+      this.armedMs = -1;
+      this.timer = setTimeout(this.check, back);
+      return;
+    }
+    this.expire(new UpstreamTimeoutError(this.phase, this.limitMs));
+  };
+}
+
+/**
+ * Applies the limits to a call's events as an operator (see `CallClock`),
+ * failing it with `UpstreamTimeoutError` (and unsubscribing it, which aborts
+ * the upstream request) when one is passed.
  */
 export function withTimeLimits<T>(limits: TimeLimits): OperatorFunction<CallEvent<T>, CallEvent<T>> {
   return (source) =>
     new Observable<CallEvent<T>>((subscriber) => {
-      const startedAt = Date.now();
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      let armedMs = -1;
-      let due = Infinity;
-      let given = 0;
-      let phase: UpstreamTimeoutError['phase'] = 'total';
-      let limitMs = limits.totalMs;
-      let flow: FlowControl | undefined;
-      const check = () => {
-        // Held back by its own slow readers, a stream is not silent: the gap limit starts again once it flows.
-        if (phase === 'idle' && flow?.paused) {
-          due = Date.now() + limits.idleMs;
-          timer = setTimeout(check, limits.idleMs);
-          armedMs = -1;
-          return;
-        }
-        const late = Date.now() - due;
-        if (late > LOOP_LAG_TOLERANCE_MS && given < limitMs) {
-          const back = Math.min(late, limitMs - given);
-          given += back;
-          due = Date.now() + back;
-          armedMs = -1;
-          timer = setTimeout(check, back);
-          return;
-        }
-        subscriber.error(new UpstreamTimeoutError(phase, limitMs));
-      };
-      const arm = (ms: number, nextPhase: UpstreamTimeoutError['phase'], nextLimit: number) => {
-        phase = nextPhase;
-        limitMs = nextLimit;
-        due = Date.now() + Math.max(0, ms);
-        // The idle limit re-arms on every chunk with the same delay: refreshing the timer costs no new one.
-        if (timer && armedMs === ms) timer.refresh();
-        else {
-          clearTimeout(timer);
-          timer = setTimeout(check, Math.max(0, ms));
-          armedMs = ms;
-        }
-      };
-      const disarm = () => {
-        due = Infinity;
-        clearTimeout(timer);
-      };
-      arm(limits.totalMs, 'total', limits.totalMs);
+      const clock = new CallClock(limits, (error) => subscriber.error(error));
       const subscription = source.subscribe({
         next(event) {
-          if (event.kind === 'value') disarm();
-          else if (event.kind === 'head') {
-            flow = event.flow;
-            arm(startedAt + limits.firstChunkMs - Date.now(), 'first_chunk', limits.firstChunkMs);
-          }
-          else arm(limits.idleMs, 'idle', limits.idleMs);
+          clock.event(event);
           subscriber.next(event);
         },
         error(error) {
-          disarm();
+          clock.stop();
           subscriber.error(error);
         },
         complete() {
-          disarm();
+          clock.stop();
           subscriber.complete();
         },
       });
       return () => {
-        disarm();
+        clock.stop();
         subscription.unsubscribe();
       };
     });

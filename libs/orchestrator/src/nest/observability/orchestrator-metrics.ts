@@ -4,6 +4,7 @@ import type { RefusalReason, RequestOutcome, UpstreamResult } from '../../core/o
 import type { LimiterSnapshot } from '../../core/concurrency/concurrency.registry.js';
 import type { Orchestrator } from '../../core/orchestrator.js';
 import { loadOptional } from './optional-dependency.js';
+import { BatchedHistogram, TalliedCounter } from './batched-metrics.js';
 
 /** A prom-client `Registry`, as far as this package uses it (its own types stay out of the public API). */
 export interface MetricsRegistry {
@@ -73,25 +74,26 @@ export class OrchestratorMetrics {
     const registers = [registry];
     if (options.defaultMetrics ?? true) prom.collectDefaultMetrics({ register: registry });
 
-    const requests = new prom.Counter({
+    // Counted on every request: tallied (see batched-metrics.ts); the rarer events below go to prom-client at once.
+    const requests = new TalliedCounter(prom, {
       name: `${p}requests_total`,
       help: 'Requests under an orchestrator policy, by route, upstream and how they were answered (miss, joined, cached; none: not deduplicated).',
       labelNames: ['route', 'upstream', 'outcome'],
       registers,
     });
-    const saved = new prom.Counter({
+    const saved = new TalliedCounter(prom, {
       name: `${p}upstream_calls_saved_total`,
       help: 'Upstream calls not made: requests that joined a call in flight or were answered from the window.',
       labelNames: ['upstream'],
       registers,
     });
-    const calls = new prom.Counter({
+    const calls = new TalliedCounter(prom, {
       name: `${p}upstream_calls_total`,
       help: 'Attempts that reached the upstream, by result (ok, error, timeout); retries included.',
       labelNames: ['upstream', 'result'],
       registers,
     });
-    const latency = new prom.Histogram({
+    const latency = new BatchedHistogram({
       name: `${p}upstream_latency_seconds`,
       help: "Time from an attempt's start to its answer (a stream's first chunk) or its failure.",
       labelNames: ['upstream', 'result'],
@@ -117,7 +119,7 @@ export class OrchestratorMetrics {
       registers,
     });
     const retries = new prom.Counter({ name: `${p}retries_total`, help: 'Attempts retried.', labelNames: ['upstream'], registers });
-    const queueWait = new prom.Histogram({
+    const queueWait = new BatchedHistogram({
       name: `${p}queue_wait_seconds`,
       help: 'Time a call waited for a concurrency slot (0 when one was free).',
       labelNames: ['upstream'],
@@ -168,14 +170,14 @@ export class OrchestratorMetrics {
       });
     }
 
-    const requestChildren = new Children((route, upstream, outcome) => requests.labels(route, upstream, outcome));
-    const savedChildren = new Children((upstream) => saved.labels(upstream));
-    const callChildren = new Children((upstream, result) => calls.labels(upstream, result));
-    const latencyChildren = new Children((upstream, result) => latency.labels(upstream, result));
+    const requestChildren = new Children((route, upstream, outcome) => requests.tally(route, upstream, outcome));
+    const savedChildren = new Children((upstream) => saved.tally(upstream));
+    const callChildren = new Children((upstream, result) => calls.tally(upstream, result));
+    const latencyChildren = new Children((upstream, result) => latency.tally(upstream, result));
     const refusalChildren = new Children((upstream, reason) => refusals.labels(upstream, reason));
     const timeoutChildren = new Children((upstream, phase) => timeouts.labels(upstream, phase));
     const retryChildren = new Children((upstream) => retries.labels(upstream));
-    const waitChildren = new Children((upstream) => queueWait.labels(upstream));
+    const waitChildren = new Children((upstream) => queueWait.tally(upstream));
 
     this.unsubscribe = orchestrator.observe({
       request(route: string, upstream: string, outcome: RequestOutcome) {
