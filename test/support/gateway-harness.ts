@@ -16,7 +16,7 @@ export interface GatewayUnderTest {
 }
 
 export interface StartOptions {
-  /** CLI flags, e.g. ['--provider', 'llama', '--timeout', '1']; `--upstream` is added (pointing at the mock). */
+  /** CLI flags, e.g. ['--provider', 'llama', '--timeout', '1']; `--upstream` is added (pointing at the mock) unless they name upstreams. */
   flags?: string[];
   /** The environment object given to parseGatewayConfig (never process.env). */
   env?: NodeJS.ProcessEnv;
@@ -39,8 +39,9 @@ export async function startGateway(options: StartOptions = {}): Promise<GatewayU
   try {
     const flags = options.flags ?? [];
     // Request lines would flood the test output: silent unless a test's own flags ask for a level.
-    // A test's own --upstream replaces the simulated provider's (--upstream given twice would make a pool of two).
-    const upstream = flags.includes('--upstream') ? [] : ['--upstream', provider.url];
+    // A test's own --upstream (or upstreams file) replaces the simulated provider's (--upstream given twice would
+    // make a pool of two).
+    const upstream = flags.includes('--upstream') || flags.includes('--upstreams-file') ? [] : ['--upstream', provider.url];
     const config = parseGatewayConfig([...upstream, '--log-level', 'silent', ...flags], options.env ?? {});
     if (!config) throw new Error('parseGatewayConfig returned no config (was --help passed?)');
     app = await createGateway(config, { logger: options.logger ?? false });

@@ -18,6 +18,7 @@ import { Lifecycle } from './http/lifecycle.js';
 import { unroutedApi } from './http/request-context.middleware.js';
 import { createLogger, nestLoggerOf } from './observability/logger.js';
 import { redactor } from './http/redaction.js';
+import { upstreamKeys } from './upstreams/upstream-set.js';
 
 export interface CreateGatewayOptions {
   logger?: false | LogLevel[] | LoggerService;
@@ -27,7 +28,7 @@ const MULTIPART = 'multipart/form-data';
 
 /** Builds the gateway app on the configured platform (not yet listening). */
 export async function createGateway(config: GatewayConfig, options: CreateGatewayOptions = {}): Promise<INestApplication> {
-  redactor.add([config.providerKey, ...config.gatewayKeys]);
+  redactor.add([config.providerKey, ...config.gatewayKeys, ...upstreamKeys(config)]);
   const log = createLogger(config.observability);
   const module = GatewayModule.forRoot(config, log);
   // Nest's own warnings and errors go through the same logger: one format on stdout.

@@ -19,7 +19,7 @@ import { ApiError } from './http/api-error.js';
 import { GatewayGuard } from './http/gateway.guard.js';
 import { Lifecycle } from './http/lifecycle.js';
 import { RequestContextMiddleware } from './http/request-context.middleware.js';
-import { UPSTREAM_POOL, gatewayFailover, upstreamMembers } from './upstreams/upstream-set.js';
+import { UPSTREAM_POOL, everyMember, fallbackGroups, gatewayFailover, upstreamMembers } from './upstreams/upstream-set.js';
 import { UpstreamRotation } from './upstreams/upstream-rotation.js';
 import { HealthController } from './routes/health.controller.js';
 
@@ -55,7 +55,9 @@ export function orchestratorOptions(
   workers?: WorkerCoordination,
   tracing?: GatewayTracing,
 ): OrchestratorModuleOptions {
-  const members = upstreamMembers(config);
+  // Every upstream, primary and fallback alike, has its own breaker and limiter.
+  const members = everyMember(config);
+  const shouldFailover = gatewayFailover(config, gateway.provider);
   return {
     // The data plane makes each request's key (its bytes, its caller, who answers upstream) and says whether its
     // answer may be kept (see `DataPlane`); these are the window's bounds.
@@ -75,7 +77,7 @@ export function orchestratorOptions(
       members.map((m) => [
         m.name,
         {
-          limit: config.concurrency,
+          limit: m.concurrency ?? config.concurrency,
           adaptive: config.adaptiveConcurrency,
           queueSize: config.queueSize,
           maxWaitMs: config.queueTimeoutMs,
@@ -100,7 +102,10 @@ export function orchestratorOptions(
         },
       ]),
     ),
-    upstreams: { [UPSTREAM_POOL]: { members, shouldFailover: gatewayFailover(config, gateway.provider) } },
+    upstreams: {
+      [UPSTREAM_POOL]: { members: upstreamMembers(config), shouldFailover },
+      ...Object.fromEntries([...fallbackGroups(config)].map(([group, groupMembers]) => [group, { members: groupMembers, shouldFailover }])),
+    },
     windowStores: shared.windowStore ? [shared.windowStore] : undefined,
     // Redis coordinates whoever shares it (replicas and workers alike); without it, the workers of --workers
     // coordinate through their primary.

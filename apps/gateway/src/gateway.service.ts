@@ -14,7 +14,7 @@ import { sseEvent, translateSse } from './translate/sse.js';
 import { UpstreamStreamError, checkStreamEnd } from './upstream/stream-end.js';
 import { UpstreamClient, UpstreamHttpError, UpstreamProtocolError, looksLikeJson, startsWithErrorField } from './upstream/upstream-client.js';
 import { UpstreamIdentity } from './upstream/upstream-identity.js';
-import { urlOn, type UpstreamTarget } from './upstreams/upstream-set.js';
+import { urlFor, urlOn, type UpstreamTarget } from './upstreams/upstream-set.js';
 import { Budgets } from './budgets/budgets.service.js';
 import { tapUsage, usageOfJson } from './budgets/usage.js';
 import { UsageLedger } from './observability/usage-ledger.js';
@@ -95,7 +95,8 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
       this.usage.record(context, usage);
       return this.budgets.settle(context, body, usage);
     };
-    const auth = { clientKey: clientKey(caller.headers), headers: caller.headers };
+    // The attempt's upstream is sent its own key, if it has one.
+    const auth = { clientKey: clientKey(caller.headers), headers: caller.headers, upstream: caller.upstream?.target as UpstreamTarget | undefined };
     // An upload keeps its own Content-Type (the multipart boundary is in it).
     const uploadType = ROUTES[route].body === 'multipart' ? caller.headers['content-type'] : undefined;
     const call = {
@@ -177,8 +178,9 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
 
   /** The breaker's recovery probe: the provider's own health route (llama.cpp) or its model list. */
   async healthProbe(signal: AbortSignal, target?: UpstreamTarget): Promise<boolean> {
-    const url = target ? this.provider.healthUrl().replace(this.config.upstream, target.url) : this.provider.healthUrl();
-    const up = await this.upstream.probe(url, this.provider.authHeaders({ headers: {} }), signal);
+    const url = urlFor(this.provider.healthUrl(), this.config, target?.url);
+    // With the upstream's own key: a probe sent another's would be refused, and would hand that key to this upstream.
+    const up = await this.upstream.probe(url, this.provider.authHeaders({ headers: {}, upstream: target }), signal);
     // Back after an outage: it may have come back with another model.
     if (up) void this.identity.check(this.provider.authHeaders({ headers: {} }));
     return up;

@@ -11,7 +11,7 @@
  */
 export { hashIdentity, type CallRequest, type LocalAnswer, type Reuse, type StartedCall } from './core/orchestrator.js';
 export { startLocalCall, startCall, peekLocalCall, answerLocalCall, noteClientGone } from './core/low-level-calls.js';
-export type { FailoverPlan } from './core/upstreams/failover-call.js';
+export { withFallbacks, type FailoverPlan } from './core/upstreams/failover-call.js';
 export { isOverloadSignal } from './core/breaker/failure-classifier.js';
 export { DEDUP_HEADER } from './core/http/answer-headers.js';
 export { NOOP_REQUEST_SPAN, requestSpanOf, type UpstreamSpanResult } from './core/tracing/request-tracing.js';

@@ -127,6 +127,8 @@ export class Budgets implements OnApplicationShutdown {
   async reserve(context: RequestContext, body: unknown, bodyBytes: number | undefined): Promise<void> {
     const caps = context.caps;
     if (!caps || context.hold || !context.route || ROUTES[context.route].kind !== 'generation') return;
+    // A fallback asked for another model is priced as that model: one without a price would pass as free.
+    if (context.servedModel !== undefined && !this.prices.sourceOf(context.servedModel)) throw unpriced(context.servedModel, true);
     const worstNano = Math.round(this.worstCase(context, body, bodyBytes) * NANO);
     const result = await this.ledger.reserve(caps, worstNano, this.holdMs);
     if ('hold' in result) {
@@ -159,7 +161,7 @@ export class Budgets implements OnApplicationShutdown {
     const hold = context.hold;
     context.hold = undefined;
     if (!usage) return hold ? this.ledger.settle(hold, context.keyName, hold.amountNano) : Promise.resolve();
-    const model = modelOf(body);
+    const model = context.servedModel ?? modelOf(body);
     const costNano = Math.round(this.prices.costOf(model, usage) * NANO);
     const settled = { usage, costNano };
     context.settled = settled;
@@ -177,7 +179,7 @@ export class Budgets implements OnApplicationShutdown {
    */
   private worstCase(context: RequestContext, body: unknown, bodyBytes: number | undefined): number {
     const b = (typeof body === 'object' && body !== null ? body : {}) as Record<string, unknown>;
-    const model = modelOf(body);
+    const model = context.servedModel ?? modelOf(body);
     let input = bodyBytes;
     if (input === undefined) {
       try {
@@ -210,6 +212,8 @@ export class Budgets implements OnApplicationShutdown {
       outcome,
       route: context.route ?? null,
       model: modelOf(context.body) ?? null,
+      // A fallback asked for another model: the one whose price `cost` is.
+      ...(context.servedModel === undefined ? {} : { servedModel: context.servedModel }),
       status,
       tokensIn: usage?.input ?? 0,
       tokensOut: usage?.output ?? 0,
@@ -271,8 +275,13 @@ function quotaExceeded(message: string): ApiError {
   return error;
 }
 
-function unpriced(model: string | undefined): ApiError {
-  const name = model === undefined ? 'The request names no model, so it' : `Model ${JSON.stringify(model.slice(0, 100))}`;
+function unpriced(model: string | undefined, fallback = false): ApiError {
+  const name =
+    model === undefined
+      ? 'The request names no model, so it'
+      : fallback
+        ? `The fallback model ${JSON.stringify(model.slice(0, 100))}, which the upstreams file sends this request to,`
+        : `Model ${JSON.stringify(model.slice(0, 100))}`;
   return new ApiError(
     400,
     `${name} has no known price, and a spend cap applies: the gateway does not let a call it cannot price pass as free. ` +

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { ConfigError } from './config-error.js';
 import { BUDGET_FLAGS, parseBudgetConfig, type BudgetConfig } from '../budgets/budget-config.js';
+import { UpstreamsFileError, readUpstreamsFile, type UpstreamsFile } from '../upstreams/upstreams-file.js';
 
 export type ProviderKind = 'openai' | 'llama' | 'anthropic';
 export type PlatformKind = 'express' | 'fastify';
@@ -11,8 +12,10 @@ export interface GatewayConfig {
   provider: ProviderKind;
   /** Base URL of the provider (the first of `upstreams`); fixed for the process, never taken from a request. */
   upstream: string;
-  /** Every upstream serving the provider's API (`--upstream` repeated), in order of preference; at least one. */
+  /** Every upstream serving the provider's API (`--upstream` repeated, or the file's), in order of preference; at least one. */
   upstreams: string[];
+  /** `--upstreams-file`: each upstream's name, key and ceiling, and the fallback chains (absent: `--upstream`). */
+  upstreamsFile?: UpstreamsFile;
   host: string;
   port: number;
   platform: PlatformKind;
@@ -127,6 +130,11 @@ const FLAGS: Record<string, FlagSpec> = {
     value: 'URL',
     multiple: true,
     help: 'provider base URL (env OPENAI_BASE_URL / LLAMA_CPP_URL / ANTHROPIC_BASE_URL by provider); repeat it (or give the variable a comma list) for several upstreams of one API, with failover between them (docs/upstreams.md)',
+  },
+  'upstreams-file': {
+    env: 'ORCHESTRATOR_UPSTREAMS_FILE',
+    value: 'PATH',
+    help: 'every upstream in one JSON file, each with its own name, key (apiKeyEnv or apiKey) and concurrency ceiling, and for --provider openai fallback chains across groups of upstreams and models; replaces --upstream (docs/upstreams.md)',
   },
   host: { env: 'ORCHESTRATOR_HOST', value: 'HOST', help: 'address to listen on (default 127.0.0.1)' },
   port: { env: 'ORCHESTRATOR_PORT', value: 'PORT', help: 'port to listen on (default 18080; llama-server uses 8080)' },
@@ -305,7 +313,8 @@ export function helpText(): string {
   lines.push(
     '',
     'Provider keys come from OPENAI_API_KEY, ANTHROPIC_API_KEY or LLAMA_API_KEY; without one, the',
-    "client's own key is passed through. Keys are never logged.",
+    "client's own key is passed through. --upstreams-file may give each upstream a key of its own",
+    '(apiKeyEnv: the variable that holds it). Keys are never logged.',
     '',
     'Virtual keys (--keys-file or ORCHESTRATOR_KEYS), rate limits, spend caps, the request log and',
     '`npm run audit`: see docs/operations.md, "Budgets and keys".',
@@ -337,7 +346,8 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     throw new ConfigError(`--provider must be openai, llama or anthropic, got "${provider}"`);
   }
   const raw = (name: string) => readString(values, env, name, provider);
-  const upstreams = readList(values, env, 'upstream', provider).map((url) => parseUrl('upstream', url));
+  const upstreamsFile = readUpstreams(raw('upstreams-file'), Array.isArray(values.upstream), env, provider);
+  const upstreams = upstreamsFile ? upstreamsFile.upstreams.map((u) => u.url) : readList(values, env, 'upstream', provider).map((url) => parseUrl('upstream', url));
   if (upstreams.length === 0) upstreams.push(parseUrl('upstream', DEFAULT_UPSTREAM[provider]));
   if (new Set(upstreams).size !== upstreams.length) throw new ConfigError('--upstream names the same URL twice');
   const upstream = upstreams[0];
@@ -367,6 +377,7 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     provider,
     upstream,
     upstreams,
+    ...(upstreamsFile ? { upstreamsFile } : {}),
     host: raw('host') ?? '127.0.0.1',
     port,
     platform,
@@ -462,6 +473,22 @@ function parseRoutePath(name: string, raw: string): string {
   if (!/^(\/[\w.-]+)+$/.test(raw)) throw new ConfigError(`--${name} must look like /orchestrator/metrics, got "${raw}"`);
   if (/^\/(v1|health)(\/|$)/.test(raw)) throw new ConfigError(`--${name} must not be under /v1 or /health (the gateway's own routes), got "${raw}"`);
   return raw;
+}
+
+/**
+ * `--upstreams-file`, read and checked now, so that a file that cannot be used stops start-up with a line naming
+ * the file and the field. It replaces `--upstream`: both at once is refused (which list would be meant?); the
+ * provider's URL variable (OPENAI_BASE_URL, often set for the SDKs in the same shell) is left unread.
+ */
+function readUpstreams(path: string | undefined, flagsGiven: boolean, env: NodeJS.ProcessEnv, provider: ProviderKind): UpstreamsFile | undefined {
+  if (path === undefined) return undefined;
+  if (flagsGiven) throw new ConfigError('--upstream and --upstreams-file both list upstreams: list every upstream in the file, or use --upstream alone');
+  try {
+    return readUpstreamsFile(path, env, provider);
+  } catch (error) {
+    if (error instanceof UpstreamsFileError) throw new ConfigError(`--upstreams-file ${JSON.stringify(path.slice(0, 200))}: ${error.message}`);
+    throw error;
+  }
 }
 
 /** A flag given any number of times, else its environment variable as a comma list. */

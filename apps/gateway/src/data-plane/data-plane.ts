@@ -19,7 +19,8 @@ import {
 import { Observable, from, type Subscription } from 'rxjs';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { parseJson, streamErrorEvent, upstreamUrl, type GatewayService } from '../gateway.service.js';
-import { upstreamMembers, urlOn } from '../upstreams/upstream-set.js';
+import { attemptsNeedUpstream, urlOn, type UpstreamTarget } from '../upstreams/upstream-set.js';
+import { UpstreamAttempts } from '../upstreams/upstream-attempts.js';
 import type { Budgets } from '../budgets/budgets.service.js';
 import type { VirtualKey } from '../budgets/virtual-keys.js';
 import type { UsageLedger } from '../observability/usage-ledger.js';
@@ -97,8 +98,10 @@ export class DataPlane {
   readonly corsOrigins?: ReadonlySet<string> | '*';
   readonly exposedHeaders = EXPOSED_HEADERS.join(',');
   readonly dedupOn: boolean;
-  /** Several upstreams behind the proxied routes: each attempt is told which one it goes to. */
+  /** Several upstreams behind the proxied routes (or fallback chains): each attempt is told which one it goes to. */
   readonly pooled: boolean;
+  /** The upstreams file's part in each attempt: fallback chains, the body a fallback is sent, the answer's upstream. */
+  readonly attempts: UpstreamAttempts;
   // The same credential arrives again and again: its hash (the caller's tenant) is computed once.
   private readonly tenants = new LRUCache<string, string>({ max: 10_000 });
   private readonly plans = new WeakMap<UpstreamPlan, { origin: string; path: string }>();
@@ -108,7 +111,8 @@ export class DataPlane {
     this.keyDigests = config.gatewayKeys.map(keyDigest);
     this.checksKeys = gatewayChecksKeys(config);
     this.dedupOn = config.dedup;
-    this.pooled = upstreamMembers(config).length > 1;
+    this.pooled = attemptsNeedUpstream(config);
+    this.attempts = new UpstreamAttempts(config, parts.orchestrator);
     if (config.corsOrigins) this.corsOrigins = config.corsOrigins === '*' ? '*' : new Set(config.corsOrigins);
   }
 
@@ -310,7 +314,9 @@ class ProxiedCall {
         tag: config.observability.logPrompts ? undefined : context.body,
       };
       const work = this.work(plan, skeleton);
-      const started = startLocalCall<RawResponse>(orchestrator, policy, call, work) ?? (await startCall<RawResponse>(orchestrator, policy, call, work));
+      // The fallback chain of the model the body names (a request answered above shares its flight whatever the chain).
+      const chained = this.plane.attempts.policyFor(this.route, (context.body as { model?: unknown } | undefined)?.model, policy);
+      const started = startLocalCall<RawResponse>(orchestrator, chained, call, work) ?? (await startCall<RawResponse>(orchestrator, chained, call, work));
       this.deliver(started);
     } catch (error) {
       this.fail(error);
@@ -380,10 +386,10 @@ class ProxiedCall {
 
   /** The upstream call this request leads (only the leader's runs: joined and cached requests never call it). */
   private work(plan: UpstreamPlan, skeleton: JsonSkeleton | undefined): CallWork<RawResponse> {
-    if (plan.translation) return (signal, upstream) => this.translated(signal, upstream);
+    if (plan.translation) return (signal, upstream) => this.plane.attempts.label(this.translated(signal, upstream), upstream);
     // One upstream: the work takes no parameter (so no AbortController is made for it: unsubscribing stops it).
     if (!this.plane.pooled) return () => this.passThrough(plan, skeleton, undefined);
-    return (_signal, upstream) => this.passThrough(plan, skeleton, upstream);
+    return (_signal, upstream) => this.plane.attempts.label(this.passThrough(plan, skeleton, upstream), upstream);
   }
 
   /** The client's bytes to the provider (the pool's `upstream` of this attempt), its bytes back as call events. */
@@ -394,12 +400,13 @@ class ProxiedCall {
       const context = this.context;
       const upload = this.info.body === 'multipart';
       const added = this.addsStreamUsage(skeleton);
-      const body = added ? withIncludeUsage(this.body!, skeleton!) : this.body;
+      const sent = this.plane.attempts.bodyFor(context, upstream, this.body, skeleton);
+      const body = added ? withIncludeUsage(sent!, skeleton!) : sent;
       const provider = gateway.provider;
       const headers: Record<string, string> = {
         'x-request-id': context.id,
         ...(body === undefined ? {} : { 'content-type': upload ? this.request.headers['content-type']! : 'application/json' }),
-        ...provider.authHeaders({ clientKey: this.presented, headers: this.request.headers }),
+        ...provider.authHeaders({ clientKey: this.presented, headers: this.request.headers, upstream: upstream?.target as UpstreamTarget | undefined }),
         // After the credentials: the client's own answer-changing headers (an API version) override a default.
         ...provider.forwardedHeaders(this.request.headers),
       };

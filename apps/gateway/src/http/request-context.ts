@@ -40,6 +40,11 @@ export interface RequestContext {
   upstreamStartedAt?: number;
   /** The pool member its last attempt went to, when there are several (its breaker is the request line's). */
   upstream?: string;
+  /**
+   * The model its last attempt asked for, when a fallback group was asked for another than the client's: what its
+   * usage is priced as, and what the request line says served it.
+   */
+  servedModel?: string;
   /** When the provider's response headers arrived. */
   upstreamAnsweredAt?: number;
   /** The parsed request body (set by the guard): its model for metrics, and the prompt only if the operator asked. */

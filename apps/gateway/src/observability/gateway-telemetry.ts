@@ -9,6 +9,7 @@ import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG, GATEWAY_LOGGER } from '../gateway.tokens.js';
 import { pathOfUrl, type RequestContext } from '../http/request-context.js';
 import { UPSTREAM } from '../routes/shaping.js';
+import { upstreamMembers } from '../upstreams/upstream-set.js';
 import { StatusBoard } from '../status/status-board.js';
 import { Budgets } from '../budgets/budgets.service.js';
 import { UsageLedger } from './usage-ledger.js';
@@ -56,6 +57,8 @@ export class GatewayTelemetry {
   private readonly metricsTenants: boolean;
   private readonly boundTokens = new Map<string, TokenChildren>();
   private readonly boundSaved = new Map<string, TokenChildren>();
+  /** The breaker a request line names when its call reached no upstream (refused): the sole primary one's, however named. */
+  private readonly defaultBreaker: string;
   private readonly lines: RequestLines;
 
   constructor(
@@ -69,6 +72,8 @@ export class GatewayTelemetry {
     @Optional() tracing?: GatewayTracing,
   ) {
     const o = config.observability;
+    const primary = upstreamMembers(config);
+    this.defaultBreaker = primary.length === 1 ? primary[0].name : UPSTREAM;
     this.requestLog = o.requestLog && logger.isLevelEnabled('info');
     this.lines = new RequestLines(logger);
     this.logPrompts = o.logPrompts;
@@ -128,11 +133,13 @@ export class GatewayTelemetry {
     const tenant = needTenant ? context.tenantHash : undefined;
     const body = context.body as { model?: unknown } | undefined;
     const model = typeof body?.model === 'string' ? body.model : undefined;
+    // What this request's own call used is the model that answered it (a fallback may have been asked for another).
+    const served = context.servedModel ?? model;
     const own = context.usage;
     const reused = outcome === 'joined' || outcome === 'cached' ? this.usage.reused(context.dedupKey) : undefined;
 
     if (this.tokens && own) {
-      const [input, output] = this.tokenChildren(model ?? 'unknown', this.metricsTenants ? (tenant ?? 'none') : undefined);
+      const [input, output] = this.tokenChildren(served ?? 'unknown', this.metricsTenants ? (tenant ?? 'none') : undefined);
       input.inc(own.input);
       output.inc(own.output);
     }
@@ -164,7 +171,7 @@ export class GatewayTelemetry {
         savedTokens: reused && reused.input + reused.output,
         savedDollars: reused && model ? this.budgets.prices.costOf(model, reused) : undefined,
         spentTokens: own && own.input + own.output,
-        spentDollars: own && model ? this.budgets.prices.costOf(model, own) : undefined,
+        spentDollars: own && served ? this.budgets.prices.costOf(served, own) : undefined,
         latencyMs: performance.now() - context.startedAt,
         model,
         key: context.keyName ?? tenant,
@@ -183,11 +190,14 @@ export class GatewayTelemetry {
       status,
       dedup: outcome ?? null,
       tenant: tenant ?? null,
-      breaker: this.orchestrator.breakerState(context.upstream ?? UPSTREAM) ?? null,
+      breaker: this.orchestrator.breakerState(context.upstream ?? this.defaultBreaker) ?? null,
       totalMs: round(now - context.startedAt),
       queueMs: answered ? round(context.upstreamStartedAt! - context.startedAt) : undefined,
       upstreamMs: answered ? round((context.upstreamAnsweredAt ?? now) - context.upstreamStartedAt!) : undefined,
       model: model?.slice(0, 100),
+      servedModel: context.servedModel?.slice(0, 100),
+      // The pool member (or fallback group's) whose answer, or failure, this was.
+      upstream: context.upstream,
       usage: own && { in: own.input, out: own.output },
       savedUsage: !own && reused ? { in: reused.input, out: reused.output } : undefined,
       error: context.errorCode,

@@ -2,7 +2,7 @@ import type { OnApplicationShutdown } from '@nestjs/common';
 import { RequestTracing, TRACE_ATTRIBUTES, type SpanAttributes } from 'nest-prompt-orchestrator';
 import type { GatewayConfig, ProviderKind } from '../config/gateway-config.js';
 import type { GatewayRoute } from '../providers/provider.js';
-import { upstreamMembers } from '../upstreams/upstream-set.js';
+import { everyMember } from '../upstreams/upstream-set.js';
 
 /** `gen_ai.system` of each provider kind (the OpenTelemetry GenAI conventions' names where they have one). */
 const GEN_AI_SYSTEM: Record<ProviderKind, string> = { openai: 'openai', anthropic: 'anthropic', llama: 'llama.cpp' };
@@ -47,7 +47,7 @@ export class GatewayTracing implements OnApplicationShutdown {
       spanProcessors: [new sdk.BatchSpanProcessor(new exporter.OTLPTraceExporter({ url }))],
     });
     // Attempts are named by the pool member they go to (its breaker's name): each has its own address.
-    const addresses = new Map(upstreamMembers(config).map((m) => [m.name, new URL(m.target.url)]));
+    const addresses = new Map(everyMember(config).map((m) => [m.name, new URL(m.target.url)]));
     const first = new URL(config.upstream);
     const tracing = new RequestTracing(api, {
       tracerProvider: provider,

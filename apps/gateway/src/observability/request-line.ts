@@ -20,6 +20,10 @@ export interface RequestLineFields {
   queueMs?: number;
   upstreamMs?: number;
   model?: string;
+  /** The model a fallback group was asked for instead (see `RequestContext.servedModel`). */
+  servedModel?: string;
+  /** The upstream (pool member) its last attempt went to, when there are several or they are named. */
+  upstream?: string;
   usage?: { in: number; out: number };
   savedUsage?: { in: number; out: number };
   error?: string;
@@ -61,6 +65,9 @@ export class RequestLines {
     line += `,"breaker":${quoted(f.breaker)},"totalMs":${f.totalMs}`;
     if (f.queueMs !== undefined) line += `,"queueMs":${f.queueMs},"upstreamMs":${f.upstreamMs}`;
     if (f.model !== undefined) line += `,"model":${this.model(f.model)}`;
+    if (f.servedModel !== undefined) line += `,"servedModel":${this.model(f.servedModel)}`;
+    // An upstream's name is the operator's (upstreams file) or made from its URL: escaped all the same.
+    if (f.upstream !== undefined) line += `,"upstream":${JSON.stringify(f.upstream)}`;
     if (f.usage) line += `,"usage":{"in":${f.usage.in},"out":${f.usage.out}}`;
     else if (f.savedUsage) line += `,"savedUsage":{"in":${f.savedUsage.in},"out":${f.savedUsage.out}}`;
     if (f.error !== undefined) line += `,"error":${JSON.stringify(redactor.text(f.error))}`;
@@ -84,6 +91,8 @@ export class RequestLines {
       line.upstreamMs = f.upstreamMs;
     }
     if (f.model !== undefined) line.model = f.model;
+    if (f.servedModel !== undefined) line.servedModel = f.servedModel;
+    if (f.upstream !== undefined) line.upstream = f.upstream;
     if (f.usage) line.usage = f.usage;
     else if (f.savedUsage) line.savedUsage = f.savedUsage;
     if (f.error !== undefined) line.error = f.error;

@@ -2,7 +2,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { UpstreamStreamError } from '../upstream/stream-end.js';
 import { UpstreamHttpError } from '../upstream/upstream-client.js';
-import { Provider, ROUTES, gatewayChecksKeys, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } from './provider.js';
+import { Provider, ROUTES, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } from './provider.js';
 
 type Json = Record<string, unknown>;
 
@@ -33,13 +33,13 @@ export class LlamaProvider extends Provider {
   }
 
   /**
-   * The provider key when the gateway has one; none when the gateway checks keys of its own; otherwise the client's
-   * `Authorization` and `X-Api-Key` exactly as sent, so the server judges them as it would directly (it accepts
-   * `Authorization: k1` without a scheme, refuses `bearer k1`, and reads X-Api-Key only without Authorization).
+   * The server's own key (upstreams file), else the provider key when the gateway has one; none when the gateway
+   * checks keys of its own; otherwise the client's `Authorization` and `X-Api-Key` exactly as sent, so the server
+   * judges them as it would directly (it accepts `Authorization: k1` without a scheme, refuses `bearer k1`, and
+   * reads X-Api-Key only without Authorization).
    */
   authHeaders(auth: UpstreamAuth): Record<string, string> {
-    if (this.config.providerKey) return { authorization: `Bearer ${this.config.providerKey}` };
-    if (gatewayChecksKeys(this.config)) return {};
+    if (this.gatewayChoosesKey(auth)) return this.bearer(auth);
     const headers: Record<string, string> = {};
     const authorization = auth.headers.authorization;
     const apiKey = auth.headers['x-api-key'];

@@ -1,6 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { anthropicRequestToOpenAI, openAIResponseToAnthropic, openAIStreamToAnthropic } from '../translate/anthropic-openai.js';
+import { openAIBase } from '../upstreams/upstream-set.js';
 import { Provider, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } from './provider.js';
 
 /**
@@ -16,7 +17,7 @@ export class OpenAIProvider extends Provider {
   constructor(config: GatewayConfig) {
     super(config);
     // OPENAI_BASE_URL conventionally ends in /v1.
-    this.v1 = config.upstream.endsWith('/v1') ? config.upstream : `${config.upstream}/v1`;
+    this.v1 = openAIBase(config.upstream);
     const v1 = this.v1;
     this.routes = {
       chat: { method: 'POST', url: `${v1}/chat/completions`, api: 'openai' },

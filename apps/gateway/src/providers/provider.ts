@@ -4,6 +4,7 @@ import type { GatewayConfig, ProviderKind } from '../config/gateway-config.js';
 import { notSupported } from '../http/api-error.js';
 import type { SseTranslator } from '../translate/sse.js';
 import type { StreamFormat } from '../upstream/stream-end.js';
+import { upstreamMembers, type UpstreamTarget } from '../upstreams/upstream-set.js';
 
 type Json = Record<string, unknown>;
 
@@ -209,6 +210,8 @@ export interface UpstreamAuth {
   /** The key the client presented (Bearer or x-api-key), when it is to be passed through. */
   clientKey?: string;
   headers: IncomingHttpHeaders;
+  /** The upstream the call goes to (its own key, if it has one); absent: the first upstream (identity checks). */
+  upstream?: UpstreamTarget;
 }
 
 /**
@@ -222,7 +225,12 @@ export abstract class Provider {
   /** Each route this provider serves; the others answer 501. */
   protected abstract readonly routes: Partial<Record<GatewayRoute, UpstreamPlan>>;
 
-  constructor(protected readonly config: GatewayConfig) {}
+  /** Where a call that names no upstream goes: the first one, as the provider's URLs are built on it. */
+  protected readonly firstUpstream: UpstreamTarget;
+
+  constructor(protected readonly config: GatewayConfig) {
+    this.firstUpstream = upstreamMembers(config)[0].target;
+  }
 
   /** The URL the breaker's health probe calls while the breaker is open. */
   abstract healthUrl(): string;
@@ -277,9 +285,22 @@ export abstract class Provider {
     return `${path} is not served by the ${this.kind} provider.`;
   }
 
-  /** The key sent upstream: the gateway's own provider key, or the client's when no gateway keys are configured. */
+  /**
+   * The key sent upstream: the upstream's own (upstreams file), else the gateway's provider key, else the client's
+   * when no gateway keys are configured; none for a fallback upstream without a key of its own. Which key goes
+   * upstream never changes who the caller is (see `identityOf`): that is read from what the client presented.
+   */
   protected upstreamKey(auth: UpstreamAuth): string | undefined {
+    const target = auth.upstream ?? this.firstUpstream;
+    if (target.key) return target.key.reveal();
+    if (!target.inheritsKey) return undefined;
     return this.config.providerKey ?? (gatewayChecksKeys(this.config) ? undefined : auth.clientKey);
+  }
+
+  /** Whether the call is sent a key the gateway chose (the upstream's own, the provider key, or none at all). */
+  protected gatewayChoosesKey(auth: UpstreamAuth): boolean {
+    const target = auth.upstream ?? this.firstUpstream;
+    return target.key !== undefined || !target.inheritsKey || this.config.providerKey !== undefined || gatewayChecksKeys(this.config);
   }
 
   protected bearer(auth: UpstreamAuth): Record<string, string> {

@@ -7,7 +7,7 @@ import { WorkerCoordination } from '../cluster/worker-coordination.js';
 import { Lifecycle } from '../http/lifecycle.js';
 import { UPSTREAM } from './shaping.js';
 import { FleetHeartbeat } from '../status/fleet-heartbeat.js';
-import { poolState } from '../upstreams/upstream-set.js';
+import { UPSTREAM_POOL, poolState } from '../upstreams/upstream-set.js';
 
 /** One worker's share of /health under `--workers` (what the primary gathers from each). */
 interface WorkerPart {
@@ -49,7 +49,9 @@ export class HealthController {
   @Get(['health', 'v1/health'])
   async health() {
     const health = this.orchestrator.health();
-    const breaker = health.breakers.find((b) => b.name === UPSTREAM);
+    // The primary pool's: fallback groups serve some models only, and are listed under `upstreams` with their pool.
+    const primary = health.upstreams.filter((u) => u.pool === UPSTREAM_POOL);
+    const breaker = health.breakers.find((b) => b.name === (primary.length === 1 ? primary[0].name : UPSTREAM));
     const state = poolState(health).breaker;
     // Before any call (or probe) has had an outcome, nobody knows whether the provider is up.
     const known = breaker !== undefined && (breaker.observed || state !== 'closed');
@@ -62,13 +64,15 @@ export class HealthController {
       upstream: {
         provider: this.config.provider,
         // Several upstreams: available while any of them is in rotation.
-        state: health.upstreams.length > 1
-          ? health.upstreams.some((u) => u.available) ? 'available' : 'unavailable'
-          : !known ? 'unknown' : state === 'closed' && health.upstreams[0]?.health !== 'down' ? 'available' : state === 'half_open' ? 'recovering' : 'unavailable',
+        state: primary.length > 1
+          ? primary.some((u) => u.available) ? 'available' : 'unavailable'
+          : !known ? 'unknown' : state === 'closed' && primary[0]?.health !== 'down' ? 'available' : state === 'half_open' ? 'recovering' : 'unavailable',
         breaker: state,
       },
-      // Each upstream: health check, breaker, slots or adaptive limit, in flight, queued.
+      // Each upstream: its pool (`upstream`, or a fallback group), health check, breaker, slots or adaptive limit, in flight, queued.
       upstreams: health.upstreams,
+      // The upstreams file's chains: requested model -> the groups tried in turn (and the model each is asked for).
+      ...(this.config.upstreamsFile?.fallbacks.size ? { fallbacks: Object.fromEntries(this.config.upstreamsFile.fallbacks) } : {}),
       breakers: health.breakers,
       limiters: health.limiters,
       dedup: { inFlight: health.inFlight, callersWaiting: health.callersWaiting, inFlightBytes: health.inFlightBytes, ...health.dedup },

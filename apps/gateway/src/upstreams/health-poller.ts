@@ -5,8 +5,8 @@ import type { UpstreamTarget } from './upstream-set.js';
 export interface HealthPollerOptions {
   /** Time between two checks of one upstream. */
   intervalMs: number;
-  /** Headers of the checks (the provider key: /props and /slots may need it). */
-  headers: () => Record<string, string>;
+  /** Headers of the checks of one upstream (its key: /props and /slots may need it). */
+  headers: (target: UpstreamTarget) => Record<string, string>;
   /** Slots are read again every this many checks (a restarted server may have another `--parallel`). Default 30. */
   slotsEvery?: number;
 }
@@ -48,7 +48,8 @@ export class HealthPoller {
 
   /** One check of one upstream, and the next one scheduled. Never throws. */
   async check(member: Upstream): Promise<void> {
-    const url = (member.target as UpstreamTarget).url;
+    const target = member.target as UpstreamTarget;
+    const url = target.url;
     const timeout = Math.max(250, Math.min(2_000, this.options.intervalMs));
     try {
       const response = await request(`${url}/health`, { method: 'GET', signal: AbortSignal.timeout(timeout), dispatcher: this.agent });
@@ -57,7 +58,7 @@ export class HealthPoller {
         const count = this.checks.get(member) ?? 0;
         this.checks.set(member, count + 1);
         const due = member.health !== 'up' || member.snapshot().slots === undefined || count % (this.options.slotsEvery ?? 30) === 0;
-        member.setHealth('up', { slots: due ? await this.slotsOf(url, timeout) : undefined });
+        member.setHealth('up', { slots: due ? await this.slotsOf(target, timeout) : undefined });
       } else if (response.statusCode === 503) {
         member.setHealth('loading', { detail: messageOf(text) ?? 'loading' });
       } else {
@@ -78,17 +79,19 @@ export class HealthPoller {
   }
 
   /** The server's slots: `/props` `total_slots`, else how many `/slots` lists; undefined when neither says. */
-  private async slotsOf(url: string, timeout: number): Promise<number | undefined> {
-    const props = await this.getJson(`${url}/props`, timeout);
+  private async slotsOf(target: UpstreamTarget, timeout: number): Promise<number | undefined> {
+    const props = await this.getJson(target, '/props', timeout);
     const total = (props as { total_slots?: unknown } | undefined)?.total_slots;
     if (typeof total === 'number' && Number.isInteger(total) && total > 0) return total;
-    const slots = await this.getJson(`${url}/slots`, timeout);
+    const slots = await this.getJson(target, '/slots', timeout);
     return Array.isArray(slots) && slots.length > 0 ? slots.length : undefined;
   }
 
-  private async getJson(url: string, timeout: number): Promise<unknown> {
+  /** A read of one server, with its own key: another server's would be refused, and must never reach it. */
+  private async getJson(target: UpstreamTarget, path: string, timeout: number): Promise<unknown> {
     try {
-      const response = await request(url, { method: 'GET', headers: this.options.headers(), signal: AbortSignal.timeout(timeout), dispatcher: this.agent });
+      const headers = this.options.headers(target);
+      const response = await request(`${target.url}${path}`, { method: 'GET', headers, signal: AbortSignal.timeout(timeout), dispatcher: this.agent });
       if (response.statusCode !== 200) {
         await response.body.dump();
         return undefined;

@@ -29,7 +29,7 @@ export class UpstreamRotation implements OnApplicationBootstrap, OnModuleDestroy
     if (this.config.provider !== 'llama') return;
     this.poller = new HealthPoller(this.pool, {
       intervalMs: this.config.healthIntervalMs,
-      headers: () => this.gateway.provider.authHeaders({ headers: {} }),
+      headers: (target) => this.gateway.provider.authHeaders({ headers: {}, upstream: target }),
     });
     // In the background: start-up never waits on the upstreams.
     void this.poller.start();

@@ -3,41 +3,94 @@ import type { GatewayConfig } from '../config/gateway-config.js';
 import { ApiError } from '../http/api-error.js';
 import type { Provider } from '../providers/provider.js';
 import { UpstreamHttpError } from '../upstream/upstream-client.js';
+import { PRIMARY_POOL, type UpstreamEntry, type UpstreamKey } from './upstreams-file.js';
 
 /** The name of the pool every proxied route goes through, and of its breaker and limiter when it has one upstream. */
-export const UPSTREAM_POOL = 'upstream';
+export const UPSTREAM_POOL = PRIMARY_POOL;
 
-/** Where one upstream of the pool is: what the call's work is told (`Upstream.target`). */
+/** Where one upstream of a pool is, and what it is sent: what the call's work is told (`Upstream.target`). */
 export interface UpstreamTarget {
-  /** Base URL, as `--upstream` gave it (normalised, no trailing slash). */
+  /** Base URL, as `--upstream` or the upstreams file gave it (normalised, no trailing slash). */
   url: string;
+  /** Its own key (upstreams file): sent instead of the provider key or the client's own. */
+  key?: UpstreamKey;
+  /** Without a key of its own, whether it is sent the provider key or the client's (a fallback group's is not). */
+  inheritsKey: boolean;
 }
 
+type Member = UpstreamMemberOptions & { name: string; target: UpstreamTarget };
+
 /**
- * The pool's members, one per `--upstream`. With one upstream its breaker and
- * limiter keep the pool's own name (`upstream`), as before there were pools;
- * with several, each is `upstream@host:port` (its path too when two share a host).
+ * The primary pool's members: the upstreams file's `upstreams`, else one per
+ * `--upstream`. With one upstream its breaker and limiter keep the pool's own
+ * name (`upstream`), as before there were pools; with several, each is
+ * `upstream@host:port` (its path too when two share a host), unless the file
+ * names it.
  */
-export function upstreamMembers(config: Pick<GatewayConfig, 'upstreams'>): Array<UpstreamMemberOptions & { target: UpstreamTarget }> {
+export function upstreamMembers(config: Pick<GatewayConfig, 'upstreams' | 'upstreamsFile'>): Member[] {
+  if (config.upstreamsFile) return config.upstreamsFile.upstreams.map(memberOf);
   const urls = config.upstreams;
-  if (urls.length === 1) return [{ name: UPSTREAM_POOL, target: { url: urls[0] } }];
+  if (urls.length === 1) return [{ name: UPSTREAM_POOL, target: { url: urls[0], inheritsKey: true } }];
   const hosts = urls.map((url) => new URL(url).host);
   return urls.map((url, i) => {
     const shared = hosts.filter((h) => h === hosts[i]).length > 1;
     const parsed = new URL(url);
-    return { name: `${UPSTREAM_POOL}@${parsed.host}${shared ? parsed.pathname : ''}`, target: { url } };
+    return { name: `${UPSTREAM_POOL}@${parsed.host}${shared ? parsed.pathname : ''}`, target: { url, inheritsKey: true } };
   });
+}
+
+/** The upstreams file's fallback groups (pools only a fallback chain sends requests to), by pool name. */
+export function fallbackGroups(config: Pick<GatewayConfig, 'upstreamsFile'>): Map<string, Member[]> {
+  const groups = new Map<string, Member[]>();
+  for (const [name, entries] of config.upstreamsFile?.groups ?? []) groups.set(name, entries.map(memberOf));
+  return groups;
+}
+
+/** Every upstream the gateway may call, primary and fallback alike: each has a breaker and a limiter. */
+export function everyMember(config: Pick<GatewayConfig, 'upstreams' | 'upstreamsFile'>): Array<Member & { concurrency?: number }> {
+  const file = config.upstreamsFile;
+  if (!file) return upstreamMembers(config);
+  return [...file.upstreams, ...[...file.groups.values()].flat()].map((entry) => ({ ...memberOf(entry), concurrency: entry.concurrency }));
+}
+
+/** Whether each attempt must be told its upstream: several, a named one, or fallback chains. */
+export function attemptsNeedUpstream(config: Pick<GatewayConfig, 'upstreams' | 'upstreamsFile'>): boolean {
+  const members = upstreamMembers(config);
+  return members.length > 1 || members[0].name !== UPSTREAM_POOL || fallbackGroups(config).size > 0;
+}
+
+/** The upstreams file's keys, to be kept out of everything the gateway says. */
+export function upstreamKeys(config: Pick<GatewayConfig, 'upstreams' | 'upstreamsFile'>): string[] {
+  return everyMember(config).flatMap((m) => (m.target.key ? [m.target.key.reveal()] : []));
+}
+
+function memberOf(entry: UpstreamEntry): Member {
+  return { name: entry.name, target: { url: entry.url, ...(entry.key ? { key: entry.key } : {}), inheritsKey: entry.inheritsKey } };
 }
 
 /**
  * A provider URL (built on the first upstream's base) moved to the upstream
  * the attempt goes to. Without a pool member (or on the first upstream) it is
- * the URL unchanged: one string comparison on the one-upstream path.
+ * the URL unchanged: one string comparison on the one-upstream path. For
+ * `--provider openai` both bases are taken as the provider takes its own
+ * (`/v1` added when missing), so that `http://a:1` and `http://b:2/v1` serve
+ * the same paths.
  */
-export function urlOn(url: string, config: Pick<GatewayConfig, 'upstream'>, upstream: Upstream | undefined): string {
-  const base = (upstream?.target as UpstreamTarget | undefined)?.url;
-  if (base === undefined || base === config.upstream || !url.startsWith(config.upstream)) return url;
-  return base + url.slice(config.upstream.length);
+export function urlOn(url: string, config: Pick<GatewayConfig, 'upstream' | 'provider'>, upstream: Upstream | undefined): string {
+  return urlFor(url, config, (upstream?.target as UpstreamTarget | undefined)?.url);
+}
+
+/** `urlOn` for a target's base URL (a health probe's). */
+export function urlFor(url: string, config: Pick<GatewayConfig, 'upstream' | 'provider'>, base: string | undefined): string {
+  if (base === undefined || base === config.upstream) return url;
+  const from = config.provider === 'openai' ? openAIBase(config.upstream) : config.upstream;
+  if (!url.startsWith(from)) return url;
+  return (config.provider === 'openai' ? openAIBase(base) : base) + url.slice(from.length);
+}
+
+/** An OpenAI-compatible base URL as the provider uses it: ending in `/v1` (OPENAI_BASE_URL conventionally does). */
+export function openAIBase(url: string): string {
+  return url.endsWith('/v1') ? url : `${url}/v1`;
 }
 
 /**

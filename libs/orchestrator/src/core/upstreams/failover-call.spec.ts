@@ -2,7 +2,9 @@ import { afterEach, describe, expect, it } from '@jest/globals';
 import { Observable, from } from 'rxjs';
 import { StreamedResponse, type CallEvent } from '../events.js';
 import { Orchestrator } from '../orchestrator.js';
+import type { RoutePolicy } from '../policy.js';
 import type { Upstream } from './upstream-pool.js';
+import { withFallbacks } from './failover-call.js';
 
 /** An error as an HTTP client reports a status (the gateway's UpstreamHttpError has `status` too). */
 class HttpError extends Error {
@@ -225,5 +227,98 @@ describe('a pool of one', () => {
     expect(policy.limiter?.limit).toBe(3);
     await expect(orchestrator.run(policy, async (_signal, upstream) => upstream?.target)).resolves.toBe('http://x');
     expect(orchestrator.health().upstreams).toEqual([expect.objectContaining({ name: 'only', pool: 'llm', health: 'up', limit: 3, inFlight: 0 })]);
+  });
+});
+
+describe('a chain of pools: the fallbacks once every upstream of the primary failed before the first byte', () => {
+  /** Pool `llm` (A, B, or A alone) and pools `backup` (C) and `last` (D); the policy over `llm` with both fallbacks. */
+  function chain(primary: string[] = ['A', 'B']) {
+    const names = [...primary, 'C', 'D'];
+    const orchestrator = new Orchestrator({
+      breaker: { failureThreshold: 2, openMs: 60_000 },
+      retry: { retries: 1, baseDelayMs: 1 },
+      limits: Object.fromEntries(names.map((n) => [n, { limit: 4 }])),
+      upstreams: {
+        llm: { members: primary.map((n) => ({ name: n, target: n })) },
+        backup: { members: [{ name: 'C', target: 'C' }] },
+        last: { members: [{ name: 'D', target: 'D' }] },
+      },
+    });
+    open.push(orchestrator);
+    const pools = orchestrator.upstreams;
+    const base = orchestrator.policy({ breaker: 'llm', concurrency: true, dedup: true, timeout: 5_000, retry: true }, 'chat');
+    const policy = withFallbacks(base, pools.get('llm')!, [pools.get('backup')!, pools.get('last')!]);
+    return { orchestrator, policy, base, pools };
+  }
+
+  async function ask(policy: RoutePolicy, orchestrator: Orchestrator, answers: Record<string, () => Promise<string>>, key?: string) {
+    const asked: string[] = [];
+    const answer = await orchestrator
+      .run<string>(
+        policy,
+        (_signal, upstream) => {
+          const target = upstream!.target as string;
+          asked.push(target);
+          return (answers[target] ?? (() => Promise.resolve(`from ${target}`)))();
+        },
+        key === undefined ? undefined : { key },
+      )
+      .catch((error: unknown) => error);
+    return { answer, asked };
+  }
+
+  it('the next pool answers once each upstream of the one before has failed over, in the chain\'s order', async () => {
+    const { orchestrator, policy } = chain();
+    const { answer, asked } = await ask(policy, orchestrator, { A: () => Promise.reject(refused()), B: () => Promise.reject(new HttpError(503)), C: () => Promise.reject(new HttpError(502)) });
+    expect(answer).toBe('from D');
+    expect(asked).toEqual(['A', 'B', 'C', 'D']);
+  });
+
+  it('the primary answers when it can: the fallbacks are not asked', async () => {
+    const { orchestrator, policy } = chain();
+    const { answer, asked } = await ask(policy, orchestrator, { A: () => Promise.reject(refused()) });
+    expect(answer).toBe('from B');
+    expect(asked).toEqual(['A', 'B']);
+  });
+
+  it("every breaker of the primary open: the fallback answers at once, and the primary's upstreams are not called", async () => {
+    const { orchestrator, policy, pools } = chain();
+    for (const member of pools.get('llm')!.members) for (let i = 0; i < 2; i++) member.breaker.recordFailure(new HttpError(500));
+    const { answer, asked } = await ask(policy, orchestrator, {});
+    expect(answer).toBe('from C');
+    expect(asked).toEqual(['C']);
+  });
+
+  it("the caller's own 4xx ends the call where it is: no fallback is asked", async () => {
+    const { orchestrator, policy } = chain();
+    const { answer, asked } = await ask(policy, orchestrator, { A: () => Promise.reject(new HttpError(400)) });
+    expect(answer).toMatchObject({ status: 400 });
+    expect(asked).toEqual(['A']);
+  });
+
+  it('a sole primary upstream keeps its retries, then the fallback answers; a fallback is not retried', async () => {
+    const { orchestrator, policy } = chain(['A']);
+    const { answer, asked } = await ask(policy, orchestrator, { A: () => Promise.reject(new HttpError(503)), C: () => Promise.reject(new HttpError(503)) });
+    expect(answer).toBe('from D');
+    expect(asked).toEqual(['A', 'A', 'C', 'D']);
+  });
+
+  it('identical requests share one flight while a fallback serves it', async () => {
+    const { orchestrator, policy, pools } = chain();
+    for (const member of pools.get('llm')!.members) for (let i = 0; i < 2; i++) member.breaker.recordFailure(new HttpError(500));
+    let calls = 0;
+    const work = (_signal: AbortSignal, upstream?: Upstream) => {
+      calls++;
+      return new Promise<string>((resolve) => setTimeout(() => resolve(`from ${String(upstream!.target)}`), 20));
+    };
+    const answers = await Promise.all(Array.from({ length: 20 }, () => orchestrator.run<string>(policy, work, { key: 'same' })));
+    expect(new Set(answers)).toEqual(new Set(['from C']));
+    expect(calls).toBe(1);
+  });
+
+  it('without fallbacks the policy is left as it is; a policy over another pool is refused', () => {
+    const { policy, base, pools } = chain();
+    expect(withFallbacks(base, pools.get('llm')!, [])).toBe(base);
+    expect(() => withFallbacks(policy, pools.get('backup')!, [pools.get('last')!])).toThrow(/does not send its calls to pool "backup"/);
   });
 });

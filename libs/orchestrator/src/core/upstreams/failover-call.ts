@@ -8,6 +8,11 @@ import type { Upstream, UpstreamPool } from './upstream-pool.js';
 export interface FailoverPlan {
   readonly pool: UpstreamPool;
   readonly policies: readonly RoutePolicy[];
+  /**
+   * Other pools, tried in turn once every upstream of this one failed before its first byte with an error its pool
+   * fails over on (see `withFallbacks`). Their own `fallbacks` are not followed: the chain is this one list.
+   */
+  readonly fallbacks?: readonly FailoverPlan[];
 }
 
 /**
@@ -22,25 +27,30 @@ export function upstreamCall<T>(policy: RoutePolicy, work: CallWork<T>, options:
  * One call over a pool: the guarded call (breaker, slot, timed attempt) of
  * the first upstream in `pool.order()`, and while it fails before its first
  * byte with an error the pool fails over on, the next one's, each upstream at
- * most once. Never after the first byte: from then on the caller has part of
- * one upstream's answer, and another's would not continue it. A stream's head
- * (its content type) is held back until its first chunk, so that a failed
- * attempt leaves no trace in what the caller sees.
+ * most once. Once the pool has none left, the same goes on over each of the
+ * plan's `fallbacks` in turn (each pool's order is taken when the call gets to
+ * it: its load then, not at the start). Never after the first byte: from then
+ * on the caller has part of one upstream's answer, and another's would not
+ * continue it. A stream's head (its content type) is held back until its
+ * first chunk, so that a failed attempt leaves no trace in what the caller sees.
  *
  * Each upstream's own breaker counts its own failures; the last error (or the
  * first that is not worth failing over on) is the call's.
  */
 export function failoverCall<T>(plan: FailoverPlan, work: CallWork<T>, options: GuardedCallOptions = {}): Observable<CallEvent<T>> {
   return new Observable<CallEvent<T>>((subscriber) => {
-    const order: Upstream[] = plan.pool.order();
+    const stages = plan.fallbacks ? [plan, ...plan.fallbacks] : [plan];
+    let stage = 0;
+    let order: Upstream[] = plan.pool.order();
     let next = 0;
     let answered = false;
     let attempt: Subscription | undefined;
     let left = false;
     const tryNext = (): void => {
+      const current = stages[stage];
       const member = order[next++];
       let head: CallEvent<T> | undefined;
-      attempt = guardedCall(plan.policies[member.index], work, options).subscribe({
+      attempt = guardedCall(current.policies[member.index], work, options).subscribe({
         next: (event) => {
           if (answered) return subscriber.next(event);
           if (event.kind === 'head') {
@@ -52,7 +62,15 @@ export function failoverCall<T>(plan: FailoverPlan, work: CallWork<T>, options: 
           subscriber.next(event);
         },
         error: (error: unknown) => {
-          if (!answered && !left && next < order.length && plan.pool.shouldFailover(error)) return tryNext();
+          if (!answered && !left && current.pool.shouldFailover(error)) {
+            if (next < order.length) return tryNext();
+            if (stage + 1 < stages.length) {
+              stage++;
+              order = stages[stage].pool.order();
+              next = 0;
+              return tryNext();
+            }
+          }
           subscriber.error(error);
         },
         complete: () => {
@@ -67,4 +85,36 @@ export function failoverCall<T>(plan: FailoverPlan, work: CallWork<T>, options: 
       attempt?.unsubscribe();
     };
   });
+}
+
+/**
+ * A policy over `primary` (the pool its breaker names) that, when every upstream
+ * of that pool failed before the first byte (or refused: breaker open, queue
+ * full), goes on to the upstreams of `fallbacks`, in that order: e.g. another
+ * provider's deployment of a model when one provider is down. Everything but
+ * where the calls go is the policy's own (dedup, time limits): identical
+ * requests still share one flight, whichever pool serves it. Across pools,
+ * failing over is the retry: a fallback's attempt is not repeated on the
+ * upstream that just failed it (a sole primary upstream keeps the retries it
+ * had). Without fallbacks, the policy as it is.
+ */
+export function withFallbacks(policy: RoutePolicy, primary: UpstreamPool, fallbacks: readonly UpstreamPool[]): RoutePolicy {
+  if (fallbacks.length === 0) return policy;
+  const own: FailoverPlan = policy.failover ?? { pool: primary, policies: [policy] };
+  if (own.pool !== primary || (policy.failover === undefined && policy.upstream !== primary.members[0])) {
+    throw new Error(`withFallbacks: policy "${policy.name}" does not send its calls to pool "${primary.name}"`);
+  }
+  const template = own.policies[0];
+  const plans = fallbacks.map(
+    (pool): FailoverPlan => ({
+      pool,
+      policies: pool.members.map(
+        (upstream) =>
+          ({ ...template, retry: undefined, breaker: upstream.breaker, limiter: template.limiter ? upstream.limiter : undefined, upstream }) as RoutePolicy,
+      ),
+    }),
+  );
+  // Where the calls go is the plan's: the chain itself has no breaker, limiter or upstream of its own.
+  const { breaker: _breaker, limiter: _limiter, upstream: _upstream, retry: _retry, failover: _failover, ...rest } = policy;
+  return { ...rest, failover: { ...own, fallbacks: plans } } as RoutePolicy;
 }
