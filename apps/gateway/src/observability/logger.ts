@@ -3,12 +3,14 @@ import { pino, type Logger } from 'pino';
 import pretty from 'pino-pretty';
 import type { ObservabilityConfig } from '../config/gateway-config.js';
 import { redactor } from '../http/redaction.js';
+import { LineWriter } from './line-writer.js';
 
 /**
- * The gateway's structured logger (pino) on stdout. JSON lines go through an
- * asynchronous destination (sonic-boom), in batches: a request never waits on a write.
- * Pretty output (for a terminal) formats in-process and synchronously: it is
- * for people watching, not for load. Lines still buffered are flushed at exit.
+ * The gateway's structured logger (pino) on stdout. JSON lines go to a
+ * buffered, asynchronous writer (`LineWriter`), in batches: a request never
+ * waits on a write. Pretty output (for a terminal) formats in-process and
+ * synchronously: it is for people watching, not for load. Lines still
+ * buffered are written at exit.
  */
 export function createLogger(config: ObservabilityConfig): Logger {
   const options = {
@@ -23,7 +25,7 @@ export function createLogger(config: ObservabilityConfig): Logger {
   if (config.logFormat === 'pretty') {
     return pino(options, pretty({ colorize: Boolean(process.stdout.isTTY), sync: true, ignore: 'pid,hostname', translateTime: 'SYS:HH:MM:ss.l' }));
   }
-  const destination = stdoutDestination();
+  const destination = stdoutWriter();
   const logger = pino(options, destination);
   lineSinks.set(logger, (line) => destination.write(line));
   return logger;
@@ -41,30 +43,16 @@ export function lineSinkOf(logger: Logger): ((line: string) => void) | undefined
   return lineSinks.get(logger);
 }
 
-let stdout: ReturnType<typeof pino.destination> | undefined;
+let stdout: LineWriter | undefined;
+/** A quiet gateway's lines still appear within this long. */
 const FLUSH_MS = 200;
 
-/** One asynchronous stdout writer per process (an app built twice in one process shares it). */
-function stdoutDestination(): ReturnType<typeof pino.destination> {
+/** One writer of stdout per process (an app built twice in one process shares it). */
+function stdoutWriter(): LineWriter {
   if (stdout) return stdout;
-  // Lines are gathered up to 4 KiB per write (one write per line costs a system call each), and flushed at
-  // least every 200 ms, so that a quiet gateway's lines still appear at once.
-  const destination = (stdout = pino.destination({ dest: 1, sync: false, minLength: 4096 }));
-  setInterval(() => {
-    try {
-      destination.flush();
-    } catch {
-      // Not open yet: the next tick writes it.
-    }
-  }, FLUSH_MS).unref();
-  process.once('exit', () => {
-    try {
-      destination.flushSync();
-    } catch {
-      // Not open yet, or stdout is gone: nothing more can be written.
-    }
-  });
-  return destination;
+  const writer = (stdout = new LineWriter({ fd: 1, flushMs: FLUSH_MS }));
+  process.once('exit', () => writer.flushSync());
+  return writer;
 }
 
 /** Nest's own messages (warnings, errors) as lines of the same logger, so that stdout stays one format. */
