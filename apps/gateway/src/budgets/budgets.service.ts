@@ -1,10 +1,9 @@
 import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
-import { LRUCache } from 'lru-cache';
 import { MemoryWindowCounters, RedisThrottlerStorage, type WindowCounters } from 'nest-prompt-orchestrator/throttler';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { ApiError } from '../http/api-error.js';
-import type { RequestContext } from '../http/request-context.js';
+import type { RequestContext, Settled } from '../http/request-context.js';
 import { SharedState } from '../shared-state/shared-state.js';
 import type { SpendCap } from './budget-config.js';
 import { ROUTES } from '../providers/provider.js';
@@ -14,11 +13,6 @@ import { NANO, SpendLedger, type ScopedCap } from './spend-ledger.js';
 import { VirtualKeys, type VirtualKey } from './virtual-keys.js';
 
 /** What one request used, as known once its answer ended. */
-interface Settled {
-  usage: Usage;
-  costNano: number;
-}
-
 /**
  * Budgets and keys: who may call (virtual keys), how often (requests and
  * tokens per window, counted with `@nestjs/throttler` storages: in memory,
@@ -33,7 +27,6 @@ export class Budgets implements OnApplicationShutdown {
   private readonly counters: WindowCounters;
   private readonly requestLog?: RequestLog;
   // What each recent answer cost, by dedup key: a joined or cached copy of it saved that much.
-  private readonly answers = new LRUCache<string, Settled>({ max: 10_000 });
   private readonly logger = new Logger('Gateway');
   private readonly window: number;
   private readonly settings: GatewayConfig['budgets'];
@@ -161,15 +154,25 @@ export class Budgets implements OnApplicationShutdown {
     const hold = context.hold;
     context.hold = undefined;
     if (!usage) return hold ? this.ledger.settle(hold, context.keyName, hold.amountNano) : Promise.resolve();
-    const model = context.servedModel ?? modelOf(body);
-    const costNano = Math.round(this.prices.costOf(model, usage) * NANO);
-    const settled = { usage, costNano };
+    const settled = this.priced(context.servedModel ?? modelOf(body), usage);
+    const costNano = settled.costNano;
     context.settled = settled;
     if (context.rateKey) void this.counters.add(`tokens:${context.rateKey}`, this.window, usage.input + usage.output);
-    if (context.dedupKey) this.answers.set(context.dedupKey, settled);
+    // What the requests that reuse this answer saved: they read it from the call's tag.
+    if (context.tag) context.tag.settled = settled;
     const counted = this.ledger.settle(hold, context.keyName, costNano);
     // Only a capped request waits for it: without a cap, nothing reads the totals before the next answer.
     return context.caps ? counted : Promise.resolve();
+  }
+
+  /** What a call to `model` that used `usage` cost. */
+  priced(model: string | undefined, usage: Usage): Settled {
+    return { usage, costNano: Math.round(this.prices.costOf(model, usage) * NANO) };
+  }
+
+  /** The model a request body names (absent when it names none). */
+  static modelOf(body: unknown): string | undefined {
+    return modelOf(body);
   }
 
   /**
@@ -200,11 +203,11 @@ export class Budgets implements OnApplicationShutdown {
   finished(context: RequestContext, status: number): void {
     const outcome = context.outcome ?? null;
     const reused = outcome === 'joined' || outcome === 'cached';
-    const original = reused && context.dedupKey ? this.answers.get(context.dedupKey) : undefined;
+    const original = reused ? context.tag?.settled : undefined;
     const savedNano = original?.costNano ?? 0;
     if (savedNano > 0) this.ledger.record(context.keyName, 0, savedNano);
     if (!this.requestLog) return;
-    const usage = context.settled?.usage ?? original?.usage;
+    const usage = context.settled?.usage ?? original?.usage ?? context.reusedUsage;
     this.requestLog.write({
       time: new Date().toISOString(),
       tenant: context.tenantHash ?? null,

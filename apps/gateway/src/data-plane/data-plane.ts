@@ -21,7 +21,7 @@ import type { GatewayConfig } from '../config/gateway-config.js';
 import { parseJson, streamErrorEvent, upstreamUrl, type GatewayService } from '../gateway.service.js';
 import { attemptsNeedUpstream, urlOn, type UpstreamTarget } from '../upstreams/upstream-set.js';
 import { UpstreamAttempts } from '../upstreams/upstream-attempts.js';
-import type { Budgets } from '../budgets/budgets.service.js';
+import { Budgets } from '../budgets/budgets.service.js';
 import type { VirtualKey } from '../budgets/virtual-keys.js';
 import type { UsageLedger } from '../observability/usage-ledger.js';
 import { statusOf, type GatewayTelemetry } from '../observability/gateway-telemetry.js';
@@ -30,7 +30,7 @@ import { ApiError, invalidRequest, keyRequired } from '../http/api-error.js';
 import { clientKey, identityOf, isOneOf, keyDigest } from '../http/credentials.js';
 import { drainBound, drainRequest, errorReply } from '../http/gateway-exception.filter.js';
 import type { Lifecycle } from '../http/lifecycle.js';
-import { pathOfUrl, requestIdOf, serverTiming, type RequestContext } from '../http/request-context.js';
+import { pathOfUrl, requestIdOf, serverTiming, type CallTag, type RequestContext } from '../http/request-context.js';
 import { ROUTES, gatewayChecksKeys, type GatewayRoute, type RouteInfo, type UpstreamPlan } from '../providers/provider.js';
 import { SHAPING } from '../routes/shaping.js';
 import { EXPOSED_HEADERS } from '../http/cors.js';
@@ -40,6 +40,7 @@ import { mergeUsage, needsStreamUsage, usageOfJson, withStreamUsage } from '../b
 import type { Usage } from '../budgets/prices.js';
 import { SseScan } from './sse-scan.js';
 import { UpstreamExchange } from './upstream-exchange.js';
+import { Interned } from './interned.js';
 
 /** What the data plane is made of: the gateway's services, built once by Nest, called here directly. */
 export interface DataPlaneParts {
@@ -81,6 +82,7 @@ const SUMMARY_FIELDS = [
   'n_predict',
 ] as const;
 const INCLUDE_USAGE = Buffer.from('"stream_options":{"include_usage":true},');
+const MODELS = new Interned(256);
 
 /**
  * The gateway's proxied routes, served straight on Node's request and
@@ -299,8 +301,9 @@ class ProxiedCall {
       // (the call's tag) stands for them.
       const local = scope !== undefined && json && !config.observability.logPrompts ? { key: hash, tenant, reuse: reuseOf(headers['cache-control'], true), trace: context.span } : undefined;
       const found = local && peekLocalCall<RawResponse>(orchestrator, policy, local);
-      const skeleton = json && found?.tag === undefined ? this.scanBody() : undefined;
-      if (found?.tag !== undefined) this.summarised(found.tag);
+      const tag = found?.tag as CallTag | undefined;
+      const skeleton = json && tag === undefined ? this.scanBody() : undefined;
+      if (tag !== undefined) this.summarised(tag.body);
       if (budgets.needsAdmission(key)) await budgets.admit(context, key);
       this.inCall = true;
       if (found) return this.deliver(answerLocalCall(orchestrator, policy, local!, found));
@@ -311,7 +314,7 @@ class ProxiedCall {
         reuse: scope === undefined ? undefined : reuseOf(headers['cache-control'], storable),
         trace: context.span,
         // What a request that reuses the answer reads instead of its own body (never the whole body of --log-prompts).
-        tag: config.observability.logPrompts ? undefined : context.body,
+        tag: (context.tag = config.observability.logPrompts ? undefined : { body: context.body as Record<string, unknown> }),
       };
       const work = this.work(plan, skeleton);
       // The fallback chain of the model the body names (a request answered above shares its flight whatever the chain).
@@ -373,6 +376,8 @@ class ProxiedCall {
     }
     const summary: Record<string, unknown> = {};
     if (skeleton.type === 'object') for (const name of SUMMARY_FIELDS) if (skeleton.has(name)) summary[name] = skeleton.field(name);
+    // Kept with the answer (its tag) for as long as the window keeps it: one copy of each model name.
+    if (typeof summary.model === 'string') summary.model = MODELS.of(summary.model);
     this.summarised(this.plane.parts.config.observability.logPrompts ? JSON.parse(this.body!.toString('utf8')) : summary);
     return skeleton;
   }
@@ -481,7 +486,10 @@ class ProxiedCall {
     const context = this.context;
     context.outcome = started.outcome;
     this.ageSeconds = started.ageSeconds;
-    this.reused = (started.outcome === 'joined' || started.outcome === 'cached') && context.dedupKey !== undefined && this.plane.parts.usage.enabled;
+    const reused = started.outcome === 'joined' || started.outcome === 'cached';
+    if (reused) context.tag = started.tag as CallTag | undefined;
+    // What a reused answer's call used is read from the answer only when its tag does not say.
+    this.reused = reused && context.tag?.settled === undefined && this.plane.parts.usage.enabled;
     if (this.reused) this.reusedChunks = { last: [] };
     const stored = started.stored;
     if (stored !== undefined && stored.kind !== 'value') return this.replay(stored);
@@ -496,7 +504,7 @@ class ProxiedCall {
   private replay(stored: Exclude<WindowPayload<RawResponse>, { kind: 'value' }>): void {
     if (stored.kind === 'bytes') {
       this.inCall = false;
-      if (this.reused) this.learnUsage(() => usageOfJson(stored.body));
+      if (this.reused) this.learnUsage(usageOfJson(stored.body));
       return this.respond(stored.status ?? 200, stored.contentType, stored.body, stored.headers, this.ageSeconds);
     }
     this.head = { kind: 'head', head: stored.head };
@@ -511,7 +519,7 @@ class ProxiedCall {
   next(event: CallEvent<RawResponse>): void {
     if (event.kind === 'value') {
       const value = event.value;
-      if (this.reused) this.learnUsage(() => usageOfJson(value.body));
+      if (this.reused) this.learnUsage(usageOfJson(value.body));
       this.respond(value.status ?? 200, value.contentType, value.body, value.headers, this.ageSeconds);
     } else if (event.kind === 'head') {
       this.head = event;
@@ -529,17 +537,22 @@ class ProxiedCall {
 
   complete(): void {
     this.inCall = false;
-    if (this.reused && this.streaming) this.learnUsage(() => this.streamedUsage());
+    if (this.reused && this.streaming) this.learnUsage(this.streamedUsage());
     // A stream that ended before its first chunk: an empty stream.
     if (!this.streaming && this.head) this.startStream();
     if (this.streaming && !this.response.writableEnded) this.response.end();
   }
 
-  /** Records what a reused answer's call used, unless this process knows it already (it led the call). */
-  private learnUsage(read: () => Usage | undefined): void {
-    const { usage } = this.plane.parts;
-    const key = this.context.dedupKey!;
-    if (usage.reused(key) === undefined) usage.learn(key, read());
+  /**
+   * What a reused answer's call used, read from the answer (its call was led elsewhere: another replica or worker,
+   * or a stored answer made by one), and kept in its tag for the next request that reuses it here.
+   */
+  private learnUsage(usage: Usage | undefined): void {
+    const context = this.context;
+    const tag = context.tag;
+    if (tag?.settled !== undefined || usage === undefined) return;
+    if (!tag) return void (context.reusedUsage = usage);
+    tag.settled = this.plane.parts.budgets.priced(Budgets.modelOf(tag.body), usage);
   }
 
   /** The usage a relayed stream reported, read from the chunks it kept (see `reusedChunks`). */

@@ -9,6 +9,7 @@ import type { ClientApi } from '../providers/provider.js';
 import { UpstreamStreamError, type StreamFormat } from '../upstream/stream-end.js';
 import { UpstreamHttpError, UpstreamProtocolError, looksLikeJson, startsWithErrorField } from '../upstream/upstream-client.js';
 import { SseScan } from './sse-scan.js';
+import { Interned } from './interned.js';
 
 // A stream is read ahead of its fastest caller by at most about this much (plus one socket read).
 const HIGH_WATER = 256 * 1024;
@@ -16,6 +17,8 @@ const LOW_WATER = 64 * 1024;
 // An error body is only relayed or read for its message: more than this is not worth holding.
 const MAX_ERROR_BODY = 64 * 1024;
 const EVENT_STREAM = /^text\/event-stream\b/i;
+/** Content types as kept with every stored answer: one copy of each. */
+const CONTENT_TYPES = new Interned(64);
 const SSE_TYPE = 'text/event-stream; charset=utf-8';
 
 /** What one pass-through upstream call needs to know beyond its request. */
@@ -122,7 +125,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     this.controller = controller;
     this.status = statusCode;
     const type = headers['content-type'];
-    this.contentType = typeof type === 'string' ? type : undefined;
+    this.contentType = typeof type === 'string' ? CONTENT_TYPES.of(type) : undefined;
     this.options.onAnswered();
     if (statusCode >= 400) {
       const retryAfter = headers['retry-after'];

@@ -7,6 +7,25 @@ import type { Hold, ScopedCap } from '../budgets/spend-ledger.js';
 
 const REQUEST_CONTEXT = Symbol('gateway.request-context');
 
+/** What one upstream call used, and cost (USD in billionths). */
+export interface Settled {
+  usage: Usage;
+  costNano: number;
+}
+
+/**
+ * What the request that leads a call tells the requests that reuse its answer
+ * (the call's `CallRequest.tag`): the few fields of its body that features
+ * read, so that they need not read their own, and, once the answer is in,
+ * what the call used and cost, so that what they saved is known. Kept with
+ * the flight and with the answer in the window (plain data: a shared store
+ * holds it too), one object for every request that shares the answer.
+ */
+export interface CallTag {
+  readonly body: Record<string, unknown>;
+  settled?: Settled;
+}
+
 /** Per-request facts the gateway keeps, set once and read wherever they are needed. */
 export interface RequestContext {
   id: string;
@@ -35,7 +54,14 @@ export interface RequestContext {
   /** Money held against those caps while this request's own upstream call is in flight. */
   hold?: Hold;
   /** Usage and price of this request's own upstream call, once its answer ended. */
-  settled?: { usage: { input: number; output: number; cached: number }; costNano: number };
+  settled?: Settled;
+  /**
+   * The call's tag (see `CallTag`): this request's own when it leads its call, its leader's when it joined the call
+   * or replayed its answer (absent when the leader gave none, e.g. another replica's).
+   */
+  tag?: CallTag;
+  /** What a reused answer's call used, read from the answer itself when its tag did not say (see `CallTag.settled`). */
+  reusedUsage?: Usage;
   /** When this request's own upstream call started (absent if it joined another or was answered from the window). */
   upstreamStartedAt?: number;
   /** The pool member its last attempt went to, when there are several (its breaker is the request line's). */

@@ -12,7 +12,6 @@ import { UPSTREAM } from '../routes/shaping.js';
 import { upstreamMembers } from '../upstreams/upstream-set.js';
 import { StatusBoard } from '../status/status-board.js';
 import { Budgets } from '../budgets/budgets.service.js';
-import { UsageLedger } from './usage-ledger.js';
 import { GatewayTracing } from './gateway-tracing.js';
 import { RequestLines } from './request-line.js';
 
@@ -65,7 +64,6 @@ export class GatewayTelemetry {
     @Inject(GATEWAY_CONFIG) config: GatewayConfig,
     @Inject(GATEWAY_LOGGER) logger: Logger,
     private readonly orchestrator: OrchestratorService,
-    private readonly usage: UsageLedger,
     private readonly budgets: Budgets,
     private readonly board: StatusBoard,
     @Optional() @Inject(OrchestratorMetrics) metrics: OrchestratorMetrics | null,
@@ -136,7 +134,7 @@ export class GatewayTelemetry {
     // What this request's own call used is the model that answered it (a fallback may have been asked for another).
     const served = context.servedModel ?? model;
     const own = context.usage;
-    const reused = outcome === 'joined' || outcome === 'cached' ? this.usage.reused(context.dedupKey) : undefined;
+    const reused = outcome === 'joined' || outcome === 'cached' ? (context.tag?.settled?.usage ?? context.reusedUsage) : undefined;
 
     if (this.tokens && own) {
       const [input, output] = this.tokenChildren(served ?? 'unknown', this.metricsTenants ? (tenant ?? 'none') : undefined);

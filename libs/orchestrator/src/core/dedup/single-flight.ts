@@ -1,6 +1,6 @@
 import { Observable, ReplaySubject, Subject, type Observer, type Subscriber, type Subscription, type TeardownLogic, type Unsubscribable } from 'rxjs';
 import { isRawResponse, type CallEvent, type Chunk, type StreamHead } from '../events.js';
-import { sizeOf, type WindowPayload } from './answer-window.js';
+import { sizeOf, type WindowEntry, type WindowPayload } from './answer-window.js';
 import { BatchedDelivery, DeliveryBatches } from './delivery-batches.js';
 
 /** Callers served at once when one answer reaches many: about 10-20 ms of work before the event loop gets a turn. */
@@ -344,16 +344,21 @@ class AnswerRecorder<T> {
     if (this.size > this.maxBytes) this.abandon();
   }
 
-  entry(): WindowPayload<T> | undefined {
+  /**
+   * The answer as the window keeps it. Its times are there from the start (the window sets them when it stores
+   * it): a field added later would move every entry's fields out of the object, a few hundred bytes each.
+   */
+  entry(): WindowEntry<T> | undefined {
     if (this.overflowed) return undefined;
     const tag = this.tag;
     if (this.value) {
       const value = this.value.value;
-      if (!isRawResponse(value)) return { kind: 'value', value, tag };
-      return { kind: 'bytes', body: value.body, contentType: value.contentType, headers: value.headers, status: value.status, tag };
+      if (!isRawResponse(value)) return { kind: 'value', value, tag, storedAt: 0, expiresAt: 0 };
+      const { body, contentType, headers, status } = value;
+      return { kind: 'bytes', body, contentType, headers, status, tag, storedAt: 0, expiresAt: 0 };
     }
     // The chunks as they came (Buffers the stream already allocated): joined only for a shared store (see `AnswerWindow.set`).
-    if (this.head) return { kind: 'stream', head: this.head, chunks: this.chunks, tag };
+    if (this.head) return { kind: 'stream', head: this.head, chunks: this.chunks, tag, storedAt: 0, expiresAt: 0 };
     return undefined;
   }
 }
