@@ -23,7 +23,8 @@ export class SseScan {
   usage: Usage | undefined;
   private partial: Buffer | undefined;
   private eventName: string | undefined;
-  private readonly markers: readonly Buffer[];
+  /** What may hold something to read: any marker of the format, an error, a usage object (see `holdsMarker`). */
+  private readonly markers: RegExp | undefined;
   // llama.cpp's native streams: each prompt (`index`) ends with `"stop":true`.
   private readonly unfinished = new Set<number>();
   private llamaStopped = false;
@@ -34,7 +35,7 @@ export class SseScan {
     private readonly readUsage: boolean,
     private readonly stripUsage: boolean,
   ) {
-    this.markers = format === false ? [] : [...END_MARKERS[format], ERROR];
+    this.markers = format === false ? undefined : markerPattern([...END_MARKERS[format], ERROR].map((marker) => marker.toString('latin1')), readUsage);
   }
 
   /**
@@ -102,11 +103,12 @@ export class SseScan {
    * object is `"usage":{`, compact or with the one space JSON writers put after a colon.
    */
   private holdsMarker(data: Buffer): boolean {
-    for (const marker of this.markers) if (data.indexOf(marker) >= 0) return true;
     if (this.format === 'openai' && data.indexOf(DONE, Math.max(0, data.length - DONE_TAIL)) >= 0) return true;
-    if (!this.readUsage) return false;
-    for (const marker of USAGE_OBJECT) if (data.indexOf(marker) >= 0) return true;
-    return false;
+    // One pass of a compiled pattern over the bytes as latin1 (each byte one character: an ASCII marker matches
+    // only the same bytes), rather than a native search per marker: the markers start or end with a quote, which
+    // is every few bytes of JSON, and that defeats the native search's skips (about 120 µs per 64 KiB for the
+    // three, 17 for the pattern).
+    return this.markers !== undefined && this.markers.test(data.toString('latin1'));
   }
 
   /** Reads one line (`[start, end)`, without its newline); false when it is the added usage event, to be left out. */
@@ -187,8 +189,7 @@ const DATA = Buffer.from('data:');
 const DONE = Buffer.from('[DONE]');
 const ERROR = Buffer.from('"error"');
 // Chunks before OpenAI's usage event say `"usage":null`: only an object is worth reading.
-const USAGE_OBJECT = [Buffer.from('"usage":{'), Buffer.from('"usage": {')];
-const USAGE = [...USAGE_OBJECT, Buffer.from('"tokens_predicted"')];
+const USAGE = [Buffer.from('"usage":{'), Buffer.from('"usage": {'), Buffer.from('"tokens_predicted"')];
 // `data: [DONE]` and the blank lines after it, with room for a CR before each newline.
 const DONE_TAIL = 24;
 const END_MARKERS: Record<StreamFormat, readonly Buffer[]> = {
@@ -203,4 +204,11 @@ function startsWith(data: Buffer, at: number, prefix: Buffer): boolean {
   if (data.length - at < prefix.length) return false;
   for (let i = 0; i < prefix.length; i++) if (data[at + i] !== prefix[i]) return false;
   return true;
+}
+
+/** One pattern for the markers (literal text), and, when usage is read, a usage object (`"usage":{`, or with a space). */
+function markerPattern(markers: string[], readUsage: boolean): RegExp {
+  const literal = markers.map((marker) => marker.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
+  if (readUsage) literal.push('"usage": ?\\{');
+  return new RegExp(literal.join('|'));
 }
