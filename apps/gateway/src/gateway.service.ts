@@ -235,6 +235,15 @@ export function parseJson(bytes: Buffer): unknown {
  * leading blank line closes any event the provider left half-written.
  */
 export function streamErrorEvent(api: ClientApi): (error: unknown) => string {
+  let format = STREAM_ERROR_EVENTS.get(api);
+  if (!format) STREAM_ERROR_EVENTS.set(api, (format = makeStreamErrorEvent(api)));
+  return format;
+}
+
+/** One formatter per API, made once. */
+const STREAM_ERROR_EVENTS = new Map<ClientApi, (error: unknown) => string>();
+
+function makeStreamErrorEvent(api: ClientApi): (error: unknown) => string {
   return (error) => {
     // The provider's own error event already reached the client with the stream.
     if (error instanceof UpstreamStreamError && error.delivered) return '';

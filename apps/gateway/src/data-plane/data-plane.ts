@@ -30,7 +30,7 @@ import { ApiError, invalidRequest, keyRequired } from '../http/api-error.js';
 import { clientKey, identityOf, isOneOf, keyDigest } from '../http/credentials.js';
 import { drainBound, drainRequest, errorReply } from '../http/gateway-exception.filter.js';
 import type { Lifecycle } from '../http/lifecycle.js';
-import { pathOfUrl, requestIdOf, serverTiming, type CallTag, type RequestContext } from '../http/request-context.js';
+import { newContext, pathOfUrl, requestIdOf, serverTiming, type CallTag, type RequestContext } from '../http/request-context.js';
 import { ROUTES, gatewayChecksKeys, type GatewayRoute, type RouteInfo, type UpstreamPlan } from '../providers/provider.js';
 import { SHAPING } from '../routes/shaping.js';
 import { EXPOSED_HEADERS } from '../http/cors.js';
@@ -165,6 +165,7 @@ export class DataPlane {
       parsed = { origin: url.origin, path: url.pathname };
       this.plans.set(plan, parsed);
     }
+    if (query === '' && !parsed.path.includes('/:')) return parsed;
     const path = parsed.path.includes('/:')
       ? parsed.path.replace(/:([A-Za-z_]+)/g, (match, name: string) => (params[name] === undefined ? match : encodeURIComponent(params[name])))
       : parsed.path;
@@ -215,7 +216,7 @@ class ProxiedCall {
   ) {
     const { id, given } = requestIdOf(request.headers);
     this.info = ROUTES[route];
-    this.context = { id, idGiven: given, startedAt: performance.now(), api: this.info.api, route };
+    this.context = newContext(id, given, this.info.api, route);
     this.presented = clientKey(request.headers);
   }
 
@@ -401,38 +402,34 @@ class ProxiedCall {
   private passThrough(plan: UpstreamPlan, skeleton: JsonSkeleton | undefined, upstream: Upstream | undefined): Observable<CallEvent<RawResponse>> {
     return new Observable<CallEvent<RawResponse>>((subscriber) => {
       const { parts } = this.plane;
-      const { budgets, gateway, usage } = parts;
+      const { budgets, gateway } = parts;
       const context = this.context;
       const upload = this.info.body === 'multipart';
       const added = this.addsStreamUsage(skeleton);
       const sent = this.plane.attempts.bodyFor(context, upstream, this.body, skeleton);
       const body = added ? withIncludeUsage(sent!, skeleton!) : sent;
       const provider = gateway.provider;
-      const headers: Record<string, string> = {
-        'x-request-id': context.id,
-        ...(body === undefined ? {} : { 'content-type': upload ? this.request.headers['content-type']! : 'application/json' }),
-        ...provider.authHeaders({ clientKey: this.presented, headers: this.request.headers, upstream: upstream?.target as UpstreamTarget | undefined }),
-        // After the credentials: the client's own answer-changing headers (an API version) override a default.
-        ...provider.forwardedHeaders(this.request.headers),
-      };
-      const exchange = new UpstreamExchange(subscriber, {
-        api: plan.api,
-        anyAnswer: this.info.answer === 'any',
-        streamEnd: this.info.streamEnd ?? plan.api,
-        readUsage: true,
-        stripUsage: added,
-        presentedKey: this.presented,
-        formatError: streamErrorEvent(context.api),
-        onAnswered: () => (context.upstreamAnsweredAt = performance.now()),
-        onUsage: (found) => {
-          usage.record(context, found);
-          const counted = budgets.settle(context, context.body, found);
-          return context.caps ? counted : undefined;
+      const headers: Record<string, string> = { 'x-request-id': context.id };
+      if (body !== undefined) headers['content-type'] = upload ? this.request.headers['content-type']! : 'application/json';
+      // After the credentials: the client's own answer-changing headers (an API version) override a default.
+      Object.assign(
+        headers,
+        provider.authHeaders({ clientKey: this.presented, headers: this.request.headers, upstream: upstream?.target as UpstreamTarget | undefined }),
+        provider.forwardedHeaders(this.request.headers),
+      );
+      const exchange = new UpstreamExchange(
+        subscriber,
+        {
+          api: plan.api,
+          anyAnswer: this.info.answer === 'any',
+          streamEnd: this.info.streamEnd ?? plan.api,
+          readUsage: true,
+          stripUsage: added,
+          presentedKey: this.presented,
+          formatError: streamErrorEvent(context.api),
         },
-        onBody: this.route === 'props' ? (bytes) => gateway.identity.observe(parseJson(bytes)) : undefined,
-        // A lost connection may be a restart: the model behind the URL may have changed.
-        onConnectionLost: () => void gateway.identity.check(provider.authHeaders({ clientKey: this.presented, headers: this.request.headers })),
-      });
+        this,
+      );
       const { origin, path } = this.plane.target(plan, this.params, this.query, upstream);
       const dispatch = () => {
         context.upstreamStartedAt = performance.now();
@@ -449,6 +446,29 @@ class ProxiedCall {
         budgets.release(context);
       };
     });
+  }
+
+  /** See `ExchangeHooks`: this request's own call to the provider. */
+  onUpstreamAnswered(): void {
+    this.context.upstreamAnsweredAt = performance.now();
+  }
+
+  onUpstreamUsage(found: Usage | undefined): Promise<void> | undefined {
+    const { usage, budgets } = this.plane.parts;
+    const context = this.context;
+    usage.record(context, found);
+    const counted = budgets.settle(context, context.body, found);
+    return context.caps ? counted : undefined;
+  }
+
+  onUpstreamBody(bytes: Buffer): void {
+    if (this.route === 'props') this.plane.parts.gateway.identity.observe(parseJson(bytes));
+  }
+
+  onUpstreamConnectionLost(): void {
+    // A lost connection may be a restart: the model behind the URL may have changed.
+    const { gateway } = this.plane.parts;
+    void gateway.identity.check(gateway.provider.authHeaders({ clientKey: this.presented, headers: this.request.headers }));
   }
 
   /** A route whose client API is not the provider's: the gateway service translates request and answer. */

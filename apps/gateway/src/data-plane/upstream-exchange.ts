@@ -37,17 +37,21 @@ export interface ExchangeOptions {
   presentedKey: string | undefined;
   /** The last event a stream that broke after it started sends its callers (see `StreamedResponse.formatError`). */
   formatError: (error: unknown) => string;
-  /** Told once the provider's status and headers are in. */
-  onAnswered(): void;
+}
+
+/** What the request that made an exchange is told of it (the request implements these: nothing is made per call). */
+export interface ExchangeHooks {
+  /** The provider's status and headers are in. */
+  onUpstreamAnswered(): void;
   /**
    * Told once with the answer's usage (or undefined) when a 2xx answer ends, whole or broken. A plain answer is
    * sent once the returned promise settles (its cost counted in the shared totals, under a spend cap).
    */
-  onUsage(usage: Usage | undefined): Promise<void> | undefined;
-  /** Told of the body of a 2xx JSON answer (e.g. to learn the upstream's identity from `/props`). */
-  onBody?(bytes: Buffer): void;
+  onUpstreamUsage(usage: Usage | undefined): Promise<void> | undefined;
+  /** The body of a 2xx JSON answer (e.g. to learn the upstream's identity from `/props`). */
+  onUpstreamBody(bytes: Buffer): void;
   /** The call failed before any answer (refused, reset): told once. */
-  onConnectionLost?(): void;
+  onUpstreamConnectionLost(): void;
 }
 
 /**
@@ -82,6 +86,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
   constructor(
     private readonly subscriber: Subscriber<CallEvent<RawResponse>>,
     private readonly options: ExchangeOptions,
+    private readonly hooks: ExchangeHooks,
   ) {}
 
   get paused(): boolean {
@@ -126,7 +131,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     this.status = statusCode;
     const type = headers['content-type'];
     this.contentType = typeof type === 'string' ? CONTENT_TYPES.of(type) : undefined;
-    this.options.onAnswered();
+    this.hooks.onUpstreamAnswered();
     if (statusCode >= 400) {
       const retryAfter = headers['retry-after'];
       this.retryAfter = typeof retryAfter === 'string' ? retryAfter : undefined;
@@ -184,9 +189,9 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     }
     // A 2xx whose body is an error object (llama-server sends some failures so) is relayed as the error it is.
     if (startsWithErrorField(bytes)) return this.subscriber.error(new UpstreamHttpError(status, bytes, this.contentType, this.options.api));
-    this.options.onBody?.(bytes);
+    this.hooks.onUpstreamBody(bytes);
     const answer = new RawResponse(bytes, this.contentType ?? 'application/json', undefined, status === 200 ? undefined : status);
-    const counted = this.options.onUsage(this.options.readUsage ? usageOfJson(bytes) : undefined);
+    const counted = this.hooks.onUpstreamUsage(this.options.readUsage ? usageOfJson(bytes) : undefined);
     if (counted) void counted.then(() => this.answer(answer));
     else this.answer(answer);
   }
@@ -201,8 +206,8 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     const mode = this.mode;
     this.mode = 'done';
     if (this.cancelled) return;
-    if (mode === 'waiting') this.options.onConnectionLost?.();
-    if (mode === 'stream') this.options.onUsage(this.scan?.usage);
+    if (mode === 'waiting') this.hooks.onUpstreamConnectionLost();
+    if (mode === 'stream') this.hooks.onUpstreamUsage(this.scan?.usage);
     this.subscriber.error(error);
   }
 
@@ -223,7 +228,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     this.flow();
     if (scan.verdict === 'error') {
       this.mode = 'done';
-      this.options.onUsage(scan.usage);
+      this.hooks.onUpstreamUsage(scan.usage);
       this.cancelled = true;
       controller.abort(ABORTED);
       this.subscriber.error(new UpstreamStreamError('The provider sent an error in the stream.', true, scan.errorEvent));
@@ -247,7 +252,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
       this.emitted += rest.length;
       this.subscriber.next({ kind: 'chunk', chunk: rest });
     }
-    this.options.onUsage(scan.usage);
+    this.hooks.onUpstreamUsage(scan.usage);
     if (this.options.streamEnd === false || scan.verdict === 'end') return this.subscriber.complete();
     if (scan.verdict === 'error') return this.subscriber.error(new UpstreamStreamError('The provider sent an error in the stream.', true, scan.errorEvent));
     this.subscriber.error(new UpstreamStreamError('The provider ended the stream before its end marker.', false));

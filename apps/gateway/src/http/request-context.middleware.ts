@@ -7,7 +7,7 @@ import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
 import { Lifecycle } from './lifecycle.js';
 import { GatewayTelemetry } from '../observability/gateway-telemetry.js';
 import { GatewayTracing } from '../observability/gateway-tracing.js';
-import { attachContext, pathOfUrl, requestIdOf, serverTiming, type RequestContext } from './request-context.js';
+import { attachContext, newContext, pathOfUrl, requestIdOf, serverTiming } from './request-context.js';
 
 /**
  * Runs first on every request: gives it a context with an `x-request-id`
@@ -30,7 +30,7 @@ export class RequestContextMiddleware implements NestMiddleware {
     const { id, given } = requestIdOf(request.headers);
     // Until a route matches, the API its path names: a body the parser rejects is still answered in it.
     const route = routeAt(request.originalUrl ?? request.url ?? '');
-    const context: RequestContext = { id, idGiven: given, startedAt: performance.now(), api: route ? ROUTES[route].api : this.defaultApi };
+    const context = newContext(id, given, route ? ROUTES[route].api : this.defaultApi, undefined);
     attachContext(request, context);
     const tracing = this.tracing.tracing;
     if (tracing) {
