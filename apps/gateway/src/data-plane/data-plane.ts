@@ -307,7 +307,11 @@ class ProxiedCall {
       if (tag !== undefined) this.summarised(tag.body);
       if (budgets.needsAdmission(key)) await budgets.admit(context, key);
       this.inCall = true;
-      if (found) return this.deliver(answerLocalCall(orchestrator, policy, local!, found));
+      if (found) {
+        // Not sent anywhere: its bytes are let go while it waits for its answer (a herd waits with all of them).
+        this.body = undefined;
+        return this.deliver(answerLocalCall(orchestrator, policy, local!, found));
+      }
       const storable = config.windowForSampled || !isSampled(context.body);
       const call = {
         key: context.dedupKey,
@@ -643,26 +647,27 @@ class ProxiedCall {
     flow?.progress(this.received - response.writableLength);
     if (!ok && !this.slow) {
       this.slow = true;
-      response.once('drain', this.drained);
+      // Closures made only for a reader that is slow: most never are.
+      response.once('drain', () => this.drained());
       // A reader that takes nothing for as long as a provider may stay silent holds its stream (and its upstream
       // slot) for nobody: it is cut, and the stream flows on for the others.
-      this.stall ??= setTimeout(this.stalled, this.plane.parts.config.timeoutMs);
+      this.stall ??= setTimeout(() => this.stalled(), this.plane.parts.config.timeoutMs);
       this.stall.refresh();
     }
     const behind = response.writableLength - this.replayed;
     if (behind > (flow ? MAX_BEHIND_BYTES : MAX_BEHIND_UNHELD_BYTES)) this.cut();
   }
 
-  private readonly drained = (): void => {
+  private drained(): void {
     if (!this.slow) return;
     this.slow = false;
     clearTimeout(this.stall);
     this.flow?.progress(this.received);
-  };
+  }
 
-  private readonly stalled = (): void => {
+  private stalled(): void {
     if (this.slow && !this.response.writableFinished) this.response.destroy();
-  };
+  }
 
   /** Too far behind while others read on: this caller leaves the stream with an error event, and its socket closes. */
   private cut(): void {

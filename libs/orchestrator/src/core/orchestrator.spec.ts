@@ -782,7 +782,7 @@ describe('SingleFlight', () => {
     first.subscribe();
     firstSource.next(value('v'));
     firstSource.complete();
-    expect(stored).toEqual([{ kind: 'value', value: 'v' }]);
+    expect(stored).toEqual([{ kind: 'value', value: 'v', tag: undefined, storedAt: 0, expiresAt: 0 }]);
     // Until the window holds it, a late caller still joins (and is answered by replay).
     expect(flights.join('k')).toBe(first);
 
@@ -839,7 +839,7 @@ describe('SingleFlight: what the streams in flight keep together', () => {
     await flush();
     // a's readers got every byte; a was kept, b (which outgrew the shared bound) was not.
     expect(seenA.join('')).toBe('aaaaaaa');
-    expect(stored).toEqual([{ kind: 'stream', head: { contentType: 'text/event-stream' }, chunks: ['aaaaaa', 'a'] }]);
+    expect(stored).toEqual([{ kind: 'stream', head: { contentType: 'text/event-stream' }, chunks: ['aaaaaa', 'a'], tag: undefined, storedAt: 0, expiresAt: 0 }]);
     expect(flights.heldBytes).toBe(0);
   });
 
