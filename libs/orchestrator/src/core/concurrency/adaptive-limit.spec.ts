@@ -115,6 +115,26 @@ describe('AdaptiveLimit', () => {
     }
   });
 
+  it('grows from just under the knee no further than an upstream at its capacity would take to the tolerance', () => {
+    let now = 0;
+    const limit = new AdaptiveLimit(512, { initialLimit: 22, slowStart: false }, () => now);
+    // Ten calls 20 ms apart, all started after the limit last moved; the calls in flight they report stay put (no
+    // slope of latency to calls is measured: only the latency's level decides).
+    const window = (latencyMs: number) => {
+      now += 200;
+      for (let i = 0; i < 10; i++) {
+        now += 20;
+        limit.sample(latencyMs, 24);
+      }
+    };
+    window(50);
+    // At the uncontended latency: a whole square root (22 + 4.7).
+    expect(limit.limit).toBe(26);
+    // 6% slower at 26: an upstream whose capacity is 24.5 would be at 1.15x with 28 in flight, not 31 (26 + 5.1).
+    window(53);
+    expect(limit.limit).toBe(28);
+  });
+
   it('never grows a limit nobody reaches: light traffic proves nothing', () => {
     const sim = new Simulation(3, 10_000, 50);
     sim.run(10_000);

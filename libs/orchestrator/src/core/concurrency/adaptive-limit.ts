@@ -6,7 +6,7 @@ export interface AdaptiveLimitOptions {
   initialLimit?: number;
   /** The limit never goes below this. Default 1. */
   minLimit?: number;
-  /** Latency may rise to this multiple of the uncontended latency before the limit shrinks. Default 1.25. */
+  /** Latency may rise to this multiple of the uncontended latency before the limit shrinks. Default 1.15. */
   tolerance?: number;
   /** Factor applied to the limit when latency rose past the tolerance. Default 0.9. */
   backoff?: number;
@@ -80,7 +80,8 @@ const STEADY_LATENCY = 1.1;
  * - above half of that tolerance, it grows by one call: it settles just under
  *   the tolerance instead of swinging across it;
  * - else it grows by its square root (quick from a small limit, gentle near a
- *   large one), or doubles until it first had to come down (`slowStart`);
+ *   large one, and never past where an upstream at its capacity would reach
+ *   the tolerance), or doubles until it first had to come down (`slowStart`);
  * - up to twice the uncontended latency, it grows when the latency rose much
  *   less than the calls in flight (a slope below 0.5, below the knee an
  *   upstream at its capacity shows): a busy machine or a provider a little
@@ -143,7 +144,7 @@ export class AdaptiveLimit {
     this.settings = {
       minLimit: options.minLimit ?? 1,
       maxLimit,
-      tolerance: options.tolerance ?? 1.25,
+      tolerance: options.tolerance ?? 1.15,
       backoff: options.backoff ?? 0.9,
       dropBackoff: options.dropBackoff ?? 0.5,
       windowMs: options.windowMs ?? 100,
@@ -256,7 +257,7 @@ export class AdaptiveLimit {
       this.set(this.current + 1, now);
     } else {
       this.uncongestedLimit = this.current;
-      this.grow(now);
+      this.grow(now, compensated);
     }
   }
 
@@ -264,9 +265,20 @@ export class AdaptiveLimit {
    * By its square root (quick from a small limit, gentle near a large one); doubled until the limit first had to
    * come down, as TCP's slow start: a provider with room for hundreds of calls is not held at the initial limit for
    * the seconds that steps of a square root would take.
+   *
+   * After slow start, given the latency it grows from, no further than an upstream at its capacity (latency
+   * proportional to the calls in flight) would take to the tolerance: a step from just under the knee does not
+   * overshoot it by a square root (from 22 calls on an upstream of 20, +4.7 is 34% over the uncontended latency for
+   * a whole window).
    */
-  private grow(now: number): void {
-    this.set(this.slowStart ? this.current * 2 : this.current + Math.sqrt(this.current), now);
+  private grow(now: number, latencyMs?: number): void {
+    if (this.slowStart) return this.set(this.current * 2, now);
+    let next = this.current + Math.sqrt(this.current);
+    if (latencyMs !== undefined && latencyMs > this.noLoadMs) {
+      const atTolerance = (this.current * this.noLoadMs * this.settings.tolerance) / latencyMs;
+      next = Math.max(this.current + 1, Math.min(next, atTolerance));
+    }
+    this.set(next, now);
   }
 
   /**
