@@ -512,7 +512,8 @@ class ProxiedCall {
     this.ageSeconds = started.ageSeconds;
     const reused = started.outcome === 'joined' || started.outcome === 'cached';
     if (reused) context.tag = started.tag as CallTag | undefined;
-    // What a reused answer's call used is read from the answer only when its tag does not say.
+    // What a reused answer's call used is read from the answer only when its tag does not say (a joiner's tag is
+    // settled by its leader just before the answer reaches it: see `unknownUsage`).
     this.reused = reused && context.tag?.settled === undefined && this.plane.parts.usage.enabled;
     if (this.reused) this.reusedChunks = { last: [] };
     const stored = started.stored;
@@ -528,7 +529,7 @@ class ProxiedCall {
   private replay(stored: Exclude<WindowPayload<RawResponse>, { kind: 'value' }>): void {
     if (stored.kind === 'bytes') {
       this.inCall = false;
-      if (this.reused) this.learnUsage(usageOfJson(stored.body));
+      if (this.unknownUsage) this.learnUsage(usageOfJson(stored.body));
       return this.respond(stored.status ?? 200, stored.contentType, stored.body, stored.headers, this.ageSeconds);
     }
     this.head = { kind: 'head', head: stored.head };
@@ -543,7 +544,7 @@ class ProxiedCall {
   next(event: CallEvent<RawResponse>): void {
     if (event.kind === 'value') {
       const value = event.value;
-      if (this.reused) this.learnUsage(usageOfJson(value.body));
+      if (this.unknownUsage) this.learnUsage(usageOfJson(value.body));
       this.respond(value.status ?? 200, value.contentType, value.body, value.headers, this.ageSeconds);
     } else if (event.kind === 'head') {
       this.head = event;
@@ -561,10 +562,15 @@ class ProxiedCall {
 
   complete(): void {
     this.inCall = false;
-    if (this.reused && this.streaming) this.learnUsage(this.streamedUsage());
+    if (this.unknownUsage && this.streaming) this.learnUsage(this.streamedUsage());
     // A stream that ended before its first chunk: an empty stream.
     if (!this.streaming && this.head) this.startStream();
     if (this.streaming && !this.response.writableEnded) this.response.end();
+  }
+
+  /** A reused answer whose call's usage its tag does not give (yet): it is read from the answer itself. */
+  private get unknownUsage(): boolean {
+    return this.reused && this.context.tag?.settled === undefined;
   }
 
   /**
