@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { ConfigError, defaultMaxConnections, helpText, parseGatewayConfig } from '../../apps/gateway/src/config/gateway-config.js';
 import { startMockProvider, type MockProvider } from '../../apps/mock-provider/src/index.js';
+import { serverOptions } from '../../apps/gateway/src/http/http-server.js';
 import { GATEWAY_MAIN, ROOT, ensureBuilt } from '../support/gateway-process.js';
 
 /**
@@ -36,6 +37,7 @@ const FLAGS = [
   '--max-body',
   '--request-timeout',
   '--max-connections',
+  '--keep-alive-timeout',
   '--shutdown-grace',
   '--window-max-bytes',
   '--redis',
@@ -134,6 +136,7 @@ describe('parseGatewayConfig', () => {
       requestTimeoutMs: 30_000,
       maxConnections: defaultMaxConnections(),
       shutdownGraceMs: 30_000,
+      keepAliveTimeoutMs: 65_000,
       windowMaxBytes: 256 * 1024 * 1024,
       inFlightMaxBytes: 4 * 1024 * 1024,
       redisUrl: undefined,
@@ -155,6 +158,14 @@ describe('parseGatewayConfig', () => {
         serviceName: 'nest-prompt-orchestrator-gateway',
       },
     });
+  });
+
+  it('keeps idle client connections open for --keep-alive-timeout (65 s by default, not Node\'s 5 s)', () => {
+    const defaults = parseGatewayConfig([], {})!;
+    expect(serverOptions(defaults).keepAliveTimeout).toBe(65_000);
+    expect(serverOptions(parseGatewayConfig(['--keep-alive-timeout', '10'], {})!).keepAliveTimeout).toBe(10_000);
+    expect(serverOptions(parseGatewayConfig([], { ORCHESTRATOR_KEEP_ALIVE_TIMEOUT_SECS: '90' })!).keepAliveTimeout).toBe(90_000);
+    expect(() => parseGatewayConfig(['--keep-alive-timeout', 'soon'], {})).toThrow(ConfigError);
   });
 
   it('reads the observability flags and their variables', () => {

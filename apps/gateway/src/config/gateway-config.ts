@@ -52,6 +52,8 @@ export interface GatewayConfig {
   maxConnections: number;
   /** After SIGTERM, how long requests and streams in flight may take to finish. */
   shutdownGraceMs: number;
+  /** How long a client's idle keep-alive connection is kept open. */
+  keepAliveTimeoutMs: number;
   /** Bytes the in-memory answer window keeps at most. */
   windowMaxBytes: number;
   /** `--in-flight-max-bytes`: what the streams in flight keep together, for late joiners and the window. */
@@ -214,6 +216,11 @@ const FLAGS: Record<string, FlagSpec> = {
     env: 'ORCHESTRATOR_MAX_CONNECTIONS',
     value: 'N',
     help: `client connections open at once; more are closed at once (default ${defaultMaxConnections()}: 16384, or the open-files limit less 512 when lower)`,
+  },
+  'keep-alive-timeout': {
+    env: 'ORCHESTRATOR_KEEP_ALIVE_TIMEOUT_SECS',
+    value: 'SECS',
+    help: "how long an idle client connection is kept open (default 65: longer than a load balancer's 60 s idle timeout)",
   },
   'shutdown-grace': {
     env: 'ORCHESTRATOR_SHUTDOWN_GRACE_SECS',
@@ -402,6 +409,7 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     requestTimeoutMs: seconds('request-timeout', 30),
     maxConnections: integer('max-connections', defaultMaxConnections(), 1),
     shutdownGraceMs: seconds('shutdown-grace', 30),
+    keepAliveTimeoutMs: seconds('keep-alive-timeout', 65),
     windowMaxBytes,
     inFlightMaxBytes,
     redisUrl,

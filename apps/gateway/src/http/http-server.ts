@@ -6,13 +6,18 @@ import type { GatewayConfig } from '../config/gateway-config.js';
  * Node's own limits on what a client may take, set on the HTTP server of
  * either platform: a client that drips its headers or body is cut once
  * `--request-timeout` has passed (Fastify would otherwise turn this off), and
- * stalled connections are looked for every second rather than every 30.
+ * stalled connections are looked for every second rather than every 30. Idle
+ * connections stay open for `--keep-alive-timeout` (65 s, not Node's 5): a
+ * load balancer in front (60 s idle timeout on AWS's, Google's and nginx's
+ * upstream keep-alive) never reuses one the gateway is closing, and clients
+ * that come back as a herd find their connections still open instead of all
+ * connecting at once past the listen backlog.
  */
 export function serverOptions(config: GatewayConfig): ServerOptions {
   return {
     requestTimeout: config.requestTimeoutMs,
     headersTimeout: Math.min(10_000, config.requestTimeoutMs),
-    keepAliveTimeout: 5_000,
+    keepAliveTimeout: config.keepAliveTimeoutMs,
     connectionsCheckingInterval: 1_000,
   };
 }
