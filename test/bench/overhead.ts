@@ -611,7 +611,7 @@ function checksOf(rows: RowSummary[], herd: HerdSummary | undefined): TargetChec
         kind: 'timing',
         name: `slowest within ${extra} ms of direct`,
         target: `<= +${extra} ms`,
-        actual: `+${herd.extraMsMedian.toFixed(0)} ms`,
+        actual: `${signed(herd.extraMsMedian)} ms`,
         pass: herd.extraMsMedian <= extra,
         scaling: 'none',
       },
@@ -692,7 +692,7 @@ export function overheadTable(result: OverheadResult): string {
   if (result.herd) {
     const h = result.herd;
     out.push(
-      `   herd of ${h.requests}: slowest +${h.extraMsMedian.toFixed(0)} ms vs direct (min +${h.extraMsMin.toFixed(0)}), ${ms(h.cpuMsPerAnswerMedian)} CPU ms per answer ` +
+      `   herd of ${h.requests}: slowest ${signed(h.extraMsMedian)} ms vs direct (min ${signed(h.extraMsMin)}), ${ms(h.cpuMsPerAnswerMedian)} CPU ms per answer ` +
         `(floor ${ms(h.floorCpuMsPerRequest)} per proxied request), /health max ${h.healthMaxMs.toFixed(1)} ms during the herd`,
     );
   }

@@ -91,6 +91,18 @@ export function periodKey(period: SpendCap['period'], now: number): string {
 
 const periodCache: { day: number; keys: Record<SpendCap['period'], string> } = { day: Number.NaN, keys: { day: '', month: '' } };
 
+/** `<period key>:*`, the totals of every answer in a period (made again only when the period's key changes). */
+function periodAll(period: SpendCap['period'], key: string): string {
+  const cached = allIds[period];
+  if (cached.key !== key) {
+    cached.key = key;
+    cached.id = `${key}:*`;
+  }
+  return cached.id;
+}
+
+const allIds: Record<SpendCap['period'], { key: string; id: string }> = { day: { key: '', id: '' }, month: { key: '', id: '' } };
+
 const PERIODS: SpendCap['period'][] = ['day', 'month'];
 // Long enough to read last period's figures, short enough that Redis forgets them.
 const EXPIRE_SECONDS = { day: 3 * 86_400, month: 62 * 86_400 };
@@ -133,19 +145,22 @@ export class SpendLedger {
     const now = this.now;
     for (const period of PERIODS) {
       const p = periodKey(period, now);
-      for (const s of scope === undefined ? ['*'] : ['*', scope]) {
-        const id = `${p}:${s}`;
-        const totals = this.totals.get(id) ?? { spentNano: 0, savedNano: 0 };
-        totals.spentNano += spentNano;
-        totals.savedNano += savedNano;
-        this.totals.set(id, totals);
-        if (this.options.redis) {
-          if (spentNano) void this.command(['INCRBY', this.redisKey(id, 'spent'), String(spentNano)], period);
-          if (savedNano) void this.command(['INCRBY', this.redisKey(id, 'saved'), String(savedNano)], period);
-        }
-      }
+      // Every answer counts under `*`: its totals' id is made once a day (a herd's joiners each record what they saved).
+      this.add(periodAll(period, p), period, spentNano, savedNano);
+      if (scope !== undefined) this.add(`${p}:${scope}`, period, spentNano, savedNano);
     }
     this.scheduleFlush();
+  }
+
+  private add(id: string, period: SpendCap['period'], spentNano: number, savedNano: number): void {
+    let totals = this.totals.get(id);
+    if (!totals) this.totals.set(id, (totals = { spentNano: 0, savedNano: 0 }));
+    totals.spentNano += spentNano;
+    totals.savedNano += savedNano;
+    if (this.options.redis) {
+      if (spentNano) void this.command(['INCRBY', this.redisKey(id, 'spent'), String(spentNano)], period);
+      if (savedNano) void this.command(['INCRBY', this.redisKey(id, 'saved'), String(savedNano)], period);
+    }
   }
 
   /**

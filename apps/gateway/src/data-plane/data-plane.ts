@@ -182,8 +182,9 @@ class ProxiedCall {
   private readonly context: RequestContext;
   private readonly info: RouteInfo;
   private readonly presented: string | undefined;
+  /** The request's bytes: its first chunk until a second arrives (most bodies come in one), then all of them joined. */
   private body?: Buffer;
-  private parts: Buffer[] = [];
+  private parts?: Buffer[];
   private size = 0;
   private subscription?: Subscription;
   private head?: Extract<CallEvent<RawResponse>, { kind: 'head' }>;
@@ -258,15 +259,17 @@ class ProxiedCall {
     if (this.size > max) {
       this.request.removeListener('data', this.data);
       this.request.removeListener('end', this.ended);
-      this.parts = [];
+      this.body = this.parts = undefined;
       return this.fail(tooLarge(max));
     }
-    this.parts.push(chunk);
+    if (this.body === undefined) this.body = chunk;
+    else (this.parts ??= [this.body]).push(chunk);
   };
 
   private readonly ended = (): void => {
-    this.body = this.parts.length === 1 ? this.parts[0] : Buffer.concat(this.parts, this.size);
-    this.parts = [];
+    if (this.parts) this.body = Buffer.concat(this.parts, this.size);
+    this.parts = undefined;
+    this.body ??= EMPTY_BODY;
     void this.serve();
   };
 
@@ -739,6 +742,8 @@ class ProxiedCall {
     budgets.finished(this.context, status);
   };
 }
+
+const EMPTY_BODY = Buffer.alloc(0);
 
 function tooLarge(max: number): ApiError {
   return new ApiError(413, `The request body is larger than this gateway accepts (${max} bytes).`, 'request_too_large');
