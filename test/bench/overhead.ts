@@ -84,6 +84,8 @@ export const ROWS: readonly LoadRow[] = [
 ];
 
 const HERD_LATENCY_MS = 300;
+/** An unmeasured stretch of the same load before each measured one. */
+const WARM_UP_SEC = 1;
 /** A joined caller's answer costs at most this much CPU: it never reaches the provider. */
 const HERD_CPU_PER_ANSWER_MS = 0.1;
 /** A herd of 10 000 and more: its slowest answer within this much of the direct one (each caller is still parsed and answered). */
@@ -294,10 +296,9 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
         // The default flags: the default connection cap (16384) lets a herd of 10,000 in.
         gateway: await start(startGateway(herdMock.url, ['--platform', 'fastify'])),
       };
-      // Warm-up: two herds of the full size (the first herds a process answers run code the JIT has not compiled yet;
+      // Warm-up: a herd of the full size (the first herds a process answers run code the JIT has not compiled yet;
       // one of 200 left the first measured round 0.1-0.2 ms per answer above the later ones).
       await herdShot(herdSetup, options.herd, -1);
-      await herdShot(herdSetup, options.herd, -2);
     }
 
     const stretches: Stretch[] = [];
@@ -307,6 +308,10 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
         const sides: Side[] = round % 2 === 1 ? ['floor', 'gateway'] : ['gateway', 'floor'];
         for (const side of sides) {
           const server = side === 'floor' ? floor : gateways[gatewayOf(row)];
+          // One second first, not measured: a proxy in service, not one back from the minute the other rows took
+          // (the Express gateway serves one row of the round, the floor all of them; a process answers its first
+          // burst after idleness at up to twice its cost once busy).
+          await blast(server.url, row, WARM_UP_SEC, specs.get(row.id)!);
           const before = server.cpuMs();
           const result = await blast(server.url, row, options.durationSec, specs.get(row.id)!);
           const cpuMs = server.cpuMs() - before;
@@ -483,7 +488,8 @@ interface HerdSetup {
  * waits meanwhile (a herd must not freeze the event loop).
  */
 async function herdShot(setup: HerdSetup, count: number, round: number): Promise<HerdShot> {
-  const body = JSON.stringify({ model: BENCH_MODEL, messages: [{ role: 'user', content: `Herd ${run} round ${round}: one answer for all.` }] });
+  const bodyOf = (what: string) => JSON.stringify({ model: BENCH_MODEL, messages: [{ role: 'user', content: `Herd ${run} round ${round}${what}: one answer for all.` }] });
+  const body = bodyOf('');
   const fire = async (url: string, measured?: ChildHandle, beforeHerd?: () => Promise<number>) => {
     const pool = new Pool(url, { connections: count, pipelining: 1 });
     // Every connection opened first (not timed): 1000 connects at once overflow the listen backlog, and a dropped SYN
@@ -494,22 +500,31 @@ async function herdShot(setup: HerdSetup, count: number, round: number): Promise
         await res?.body.arrayBuffer();
       }),
     );
-    const background = (await beforeHerd?.()) ?? 0;
     let failed = 0;
+    const herd = (bytes: string, t0: number) =>
+      Promise.all(
+        Array.from({ length: count }, async () => {
+          try {
+            const res = await pool.request({ path: '/v1/chat/completions', method: 'POST', headers: HEADERS, body: bytes, headersTimeout: 30_000, bodyTimeout: 30_000 });
+            await res.body.arrayBuffer();
+            if (res.statusCode !== 200) failed++;
+          } catch {
+            failed++;
+          }
+          return performance.now() - t0;
+        }),
+      );
+    // A proxy in service, not one back from a minute of idleness: both the floor and the gateway answer a herd of
+    // another prompt first (not measured). A process idle for the tens of seconds between rounds answers its next
+    // burst at up to several times its cost once busy, whatever it runs (the floor too).
+    if (measured) {
+      await herd(bodyOf(' warm-up'), performance.now());
+      failed = 0;
+    }
+    const background = (await beforeHerd?.()) ?? 0;
     const cpuBefore = measured?.cpuMs() ?? 0;
     const t0 = performance.now();
-    const times = await Promise.all(
-      Array.from({ length: count }, async () => {
-        try {
-          const res = await pool.request({ path: '/v1/chat/completions', method: 'POST', headers: HEADERS, body, headersTimeout: 30_000, bodyTimeout: 30_000 });
-          await res.body.arrayBuffer();
-          if (res.statusCode !== 200) failed++;
-        } catch {
-          failed++;
-        }
-        return performance.now() - t0;
-      }),
-    );
+    const times = await herd(body, t0);
     const cpuMs = (measured?.cpuMs() ?? 0) - cpuBefore;
     const backgroundMs = background * (performance.now() - t0);
     await pool.close();
@@ -518,13 +533,14 @@ async function herdShot(setup: HerdSetup, count: number, round: number): Promise
   const direct = await fire(setup.mock.url);
 
   const floor = await fire(setup.floor.url, setup.floor);
-  const callsBefore = await upstreamCalls(setup.mock.url);
+  let callsBefore = 0;
   // The probe runs from its own process, starts a moment before the herd and outlasts it.
   let probe: Promise<string> | undefined;
   // Returns the gateway's background CPU (ms per ms) with the probe running: taken off the herd's CPU, which is
   // measured while the probe goes on (a /health answered through Nest costs about 1 ms of CPU: 100 a second are
   // 0.1 core, as much as the herd's answers themselves over its ~0.5 s).
   const startProbe = async () => {
+    callsBefore = await upstreamCalls(setup.mock.url);
     probe = runNodeScript(ENTRY.healthProbe, ['--url', setup.gateway.url, '--every', '10', '--for', String(HERD_LATENCY_MS * 3 + 4_000)], { timeoutMs: 60_000 });
     await new Promise((resolve) => setTimeout(resolve, 500));
     const from = setup.gateway.cpuMs();
