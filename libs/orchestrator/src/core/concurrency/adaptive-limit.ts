@@ -268,8 +268,8 @@ export class AdaptiveLimit {
    *
    * After slow start, given the latency it grows from, no further than an upstream at its capacity (latency
    * proportional to the calls in flight) would take to the tolerance: a step from just under the knee does not
-   * overshoot it by a square root (from 22 calls on an upstream of 20, +4.7 is 34% over the uncontended latency for
-   * a whole window).
+   * overshoot it by a square root (from 21 calls on an upstream of capacity 20, 5% over the uncontended latency, +4.6
+   * would hold it 28% over for a whole window; the step stops at 23).
    */
   private grow(now: number, latencyMs?: number): void {
     if (this.slowStart) return this.set(this.current * 2, now);
