@@ -12,7 +12,6 @@ import { RequestLog } from './request-log.js';
 import { NANO, SpendLedger, type ScopedCap } from './spend-ledger.js';
 import { VirtualKeys, type VirtualKey } from './virtual-keys.js';
 
-/** What one request used, as known once its answer ended. */
 /**
  * Budgets and keys: who may call (virtual keys), how often (requests and
  * tokens per window, counted with `@nestjs/throttler` storages: in memory,
@@ -26,7 +25,6 @@ export class Budgets implements OnApplicationShutdown {
   readonly ledger: SpendLedger;
   private readonly counters: WindowCounters;
   private readonly requestLog?: RequestLog;
-  // What each recent answer cost, by dedup key: a joined or cached copy of it saved that much.
   private readonly logger = new Logger('Gateway');
   private readonly window: number;
   private readonly settings: GatewayConfig['budgets'];
@@ -170,11 +168,6 @@ export class Budgets implements OnApplicationShutdown {
     return { usage, costNano: Math.round(this.prices.costOf(model, usage) * NANO) };
   }
 
-  /** The model a request body names (absent when it names none). */
-  static modelOf(body: unknown): string | undefined {
-    return modelOf(body);
-  }
-
   /**
    * USD a request may cost at most: every byte of its body a prompt token (a token is at least one byte of text),
    * and the answer as long as it allows (`max_tokens` and kin, times the choices asked for), else the prices
@@ -302,7 +295,8 @@ function rateLimited(message: string, retryAfterSeconds: number): ApiError {
   return error;
 }
 
-function modelOf(body: unknown): string | undefined {
+/** The model a request body names (absent when it names none), at most 200 characters of it. */
+export function modelOf(body: unknown): string | undefined {
   const model = (body as { model?: unknown } | null | undefined)?.model;
   return typeof model === 'string' ? model.slice(0, 200) : undefined;
 }

@@ -21,7 +21,7 @@ import type { GatewayConfig } from '../config/gateway-config.js';
 import { parseJson, streamErrorEvent, upstreamUrl, type GatewayService } from '../gateway.service.js';
 import { attemptsNeedUpstream, urlOn, type UpstreamTarget } from '../upstreams/upstream-set.js';
 import { UpstreamAttempts } from '../upstreams/upstream-attempts.js';
-import { Budgets } from '../budgets/budgets.service.js';
+import { modelOf, type Budgets } from '../budgets/budgets.service.js';
 import type { VirtualKey } from '../budgets/virtual-keys.js';
 import type { UsageLedger } from '../observability/usage-ledger.js';
 import { statusOf, type GatewayTelemetry } from '../observability/gateway-telemetry.js';
@@ -583,9 +583,9 @@ class ProxiedCall {
   private learnUsage(usage: Usage | undefined): void {
     const context = this.context;
     const tag = context.tag;
-    if (tag?.settled !== undefined || usage === undefined) return;
+    if (usage === undefined) return;
     if (!tag) return void (context.reusedUsage = usage);
-    tag.settled = this.plane.parts.budgets.priced(Budgets.modelOf(tag.body), usage);
+    tag.settled = this.plane.parts.budgets.priced(modelOf(tag.body), usage);
   }
 
   /** The usage a relayed stream reported, read from the chunks it kept (see `reusedChunks`). */
