@@ -84,8 +84,13 @@ export const ROWS: readonly LoadRow[] = [
 ];
 
 const HERD_LATENCY_MS = 300;
-/** An unmeasured stretch of the same load before each measured one. */
-const WARM_UP_SEC = 1;
+/**
+ * An unmeasured stretch of the same load before each measured one, as long as a process takes to come back from the
+ * minute or two it may sit idle between its rows (the Express gateway and the herd's gateway serve one row of the
+ * round, the floor all of them): after two idle minutes a gateway answered successive seconds of load at 1.2, 0.52,
+ * 0.24 and 0.2 ms of CPU per request (its steady cost), whatever the V8 flags tried (`docs/benchmarks.md`).
+ */
+const WARM_UP_SEC = 3;
 /** A joined caller's answer costs at most this much CPU: it never reaches the provider. */
 const HERD_CPU_PER_ANSWER_MS = 0.1;
 /** A herd of 10 000 and more: its slowest answer within this much of the direct one (each caller is still parsed and answered). */
@@ -308,9 +313,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
         const sides: Side[] = round % 2 === 1 ? ['floor', 'gateway'] : ['gateway', 'floor'];
         for (const side of sides) {
           const server = side === 'floor' ? floor : gateways[gatewayOf(row)];
-          // One second first, not measured: a proxy in service, not one back from the minute the other rows took
-          // (the Express gateway serves one row of the round, the floor all of them; a process answers its first
-          // burst after idleness at up to twice its cost once busy).
+          // Not measured: a proxy in service, not one back from the minute the other rows took (see WARM_UP_SEC).
           await blast(server.url, row, WARM_UP_SEC, specs.get(row.id)!);
           const before = server.cpuMs();
           const result = await blast(server.url, row, options.durationSec, specs.get(row.id)!);
@@ -514,11 +517,12 @@ async function herdShot(setup: HerdSetup, count: number, round: number): Promise
           return performance.now() - t0;
         }),
       );
-    // A proxy in service, not one back from a minute of idleness: both the floor and the gateway answer a herd of
-    // another prompt first (not measured). A process idle for the tens of seconds between rounds answers its next
-    // burst at up to several times its cost once busy, whatever it runs (the floor too).
+    // A proxy in service, not one back from a minute of idleness: both the floor and the gateway answer herds of
+    // other prompts first, for WARM_UP_SEC (not measured). A process idle for the tens of seconds between rounds
+    // answers its next seconds of load at up to several times its cost once busy, whatever it runs (the floor too).
     if (measured) {
-      await herd(bodyOf(' warm-up'), performance.now());
+      const until = performance.now() + WARM_UP_SEC * 1000;
+      for (let shot = 0; shot === 0 || performance.now() < until; shot++) await herd(bodyOf(` warm-up ${shot}`), performance.now());
       failed = 0;
     }
     const background = (await beforeHerd?.()) ?? 0;
