@@ -79,29 +79,33 @@ return 1
 
 /** `day:2026-11-30` or `month:2026-11` (UTC). */
 export function periodKey(period: SpendCap['period'], now: number): string {
-  // Every answer is counted under both periods: the day's keys are made once a day, not twice per answer.
+  return periodKeys(now).keys[period];
+}
+
+/** `<period key>:*`, the totals of every answer in a period. */
+function periodAllKey(period: SpendCap['period'], now: number): string {
+  return periodKeys(now).all[period];
+}
+
+// Every answer is counted under both periods, and under each period's `*`: the day's keys are made once a day, not
+// per answer (a herd's joiners each record what they saved).
+function periodKeys(now: number): typeof periodCache {
   const day = Math.floor(now / 86_400_000);
   if (day !== periodCache.day) {
     const iso = new Date(day * 86_400_000).toISOString();
+    const keys = { day: `day:${iso.slice(0, 10)}`, month: `month:${iso.slice(0, 7)}` };
     periodCache.day = day;
-    periodCache.keys = { day: `day:${iso.slice(0, 10)}`, month: `month:${iso.slice(0, 7)}` };
+    periodCache.keys = keys;
+    periodCache.all = { day: `${keys.day}:*`, month: `${keys.month}:*` };
   }
-  return periodCache.keys[period];
+  return periodCache;
 }
 
-const periodCache: { day: number; keys: Record<SpendCap['period'], string> } = { day: Number.NaN, keys: { day: '', month: '' } };
-
-/** `<period key>:*`, the totals of every answer in a period (made again only when the period's key changes). */
-function periodAll(period: SpendCap['period'], key: string): string {
-  const cached = allIds[period];
-  if (cached.key !== key) {
-    cached.key = key;
-    cached.id = `${key}:*`;
-  }
-  return cached.id;
-}
-
-const allIds: Record<SpendCap['period'], { key: string; id: string }> = { day: { key: '', id: '' }, month: { key: '', id: '' } };
+const periodCache: { day: number; keys: Record<SpendCap['period'], string>; all: Record<SpendCap['period'], string> } = {
+  day: Number.NaN,
+  keys: { day: '', month: '' },
+  all: { day: '', month: '' },
+};
 
 const PERIODS: SpendCap['period'][] = ['day', 'month'];
 // Long enough to read last period's figures, short enough that Redis forgets them.
@@ -144,10 +148,8 @@ export class SpendLedger {
     if (spentNano === 0 && savedNano === 0) return;
     const now = this.now;
     for (const period of PERIODS) {
-      const p = periodKey(period, now);
-      // Every answer counts under `*`: its totals' id is made once a day (a herd's joiners each record what they saved).
-      this.add(periodAll(period, p), period, spentNano, savedNano);
-      if (scope !== undefined) this.add(`${p}:${scope}`, period, spentNano, savedNano);
+      this.add(periodAllKey(period, now), period, spentNano, savedNano);
+      if (scope !== undefined) this.add(`${periodKey(period, now)}:${scope}`, period, spentNano, savedNano);
     }
     this.scheduleFlush();
   }
