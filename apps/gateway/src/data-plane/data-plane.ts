@@ -322,7 +322,8 @@ class ProxiedCall {
         reuse: scope === undefined ? undefined : reuseOf(headers['cache-control'], storable),
         trace: context.span,
         // What a request that reuses the answer reads instead of its own body (never the whole body of --log-prompts).
-        tag: (context.tag = config.observability.logPrompts ? undefined : { body: context.body as Record<string, unknown> }),
+        // `settled` is there from the start: added once the call is priced, it would give every tag a second object.
+        tag: (context.tag = config.observability.logPrompts ? undefined : { body: context.body as Record<string, unknown>, settled: undefined }),
       };
       const work = this.work(plan, skeleton);
       // The fallback chain of the model the body names (a request answered above shares its flight whatever the chain).

@@ -9,7 +9,7 @@ import { ConcurrencyLimiter } from './concurrency/concurrency-limiter.js';
 import { AnswerWindow, type WindowPayload } from './dedup/answer-window.js';
 import { SingleFlight, type LeadOptions } from './dedup/single-flight.js';
 import { CircuitOpenError, UpstreamTimeoutError } from './errors.js';
-import type { CallEvent } from './events.js';
+import { RawResponse, type CallEvent } from './events.js';
 import { Orchestrator, type StartedCall } from './orchestrator.js';
 import type { RoutePolicy } from './policy.js';
 import { RetryPolicy } from './retry/retry.policy.js';
@@ -791,6 +791,30 @@ describe('SingleFlight', () => {
     await flush();
     expect(flights.join('k')).toBe(second);
     expect(flights.size).toBe(1);
+  });
+
+  it('keeps a small raw answer apart from the buffer it was read into, and a large one as it is', () => {
+    const flights = new SingleFlight<RawResponse>();
+    const stored: WindowPayload<RawResponse>[] = [];
+    const keep = (key: string, body: Buffer) => {
+      const source = new Subject<CallEvent<RawResponse>>();
+      flights.lead(key, source, { cancelWhenAbandoned: () => false, maxEntryBytes: 1_000_000, onSuccess: (entry) => void stored.push(entry) }).subscribe();
+      source.next({ kind: 'value', value: new RawResponse(body, 'application/json') });
+      source.complete();
+    };
+    // As a socket read hands it over: a view of the read's own ArrayBuffer, the response's headers before it.
+    const bytes = new TextEncoder().encode(`HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\n{"ok":true}`);
+    const read = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
+    const small = read.subarray(read.length - 11);
+    const large = Buffer.alloc(64 * 1024, 'a');
+    keep('small', small);
+    keep('large', large);
+    const [smallEntry, largeEntry] = stored as Array<Extract<WindowPayload<RawResponse>, { kind: 'bytes' }>>;
+    expect(smallEntry.body.equals(small)).toBe(true);
+    expect(smallEntry.body.buffer).not.toBe(read.buffer);
+    // Into the pool every small answer shares: no ArrayBuffer of its own.
+    expect(smallEntry.body.buffer.byteLength).toBe(Buffer.poolSize);
+    expect(largeEntry.body).toBe(large);
   });
 
   it('removes a finished flight once its answer is written', async () => {

@@ -310,6 +310,19 @@ class FlightReplay<E> extends ReplaySubject<E> {
   }
 }
 
+/** Largest body Node's shared buffer pool takes (`Buffer.allocUnsafe` pools below half the pool's size). */
+const POOLED_MAX = Buffer.poolSize >>> 1;
+
+/**
+ * A small body as the window keeps it: copied into Node's shared buffer pool, unless it already sits in a buffer of
+ * the pool's size. A body read from a socket is a view of that read's own ArrayBuffer (headers included); kept for
+ * the window's minutes, each would be one more ArrayBuffer and allocation per entry for the collector to promote,
+ * track and free, where pooled bodies share one per 8 KiB.
+ */
+function compact(body: Buffer): Buffer {
+  return body.length < POOLED_MAX && body.buffer.byteLength !== Buffer.poolSize ? Buffer.from(body) : body;
+}
+
 /** Collects a call's events into a window entry while it runs, until it grows past its bound. */
 class AnswerRecorder<T> {
   private size = 0;
@@ -354,8 +367,8 @@ class AnswerRecorder<T> {
     if (this.value) {
       const value = this.value.value;
       if (!isRawResponse(value)) return { kind: 'value', value, tag, storedAt: 0, expiresAt: 0 };
-      const { body, contentType, headers, status } = value;
-      return { kind: 'bytes', body, contentType, headers, status, tag, storedAt: 0, expiresAt: 0 };
+      const { contentType, headers, status } = value;
+      return { kind: 'bytes', body: compact(value.body), contentType, headers, status, tag, storedAt: 0, expiresAt: 0 };
     }
     // The chunks as they came (Buffers the stream already allocated): joined only for a shared store (see `AnswerWindow.set`).
     if (this.head) return { kind: 'stream', head: this.head, chunks: this.chunks, tag, storedAt: 0, expiresAt: 0 };
