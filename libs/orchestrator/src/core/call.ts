@@ -105,8 +105,10 @@ interface Settle {
 class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
   private state: CallState = QUEUED;
   private release?: ReleaseSlot;
-  // Created only when the call has to wait (queue, back-off): most calls never need it.
+  // Created only when the call waits out a back-off: most calls never need it.
   private cancelController?: AbortController;
+  /** Leaves the limiter's queue, while the call waits there. */
+  private leaveQueue?: () => void;
   // Only with tracing: the queue wait and the attempt number go on each client span.
   private queueWaitMs = 0;
   private attempts = 0;
@@ -133,25 +135,39 @@ class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
     if (breaker && !breaker.isCallable()) return this.fail(breaker.refusal());
     if (limiter) {
       this.release = limiter.tryAcquire(source?.tenant);
-      if (!this.release) return void this.queue().catch((error: unknown) => this.fail(error));
+      if (!this.release) return this.queue();
       observer?.queueWait(this.upstream, 0);
       trace?.setAttributes({ 'orchestrator.queue.wait_ms': 0 });
     }
     this.firstAttempt()?.catch((error: unknown) => this.fail(error));
   }
 
-  /** No slot was free: the call waits in the limiter's queue, then goes on as `start` would. */
-  private async queue(): Promise<void> {
+  /**
+   * No slot was free: the call waits in the limiter's queue (left at once if the caller goes), then goes on as
+   * `start` would. The slot or the refusal is taken up in a microtask, as an awaited promise's would be: never
+   * inside the release of the call that freed the slot.
+   */
+  private queue(): void {
     const { source, observer, trace } = this.options;
     const queuedAt = observer || trace ? performance.now() : 0;
-    this.release = await this.policy.limiter!.acquire(this.signal(), source?.tenant);
+    this.leaveQueue = this.policy.limiter!.wait(
+      source?.tenant ?? '',
+      (release) => queueMicrotask(() => this.granted(release, queuedAt)),
+      (error) => queueMicrotask(() => this.fail(error)),
+    );
+  }
+
+  private granted(release: ReleaseSlot, queuedAt: number): void {
+    this.leaveQueue = undefined;
+    this.release = release;
+    // Cancelled while the slot was being granted.
+    if (this.state.kind === 'done') return this.finish();
+    const { observer, trace } = this.options;
     const waited = performance.now() - queuedAt;
     observer?.queueWait(this.upstream, waited);
     this.queueWaitMs = waited;
     trace?.setAttributes({ 'orchestrator.queue.wait_ms': round(waited) });
-    // Cancelled while the slot was being granted.
-    if (this.state.kind === 'done') return this.finish();
-    return this.firstAttempt();
+    this.firstAttempt()?.catch((error: unknown) => this.fail(error));
   }
 
   private firstAttempt(): Promise<void> | undefined {
@@ -340,6 +356,7 @@ class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
       this.upstreamSpan?.end('cancelled');
       state.attempt.leave();
     }
+    this.leaveQueue?.();
     this.cancelController?.abort();
   }
 

@@ -384,6 +384,37 @@ describe('CallPipeline', () => {
       expect(limiter.inFlight).toBe(0);
     });
 
+    it('a call that waits for a slot makes no AbortController (nor does its work, which takes no signal)', async () => {
+      const Original = globalThis.AbortController;
+      let made = 0;
+      globalThis.AbortController = class extends Original {
+        constructor() {
+          super();
+          made++;
+        }
+      };
+      try {
+        const pipeline = new CallPipeline();
+        const limiter = new ConcurrencyLimiter('upstream', { limit: 1, queueSize: 10, maxWaitMs: 60_000, retryAfterSeconds: 1, detachedLimit: 1, fairQueue: true });
+        const hold = await limiter.acquire();
+        const answer = new Subject<Event>();
+        const watcher = watch((await pipeline.start({ limiter }, () => answer)).events);
+        await flush();
+        expect(limiter.queued).toBe(1);
+
+        hold();
+        await flush();
+        answer.next(value('after the wait'));
+        answer.complete();
+        await flush();
+        expect(watcher.events).toEqual([value('after the wait')]);
+        expect(limiter.inFlight).toBe(0);
+        expect(made).toBe(0);
+      } finally {
+        globalThis.AbortController = Original;
+      }
+    });
+
     it('a call abandoned while it is the half-open probe does not leave the breaker refusing forever', async () => {
       jest.useFakeTimers({ doNotFake: ['setImmediate', 'nextTick', 'queueMicrotask'] });
       const breaker = track(makeBreaker({ openMs: 10_000 }));

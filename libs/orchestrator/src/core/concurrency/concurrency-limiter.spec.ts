@@ -150,6 +150,41 @@ describe('ConcurrencyLimiter', () => {
     expect(limiter.inFlight).toBe(1);
   });
 
+  it('wait: the slot now or once one is free, a refusal when the queue is full or after maxWaitMs, and a way out', async () => {
+    const limiter = makeLimiter({ limit: 1, queueSize: 2, maxWaitMs: 1_000, retryAfterSeconds: 2 });
+    const outcomes: string[] = [];
+    const releases: ReleaseSlot[] = [];
+    const waitAs = (name: string) =>
+      limiter.wait(
+        '',
+        (release) => {
+          outcomes.push(`${name} granted`);
+          releases.push(release);
+        },
+        (error) => outcomes.push(`${name} refused: ${error.constructor.name}`),
+      );
+    waitAs('first');
+    const leaveSecond = waitAs('second');
+    waitAs('third');
+    waitAs('fourth');
+    expect(outcomes).toEqual(['first granted', 'fourth refused: OverloadedError']);
+    expect(limiter.queued).toBe(2);
+
+    // The second leaves; the slot the first frees goes to the third.
+    leaveSecond();
+    expect(limiter.queued).toBe(1);
+    releases[0]!();
+    expect(outcomes).toEqual(['first granted', 'fourth refused: OverloadedError', 'third granted']);
+
+    // A waiter not granted within maxWaitMs is refused, and never granted later.
+    waitAs('fifth');
+    await jest.advanceTimersByTimeAsync(1_000);
+    expect(outcomes.at(-1)).toBe('fifth refused: QueueTimeoutError');
+    releases[1]!();
+    expect(limiter.inFlight).toBe(0);
+    expect(outcomes.filter((o) => o.startsWith('second') || o.startsWith('fifth granted'))).toEqual([]);
+  });
+
   it('an already aborted signal is refused without taking a slot or a place', async () => {
     const limiter = makeLimiter({ limit: 1 });
     const controller = new AbortController();

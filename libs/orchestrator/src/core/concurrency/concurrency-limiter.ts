@@ -17,9 +17,9 @@ interface Waiter {
   tenant: string;
   grant: (release: ReleaseSlot) => void;
   timer?: ReturnType<typeof setTimeout>;
-  onAbort?: () => void;
-  signal?: AbortSignal;
 }
+
+const STAY = (): void => undefined;
 
 /**
  * A counting semaphore with a bounded wait queue shared fairly across tenants,
@@ -152,30 +152,52 @@ export class ConcurrencyLimiter {
    */
   acquire(signal?: AbortSignal, tenant = ''): Promise<ReleaseSlot> {
     if (signal?.aborted) return Promise.reject(signal.reason);
+    return new Promise<ReleaseSlot>((resolve, reject) => {
+      if (!signal) return void this.wait(tenant, resolve, reject);
+      let settled = false;
+      const settle =
+        <A>(then: (value: A) => void) =>
+        (value: A) => {
+          settled = true;
+          signal.removeEventListener('abort', onAbort);
+          then(value);
+        };
+      const leave = this.wait(tenant, settle(resolve), settle(reject));
+      function onAbort(): void {
+        leave();
+        reject(signal!.reason);
+      }
+      if (!settled) signal.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  /**
+   * `acquire` for a caller that keeps its wait itself: `grant` is given the slot (now, or once one is free) and
+   * `refuse` the queue's refusal (`OverloadedError` now, `QueueTimeoutError` after `maxWaitMs`), exactly one of them
+   * once; the function returned leaves the queue. No promise, no AbortSignal and no listener: a call that waits for
+   * a slot (most of them, when the load is past the limit) costs the queue one entry and one timer.
+   */
+  wait(tenant: string, grant: (release: ReleaseSlot) => void, refuse: (error: Error) => void): () => void {
     if (!this.options.fairQueue) tenant = '';
     const now = this.tryAcquire(tenant);
-    if (now) return Promise.resolve(now);
-    if (this.waiting >= this.options.queueSize) {
-      return Promise.reject(new OverloadedError(this.name, this.options.retryAfterSeconds));
+    if (now) {
+      grant(now);
+      return STAY;
     }
-    return new Promise<ReleaseSlot>((resolve, reject) => {
-      const waiter: Waiter = { tenant, grant: resolve, signal };
-      waiter.timer = setTimeout(() => {
-        this.leave(waiter);
-        reject(new QueueTimeoutError(this.name, this.options.maxWaitMs, this.options.retryAfterSeconds));
-      }, this.options.maxWaitMs);
-      if (signal) {
-        waiter.onAbort = () => {
-          this.leave(waiter);
-          reject(signal.reason);
-        };
-        signal.addEventListener('abort', waiter.onAbort, { once: true });
-      }
-      let line = this.lines.get(tenant);
-      if (!line) this.lines.set(tenant, (line = new Set()));
-      line.add(waiter);
-      this.waiting++;
-    });
+    if (this.waiting >= this.options.queueSize) {
+      refuse(new OverloadedError(this.name, this.options.retryAfterSeconds));
+      return STAY;
+    }
+    const waiter: Waiter = { tenant, grant };
+    waiter.timer = setTimeout(() => {
+      this.leave(waiter);
+      refuse(new QueueTimeoutError(this.name, this.options.maxWaitMs, this.options.retryAfterSeconds));
+    }, this.options.maxWaitMs);
+    let line = this.lines.get(tenant);
+    if (!line) this.lines.set(tenant, (line = new Set()));
+    line.add(waiter);
+    this.waiting++;
+    return () => this.leave(waiter);
   }
 
   /**
@@ -245,7 +267,6 @@ export class ConcurrencyLimiter {
       if (line.size === 0) this.lines.delete(waiter.tenant);
     }
     clearTimeout(waiter.timer);
-    if (waiter.onAbort) waiter.signal?.removeEventListener('abort', waiter.onAbort);
   }
 }
 
