@@ -40,6 +40,9 @@ Options:
                         limit)
   --herd N              overhead: requests in the herd row (default 1000)
   --profile             overhead: also take a CPU profile of the gateway on the small and 200 KB rows
+                        (V8's sampler: wall time of the main thread, waiting for a core included)
+  --perf-profile        overhead: the same profile taken with perf (CPU time of every thread, the
+                        kernel's included; needs perf and the right to record the gateway)
   --before FILE         overhead: a JSON result of an earlier run, shown as the "before" column
   --loaded              cluster: the fleet's promises with two busy processes taking the cores (herds of 300 over 4
                         replicas, Redis frozen under a herd, a leader killed mid-stream)
@@ -61,6 +64,7 @@ interface Cli {
   only: string[];
   herd: number;
   profile: boolean;
+  perfProfile: boolean;
   loaded: boolean;
   before?: string;
 }
@@ -82,6 +86,7 @@ function parseCli(argv: string[]): Cli | undefined {
         only: { type: 'string', default: '' },
         herd: { type: 'string', default: '1000' },
         profile: { type: 'boolean', default: false },
+        'perf-profile': { type: 'boolean', default: false },
         loaded: { type: 'boolean', default: false },
         before: { type: 'string' },
         help: { type: 'boolean', default: false },
@@ -118,7 +123,8 @@ function parseCli(argv: string[]): Cli | undefined {
     rounds,
     only,
     herd,
-    profile: values.profile ?? false,
+    profile: (values.profile ?? false) || (values['perf-profile'] ?? false),
+    perfProfile: values['perf-profile'] ?? false,
     loaded: values.loaded ?? false,
     before: values.before,
   };
@@ -218,7 +224,7 @@ async function main(): Promise<number> {
       }
     } else if (scenario === 'overhead') {
       const before = cli.before ? (JSON.parse(await readFile(cli.before, 'utf8')) as OverheadResult) : undefined;
-      const result = await runOverhead({ durationSec: cli.durationSec, rounds: cli.rounds, herd: cli.herd, only: cli.only, profile: cli.profile, out: cli.out, log });
+      const result = await runOverhead({ durationSec: cli.durationSec, rounds: cli.rounds, herd: cli.herd, only: cli.only, profile: cli.profile, perfProfile: cli.perfProfile, out: cli.out, log });
       await report(result, overheadTable(result));
       if (cli.docs) written.push(await writeOverheadDocs(result, before, `npm run bench -- ${process.argv.slice(2).join(' ')}`));
     } else if (scenario === 'scale') {

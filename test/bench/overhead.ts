@@ -1,4 +1,5 @@
 import autocannon from 'autocannon';
+import { execFile, spawn } from 'node:child_process';
 import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -6,7 +7,7 @@ import { join } from 'node:path';
 import { Pool, request } from 'undici';
 import { percentile } from './metrics.js';
 import { MockControl } from './mock-control.js';
-import { profileByOwner, profileTable, type ProfileSummary } from './profile.js';
+import { perfByOwner, profileByOwner, profileTable, type ProfileSummary } from './profile.js';
 import { ENTRY, repoRoot, runNodeScript, startGateway, startMinimalProxy, startMockProvider, type ChildHandle } from './processes.js';
 import { table } from './report.js';
 import { BENCH_API_KEY, BENCH_MODEL } from './sdk-client.js';
@@ -23,6 +24,8 @@ export interface OverheadOptions {
   only: string[];
   /** Takes a CPU profile of the gateway on the small and 200 KB rows, after the rounds. */
   profile: boolean;
+  /** Profiles with `perf record` (CPU time of every thread, the kernel's included) instead of `--cpu-prof`. */
+  perfProfile?: boolean;
   /** Where profiles go. */
   out: string;
   log?: (line: string) => void;
@@ -569,13 +572,65 @@ async function herdShot(setup: HerdSetup, count: number, round: number): Promise
   };
 }
 
+/** Samples per second of CPU time perf takes (2 kHz: one every 0.5 ms of a thread's CPU). */
+const PERF_HZ = 2000;
+const PERF_WARM_UP_STRETCHES = 3;
+
+/** A command's stdout (perf's output of a 10 s recording runs to some tens of MB). */
+function stdoutOf(command: string, args: string[]): Promise<string> {
+  return new Promise((resolve, reject) =>
+    execFile(command, args, { maxBuffer: 1024 * 1024 * 1024 }, (error, stdout) => (error ? reject(error) : resolve(stdout))),
+  );
+}
+
 async function upstreamCalls(mockUrl: string): Promise<number> {
   const res = await request(`${mockUrl}/__mock/stats`);
   return ((await res.body.json()) as { total: number }).total;
 }
 
+/** A gateway loaded like the row for twice the stretch, profiled with --cpu-prof or (`perfProfile`) perf. */
+function profileRow(row: LoadRow, upstream: string, traces: string, options: OverheadOptions, log: (line: string) => void): Promise<ProfileSummary> {
+  return options.perfProfile ? perfProfileRow(row, upstream, traces, options, log) : cpuProfileRow(row, upstream, traces, options, log);
+}
+
+/**
+ * The row's load on a gateway started with `--perf-basic-prof` (so that perf can name its JavaScript), recorded by
+ * `perf record -e cpu-clock -g` over the measured stretch only: CPU time of every thread, the kernel's included.
+ */
+async function perfProfileRow(row: LoadRow, upstream: string, traces: string, options: OverheadOptions, log: (line: string) => void): Promise<ProfileSummary> {
+  const data = join(options.out, `perf-${row.id}-${Date.now()}.data`);
+  await mkdir(options.out, { recursive: true });
+  const gateway = await startGateway(upstream, ['--platform', row.platform, ...flagsOf(row, traces)], ['--perf-basic-prof']);
+  const spec = requestSpec(row.body);
+  let requests = 0;
+  try {
+    // perf sees the optimising compiler's thread too: a new process compiles for its first ten seconds or so of
+    // load, and again after the connections of its first loads close; three stretches of load let it settle.
+    for (let stretch = 0; stretch < PERF_WARM_UP_STRETCHES; stretch++) await blast(gateway.url, row, Math.max(3, options.durationSec), spec);
+    const seconds = options.durationSec * 2;
+    const recording = spawn('perf', ['record', '-q', '-e', 'cpu-clock', '-F', String(PERF_HZ), '-g', '-o', data, '-p', String(gateway.pid), '--', 'sleep', String(seconds)], { stdio: 'ignore' });
+    const recorded = new Promise<number | null>((resolve, reject) => recording.once('error', reject).once('close', resolve));
+    requests = (await blast(gateway.url, row, seconds, spec))['2xx'];
+    const status = await recorded;
+    if (status !== 0) throw new Error(`perf record exited with ${status}`);
+  } finally {
+    await gateway.stop();
+  }
+  try {
+    // perf reads the map the gateway wrote (named after its pid) to name its JavaScript frames.
+    const script = await stdoutOf('perf', ['script', '-i', data, '-F', 'period,ip,sym,dso']);
+    const summary = perfByOwner(script, { requests, row: row.label });
+    await writeFile(join(options.out, `profile-${row.id}.json`), JSON.stringify(summary, null, 1));
+    log(`    perf profile ${row.id}: ${requests} requests, ${summary.sampledMs.toFixed(0)} ms of CPU sampled`);
+    return summary;
+  } finally {
+    await rm(data, { force: true });
+    await rm(`/tmp/perf-${gateway.pid}.map`, { force: true });
+  }
+}
+
 /** A gateway started with --cpu-prof, loaded like the row for twice the stretch; samples outside the load are left out. */
-async function profileRow(row: LoadRow, upstream: string, traces: string, options: OverheadOptions, log: (line: string) => void): Promise<ProfileSummary> {
+async function cpuProfileRow(row: LoadRow, upstream: string, traces: string, options: OverheadOptions, log: (line: string) => void): Promise<ProfileSummary> {
   const dir = join(options.out, `profile-${row.id}-${Date.now()}`);
   await mkdir(dir, { recursive: true });
   const gateway = await startGateway(upstream, ['--platform', row.platform, ...flagsOf(row, traces)], ['--cpu-prof', '--cpu-prof-dir', dir]);

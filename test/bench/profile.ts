@@ -10,11 +10,13 @@ export interface CpuProfile {
   timeDeltas: number[];
 }
 
-export const OWNERS = ['gc', 'node', 'writev', 'fastify', 'express', '@nestjs', 'rxjs', 'plugin', 'gateway', 'undici', 'other libs', 'program'] as const;
+export const OWNERS = ['gc', 'compiler', 'kernel', 'node', 'writev', 'fastify', 'express', '@nestjs', 'rxjs', 'plugin', 'gateway', 'undici', 'other libs', 'program'] as const;
 export type Owner = (typeof OWNERS)[number];
 
 export interface ProfileSummary {
   row: string;
+  /** `cpu-prof`: V8's sampler, wall time of the main thread; `perf`: `perf record`, CPU time of every thread. */
+  source: 'cpu-prof' | 'perf';
   requests: number;
   sampledMs: number;
   /** Self time per request, in microseconds, by who owns the code. */
@@ -82,7 +84,67 @@ export function profileByOwner(profile: CpuProfile, window: { from: number; to: 
     .sort((a, b) => b.us - a.us)
     .slice(0, 60)
     .map((f) => ({ owner: f.owner, fn: f.fn, where: f.where, usPerRequest: f.us / requests }));
-  return { row: window.row, requests: window.requests, sampledMs: sampled / 1000, usPerRequest, top };
+  return { row: window.row, requests: window.requests, source: 'cpu-prof', sampledMs: sampled / 1000, usPerRequest, top };
+}
+
+const GC_FRAME = /v8::internal::(Scavenger|ScavengerCollector|MarkCompactCollector|MinorMarkCompactCollector|ConcurrentMarking|Sweeper|Heap::|ArrayBufferSweeper|Evacuat|MarkingVisitor|IncrementalMarking)/;
+const COMPILER_FRAME = /v8::internal::(OptimizingCompileDispatcher|compiler::|maglev::|Compiler::)/;
+// A frame of `perf script -F period,ip,sym,dso`: address, symbol, (dso). JavaScript frames are named by the map
+// `node --perf-basic-prof` writes: `JS:*name url:line:column`, the prefix saying how the function is compiled.
+const PERF_FRAME = /^\s*[0-9a-f]+ (.*) \((.*)\)$/;
+const JS_SYMBOL = /^JS:[*^~+]?(.*?) ?(\S+):(\d+):\d+$/;
+
+/**
+ * Self CPU time by owner from `perf record -g` of a gateway started with `--perf-basic-prof`, as `perf script -F
+ * period,ip,sym,dso` prints it. Unlike V8's sampler this counts CPU time only (a thread waiting for a core is not
+ * sampled) and every thread: the collector's helpers, the optimising compiler and the kernel's share (system calls,
+ * the loopback network stack). A sample in the collector or the compiler is theirs; one in the kernel is the
+ * kernel's; one in V8's builtins or native code is charged to the JavaScript function that called it. The top
+ * functions name, for kernel samples, the function whose system call it was.
+ */
+export function perfByOwner(script: string, window: { requests: number; row: string }): ProfileSummary {
+  const usPerRequest = Object.fromEntries(OWNERS.map((o) => [o, 0])) as Record<Owner, number>;
+  const functions = new Map<string, { owner: Owner; fn: string; where: string; us: number }>();
+  const requests = Math.max(1, window.requests);
+  let sampled = 0;
+  for (const block of script.split(/\n\s*\n/)) {
+    const lines = block.split('\n').filter((line) => line.trim() !== '');
+    const period = Number(lines[0]?.trim());
+    if (!Number.isFinite(period) || period <= 0) continue;
+    const frames = lines.slice(1).flatMap((line) => {
+      const match = PERF_FRAME.exec(line);
+      return match ? [{ symbol: match[1], dso: match[2] }] : [];
+    });
+    if (frames.length === 0) continue;
+    const us = period / 1000;
+    sampled += us;
+    const js = frames.find((frame) => frame.symbol.startsWith('JS:'));
+    // The only WebAssembly in a gateway is undici's HTTP parser.
+    const wasm = js !== undefined && js.symbol.startsWith('JS:wasm');
+    const parsed = js && !wasm ? JS_SYMBOL.exec(js.symbol) : undefined;
+    const fn = parsed ? parsed[1] || '(anonymous)' : wasm ? '(llhttp, wasm)' : '(native)';
+    const where = parsed ? `${parsed[2].replace(/^file:\/\/.*?\/(node_modules|libs|dist)\//, '$1/').replace(/^\/.*?\/(node_modules|libs|dist)\//, '$1/')}:${parsed[3]}` : '';
+    // Native code with no JavaScript above it is named by its first frame outside the kernel (the event loop's own).
+    const native = frames.find((frame) => frame.dso !== '[kernel.kallsyms]')?.symbol.slice(0, 80) ?? '?';
+    let charged: { owner: Owner; fn: string; where: string };
+    if (frames.some((frame) => GC_FRAME.test(frame.symbol))) charged = { owner: 'gc', fn: '(garbage collector)', where: '' };
+    else if (frames.some((frame) => COMPILER_FRAME.test(frame.symbol))) charged = { owner: 'compiler', fn: '(optimising compiler)', where: '' };
+    else if (frames[0].dso === '[kernel.kallsyms]') charged = { owner: 'kernel', fn: `(kernel) ${js ? fn : native}`, where };
+    else if (wasm) charged = { owner: 'undici', fn, where: '' };
+    // (`writev` as an owner is the V8 sampler's wall time in socket writes; here their CPU is the kernel's.)
+    else if (parsed) charged = { owner: ownerOf(fn, parsed[2]) === 'writev' ? 'node' : ownerOf(fn, parsed[2]), fn, where };
+    else charged = { owner: 'node', fn: `(native) ${native}`, where: '' };
+    usPerRequest[charged.owner] += us / requests;
+    const name = `${charged.fn} ${charged.where}`;
+    const entry = functions.get(name) ?? { ...charged, us: 0 };
+    entry.us += us;
+    functions.set(name, entry);
+  }
+  const top = [...functions.values()]
+    .sort((a, b) => b.us - a.us)
+    .slice(0, 60)
+    .map((f) => ({ owner: f.owner, fn: f.fn, where: f.where, usPerRequest: f.us / requests }));
+  return { row: window.row, requests: window.requests, source: 'perf', sampledMs: sampled / 1000, usPerRequest, top };
 }
 
 export function profileTable(summary: ProfileSummary): string {
@@ -94,7 +156,9 @@ export function profileTable(summary: ProfileSummary): string {
   ]);
   return [
     `== CPU profile of the gateway, ${summary.row}: self time per request by owner (${summary.requests} requests, ${summary.sampledMs.toFixed(0)} ms sampled;` +
-      ' writev = socket writes, including time waiting for a core)',
+      (summary.source === 'perf'
+        ? ' perf: CPU time of every thread; kernel = system calls and the network stack, named by the function that made them)'
+        : ' writev = socket writes, including time waiting for a core)'),
     table(['owner', 'us/request', 'share'], [...owners, ['total', total.toFixed(1), '100%']]),
     '   top functions (self time):',
     table(
