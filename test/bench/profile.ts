@@ -63,28 +63,41 @@ export function profileByOwner(profile: CpuProfile, window: { from: number; to: 
   if (inside === 0) {
     for (let i = 0; i < profile.samples.length; i++) selfUs.set(profile.samples[i], (selfUs.get(profile.samples[i]) ?? 0) + (profile.timeDeltas[i + 1] ?? 0));
   }
-  const usPerRequest = Object.fromEntries(OWNERS.map((o) => [o, 0])) as Record<Owner, number>;
-  const functions = new Map<string, { owner: Owner; fn: string; where: string; us: number }>();
-  let sampled = 0;
-  const requests = Math.max(1, window.requests);
+  const tally = new OwnerTally();
   for (const [id, us] of selfUs) {
     const node = byId.get(id);
     if (!node || node.callFrame.functionName === '(idle)') continue;
     const { functionName, url, lineNumber } = node.callFrame;
-    const owner = ownerOf(functionName, url);
-    usPerRequest[owner] += us / requests;
-    sampled += us;
     const where = url ? `${url.replace(/^file:\/\/.*?\/(node_modules|libs|dist)\//, '$1/')}:${lineNumber + 1}` : '';
-    const name = `${functionName || '(anonymous)'} ${where}`;
-    const entry = functions.get(name) ?? { owner, fn: functionName || '(anonymous)', where, us: 0 };
-    entry.us += us;
-    functions.set(name, entry);
+    tally.charge({ owner: ownerOf(functionName, url), fn: functionName || '(anonymous)', where }, us);
   }
-  const top = [...functions.values()]
-    .sort((a, b) => b.us - a.us)
-    .slice(0, 60)
-    .map((f) => ({ owner: f.owner, fn: f.fn, where: f.where, usPerRequest: f.us / requests }));
-  return { row: window.row, requests: window.requests, source: 'cpu-prof', sampledMs: sampled / 1000, usPerRequest, top };
+  return tally.summary(window, 'cpu-prof');
+}
+
+/** Self time summed by owner and by function, then given per request. */
+class OwnerTally {
+  private readonly byOwner = Object.fromEntries(OWNERS.map((o) => [o, 0])) as Record<Owner, number>;
+  private readonly functions = new Map<string, { owner: Owner; fn: string; where: string; us: number }>();
+  private sampled = 0;
+
+  charge(charged: { owner: Owner; fn: string; where: string }, us: number): void {
+    this.byOwner[charged.owner] += us;
+    this.sampled += us;
+    const name = `${charged.fn} ${charged.where}`;
+    const entry = this.functions.get(name) ?? { ...charged, us: 0 };
+    entry.us += us;
+    this.functions.set(name, entry);
+  }
+
+  summary(window: { requests: number; row: string }, source: ProfileSummary['source']): ProfileSummary {
+    const requests = Math.max(1, window.requests);
+    const usPerRequest = Object.fromEntries(OWNERS.map((o) => [o, this.byOwner[o] / requests])) as Record<Owner, number>;
+    const top = [...this.functions.values()]
+      .sort((a, b) => b.us - a.us)
+      .slice(0, 60)
+      .map((f) => ({ owner: f.owner, fn: f.fn, where: f.where, usPerRequest: f.us / requests }));
+    return { row: window.row, requests: window.requests, source, sampledMs: this.sampled / 1000, usPerRequest, top };
+  }
 }
 
 const GC_FRAME = /v8::internal::(Scavenger|ScavengerCollector|MarkCompactCollector|MinorMarkCompactCollector|ConcurrentMarking|Sweeper|Heap::|ArrayBufferSweeper|Evacuat|MarkingVisitor|IncrementalMarking)/;
@@ -103,10 +116,7 @@ const JS_SYMBOL = /^JS:[*^~+]?(.*?) ?(\S+):(\d+):\d+$/;
  * functions name, for kernel samples, the function whose system call it was.
  */
 export function perfByOwner(script: string, window: { requests: number; row: string }): ProfileSummary {
-  const usPerRequest = Object.fromEntries(OWNERS.map((o) => [o, 0])) as Record<Owner, number>;
-  const functions = new Map<string, { owner: Owner; fn: string; where: string; us: number }>();
-  const requests = Math.max(1, window.requests);
-  let sampled = 0;
+  const tally = new OwnerTally();
   for (const block of script.split(/\n\s*\n/)) {
     const lines = block.split('\n').filter((line) => line.trim() !== '');
     const period = Number(lines[0]?.trim());
@@ -117,7 +127,6 @@ export function perfByOwner(script: string, window: { requests: number; row: str
     });
     if (frames.length === 0) continue;
     const us = period / 1000;
-    sampled += us;
     const js = frames.find((frame) => frame.symbol.startsWith('JS:'));
     // The only WebAssembly in a gateway is undici's HTTP parser.
     const wasm = js !== undefined && js.symbol.startsWith('JS:wasm');
@@ -134,17 +143,9 @@ export function perfByOwner(script: string, window: { requests: number; row: str
     // (`writev` as an owner is the V8 sampler's wall time in socket writes; here their CPU is the kernel's.)
     else if (parsed) charged = { owner: ownerOf(fn, parsed[2]) === 'writev' ? 'node' : ownerOf(fn, parsed[2]), fn, where };
     else charged = { owner: 'node', fn: `(native) ${native}`, where: '' };
-    usPerRequest[charged.owner] += us / requests;
-    const name = `${charged.fn} ${charged.where}`;
-    const entry = functions.get(name) ?? { ...charged, us: 0 };
-    entry.us += us;
-    functions.set(name, entry);
+    tally.charge(charged, us);
   }
-  const top = [...functions.values()]
-    .sort((a, b) => b.us - a.us)
-    .slice(0, 60)
-    .map((f) => ({ owner: f.owner, fn: f.fn, where: f.where, usPerRequest: f.us / requests }));
-  return { row: window.row, requests: window.requests, source: 'perf', sampledMs: sampled / 1000, usPerRequest, top };
+  return tally.summary(window, 'perf');
 }
 
 export function profileTable(summary: ProfileSummary): string {
