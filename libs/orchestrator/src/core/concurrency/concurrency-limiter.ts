@@ -19,7 +19,8 @@ interface Waiter {
   timer?: ReturnType<typeof setTimeout>;
 }
 
-const STAY = (): void => undefined;
+// What `wait` returns when the caller never waited (granted or refused at once): nothing to leave.
+const NOTHING_TO_LEAVE = (): void => undefined;
 
 /**
  * A counting semaphore with a bounded wait queue shared fairly across tenants,
@@ -182,11 +183,11 @@ export class ConcurrencyLimiter {
     const now = this.tryAcquire(tenant);
     if (now) {
       grant(now);
-      return STAY;
+      return NOTHING_TO_LEAVE;
     }
     if (this.waiting >= this.options.queueSize) {
       refuse(new OverloadedError(this.name, this.options.retryAfterSeconds));
-      return STAY;
+      return NOTHING_TO_LEAVE;
     }
     const waiter: Waiter = { tenant, grant };
     waiter.timer = setTimeout(() => {
