@@ -604,19 +604,19 @@ async function perfProfileRow(row: LoadRow, upstream: string, traces: string, op
   const spec = requestSpec(row.body);
   let requests = 0;
   try {
-    // perf sees the optimising compiler's thread too: a new process compiles for its first ten seconds or so of
-    // load, and again after the connections of its first loads close; three stretches of load let it settle.
-    for (let stretch = 0; stretch < PERF_WARM_UP_STRETCHES; stretch++) await blast(gateway.url, row, Math.max(3, options.durationSec), spec);
-    const seconds = options.durationSec * 2;
-    const recording = spawn('perf', ['record', '-q', '-e', 'cpu-clock', '-F', String(PERF_HZ), '-g', '-o', data, '-p', String(gateway.pid), '--', 'sleep', String(seconds)], { stdio: 'ignore' });
-    const recorded = new Promise<number | null>((resolve, reject) => recording.once('error', reject).once('close', resolve));
-    requests = (await blast(gateway.url, row, seconds, spec))['2xx'];
-    const status = await recorded;
-    if (status !== 0) throw new Error(`perf record exited with ${status}`);
-  } finally {
-    await gateway.stop();
-  }
-  try {
+    try {
+      // perf sees the optimising compiler's thread too: a new process compiles for its first ten seconds or so of
+      // load, and again after the connections of its first loads close; three stretches of load let it settle.
+      for (let stretch = 0; stretch < PERF_WARM_UP_STRETCHES; stretch++) await blast(gateway.url, row, Math.max(3, options.durationSec), spec);
+      const seconds = options.durationSec * 2;
+      const recording = spawn('perf', ['record', '-q', '-e', 'cpu-clock', '-F', String(PERF_HZ), '-g', '-o', data, '-p', String(gateway.pid), '--', 'sleep', String(seconds)], { stdio: 'ignore' });
+      const recorded = new Promise<number | null>((resolve, reject) => recording.once('error', reject).once('close', resolve));
+      requests = (await blast(gateway.url, row, seconds, spec))['2xx'];
+      const status = await recorded;
+      if (status !== 0) throw new Error(`perf record exited with ${status}`);
+    } finally {
+      await gateway.stop();
+    }
     // perf reads the map the gateway wrote (named after its pid) to name its JavaScript frames.
     const script = await stdoutOf('perf', ['script', '-i', data, '-F', 'period,ip,sym,dso']);
     const summary = perfByOwner(script, { requests, row: row.label });
@@ -624,6 +624,7 @@ async function perfProfileRow(row: LoadRow, upstream: string, traces: string, op
     log(`    perf profile ${row.id}: ${requests} requests, ${summary.sampledMs.toFixed(0)} ms of CPU sampled`);
     return summary;
   } finally {
+    // Also when the recording failed: neither the data nor the map the gateway wrote is left behind.
     await rm(data, { force: true });
     await rm(`/tmp/perf-${gateway.pid}.map`, { force: true });
   }

@@ -68,10 +68,15 @@ export function profileByOwner(profile: CpuProfile, window: { from: number; to: 
     const node = byId.get(id);
     if (!node || node.callFrame.functionName === '(idle)') continue;
     const { functionName, url, lineNumber } = node.callFrame;
-    const where = url ? `${url.replace(/^file:\/\/.*?\/(node_modules|libs|dist)\//, '$1/')}:${lineNumber + 1}` : '';
+    const where = url ? `${shortPath(url)}:${lineNumber + 1}` : '';
     tally.charge({ owner: ownerOf(functionName, url), fn: functionName || '(anonymous)', where }, us);
   }
   return tally.summary(window, 'cpu-prof');
+}
+
+/** A script's path from the repository's `node_modules/`, `libs/` or `dist/` on (a file URL or a plain path). */
+function shortPath(url: string): string {
+  return url.replace(/^(file:\/\/)?\/.*?\/(node_modules|libs|dist)\//, '$2/');
 }
 
 /** Self time summed by owner and by function, then given per request. */
@@ -132,7 +137,7 @@ export function perfByOwner(script: string, window: { requests: number; row: str
     const wasm = js !== undefined && js.symbol.startsWith('JS:wasm');
     const parsed = js && !wasm ? JS_SYMBOL.exec(js.symbol) : undefined;
     const fn = parsed ? parsed[1] || '(anonymous)' : wasm ? '(llhttp, wasm)' : '(native)';
-    const where = parsed ? `${parsed[2].replace(/^file:\/\/.*?\/(node_modules|libs|dist)\//, '$1/').replace(/^\/.*?\/(node_modules|libs|dist)\//, '$1/')}:${parsed[3]}` : '';
+    const where = parsed ? `${shortPath(parsed[2])}:${parsed[3]}` : '';
     // Native code with no JavaScript above it is named by its first frame outside the kernel (the event loop's own).
     const native = frames.find((frame) => frame.dso !== '[kernel.kallsyms]')?.symbol.slice(0, 80) ?? '?';
     let charged: { owner: Owner; fn: string; where: string };
@@ -140,8 +145,11 @@ export function perfByOwner(script: string, window: { requests: number; row: str
     else if (frames.some((frame) => COMPILER_FRAME.test(frame.symbol))) charged = { owner: 'compiler', fn: '(optimising compiler)', where: '' };
     else if (frames[0].dso === '[kernel.kallsyms]') charged = { owner: 'kernel', fn: `(kernel) ${js ? fn : native}`, where };
     else if (wasm) charged = { owner: 'undici', fn, where: '' };
-    // (`writev` as an owner is the V8 sampler's wall time in socket writes; here their CPU is the kernel's.)
-    else if (parsed) charged = { owner: ownerOf(fn, parsed[2]) === 'writev' ? 'node' : ownerOf(fn, parsed[2]), fn, where };
+    else if (parsed) {
+      const owner = ownerOf(fn, parsed[2]);
+      // (`writev` as an owner is the V8 sampler's wall time in socket writes; here their CPU is the kernel's.)
+      charged = { owner: owner === 'writev' ? 'node' : owner, fn, where };
+    }
     else charged = { owner: 'node', fn: `(native) ${native}`, where: '' };
     tally.charge(charged, us);
   }

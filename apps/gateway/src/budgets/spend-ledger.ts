@@ -82,11 +82,6 @@ export function periodKey(period: SpendCap['period'], now: number): string {
   return periodKeys(now).keys[period];
 }
 
-/** `<period key>:*`, the totals of every answer in a period. */
-function periodAllKey(period: SpendCap['period'], now: number): string {
-  return periodKeys(now).all[period];
-}
-
 // Every answer is counted under both periods, and under each period's `*`: the day's keys are made once a day, not
 // per answer (a herd's joiners each record what they saved).
 function periodKeys(now: number): typeof periodCache {
@@ -146,10 +141,11 @@ export class SpendLedger {
   /** Records an answer's cost (and what joined or cached copies of it saved). */
   record(scope: string | undefined, spentNano: number, savedNano: number): void {
     if (spentNano === 0 && savedNano === 0) return;
-    const now = this.now;
+    // Each period's key and its `*` (the totals of every answer) from one look at the day's keys.
+    const { keys, all } = periodKeys(this.now);
     for (const period of PERIODS) {
-      this.add(periodAllKey(period, now), period, spentNano, savedNano);
-      if (scope !== undefined) this.add(`${periodKey(period, now)}:${scope}`, period, spentNano, savedNano);
+      this.add(all[period], period, spentNano, savedNano);
+      if (scope !== undefined) this.add(`${keys[period]}:${scope}`, period, spentNano, savedNano);
     }
     this.scheduleFlush();
   }
