@@ -42,16 +42,25 @@ interface LoadRow {
   body: BodyKind;
   /** Largest gateway/floor CPU ratio the row aims for. */
   limit: number;
-  /** Metrics, the request log and the status page off (every other row runs the gateway as it starts by default). */
-  quiet?: boolean;
-  /** Traces exported (`--otlp-endpoint`, to a sink in this process that takes and drops them). */
-  traced?: boolean;
+  /** A gateway not as it starts by default (every other row runs it so): see `VARIANT_FLAGS`. */
+  variant?: Variant;
 }
 
-const QUIET_FLAGS = ['--no-metrics', '--no-request-log', '--no-status-page'];
-const gatewayOf = (row: LoadRow) => (row.quiet ? `${row.platform}-quiet` : row.traced ? `${row.platform}-traced` : row.platform);
+/**
+ * What a row's variant turns off or on: `quiet`, metrics, the request log and the status page off; `traced`, traces
+ * exported (`--otlp-endpoint`, to a sink in this process that takes and drops them); `windowless`, answers not kept
+ * in the window (the bench's requests give no temperature, so they are sampled: `--no-window-for-sampled` stores none).
+ */
+const VARIANT_FLAGS = {
+  quiet: () => ['--no-metrics', '--no-request-log', '--no-status-page'],
+  traced: (traces: string) => ['--otlp-endpoint', traces],
+  windowless: () => ['--no-window-for-sampled'],
+} satisfies Record<string, (traces: string) => string[]>;
+type Variant = keyof typeof VARIANT_FLAGS;
+
+const gatewayOf = (row: LoadRow) => (row.variant ? `${row.platform}-${row.variant}` : row.platform);
 /** The flags a row's gateway runs with beyond its platform. */
-const flagsOf = (row: LoadRow, traces: string) => [...(row.quiet ? QUIET_FLAGS : []), ...(row.traced ? ['--otlp-endpoint', traces] : [])];
+const flagsOf = (row: LoadRow, traces: string) => (row.variant ? VARIANT_FLAGS[row.variant](traces) : []);
 
 /** An OTLP/HTTP endpoint that reads each export and answers 200, so that tracing costs the gateway what it would. */
 async function startTraceSink(): Promise<{ url: string; spans: () => number; close: () => Promise<void> }> {
@@ -72,8 +81,10 @@ async function startTraceSink(): Promise<{ url: string; spans: () => number; clo
 /** The rows of the table the gateway is held to, each measured against the floor proxy in the same round. */
 export const ROWS: readonly LoadRow[] = [
   { id: 'small32', label: 'small distinct, 32 conns', platform: 'fastify', connections: 32, body: 'small-distinct', limit: 2 },
-  { id: 'quiet32', label: 'small distinct, 32 conns, metrics and logs off', platform: 'fastify', connections: 32, body: 'small-distinct', limit: 2, quiet: true },
-  { id: 'traced32', label: 'small distinct, 32 conns, traces exported (--otlp-endpoint)', platform: 'fastify', connections: 32, body: 'small-distinct', limit: 2, traced: true },
+  { id: 'quiet32', label: 'small distinct, 32 conns, metrics and logs off', platform: 'fastify', connections: 32, body: 'small-distinct', limit: 2, variant: 'quiet' },
+  { id: 'traced32', label: 'small distinct, 32 conns, traces exported (--otlp-endpoint)', platform: 'fastify', connections: 32, body: 'small-distinct', limit: 2, variant: 'traced' },
+  // What keeping every distinct answer for the next 10,000 requests costs: the same load, nothing kept.
+  { id: 'nowindow32', label: 'small distinct, 32 conns, answers not kept (--no-window-for-sampled)', platform: 'fastify', connections: 32, body: 'small-distinct', limit: 2, variant: 'windowless' },
   { id: 'small200', label: 'small distinct, 200 conns', platform: 'fastify', connections: 200, body: 'small-distinct', limit: 2 },
   // A hit answers from memory: it should cost less than proxying does.
   { id: 'hits', label: 'window hits (identical small requests)', platform: 'fastify', connections: 32, body: 'small-same', limit: 0.7 },
@@ -280,7 +291,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     const gateways: Record<string, ChildHandle> = {};
     for (const row of rows) {
       gateways[gatewayOf(row)] ??= await start(startGateway(mock.url, ['--platform', row.platform, ...flagsOf(row, traces.url)]));
-      if (row.traced) log(`    traces of ${row.id} go to ${traces.url}`);
+      if (row.variant === 'traced') log(`    traces of ${row.id} go to ${traces.url}`);
     }
     log(`  overhead: provider ${mock.url}, floor ${floor.url}, ${Object.entries(gateways).map(([p, g]) => `gateway ${p} ${g.url}`).join(', ')}`);
 
