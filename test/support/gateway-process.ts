@@ -81,9 +81,9 @@ async function startApp(main: string, args: string[], env: NodeJS.ProcessEnv, st
   return { child, url, pid: child.pid!, output: () => output, exited, kill };
 }
 
-/** Starts the built gateway with `args` (`--port 0` is added). */
-export function startGatewayProcess(args: string[], env: NodeJS.ProcessEnv = {}, startTimeoutMs?: number): Promise<AppProcess> {
-  return startApp(GATEWAY_MAIN, ['--port', '0', ...args], env, startTimeoutMs, GATEWAY_NODE_FLAGS);
+/** Starts the built gateway with `args` (`--port 0` is added), and `nodeArgs` beside the flags it always runs with. */
+export function startGatewayProcess(args: string[], env: NodeJS.ProcessEnv = {}, startTimeoutMs?: number, nodeArgs: readonly string[] = []): Promise<AppProcess> {
+  return startApp(GATEWAY_MAIN, ['--port', '0', ...args], env, startTimeoutMs, [...GATEWAY_NODE_FLAGS, ...nodeArgs]);
 }
 
 /** Starts the built simulated provider with `args` (`--port 0` is added). */

@@ -36,3 +36,6 @@ export {
 export { toWire, fromWire, WireReader, errorToWire, leaderLost, type WireEvent } from './core/cluster/coordination.js';
 // Metrics counted on every request without prom-client's per-call label hashing (read by the registry at scrape time).
 export { TalliedCounter, Tally, BatchedHistogram, BucketTally } from './nest/observability/batched-metrics.js';
+// Collections for entries that come and go with every request (a churned Map or Set keeps them alive across scavenges).
+export { KeyTable } from './core/collections/key-table.js';
+export { SlotList } from './core/collections/slot-list.js';

@@ -206,6 +206,8 @@ class ProxiedCall {
   private reused = false;
   /** How old a `cached` answer is (its `Age` header). */
   private ageSeconds?: number;
+  /** Its place among the responses in flight (`Lifecycle.enter`). */
+  private inFlightSlot = -1;
 
   constructor(
     private readonly plane: DataPlane,
@@ -226,7 +228,7 @@ class ProxiedCall {
     const response = this.response;
     // `on`, not `once`: each fires once anyway, and `once` wraps every listener in a closure of its own.
     response.on('close', this.closed);
-    lifecycle.enter(response);
+    this.inFlightSlot = lifecycle.enter(response);
     const tracing = orchestrator.tracing;
     if (tracing) {
       // Named by the route, never by a path a client made up; ended with the response (GatewayTelemetry.finished).
@@ -734,7 +736,7 @@ class ProxiedCall {
   private readonly closed = (): void => {
     const response = this.response;
     const { lifecycle, telemetry, budgets } = this.plane.parts;
-    lifecycle.leave(response);
+    lifecycle.leave(response, this.inFlightSlot);
     clearTimeout(this.stall);
     if (!response.writableFinished) this.left();
     if (this.streaming) this.flow?.removeReader();

@@ -1,5 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import type { Server, ServerResponse } from 'node:http';
+import { SlotList } from 'nest-prompt-orchestrator/internal';
 
 /**
  * What a graceful shutdown needs to know: how many requests are in flight,
@@ -10,8 +11,11 @@ import type { Server, ServerResponse } from 'node:http';
  */
 @Injectable()
 export class Lifecycle {
-  /** Responses not yet over: on drain, those that have not sent their headers yet say `Connection: close`. */
-  private readonly inFlight = new Set<ServerResponse>();
+  /**
+   * Responses not yet over: on drain, those that have not sent their headers yet say `Connection: close`. Not a Set:
+   * every request adds and removes one (see `SlotList`).
+   */
+  private readonly inFlight = new SlotList<ServerResponse>();
   private draining = false;
   private idle?: () => void;
 
@@ -21,18 +25,17 @@ export class Lifecycle {
 
   /** Counts a request until its response is over (finished, or the client gone). */
   track(response: ServerResponse): void {
-    this.enter(response);
-    response.once('close', () => this.leave(response));
+    const slot = this.enter(response);
+    response.once('close', () => this.leave(response, slot));
   }
 
-  /** `track` for a caller that listens for the response's end itself: `leave` when it is over. */
-  enter(response: ServerResponse): void {
-    this.inFlight.add(response);
+  /** `track` for a caller that listens for the response's end itself: `leave` with what this returns when it is over. */
+  enter(response: ServerResponse): number {
+    return this.inFlight.add(response);
   }
 
-  leave(response: ServerResponse): void {
-    this.inFlight.delete(response);
-    if (this.inFlight.size === 0) this.idle?.();
+  leave(response: ServerResponse, slot: number): void {
+    if (this.inFlight.delete(slot, response) && this.inFlight.size === 0) this.idle?.();
   }
 
   /**

@@ -55,10 +55,15 @@ export type Attribution = 'upstream' | 'caller' | 'newcomer';
 /** A bounded set, least recently touched forgotten first. */
 class RecentSet {
   private readonly members = new Set<string>();
+  private newest?: string;
 
   constructor(private readonly max: number) {}
 
   add(member: string): void {
+    // Already the newest (the same caller again, as most calls are): re-inserting it on every call would rebuild the
+    // set's table every few calls (see `KeyTable` for what that costs).
+    if (member === this.newest) return;
+    this.newest = member;
     // Re-inserted so that the oldest member is the first in iteration order.
     this.members.delete(member);
     if (this.members.size >= this.max) this.members.delete(this.members.values().next().value!);

@@ -2,6 +2,7 @@ import { Observable, ReplaySubject, Subject, type Observer, type Subscriber, typ
 import { isRawResponse, type CallEvent, type Chunk, type StreamHead } from '../events.js';
 import { sizeOf, type WindowEntry, type WindowPayload } from './answer-window.js';
 import { BatchedDelivery, DeliveryBatches } from './delivery-batches.js';
+import { KeyTable } from '../collections/key-table.js';
 
 /** Callers served at once when one answer reaches many: about 10-20 ms of work before the event loop gets a turn. */
 export const DELIVERY_BATCH_SIZE = 32;
@@ -64,7 +65,8 @@ type Linker = (leader: string | undefined) => void;
  * event loop for more than one batch.
  */
 export class SingleFlight<T> {
-  private readonly flights = new Map<string, Flight<T>>();
+  // Not a Map: flights come and go with every request (see `KeyTable`).
+  private readonly flights = new KeyTable<Flight<T>>();
   // Beside the map rather than in it: without tracing nothing is kept, and a flight's entry goes with the flight.
   // A list while the leader is not known yet: the joiners waiting to be linked.
   private readonly leaders = new WeakMap<Observable<CallEvent<T>>, string | Linker[]>();
