@@ -1,5 +1,6 @@
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { KeyTable } from 'nest-prompt-orchestrator/internal';
 import type { SpendCap } from './budget-config.js';
 
 /** What the ledger needs of Redis: commands (node-redis's `sendCommand`). */
@@ -114,8 +115,9 @@ const EXPIRE_SECONDS = { day: 3 * 86_400, month: 62 * 86_400 };
  */
 export class SpendLedger {
   private readonly totals = new Map<string, SpendTotals>();
-  // This replica's holds, so that caps still hold (for its own requests) while Redis is away.
-  private readonly holds = new Map<string, Hold>();
+  // This replica's holds, so that caps still hold (for its own requests) while Redis is away. One per capped request
+  // in flight: not a Map (see `KeyTable`).
+  private readonly holds = new KeyTable<Hold>();
   private readonly held = new Map<string, number>();
   private holdSeq = 0;
   private flushTimer?: NodeJS.Timeout;

@@ -73,10 +73,12 @@ export class KeyTable<V> {
     return true;
   }
 
-  /** The values, in no particular order. */
-  *values(): IterableIterator<V> {
+  /** The values, in no particular order: a copy, so that the table may change while they are gone through. */
+  values(): V[] {
     const { keys, entries } = this;
-    for (let slot = 0; slot < keys.length; slot++) if (keys[slot] !== undefined) yield entries[slot]!;
+    const values: V[] = [];
+    for (let slot = 0; slot < keys.length; slot++) if (keys[slot] !== undefined) values.push(entries[slot]!);
+    return values;
   }
 
   private find(key: string, hash: number): number {

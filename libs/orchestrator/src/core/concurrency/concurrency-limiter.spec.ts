@@ -185,6 +185,39 @@ describe('ConcurrencyLimiter', () => {
     expect(outcomes.filter((o) => o.startsWith('second') || o.startsWith('fifth granted'))).toEqual([]);
   });
 
+  it('a long line that waiters leave out of order still grants the rest first come first served', () => {
+    const limiter = makeLimiter({ limit: 1, queueSize: 1_000 });
+    const granted: number[] = [];
+    const releases: ReleaseSlot[] = [];
+    const leaves = new Map<number, () => void>();
+    for (let n = 0; n <= 600; n++) {
+      leaves.set(
+        n,
+        limiter.wait(
+          '',
+          (release) => {
+            granted.push(n);
+            releases.push(release);
+          },
+          () => undefined,
+        ),
+      );
+    }
+    // Every third leaves, and a run at the front (the line drops the places before its first waiter).
+    const left = new Set<number>();
+    for (let n = 3; n <= 600; n += 3) left.add(n);
+    for (let n = 1; n <= 200; n++) left.add(n);
+    for (const n of left) leaves.get(n)!();
+    expect(limiter.queued).toBe(600 - left.size);
+    while (releases.length > 0) releases.shift()!();
+    expect(granted).toEqual([0, ...Array.from({ length: 600 }, (_, i) => i + 1).filter((n) => !left.has(n))]);
+    expect(limiter.queued).toBe(0);
+    expect(limiter.inFlight).toBe(0);
+    // Leaving after being granted takes nothing from the line.
+    leaves.get(600)!();
+    expect(limiter.queued).toBe(0);
+  });
+
   it('an already aborted signal is refused without taking a slot or a place', async () => {
     const limiter = makeLimiter({ limit: 1 });
     const controller = new AbortController();

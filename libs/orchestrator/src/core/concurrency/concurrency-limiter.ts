@@ -17,6 +17,55 @@ interface Waiter {
   tenant: string;
   grant: (release: ReleaseSlot) => void;
   timer?: ReturnType<typeof setTimeout>;
+  /** Its place in its line, while it waits there. */
+  place?: number;
+}
+
+/**
+ * One tenant's waiters, first come first served. An array rather than a Set: past the limit, every request joins a
+ * line and leaves it, and a Set churned so keeps the waiters it held (and their requests) alive across scavenges
+ * (see `KeyTable`). A waiter that leaves before its turn only empties its place.
+ */
+class WaitLine {
+  private waiters: Array<Waiter | undefined> = [];
+  /** Index of the first place that may hold a waiter. */
+  private head = 0;
+  /** Places dropped from the front since the line began: a waiter's place minus this is its index. */
+  private dropped = 0;
+  size = 0;
+
+  push(waiter: Waiter): void {
+    waiter.place = this.dropped + this.waiters.length;
+    this.waiters.push(waiter);
+    this.size++;
+  }
+
+  /** The waiter whose turn is next (the head always holds one while the line is not empty). */
+  first(): Waiter | undefined {
+    return this.waiters[this.head];
+  }
+
+  remove(waiter: Waiter): boolean {
+    const index = waiter.place === undefined ? -1 : waiter.place - this.dropped;
+    if (index < 0 || this.waiters[index] !== waiter) return false;
+    this.waiters[index] = undefined;
+    waiter.place = undefined;
+    this.size--;
+    if (this.size === 0) {
+      this.dropped += this.waiters.length;
+      this.waiters = [];
+      this.head = 0;
+    } else if (index === this.head) {
+      while (this.waiters[this.head] === undefined) this.head++;
+      // Most of the array is places already left: dropped, so that it stays about as long as the line is.
+      if (this.head > 64 && this.head * 2 > this.waiters.length) {
+        this.waiters.splice(0, this.head);
+        this.dropped += this.head;
+        this.head = 0;
+      }
+    }
+    return true;
+  }
 }
 
 // What `wait` returns when the caller never waited (granted or refused at once): nothing to leave.
@@ -54,7 +103,7 @@ export class ConcurrencyLimiter {
   private detached = 0;
   private waiting = 0;
   /** Each tenant's line, in turn order: the tenant served last moves to the back. */
-  private readonly lines = new Map<string, Set<Waiter>>();
+  private readonly lines = new Map<string, WaitLine>();
   /** Slots held per tenant, kept only when there is a per-tenant limit. */
   private readonly held = new Map<string, number>();
   private current: number;
@@ -195,8 +244,8 @@ export class ConcurrencyLimiter {
       refuse(new QueueTimeoutError(this.name, this.options.maxWaitMs, this.options.retryAfterSeconds));
     }, this.options.maxWaitMs);
     let line = this.lines.get(tenant);
-    if (!line) this.lines.set(tenant, (line = new Set()));
-    line.add(waiter);
+    if (!line) this.lines.set(tenant, (line = new WaitLine()));
+    line.push(waiter);
     this.waiting++;
     return () => this.leave(waiter);
   }
@@ -246,13 +295,13 @@ export class ConcurrencyLimiter {
       let next: Waiter | undefined;
       for (const [tenant, line] of this.lines) {
         if (!this.underTenantLimit(tenant)) continue;
-        next = line.values().next().value;
+        next = line.first();
         break;
       }
       if (!next) return;
       this.leave(next);
-      // Served: to the back of the turn order.
-      const line = this.lines.get(next.tenant);
+      // Served: to the back of the turn order (alone in it, it is there already: the map is not churned for nothing).
+      const line = this.lines.size > 1 ? this.lines.get(next.tenant) : undefined;
       if (line) {
         this.lines.delete(next.tenant);
         this.lines.set(next.tenant, line);
@@ -263,7 +312,7 @@ export class ConcurrencyLimiter {
 
   private leave(waiter: Waiter): void {
     const line = this.lines.get(waiter.tenant);
-    if (line?.delete(waiter)) {
+    if (line?.remove(waiter)) {
       this.waiting--;
       if (line.size === 0) this.lines.delete(waiter.tenant);
     }

@@ -107,7 +107,7 @@ export class SingleFlight<T> {
 
   /** The calls in flight with the most callers waiting on them, at most `limit`. */
   busiest(limit: number): FlightInfo[] {
-    const all = [...this.flights.values()].sort((a, b) => b.subscribers - a.subscribers || a.startedAt - b.startedAt);
+    const all = this.flights.values().sort((a, b) => b.subscribers - a.subscribers || a.startedAt - b.startedAt);
     return all.slice(0, limit).map((f) => ({ key: f.key, route: f.route, upstream: f.upstream, startedAt: f.startedAt, callers: f.subscribers }));
   }
 
