@@ -1,6 +1,6 @@
 /**
- * Collections for entries that come and go with every request (calls in flight, responses not yet over), written by
- * hand because V8's `Map` and `Set` are wrong for them under load.
+ * A table for entries that come and go with every request (calls in flight, the spend ledger's holds; `SlotList` is
+ * its twin for the responses in flight), written by hand because V8's `Map` and `Set` are wrong for them under load.
  *
  * A `Map` that is added to and deleted from all the time rebuilds its hash table every few dozen operations, and the
  * table it leaves keeps a pointer to the table that replaces it (so that an iterator can follow). Once a full GC has
