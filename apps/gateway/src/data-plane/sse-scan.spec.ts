@@ -1,4 +1,4 @@
-import { describe, expect, it } from '@jest/globals';
+import { describe, expect, it, jest } from '@jest/globals';
 import { SseScan } from './sse-scan.js';
 
 const openaiChunk = (content: string, usage: 'null' | 'absent' = 'absent') =>
@@ -56,6 +56,36 @@ describe('SseScan', () => {
       expect(scan.usage?.output).toBe(5);
       expect(scan.verdict).toBe('end');
     }
+  });
+
+  it('OpenAI, events coalesced into large reads: usage, error and end are read from the last lines of each read, which alone are decoded', () => {
+    const many = (from: number, count: number) => Array.from({ length: count }, (_, i) => openaiChunk(`w${from + i} `, 'null')).join('');
+    // The usage event closes one read, [DONE] comes in the next; stripping, the usage event's line is left out.
+    const reads = [many(0, 800), many(800, 800) + USAGE_EVENT, 'data: [DONE]\n\n'].map((text) => Buffer.from(text));
+    const stripped = new SseScan('openai', true, true);
+    // Everything in one read, an error event last.
+    const failed = new SseScan('openai', true, false);
+    const failing = Buffer.from(many(0, 1600) + 'data: {"error":{"message":"boom"}}\n\n');
+    const decoded: number[] = [];
+    const original = Buffer.prototype.toString;
+    const toString = jest.spyOn(Buffer.prototype, 'toString').mockImplementation(function (this: Buffer, encoding?: BufferEncoding, start = 0, end = this.length) {
+      decoded.push(Math.min(end, this.length) - start);
+      return original.call(this, encoding, start, end);
+    });
+    let out: Buffer[];
+    try {
+      out = reads.map((read) => stripped.feed(read)).flat();
+      failed.feed(failing);
+    } finally {
+      toString.mockRestore();
+    }
+    expect(Buffer.concat(out).toString('latin1')).toBe(many(0, 1600) + '\ndata: [DONE]\n\n');
+    expect(stripped.usage).toEqual({ input: 7, output: 5, cached: 0 });
+    expect(stripped.verdict).toBe('end');
+    expect(failed.verdict).toBe('error');
+    expect(failed.errorEvent).toEqual({ error: { message: 'boom' } });
+    expect(decoded.length).toBeGreaterThan(0);
+    expect(Math.max(...decoded)).toBeLessThan(4096);
   });
 
   it('a stream without its end marker has no verdict; a [DONE] inside a model\'s text is not one', () => {

@@ -6,9 +6,18 @@ import type { StreamFormat } from '../upstream/stream-end.js';
  * Reads a relayed SSE stream as bytes, on its way to the clients: whether it
  * ended with its API's end marker, whether the provider sent an error event in
  * it, and the usage it reports. Almost every chunk of a long stream holds none
- * of these: it is recognised as such by a few native byte searches and passed
- * on as the very Buffer that arrived, never decoded, split or re-encoded. Only
- * a line that holds a marker is decoded, and only its JSON is parsed.
+ * of these: it is recognised as such by one search and passed on as the very
+ * Buffer that arrived, never decoded, split or re-encoded. Only a line that
+ * holds a marker is decoded, and only its JSON is parsed.
+ *
+ * An OpenAI stream says all of it at its end: the usage event comes right
+ * before `[DONE]` (`include_usage`; providers that report usage in their last
+ * content chunk do so there too), and an error event is the last thing a
+ * provider sends. So of each chunk only its last lines are searched (about a
+ * kilobyte, whatever the chunk's size): a coalesced read of hundreds of events
+ * costs what one event does. Searching every byte cost a stream of 2,000
+ * events about 150 us and half a megabyte of short-lived strings, the most
+ * expensive step on its path (`docs/benchmarks.md`).
  *
  * With `stripUsage`, the usage-only event that the gateway asked for on the
  * client's behalf (`stream_options.include_usage`) is taken out, so the client
@@ -23,7 +32,7 @@ export class SseScan {
   usage: Usage | undefined;
   private partial: Buffer | undefined;
   private eventName: string | undefined;
-  /** What may hold something to read: any marker of the format, an error, a usage object (see `holdsMarker`). */
+  /** What may hold something to read: any marker of the format, an error, a usage object (see `markedFrom`). */
   private readonly markers: RegExp | undefined;
   // llama.cpp's native streams: each prompt (`index`) ends with `"stop":true`.
   private readonly unfinished = new Set<number>();
@@ -35,7 +44,7 @@ export class SseScan {
     private readonly readUsage: boolean,
     private readonly stripUsage: boolean,
   ) {
-    this.markers = format === false ? undefined : markerPattern([...END_MARKERS[format], ERROR].map((marker) => marker.toString('latin1')), readUsage);
+    this.markers = format === false ? undefined : markerPattern(format, readUsage);
   }
 
   /**
@@ -64,26 +73,33 @@ export class SseScan {
 
   /** Reads bytes that start at a line's start; returns what to pass on of them (the bytes themselves unless stripping). */
   private read(data: Buffer): Buffer {
+    const from = this.markedFrom(data);
     // The common case: lines with nothing to read in them. Only a line not yet ended is kept, to be read (and, when
     // stripping, passed on) with the next chunk: a marker may be split across the two.
-    if (this.format !== 'llama' && !this.holdsMarker(data)) {
+    if (from < 0) {
       const last = data.lastIndexOf(NL);
       if (last < data.length - 1) this.partial = Buffer.from(data.subarray(last + 1));
       if (!this.stripUsage) return data;
       return last === data.length - 1 ? data : data.subarray(0, last + 1);
     }
+    // Lines are read from `from` on; the bytes passed on are runs of whole lines, cut only around a line left out.
     const kept: Buffer[] | undefined = this.stripUsage ? [] : undefined;
-    let at = 0;
+    let run = 0;
+    let at = from;
     for (;;) {
       const nl = data.indexOf(NL, at);
       if (nl < 0) break;
-      const keep = this.line(data, at, nl);
-      if (kept && keep) kept.push(data.subarray(at, nl + 1));
+      if (!this.line(data, at, nl) && kept) {
+        if (at > run) kept.push(data.subarray(run, at));
+        run = nl + 1;
+      }
       at = nl + 1;
     }
     // A line not yet ended waits (copied: it must not keep a large chunk alive), and is read with the next chunk.
     this.partial = at < data.length ? Buffer.from(data.subarray(at)) : undefined;
     if (!kept) return data;
+    if (run === 0) return at === data.length ? data : data.subarray(0, at);
+    if (at > run) kept.push(data.subarray(run, at));
     return kept.length === 1 ? kept[0] : Buffer.concat(kept);
   }
 
@@ -97,18 +113,19 @@ export class SseScan {
   }
 
   /**
-   * Whether the bytes may hold something to read: each search is a pass over them, so there are few (a search per
-   * occurrence of `"usage":` would be one per event: every chunk of a stream that asked for usage holds
-   * `"usage":null`). OpenAI's end marker is the stream's last line: only the tail is looked at for it. A usage
-   * object is `"usage":{`, compact or with the one space JSON writers put after a colon.
+   * Where the lines that may hold something to read start in bytes that start at a line's start, or -1 when none
+   * may. Every line of llama.cpp's native streams is read (each says whether its prompt stopped). An OpenAI stream's
+   * markers are in its last lines (see the class comment): only those are searched, and its end marker only in the
+   * very tail. Elsewhere every byte is searched, once: a compiled pattern over the bytes as latin1 (each byte one
+   * character: an ASCII marker matches only the same bytes), rather than a native search per marker, as the markers
+   * start or end with a quote, which is every few bytes of JSON and defeats the native search's skips. A usage object
+   * is `"usage":{`, compact or with the one space JSON writers put after a colon.
    */
-  private holdsMarker(data: Buffer): boolean {
-    if (this.format === 'openai' && data.indexOf(DONE, Math.max(0, data.length - DONE_TAIL)) >= 0) return true;
-    // One pass of a compiled pattern over the bytes as latin1 (each byte one character: an ASCII marker matches
-    // only the same bytes), rather than a native search per marker: the markers start or end with a quote, which
-    // is every few bytes of JSON, and that defeats the native search's skips (about 120 µs per 64 KiB for the
-    // three, 17 for the pattern).
-    return this.markers !== undefined && this.markers.test(data.toString('latin1'));
+  private markedFrom(data: Buffer): number {
+    if (this.format === 'llama') return 0;
+    const from = this.format === 'openai' ? startOfLastLines(data, TAIL_LINES) : 0;
+    if (this.format === 'openai' && data.indexOf(DONE, Math.max(from, data.length - DONE_TAIL)) >= 0) return from;
+    return this.markers !== undefined && this.markers.test(data.toString('latin1', from)) ? from : -1;
   }
 
   /** Reads one line (`[start, end)`, without its newline); false when it is the added usage event, to be left out. */
@@ -192,8 +209,13 @@ const ERROR = Buffer.from('"error"');
 const USAGE = [Buffer.from('"usage":{'), Buffer.from('"usage": {'), Buffer.from('"tokens_predicted"')];
 // `data: [DONE]` and the blank lines after it, with room for a CR before each newline.
 const DONE_TAIL = 24;
+/**
+ * The lines of each chunk of an OpenAI stream that are searched: three events (the usage event, `[DONE]` and one
+ * more) with their blank lines, and a line cut at the chunk's end.
+ */
+const TAIL_LINES = 7;
 const END_MARKERS: Record<StreamFormat, readonly Buffer[]> = {
-  // OpenAI's end marker is looked for in the tail only (see `holdsMarker`).
+  // OpenAI's end marker is looked for in the tail only (see `markedFrom`).
   openai: [],
   responses: [Buffer.from('response.completed'), Buffer.from('response.incomplete'), Buffer.from('response.failed')],
   anthropic: [Buffer.from('message_stop'), Buffer.from('event: error'), Buffer.from('event:error')],
@@ -206,9 +228,31 @@ function startsWith(data: Buffer, at: number, prefix: Buffer): boolean {
   return true;
 }
 
-/** One pattern for the markers (literal text), and, when usage is read, a usage object (`"usage":{`, or with a space). */
-function markerPattern(markers: string[], readUsage: boolean): RegExp {
-  const literal = markers.map((marker) => marker.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
-  if (readUsage) literal.push('"usage": ?\\{');
-  return new RegExp(literal.join('|'));
+/** Where the last `lines` lines of the bytes start (a line cut at their end is one of them). */
+function startOfLastLines(data: Buffer, lines: number): number {
+  let start = data.length;
+  for (let i = 0; i < lines; i++) {
+    // A negative offset would search from the end again.
+    if (start < 2) return 0;
+    start = data.lastIndexOf(NL, start - 2) + 1;
+  }
+  return start;
+}
+
+const patterns = new Map<string, RegExp>();
+
+/**
+ * One pattern for the format's markers (literal text) and its error, and, when usage is read, a usage object
+ * (`"usage":{`, or with a space); made once per kind of stream.
+ */
+function markerPattern(format: StreamFormat, readUsage: boolean): RegExp {
+  const id = `${format}:${readUsage}`;
+  let pattern = patterns.get(id);
+  if (!pattern) {
+    const literal = [...END_MARKERS[format], ERROR].map((marker) => marker.toString('latin1').replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
+    if (readUsage) literal.push('"usage": ?\\{');
+    pattern = new RegExp(literal.join('|'));
+    patterns.set(id, pattern);
+  }
+  return pattern;
 }
