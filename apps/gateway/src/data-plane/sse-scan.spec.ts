@@ -1,4 +1,4 @@
-import { describe, expect, it, jest } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import { SseScan } from './sse-scan.js';
 
 const openaiChunk = (content: string, usage: 'null' | 'absent' = 'absent') =>
@@ -68,16 +68,16 @@ describe('SseScan', () => {
     const failing = Buffer.from(many(0, 1600) + 'data: {"error":{"message":"boom"}}\n\n');
     const decoded: number[] = [];
     const original = Buffer.prototype.toString;
-    const toString = jest.spyOn(Buffer.prototype, 'toString').mockImplementation(function (this: Buffer, encoding?: BufferEncoding, start = 0, end = this.length) {
-      decoded.push(Math.min(end, this.length) - start);
+    Buffer.prototype.toString = function (this: Buffer, encoding?: BufferEncoding, start?: number, end?: number): string {
+      decoded.push(Math.min(end ?? this.length, this.length) - (start ?? 0));
       return original.call(this, encoding, start, end);
-    });
+    };
     let out: Buffer[];
     try {
       out = reads.map((read) => stripped.feed(read)).flat();
       failed.feed(failing);
     } finally {
-      toString.mockRestore();
+      Buffer.prototype.toString = original;
     }
     expect(Buffer.concat(out).toString('latin1')).toBe(many(0, 1600) + '\ndata: [DONE]\n\n');
     expect(stripped.usage).toEqual({ input: 7, output: 5, cached: 0 });
