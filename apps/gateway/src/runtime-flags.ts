@@ -15,7 +15,8 @@
  * keeping large answers (streams of 465 KB, 800 a second) starts a full
  * collection several times a second, and with V8's factor the old generation
  * was left so little room after each that the next began at once. On the
- * overhead's stream row this halved the collector's time.
+ * overhead's stream row this took the gateway's CPU per request from 1.99 to
+ * 1.56 ms; small requests and hits cost the same with it as without.
  *
  * Node does not accept `--min-semi-space-size` in `NODE_OPTIONS`, and V8 reads
  * it only at start, so these are command-line flags. Workers of `--workers`

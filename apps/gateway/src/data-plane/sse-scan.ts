@@ -16,8 +16,8 @@ import type { StreamFormat } from '../upstream/stream-end.js';
  * provider sends. So of each chunk only its last lines are searched (about a
  * kilobyte, whatever the chunk's size): a coalesced read of hundreds of events
  * costs what one event does. Searching every byte cost a stream of 2,000
- * events about 150 us and half a megabyte of short-lived strings, the most
- * expensive step on its path (`docs/benchmarks.md`).
+ * events (465 KB) 150-290 us and as many bytes of short-lived strings, the most
+ * expensive step of the gateway's own on its path (`docs/benchmarks.md`).
  *
  * With `stripUsage`, the usage-only event that the gateway asked for on the
  * client's behalf (`stream_options.include_usage`) is taken out, so the client
