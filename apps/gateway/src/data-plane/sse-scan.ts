@@ -44,7 +44,7 @@ export class SseScan {
     private readonly readUsage: boolean,
     private readonly stripUsage: boolean,
   ) {
-    this.markers = format === false ? undefined : markerPattern(format, readUsage);
+    this.markers = format === false ? undefined : MARKER_PATTERNS[format][readUsage ? 1 : 0];
   }
 
   /**
@@ -123,8 +123,11 @@ export class SseScan {
    */
   private markedFrom(data: Buffer): number {
     if (this.format === 'llama') return 0;
-    const from = this.format === 'openai' ? startOfLastLines(data, TAIL_LINES) : 0;
-    if (this.format === 'openai' && data.indexOf(DONE, Math.max(from, data.length - DONE_TAIL)) >= 0) return from;
+    let from = 0;
+    if (this.format === 'openai') {
+      from = startOfLastLines(data, TAIL_LINES);
+      if (data.indexOf(DONE, Math.max(from, data.length - DONE_TAIL)) >= 0) return from;
+    }
     return this.markers !== undefined && this.markers.test(data.toString('latin1', from)) ? from : -1;
   }
 
@@ -239,20 +242,23 @@ function startOfLastLines(data: Buffer, lines: number): number {
   return start;
 }
 
-const patterns = new Map<string, RegExp>();
-
 /**
- * One pattern for the format's markers (literal text) and its error, and, when usage is read, a usage object
- * (`"usage":{`, or with a space); made once per kind of stream.
+ * One pattern per format for its markers (literal text) and its error, without and with a usage object (`"usage":{`,
+ * or with a space): made once, not per stream.
  */
+const MARKER_PATTERNS: Record<StreamFormat, readonly [RegExp, RegExp]> = {
+  openai: markerPatterns('openai'),
+  responses: markerPatterns('responses'),
+  anthropic: markerPatterns('anthropic'),
+  llama: markerPatterns('llama'),
+};
+
+function markerPatterns(format: StreamFormat): readonly [RegExp, RegExp] {
+  return [markerPattern(format, false), markerPattern(format, true)];
+}
+
 function markerPattern(format: StreamFormat, readUsage: boolean): RegExp {
-  const id = `${format}:${readUsage}`;
-  let pattern = patterns.get(id);
-  if (!pattern) {
-    const literal = [...END_MARKERS[format], ERROR].map((marker) => marker.toString('latin1').replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
-    if (readUsage) literal.push('"usage": ?\\{');
-    pattern = new RegExp(literal.join('|'));
-    patterns.set(id, pattern);
-  }
-  return pattern;
+  const literal = [...END_MARKERS[format], ERROR].map((marker) => marker.toString('latin1').replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
+  if (readUsage) literal.push('"usage": ?\\{');
+  return new RegExp(literal.join('|'));
 }
