@@ -18,6 +18,7 @@ export { NOOP_REQUEST_SPAN, requestSpanOf, type UpstreamSpanResult } from './cor
 export { parseTraceParent, formatTraceParent } from './core/tracing/traceparent.js';
 export { toCallEvents, type CallWork } from './core/call.js';
 export type { CallEvent, Chunk, FlowControl } from './core/events.js';
+export { ChunkEvent } from './core/events.js';
 export type { WindowPayload } from './core/dedup/answer-window.js';
 export { dedupKey, BodyTooDeepError, type DedupKeyInput, type DedupKeyOptions } from './core/dedup/dedup-key.js';
 export { openAIErrorBody } from './core/http/errors.js';

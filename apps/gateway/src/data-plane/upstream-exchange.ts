@@ -1,5 +1,5 @@
 import { RawResponse } from 'nest-prompt-orchestrator';
-import type { CallEvent, FlowControl } from 'nest-prompt-orchestrator/internal';
+import { ChunkEvent, type CallEvent, type FlowControl } from 'nest-prompt-orchestrator/internal';
 import type { Subscriber } from 'rxjs';
 import type { Dispatcher } from 'undici';
 import type { Usage } from '../budgets/prices.js';
@@ -241,7 +241,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     if (this.scan!.verdict === 'error') bytes = redactor.bytes(bytes, [this.options.presentedKey]);
     if (bytes.length === 0) return;
     this.emitted += bytes.length;
-    this.subscriber.next({ kind: 'chunk', chunk: bytes });
+    this.subscriber.next(new ChunkEvent(bytes));
   }
 
   private finishStream(): void {
@@ -250,7 +250,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     const rest = scan.end();
     if (rest && rest.length > 0) {
       this.emitted += rest.length;
-      this.subscriber.next({ kind: 'chunk', chunk: rest });
+      this.subscriber.next(new ChunkEvent(rest));
     }
     this.hooks.onUpstreamUsage(scan.usage);
     if (this.options.streamEnd === false || scan.verdict === 'end') return this.subscriber.complete();

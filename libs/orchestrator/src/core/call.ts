@@ -1,7 +1,7 @@
 import { Observable, Subscription, from, type Observer, type Subscriber, type Unsubscribable } from 'rxjs';
 import { ClientClosedError, isOrchestratorError, type UpstreamTimeoutError } from './errors.js';
 import type { ObserverHub, RefusalReason } from './observer.js';
-import { isRawResponse, isStreamedResponse, type CallEvent } from './events.js';
+import { ChunkEvent, isRawResponse, isStreamedResponse, type CallEvent } from './events.js';
 import type { CallSource } from './breaker/failure-attribution.js';
 import type { RoutePolicy } from './policy.js';
 import type { ReleaseSlot } from './concurrency/concurrency-limiter.js';
@@ -460,7 +460,7 @@ export function toCallEvents<T>(result: Observable<unknown>): Observable<CallEve
           streams++;
           subscription.add(
             from(value.chunks).subscribe({
-              next: (chunk) => subscriber.next({ kind: 'chunk', chunk }),
+              next: (chunk) => subscriber.next(new ChunkEvent(chunk)),
               error: (error: unknown) => subscriber.error(error),
               complete: () => {
                 streams--;

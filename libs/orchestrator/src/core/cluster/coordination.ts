@@ -1,7 +1,7 @@
 import type { Observable } from 'rxjs';
 import type { BreakerState } from '../breaker/circuit-breaker.js';
 import { isOrchestratorError } from '../errors.js';
-import { RawResponse, isRawResponse, type CallEvent, type StreamHead } from '../events.js';
+import { ChunkEvent, RawResponse, isRawResponse, type CallEvent, type StreamHead } from '../events.js';
 
 /**
  * How replicas of one app share what would otherwise be per process: one
@@ -168,6 +168,6 @@ export function fromWire<T>(wire: Exclude<WireEvent, { k: 'end' } | { k: 'err' }
     case 'h':
       return { kind: 'head', head: wire.h };
     case 'c':
-      return { kind: 'chunk', chunk: wire.b ? Buffer.from(wire.c, 'base64') : wire.c };
+      return new ChunkEvent(wire.b ? Buffer.from(wire.c, 'base64') : wire.c);
   }
 }

@@ -2,7 +2,7 @@ import { createCache, type Cache } from 'cache-manager';
 import type { Keyv } from 'keyv';
 import { LRUCache } from 'lru-cache';
 import { describeError, withTimeout } from '../bounded.js';
-import { RawResponse, isRawResponse, type CallEvent, type Chunk, type StreamHead } from '../events.js';
+import { ChunkEvent, RawResponse, isRawResponse, type CallEvent, type Chunk, type StreamHead } from '../events.js';
 
 /**
  * A finished answer as recorded. Plain data (a `RawResponse` is kept as `bytes`), so a shared store (Redis) can hold
@@ -223,7 +223,7 @@ export function replayEntry<T>(entry: WindowPayload<T>): CallEvent<T>[] {
   if (entry.kind === 'value') return [{ kind: 'value', value: entry.value }];
   if (entry.kind === 'bytes') return [{ kind: 'value', value: new RawResponse(entry.body, entry.contentType, entry.headers, entry.status) as T }];
   const events: CallEvent<T>[] = [{ kind: 'head', head: entry.head }];
-  for (const chunk of entry.chunks) events.push({ kind: 'chunk', chunk });
+  for (const chunk of entry.chunks) events.push(new ChunkEvent(chunk));
   return events;
 }
 
