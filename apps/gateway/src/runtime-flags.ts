@@ -24,7 +24,7 @@
  * points to through every scavenge until a full collection. On a machine with
  * two busy processes beside it, the gateway then promoted 10.5 KB per request
  * instead of 0.3 in 6 runs of 9 (`test/faults/young-requests.slow-spec.ts`),
- * and V8 keeps such a decision. Without it, 0.5 KB in 5 runs of 5 (what the
+ * and V8 keeps such a decision. Without it, 0.5 KB in 10 runs of 10 (what the
  * window keeps is copied once more before it is promoted), and the same CPU
  * per small request on an idle machine.
  *
