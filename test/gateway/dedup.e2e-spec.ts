@@ -102,6 +102,31 @@ describe.each(PLATFORMS)('dedup through the gateway on %s', (platform) => {
     for (const t of texts) expect(t).toEqual({ text: `Echo: ${prompt}`, finish: 'stop', usage: true });
   });
 
+  it('a large body sent again is answered from the window by its bytes, never for another body or another key', async () => {
+    g = await startGateway({ flags: ['--platform', platform], mock: { latencyMs: 0 } });
+    const document = `${uniquePrompt('a pasted document')} ${'lorem ipsum '.repeat(17_000)}`;
+    // The same length, one byte changed 30% in: where the gateway's fingerprint of a kept body does not look.
+    const at = Math.floor(document.length * 0.3);
+    const edited = `${document.slice(0, at)}#${document.slice(at + 1)}`;
+    const ask = (apiKey: string, content: string) =>
+      client(g!, apiKey)
+        .chat.completions.create({ model: 'mock-model', messages: [{ role: 'user', content }] })
+        .withResponse();
+    const outcome = (r: Awaited<ReturnType<typeof ask>>) => [r.response.headers.get('x-orchestrator-dedup'), r.data.id];
+
+    expect(outcome(await ask('sk-tenant-a', document))).toEqual(['miss', 'chatcmpl-mock-1']);
+    // The second time its bytes are kept; the third finds them by comparison instead of hashing.
+    expect(outcome(await ask('sk-tenant-a', document))).toEqual(['cached', 'chatcmpl-mock-1']);
+    expect(outcome(await ask('sk-tenant-a', document))).toEqual(['cached', 'chatcmpl-mock-1']);
+    const other = await ask('sk-tenant-a', edited);
+    expect(outcome(other)).toEqual(['miss', 'chatcmpl-mock-2']);
+    expect(other.data.choices[0].message.content).toBe(`Echo: ${edited}`);
+    expect(outcome(await ask('sk-tenant-b', document))).toEqual(['miss', 'chatcmpl-mock-3']);
+    expect(outcome(await ask('sk-tenant-a', edited))).toEqual(['cached', 'chatcmpl-mock-2']);
+    expect(outcome(await ask('sk-tenant-a', document))).toEqual(['cached', 'chatcmpl-mock-1']);
+    expect(g.provider.stats().total).toBe(3);
+  });
+
   it('with --no-dedup, 200 identical concurrent requests make 200 provider calls', async () => {
     g = await startGateway({
       flags: ['--platform', platform, '--no-dedup', '--concurrency', '256'],

@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { LRUCache } from 'lru-cache';
 import { ShuttingDownError, type Orchestrator, type RawResponse, type RoutePolicy, type Upstream } from 'nest-prompt-orchestrator';
 import {
-  dedupKey,
+  RepeatedBodies,
   hashIdentity,
   noteClientGone,
   reuseOf,
@@ -107,6 +107,8 @@ export class DataPlane {
   // The same credential arrives again and again: its hash (the caller's tenant) is computed once.
   private readonly tenants = new LRUCache<string, string>({ max: 10_000 });
   private readonly plans = new WeakMap<UpstreamPlan, { origin: string; path: string }>();
+  /** Large bodies sent again and again (a long conversation retried, a shared document): their keys without hashing them again. */
+  readonly bodies = new RepeatedBodies();
 
   constructor(readonly parts: DataPlaneParts) {
     const { config } = parts;
@@ -182,8 +184,9 @@ class ProxiedCall {
   private readonly context: RequestContext;
   private readonly info: RouteInfo;
   private readonly presented: string | undefined;
-  /** The request's bytes: its first chunk until a second arrives (most bodies come in one), then all of them joined. */
+  /** The request's bytes: its first chunk (most bodies come in one), or all of them once joined (`joinBody`). */
   private body?: Buffer;
+  /** Every chunk, when more than one came, until they are joined. */
   private parts?: Buffer[];
   private size = 0;
   private subscription?: Subscription;
@@ -269,11 +272,16 @@ class ProxiedCall {
   };
 
   private readonly ended = (): void => {
-    if (this.parts) this.body = Buffer.concat(this.parts, this.size);
-    this.parts = undefined;
     this.body ??= EMPTY_BODY;
     void this.serve();
   };
+
+  /** The request's bytes in one Buffer, joined when first needed: a request answered from memory never needs them. */
+  private joinBody(): Buffer | undefined {
+    if (this.parts) this.body = Buffer.concat(this.parts, this.size);
+    this.parts = undefined;
+    return this.body;
+  }
 
   /** The request is in: who it is, whether it may pass, its key, and then its flight. */
   private async serve(): Promise<void> {
@@ -298,7 +306,9 @@ class ProxiedCall {
       let scope = this.plane.dedupOn && generation ? gateway.dedupScope(headers) : undefined;
       // Known once the upstream's identity is: no turn of the event loop for it.
       if (typeof scope === 'object') scope = await scope;
-      const hash = dedupKey({ method: this.info.method, url: this.request.url ?? '', body: undefined, rawBody: this.body, credential: identity, scope });
+      const keyed = { method: this.info.method, url: this.request.url ?? '', credential: identity, scope };
+      const pieces = this.parts ?? [this.body ?? EMPTY_BODY];
+      const hash = this.plane.bodies.keyOf(keyed, pieces, this.size);
       context.requestHash = hash;
       if (scope !== undefined) context.dedupKey = hash;
       const policy = this.plane.policyOf(this.route);
@@ -313,10 +323,12 @@ class ProxiedCall {
       if (budgets.needsAdmission(key)) await budgets.admit(context, key);
       this.inCall = true;
       if (found) {
+        this.plane.bodies.repeated(keyed, pieces, this.size, hash);
         // Not sent anywhere: its bytes are let go while it waits for its answer (a herd waits with all of them).
-        this.body = undefined;
+        this.body = this.parts = undefined;
         return this.deliver(answerLocalCall(orchestrator, policy, local!, found));
       }
+      this.joinBody();
       const storable = config.windowForSampled || !isSampled(context.body);
       const call = {
         key: context.dedupKey,
@@ -331,6 +343,7 @@ class ProxiedCall {
       // The fallback chain of the model the body names (a request answered above shares its flight whatever the chain).
       const chained = this.plane.attempts.policyFor(this.route, (context.body as { model?: unknown } | undefined)?.model, policy);
       const started = startLocalCall<RawResponse>(orchestrator, chained, call, work) ?? (await startCall<RawResponse>(orchestrator, chained, call, work));
+      if (started.outcome === 'joined' || started.outcome === 'cached') this.plane.bodies.repeated(keyed, pieces, this.size, hash);
       this.deliver(started);
     } catch (error) {
       this.fail(error);
@@ -347,7 +360,7 @@ class ProxiedCall {
     const headers = this.request.headers;
     const upload = info.body === 'multipart';
     const type = headers['content-type'];
-    const present = this.body !== undefined && this.body.length > 0;
+    const present = this.size > 0;
     const matches = type !== undefined && (upload ? MULTIPART_TYPE : JSON_TYPE).test(type);
     // Said to be JSON but empty: not JSON (as the platforms' own parsers say when they see it).
     if (matches && !upload && !present) throw new ApiError(400, 'The request body is empty: it is not valid JSON.', 'invalid_json');
@@ -371,7 +384,7 @@ class ProxiedCall {
     const info = this.info;
     let skeleton: JsonSkeleton;
     try {
-      skeleton = scanJson(this.body!, MAX_DEPTH);
+      skeleton = scanJson(this.joinBody()!, MAX_DEPTH);
     } catch (error) {
       if (error instanceof JsonTooDeepError) throw new ApiError(400, error.message, 'nested_too_deep');
       if (error instanceof JsonSyntaxError) throw new ApiError(400, 'The request body is not valid JSON.', 'invalid_json');

@@ -55,13 +55,12 @@ const DEFAULT_WALK_DEPTH = 1_000;
  * answer with another body.
  */
 export function dedupKey(input: DedupKeyInput, options: DedupKeyOptions = {}): string {
-  let head = `${input.method}\n${input.url}\n${input.credential ?? ''}\n`;
-  if (input.scope !== undefined) head += `scope:${input.scope}\n`;
-  const hash = createHash('sha256').update(head);
+  const head = keyHead(input);
   if (input.rawBody !== undefined) {
     if (options.maxDepth !== undefined) checkDepth(input.body, options.maxDepth);
-    return hash.update(input.rawBody).digest('base64url');
+    return bytesKey(head, [input.rawBody]);
   }
+  const hash = createHash('sha256').update(head);
   if (input.body === undefined) return hash.digest('base64url');
   try {
     new CanonicalWriter(hash, options.maxDepth ?? DEFAULT_WALK_DEPTH).writeAll(input.body);
@@ -70,6 +69,19 @@ export function dedupKey(input: DedupKeyInput, options: DedupKeyOptions = {}): s
     if (error instanceof BodyTooDeepError && options.maxDepth !== undefined) throw error;
     return createHash('sha256').update(head).update(`\u0000unserialisable:${randomUUID()}`).digest('base64url');
   }
+}
+
+/** What the key hashes before the body: everything about the request that is not its body. */
+export function keyHead(input: Omit<DedupKeyInput, 'body' | 'rawBody'>): string {
+  const head = `${input.method}\n${input.url}\n${input.credential ?? ''}\n`;
+  return input.scope === undefined ? head : `${head}scope:${input.scope}\n`;
+}
+
+/** `dedupKey` of a body given as its bytes (`rawBody`), in the pieces they came in. */
+export function bytesKey(head: string, pieces: readonly Uint8Array[]): string {
+  const hash = createHash('sha256').update(head);
+  for (const piece of pieces) hash.update(piece);
+  return hash.digest('base64url');
 }
 
 /** Throws `BodyTooDeepError` when objects and arrays nest deeper than `maxDepth`; strings and numbers are not read. */

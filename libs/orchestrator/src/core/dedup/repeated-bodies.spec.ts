@@ -1,0 +1,92 @@
+import { describe, expect, it } from '@jest/globals';
+import { dedupKey } from './dedup-key.js';
+import { RepeatedBodies } from './repeated-bodies.js';
+
+const request = { method: 'POST', url: '/v1/chat/completions', credential: 'key=team-a' };
+const KB = 1024;
+
+/** A JSON body of `size` bytes whose text is `fill` repeated. */
+function bodyOf(size: number, fill = 'x'): Buffer {
+  const open = '{"messages":[{"role":"user","content":"';
+  const close = '"}]}';
+  return Buffer.from(open + fill.repeat(size - open.length - close.length) + close);
+}
+
+/** `body` cut into pieces of `size` bytes, as a socket delivers it. */
+function piecesOf(body: Buffer, size: number): Buffer[] {
+  const pieces: Buffer[] = [];
+  for (let at = 0; at < body.length; at += size) pieces.push(body.subarray(at, at + size));
+  return pieces;
+}
+
+describe('RepeatedBodies', () => {
+  it('gives the key dedupKey gives for the same bytes, however they are cut, found or hashed', () => {
+    const bodies = new RepeatedBodies();
+    const body = bodyOf(200 * KB);
+    const expected = dedupKey({ ...request, body: undefined, rawBody: body });
+    expect(bodies.keyOf(request, [body], body.length)).toBe(expected);
+    expect(bodies.keyOf(request, piecesOf(body, 65_536), body.length)).toBe(expected);
+    bodies.repeated(request, piecesOf(body, 65_536), body.length, expected);
+    expect(bodies.keyOf(request, piecesOf(body, 10_000), body.length)).toBe(expected);
+    const small = bodyOf(2 * KB);
+    expect(bodies.keyOf(request, piecesOf(small, 1000), small.length)).toBe(dedupKey({ ...request, body: undefined, rawBody: small }));
+  });
+
+  it('finds a repeated body by its bytes: the key kept is given back without hashing', () => {
+    const bodies = new RepeatedBodies();
+    const body = bodyOf(100 * KB);
+    // A key no hash would give: only the look-up can return it.
+    bodies.repeated(request, [body], body.length, 'kept-key');
+    expect(bodies.keptBytes).toBe(body.length);
+    expect(bodies.keyOf(request, piecesOf(Buffer.from(body), 4096), body.length)).toBe('kept-key');
+  });
+
+  it('hashes a body that differs from a kept one only where the fingerprint does not look', () => {
+    const bodies = new RepeatedBodies();
+    const body = bodyOf(100 * KB);
+    bodies.repeated(request, [body], body.length, 'kept-key');
+    const other = Buffer.from(body);
+    // 30% in: between the samples at 25% and 37.5%, so the fingerprint is the same.
+    other[Math.floor(other.length * 0.3)] = 0x79;
+    for (const pieces of [[other], piecesOf(other, 65_536), piecesOf(other, 1000)]) {
+      expect(bodies.keyOf(request, pieces, other.length)).toBe(dedupKey({ ...request, body: undefined, rawBody: other }));
+    }
+    // The last byte of a piece that is not the last of the body.
+    const cut = Buffer.from(body);
+    cut[65_535] = 0x79;
+    expect(bodies.keyOf(request, piecesOf(cut, 65_536), cut.length)).not.toBe('kept-key');
+  });
+
+  it('never gives the key of another caller, route or scope for the same bytes', () => {
+    const bodies = new RepeatedBodies();
+    const body = bodyOf(64 * KB);
+    bodies.repeated(request, [body], body.length, 'kept-key');
+    for (const other of [
+      { ...request, credential: 'key=team-b' },
+      { ...request, credential: undefined },
+      { ...request, url: '/v1/completions' },
+      { ...request, scope: 'model-2' },
+    ]) {
+      expect(bodies.keyOf(other, [body], body.length)).toBe(dedupKey({ ...other, body: undefined, rawBody: body }));
+    }
+  });
+
+  it('keeps no small body, and no more bytes than it is given', () => {
+    const bodies = new RepeatedBodies({ maxBytes: 300 * KB, minBodyBytes: 16 * KB });
+    const small = bodyOf(8 * KB);
+    bodies.repeated(request, [small], small.length, 'small-key');
+    expect(bodies.keptBytes).toBe(0);
+    expect(bodies.keyOf(request, [small], small.length)).not.toBe('small-key');
+    const fills = ['a', 'b', 'c', 'd'];
+    for (const fill of fills) {
+      const body = bodyOf(100 * KB, fill);
+      bodies.repeated(request, [body], body.length, `key-${fill}`);
+    }
+    expect(bodies.keptBytes).toBe(300 * KB);
+    // The least recently used went first.
+    const first = bodyOf(100 * KB, 'a');
+    expect(bodies.keyOf(request, [first], first.length)).not.toBe('key-a');
+    const last = bodyOf(100 * KB, 'd');
+    expect(bodies.keyOf(request, [last], last.length)).toBe('key-d');
+  });
+});
