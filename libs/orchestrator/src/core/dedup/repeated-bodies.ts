@@ -2,8 +2,6 @@ import { LRUCache } from 'lru-cache';
 import { bytesKey, keyHead, type DedupKeyInput } from './dedup-key.js';
 
 export interface RepeatedBodiesOptions {
-  /** Bodies smaller than this are always hashed: below it, hashing costs about what looking them up does. */
-  minBodyBytes?: number;
   /** The bytes of all the bodies kept, together. */
   maxBytes?: number;
 }
@@ -12,19 +10,23 @@ export interface RepeatedBodiesOptions {
 export type KeyedRequest = Omit<DedupKeyInput, 'body' | 'rawBody'>;
 
 interface Kept {
-  head: string;
-  body: Buffer;
+  /** The body's bytes, when its fingerprint does not hold them all. */
+  body: Buffer | undefined;
   key: string;
 }
 
+/** A body this small is its own fingerprint (as latin1, one character per byte): found without a comparison. */
+const WHOLE_BODY_BYTES = 1024;
 /** Where a body is sampled for its fingerprint, as fractions of its length. */
 const SAMPLES = [0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1];
 const SAMPLE_BYTES = 16;
 
 /**
- * The keys of large request bodies that came more than once, found again by
+ * The keys of request bodies that came more than once, found again by
  * comparing bytes instead of hashing them: SHA-256 reads 200 KB in about
- * 0.1 ms, a comparison with the bytes kept takes a tenth of that. The key is
+ * 0.1 ms, a comparison with the bytes kept takes a tenth of that, and a small
+ * body is found by one look-up of its own bytes (a hash object made, fed and
+ * read costs more than that, about 1.4 us of a window hit's 30). The key is
  * the one `dedupKey` gives with `rawBody` (equal bytes, equal hash).
  *
  * A body is kept only once its key was seen again (`repeated`): distinct
@@ -35,12 +37,11 @@ const SAMPLE_BYTES = 16;
  * exists to avoid.
  */
 export class RepeatedBodies {
-  private readonly minBodyBytes: number;
   private readonly kept: LRUCache<string, Kept>;
 
   constructor(options: RepeatedBodiesOptions = {}) {
-    this.minBodyBytes = options.minBodyBytes ?? 16 * 1024;
-    this.kept = new LRUCache<string, Kept>({ maxSize: options.maxBytes ?? 32 * 1024 * 1024, sizeCalculation: (kept) => kept.body.length });
+    // A body's size counts once whether it is kept as bytes or in its fingerprint (plus the fingerprint's samples).
+    this.kept = new LRUCache<string, Kept>({ maxSize: options.maxBytes ?? 32 * 1024 * 1024, sizeCalculation: (kept, print) => (kept.body?.length ?? 0) + print.length });
   }
 
   /**
@@ -49,19 +50,18 @@ export class RepeatedBodies {
    */
   keyOf(request: KeyedRequest, pieces: readonly Uint8Array[], length: number): string {
     const head = keyHead(request);
-    if (length < this.minBodyBytes) return bytesKey(head, pieces);
-    const kept = this.kept.get(fingerprint(pieces, length));
-    if (kept !== undefined && kept.head === head && kept.body.length === length && equal(kept.body, pieces)) return kept.key;
+    const kept = this.kept.get(fingerprint(head, pieces, length));
+    if (kept !== undefined && (kept.body === undefined || (kept.body.length === length && equal(kept.body, pieces)))) return kept.key;
     return bytesKey(head, pieces);
   }
 
   /** The request's body came again (its answer was in flight or kept): its bytes are kept for the next time. */
   repeated(request: KeyedRequest, pieces: readonly Uint8Array[], length: number, key: string): void {
-    if (length < this.minBodyBytes || length > this.kept.maxSize) return;
-    const print = fingerprint(pieces, length);
+    if (length * 2 > this.kept.maxSize) return;
+    const print = fingerprint(keyHead(request), pieces, length);
     if (this.kept.get(print)?.key === key) return;
     // One copy of its own: a piece may be a view of a larger buffer, which it would keep whole.
-    this.kept.set(print, { head: keyHead(request), body: Buffer.concat(pieces, length), key });
+    this.kept.set(print, { body: length <= WHOLE_BODY_BYTES ? undefined : Buffer.concat(pieces, length), key });
   }
 
   /** The bytes kept, together. */
@@ -70,9 +70,18 @@ export class RepeatedBodies {
   }
 }
 
-/** The body's length and a few of its bytes: equal bodies share it, and most distinct ones of one length do not. */
-function fingerprint(pieces: readonly Uint8Array[], length: number): string {
-  let print = `${length}:`;
+/**
+ * The request's head, the body's length and a few of its bytes (all of them for a small body): equal requests share
+ * it, and most distinct ones of one length do not.
+ */
+function fingerprint(head: string, pieces: readonly Uint8Array[], length: number): string {
+  // The length, then `=` before a whole body or `:` before samples: no body's print is another's.
+  if (length <= WHOLE_BODY_BYTES) {
+    let print = `${head}${length}=`;
+    for (const piece of pieces) print += latin1(piece, 0, piece.length);
+    return print;
+  }
+  let print = `${head}${length}:`;
   const last = length - SAMPLE_BYTES;
   for (const at of SAMPLES) print += slice(pieces, Math.floor(at * last));
   return print;
@@ -87,12 +96,16 @@ function slice(pieces: readonly Uint8Array[], start: number): string {
     if (end > start) {
       const from = Math.max(0, start - offset);
       const to = Math.min(piece.length, start + SAMPLE_BYTES - offset);
-      text += Buffer.from(piece.buffer, piece.byteOffset + from, to - from).toString('latin1');
+      text += latin1(piece, from, to);
       if (start + SAMPLE_BYTES <= end) break;
     }
     offset = end;
   }
   return text;
+}
+
+function latin1(bytes: Uint8Array, from: number, to: number): string {
+  return (Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length)).toString('latin1', from, to);
 }
 
 /** Whether the pieces, in order, hold the same bytes as `body` (their lengths together already equal). */
