@@ -127,6 +127,36 @@ describe.each(PLATFORMS)('dedup through the gateway on %s', (platform) => {
     expect(g.provider.stats().total).toBe(3);
   });
 
+  it('streams replayed from the window stay byte for byte while the window lets others go and their memory is used again', async () => {
+    g = await startGateway({ flags: ['--platform', platform, '--window-max-bytes', String(1024 * 1024)], mock: { latencyMs: 0, streamChunkDelayMs: 0 } });
+    const url = `${g.gatewayUrl}/v1/chat/completions`;
+    const ask = async (content: string) => {
+      const response = await fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: 'Bearer sk-tenant-a' },
+        body: JSON.stringify({ model: 'mock-model', stream: true, messages: [{ role: 'user', content }] }),
+      });
+      return { outcome: response.headers.get('x-orchestrator-dedup'), text: await response.text() };
+    };
+    // Streams of about 170 KB: the 1 MiB window keeps the last five, and each one stored lets an older one go.
+    const prompts = Array.from({ length: 12 }, (_, i) => `${uniquePrompt(`stream ${i}`)} ${Array.from({ length: 700 }, (_, w) => `w${i}-${w}`).join(' ')}`);
+    const originals: string[] = [];
+    for (let i = 0; i < prompts.length; i++) {
+      // The next stream is led while the two before it are replayed from the window.
+      const replayed = [i - 1, i - 2].filter((k) => k >= 0);
+      const [led, ...replays] = await Promise.all([ask(prompts[i]), ...replayed.map((k) => ask(prompts[k]))]);
+      expect(led.outcome).toBe('miss');
+      expect(led.text.length).toBeGreaterThan(100_000);
+      expect(led.text.trimEnd().endsWith('data: [DONE]')).toBe(true);
+      originals[i] = led.text;
+      replays.forEach((replay, j) => {
+        expect(replay.outcome).toBe('cached');
+        expect(replay.text === originals[replayed[j]]).toBe(true);
+      });
+    }
+    expect(g.provider.stats().total).toBe(prompts.length);
+  });
+
   it('with --no-dedup, 200 identical concurrent requests make 200 provider calls', async () => {
     g = await startGateway({
       flags: ['--platform', platform, '--no-dedup', '--concurrency', '256'],

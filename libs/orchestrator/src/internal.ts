@@ -10,7 +10,7 @@
  * public `Orchestrator` type.
  */
 export { hashIdentity, type CallRequest, type LocalAnswer, type Reuse, type StartedCall } from './core/orchestrator.js';
-export { startLocalCall, startCall, peekLocalCall, answerLocalCall, noteClientGone } from './core/low-level-calls.js';
+export { startLocalCall, startCall, peekLocalCall, answerLocalCall, noteClientGone, keepWindowBytes } from './core/low-level-calls.js';
 export { withFallbacks, type FailoverPlan } from './core/upstreams/failover-call.js';
 export { isOverloadSignal } from './core/breaker/failure-classifier.js';
 export { DEDUP_HEADER } from './core/http/answer-headers.js';
@@ -19,7 +19,7 @@ export { parseTraceParent, formatTraceParent } from './core/tracing/traceparent.
 export { toCallEvents, type CallWork } from './core/call.js';
 export type { CallEvent, Chunk, FlowControl } from './core/events.js';
 export { ChunkEvent } from './core/events.js';
-export type { WindowPayload } from './core/dedup/answer-window.js';
+export type { WindowPayload, ByteKeeper } from './core/dedup/answer-window.js';
 export { dedupKey, BodyTooDeepError, type DedupKeyInput, type DedupKeyOptions } from './core/dedup/dedup-key.js';
 export { RepeatedBodies, type RepeatedBodiesOptions } from './core/dedup/repeated-bodies.js';
 export { openAIErrorBody } from './core/http/errors.js';

@@ -7,6 +7,7 @@ import {
   noteClientGone,
   reuseOf,
   answerLocalCall,
+  keepWindowBytes,
   peekLocalCall,
   startCall,
   startLocalCall,
@@ -41,6 +42,7 @@ import type { Usage } from '../budgets/prices.js';
 import { SseScan } from './sse-scan.js';
 import { UpstreamExchange } from './upstream-exchange.js';
 import { Interned } from './interned.js';
+import { ByteArena } from './byte-arena.js';
 
 /** What the data plane is made of: the gateway's services, built once by Nest, called here directly. */
 export interface DataPlaneParts {
@@ -83,6 +85,8 @@ const SUMMARY_FIELDS = [
 ] as const;
 const INCLUDE_USAGE = Buffer.from('"stream_options":{"include_usage":true},');
 const MODELS = new Interned(256);
+/** Slabs beyond the window's bytes: streams let go while callers still write them, and each stream's last slab. */
+const ARENA_SLACK_BYTES = 64 * 1024 * 1024;
 
 /**
  * The gateway's proxied routes, served straight on Node's request and
@@ -107,6 +111,8 @@ export class DataPlane {
   // The same credential arrives again and again: its hash (the caller's tenant) is computed once.
   private readonly tenants = new LRUCache<string, string>({ max: 10_000 });
   private readonly plans = new WeakMap<UpstreamPlan, { origin: string; path: string }>();
+  /** Where the window keeps the streams it stores (see `ByteArena`). */
+  readonly arena: ByteArena;
   /** Large bodies sent again and again (a long conversation retried, a shared document): their keys without hashing them again. */
   readonly bodies = new RepeatedBodies();
 
@@ -117,6 +123,9 @@ export class DataPlane {
     this.dedupOn = config.dedup;
     this.pooled = attemptsNeedUpstream(config);
     this.attempts = new UpstreamAttempts(config, parts.orchestrator);
+    // Room for the window's bytes, and for streams let go while callers still write them.
+    this.arena = new ByteArena(config.windowMaxBytes + ARENA_SLACK_BYTES);
+    if (this.dedupOn) keepWindowBytes(parts.orchestrator, this.arena);
     if (config.corsOrigins) this.corsOrigins = config.corsOrigins === '*' ? '*' : new Set(config.corsOrigins);
   }
 
@@ -211,6 +220,8 @@ class ProxiedCall {
   private ageSeconds?: number;
   /** Its place among the responses in flight (`Lifecycle.enter`). */
   private inFlightSlot = -1;
+  /** Lets go of the stored stream this request replays (see `ByteArena.hold`), once its response has closed. */
+  private bytesHeld?: () => void;
 
   constructor(
     private readonly plane: DataPlane,
@@ -317,6 +328,8 @@ class ProxiedCall {
       // (the call's tag) stands for them.
       const local = scope !== undefined && json && !config.observability.logPrompts ? { key: hash, tenant, reuse: reuseOf(headers['cache-control'], true), trace: context.span } : undefined;
       const found = local && peekLocalCall<RawResponse>(orchestrator, policy, local);
+      // Held from the look-up on: admission may wait, and the window may let the stream go meanwhile.
+      if (found?.stored) this.holdStored(found.stored);
       const tag = found?.tag as CallTag | undefined;
       const skeleton = json && tag === undefined ? this.scanBody() : undefined;
       if (tag !== undefined) this.summarised(tag.body);
@@ -551,12 +564,17 @@ class ProxiedCall {
       if (this.unknownUsage) this.learnUsage(usageOfJson(stored.body));
       return this.respond(stored.status ?? 200, stored.contentType, stored.body, stored.headers, this.ageSeconds);
     }
+    this.holdStored(stored);
     this.head = { kind: 'head', head: stored.head };
     // The stream's chunks as they came, in one write to the socket.
     this.response.cork();
     for (const chunk of stored.chunks) this.write(chunk);
     this.response.uncork();
     this.complete();
+  }
+
+  private holdStored(stored: WindowPayload<RawResponse>): void {
+    if (stored.kind === 'stream' && this.bytesHeld === undefined) this.bytesHeld = this.plane.arena.hold(stored.chunks);
   }
 
   /** An event of the call (this call subscribes as its own observer). */
@@ -751,6 +769,7 @@ class ProxiedCall {
     const { lifecycle, telemetry, budgets } = this.plane.parts;
     lifecycle.leave(response, this.inFlightSlot);
     clearTimeout(this.stall);
+    this.bytesHeld?.();
     if (!response.writableFinished) this.left();
     if (this.streaming) this.flow?.removeReader();
     const status = statusOf(response);

@@ -1,4 +1,5 @@
 import type { CallWork } from './call.js';
+import type { ByteKeeper } from './dedup/answer-window.js';
 import type { CallRequest, LocalAnswer, Orchestrator, StartedCall } from './orchestrator.js';
 import type { RoutePolicy } from './policy.js';
 
@@ -23,6 +24,11 @@ export function answerLocalCall<T>(orchestrator: Orchestrator, policy: RoutePoli
 /** `Orchestrator.start`: the call joined, replayed or led, asking the shared window and the fleet first. */
 export function startCall<T>(orchestrator: Orchestrator, policy: RoutePolicy, call: CallRequest, work: CallWork<T>): Promise<StartedCall<T>> {
   return orchestrator.start<T>(policy, call, work);
+}
+
+/** `Orchestrator.keepWindowBytes`: the window keeps stored streams' bytes in `keeper`'s memory. */
+export function keepWindowBytes(orchestrator: Orchestrator, keeper: ByteKeeper): void {
+  orchestrator.keepWindowBytes(keeper);
 }
 
 /** Counts a client that hung up before its answer was written (`health().clientsGone`). */

@@ -11,7 +11,7 @@ import { checkUpstreamPools, type UpstreamPoolOptions } from './upstreams/upstre
 import type { Upstream, UpstreamSnapshot } from './upstreams/upstream-pool.js';
 import { CONCURRENCY_FIELDS, type ConcurrencyOptions } from './concurrency/concurrency.options.js';
 import { ConcurrencyRegistry, type LimiterSnapshot } from './concurrency/concurrency.registry.js';
-import { AnswerWindow, replayEntry, type StoreState, type WindowEntry, type WindowHealth, type WindowPayload } from './dedup/answer-window.js';
+import { AnswerWindow, replayEntry, type ByteKeeper, type StoreState, type WindowEntry, type WindowHealth, type WindowPayload } from './dedup/answer-window.js';
 import { DEDUP_FIELDS, type DedupOptions, type DedupRequest } from './dedup/dedup.options.js';
 import { dedupKey } from './dedup/dedup-key.js';
 import { SingleFlight, type DedupOutcome, type LeadOptions } from './dedup/single-flight.js';
@@ -555,6 +555,14 @@ export class Orchestrator {
     if (!dedup) return undefined;
     if (dedup.key) return dedup.key(request);
     return dedupKey({ method: request.method, url: request.url, body: request.body, credential: tenant });
+  }
+
+  /**
+   * Stored streams' bytes go to `keeper` from now on (see `ByteKeeper`): set before any answer is stored.
+   * @internal
+   */
+  keepWindowBytes(keeper: ByteKeeper): void {
+    this.window.keeper = keeper;
   }
 
   health(): OrchestratorHealth {

@@ -46,6 +46,54 @@ describe('AnswerWindow', () => {
     jest.useRealTimers();
   });
 
+  describe('a keeper of stream bytes', () => {
+    /** Keeps copies, and counts what it was told to let go. */
+    function keeper() {
+      const released: string[] = [];
+      return {
+        released,
+        keep: (chunks: readonly Buffer[], size: number) => {
+          const copy = Buffer.concat(chunks, size);
+          return { chunks: [copy], release: () => released.push(copy.toString()) };
+        },
+      };
+    }
+    const stream = (text: string): WindowPayload<unknown> => ({ kind: 'stream', head: { contentType: 'text/event-stream' }, chunks: [Buffer.from(text.slice(0, 3)), Buffer.from(text.slice(3))] });
+
+    it("keeps a stored stream's bytes where the keeper puts them, and tells it when each is let go", async () => {
+      const { window } = windowWith({ maxEntries: 2 });
+      const bytesKeeper = keeper();
+      window.keeper = bytesKeeper;
+      await window.set('a', stream('data: a'), 60_000);
+      const kept = window.getLocal('a') as Extract<WindowPayload<unknown>, { kind: 'stream' }>;
+      expect(kept.chunks).toEqual([Buffer.from('data: a')]);
+      await window.set('b', stream('data: b'), 60_000);
+      await window.set('c', stream('data: c'), 60_000); // evicts a
+      expect(bytesKeeper.released).toEqual(['data: a']);
+      await window.set('b', stream('data: B'), 60_000); // replaces b
+      expect(bytesKeeper.released).toEqual(['data: a', 'data: b']);
+      await window.clear();
+      expect(bytesKeeper.released.sort()).toEqual(['data: B', 'data: a', 'data: b', 'data: c']);
+    });
+
+    it('lets an expired stream go when it is looked up, and leaves text streams and plain answers alone', async () => {
+      jest.useFakeTimers({ now: 1_000_000 });
+      const { window } = windowWith();
+      const bytesKeeper = keeper();
+      window.keeper = bytesKeeper;
+      await window.set('a', stream('data: a'), 1_000);
+      const text: WindowPayload<unknown> = { kind: 'stream', head: { contentType: 'text/event-stream' }, chunks: ['data: t'] };
+      await window.set('t', text, 60_000);
+      await window.set('p', bytes(10), 60_000);
+      jest.setSystemTime(1_002_000);
+      expect(window.getLocal('a')).toBeUndefined();
+      expect(bytesKeeper.released).toEqual(['data: a']);
+      expect((window.getLocal('t') as { chunks: unknown[] }).chunks).toEqual(['data: t']);
+      await window.clear();
+      expect(bytesKeeper.released).toEqual(['data: a']);
+    });
+  });
+
   describe('memory is bounded in bytes', () => {
     it('never holds more than maxBytes, evicting the least recently used', async () => {
       const { window } = windowWith({ maxBytes: 10 * (10_000 + 256) });

@@ -22,6 +22,15 @@ export type WindowEntry<T> = WindowPayload<T> & {
   expiresAt: number;
 };
 
+/**
+ * Where the window keeps the bytes of the streams it stores, instead of the Buffers they arrived in (see the
+ * gateway's `ByteArena`). `keep` returns the stream's bytes copied into memory the keeper owns (or undefined: the
+ * chunks are kept as they are); `release` is called once the window has let the stream go.
+ */
+export interface ByteKeeper {
+  keep(chunks: readonly Buffer[], size: number): { chunks: Buffer[]; release: () => void } | undefined;
+}
+
 /** A shared store's state: `ok`, or `degraded` (skipped, and tried again now and then) after a failure or a slow answer. */
 export type StoreState = 'ok' | 'degraded';
 
@@ -70,12 +79,22 @@ export class AnswerWindow {
   private readonly memory: LRUCache<string, WindowEntry<unknown>>;
   private readonly shared?: Cache;
   private store?: { state: StoreState; since: number; error?: string; retry?: ReturnType<typeof setTimeout> };
+  /** Where stored streams' bytes go (set once, before any answer is stored). */
+  keeper?: ByteKeeper;
+  /** What to call when an entry whose bytes a keeper holds is let go (evicted, expired, replaced, cleared). */
+  private readonly releases = new WeakMap<object, () => void>();
 
   constructor(private readonly options: AnswerWindowOptions) {
     this.memory = new LRUCache<string, WindowEntry<unknown>>({
       max: options.maxEntries,
       maxSize: options.maxBytes,
       sizeCalculation: entrySize,
+      dispose: (entry) => {
+        const release = this.releases.get(entry);
+        if (release === undefined) return;
+        this.releases.delete(entry);
+        release();
+      },
     });
     if (options.stores?.length) {
       // Keyv and cache-manager both turn a store failure into a quiet miss. Keyv is told to throw, and
@@ -142,9 +161,23 @@ export class AnswerWindow {
     const entry = payload as WindowEntry<T>;
     entry.storedAt = Date.now();
     entry.expiresAt = entry.storedAt + ttlMs;
+    if (this.keeper && entry.kind === 'stream') this.keep(entry, this.keeper);
     // No ttl for lru-cache: `getLocal` reads `expiresAt` itself, and lru-cache's own clock per entry costs every set.
     this.memory.set(key, entry);
     return entry;
+  }
+
+  /** A stream's bytes, moved into the keeper's memory (a stream with text chunks, or one it has no room for, stays). */
+  private keep(entry: Extract<WindowEntry<unknown>, { kind: 'stream' }>, keeper: ByteKeeper): void {
+    let size = 0;
+    for (const chunk of entry.chunks) {
+      if (typeof chunk === 'string') return;
+      size += chunk.length;
+    }
+    const kept = keeper.keep(entry.chunks as Buffer[], size);
+    if (kept === undefined) return;
+    entry.chunks = kept.chunks;
+    this.releases.set(entry, kept.release);
   }
 
   health(): WindowHealth {
