@@ -20,7 +20,7 @@ export { toCallEvents, type CallWork } from './core/call.js';
 export type { CallEvent, Chunk, FlowControl } from './core/events.js';
 export { ChunkEvent } from './core/events.js';
 export type { WindowPayload, ByteKeeper } from './core/dedup/answer-window.js';
-export { dedupKey, BodyTooDeepError, type DedupKeyInput, type DedupKeyOptions } from './core/dedup/dedup-key.js';
+export { dedupKey, keyHead, BodyTooDeepError, type DedupKeyInput, type DedupKeyOptions } from './core/dedup/dedup-key.js';
 export { RepeatedBodies, type RepeatedBodiesOptions } from './core/dedup/repeated-bodies.js';
 export { openAIErrorBody } from './core/http/errors.js';
 export { reuseOf } from './core/http/cache-control.js';

@@ -8,6 +8,7 @@ import {
   reuseOf,
   answerLocalCall,
   keepWindowBytes,
+  keyHead,
   peekLocalCall,
   startCall,
   startLocalCall,
@@ -317,9 +318,11 @@ class ProxiedCall {
       let scope = this.plane.dedupOn && generation ? gateway.dedupScope(headers) : undefined;
       // Known once the upstream's identity is: no turn of the event loop for it.
       if (typeof scope === 'object') scope = await scope;
-      const keyed = { method: this.info.method, url: this.request.url ?? '', credential: identity, scope };
+      const { bodies } = this.plane;
+      const head = keyHead({ method: this.info.method, url: this.request.url ?? '', credential: identity, scope });
       const pieces = this.parts ?? [this.body ?? EMPTY_BODY];
-      const hash = this.plane.bodies.keyOf(keyed, pieces, this.size);
+      const print = bodies.printOf(head, pieces, this.size);
+      const hash = bodies.keyOf(head, print, pieces, this.size);
       context.requestHash = hash;
       if (scope !== undefined) context.dedupKey = hash;
       const policy = this.plane.policyOf(this.route);
@@ -336,7 +339,7 @@ class ProxiedCall {
       if (budgets.needsAdmission(key)) await budgets.admit(context, key);
       this.inCall = true;
       if (found) {
-        this.plane.bodies.repeated(keyed, pieces, this.size, hash);
+        bodies.repeated(print, pieces, this.size, hash);
         // Not sent anywhere: its bytes are let go while it waits for its answer (a herd waits with all of them).
         this.body = this.parts = undefined;
         return this.deliver(answerLocalCall(orchestrator, policy, local!, found));
@@ -356,7 +359,7 @@ class ProxiedCall {
       // The fallback chain of the model the body names (a request answered above shares its flight whatever the chain).
       const chained = this.plane.attempts.policyFor(this.route, (context.body as { model?: unknown } | undefined)?.model, policy);
       const started = startLocalCall<RawResponse>(orchestrator, chained, call, work) ?? (await startCall<RawResponse>(orchestrator, chained, call, work));
-      if (started.outcome === 'joined' || started.outcome === 'cached') this.plane.bodies.repeated(keyed, pieces, this.size, hash);
+      if (started.outcome === 'joined' || started.outcome === 'cached') bodies.repeated(print, pieces, this.size, hash);
       this.deliver(started);
     } catch (error) {
       this.fail(error);

@@ -1,13 +1,10 @@
 import { LRUCache } from 'lru-cache';
-import { bytesKey, keyHead, type DedupKeyInput } from './dedup-key.js';
+import { bytesKey } from './dedup-key.js';
 
 export interface RepeatedBodiesOptions {
   /** The bytes of all the bodies kept, together. */
   maxBytes?: number;
 }
-
-/** What a request's key is made of: the request without its body, and the body's bytes in the pieces they came in. */
-export type KeyedRequest = Omit<DedupKeyInput, 'body' | 'rawBody'>;
 
 interface Kept {
   /** The body's bytes, when its fingerprint does not hold them all. */
@@ -45,20 +42,37 @@ export class RepeatedBodies {
   }
 
   /**
-   * The request's key, as `dedupKey` gives it for these bytes: found by comparison when the same bytes came before
-   * and were kept, hashed otherwise. `pieces` are the body's bytes in order (`length` of them together).
+   * What a request is looked up by, made once per request for `keyOf` and `repeated`: its `head` (`keyHead`, the
+   * request without its body), the body's length and a few of its bytes (all of them for a small body). Equal
+   * requests share it, and most distinct ones of one length do not. `pieces` are the body's bytes in order
+   * (`length` of them together).
    */
-  keyOf(request: KeyedRequest, pieces: readonly Uint8Array[], length: number): string {
-    const head = keyHead(request);
-    const kept = this.kept.get(fingerprint(head, pieces, length));
+  printOf(head: string, pieces: readonly Uint8Array[], length: number): string {
+    // The length, then `=` before a whole body or `:` before samples: no body's print is another's.
+    if (length <= WHOLE_BODY_BYTES) {
+      let print = `${head}${length}=`;
+      for (const piece of pieces) print += latin1(piece, 0, piece.length);
+      return print;
+    }
+    let print = `${head}${length}:`;
+    const last = length - SAMPLE_BYTES;
+    for (const at of SAMPLES) print += slice(pieces, Math.floor(at * last));
+    return print;
+  }
+
+  /**
+   * The request's key, as `dedupKey` gives it for these bytes: found by comparison when the same bytes came before
+   * and were kept, hashed otherwise.
+   */
+  keyOf(head: string, print: string, pieces: readonly Uint8Array[], length: number): string {
+    const kept = this.kept.get(print);
     if (kept !== undefined && (kept.body === undefined || (kept.body.length === length && equal(kept.body, pieces)))) return kept.key;
     return bytesKey(head, pieces);
   }
 
   /** The request's body came again (its answer was in flight or kept): its bytes are kept for the next time. */
-  repeated(request: KeyedRequest, pieces: readonly Uint8Array[], length: number, key: string): void {
+  repeated(print: string, pieces: readonly Uint8Array[], length: number, key: string): void {
     if (length * 2 > this.kept.maxSize) return;
-    const print = fingerprint(keyHead(request), pieces, length);
     if (this.kept.get(print)?.key === key) return;
     // One copy of its own: a piece may be a view of a larger buffer, which it would keep whole.
     this.kept.set(print, { body: length <= WHOLE_BODY_BYTES ? undefined : Buffer.concat(pieces, length), key });
@@ -68,23 +82,6 @@ export class RepeatedBodies {
   get keptBytes(): number {
     return this.kept.calculatedSize;
   }
-}
-
-/**
- * The request's head, the body's length and a few of its bytes (all of them for a small body): equal requests share
- * it, and most distinct ones of one length do not.
- */
-function fingerprint(head: string, pieces: readonly Uint8Array[], length: number): string {
-  // The length, then `=` before a whole body or `:` before samples: no body's print is another's.
-  if (length <= WHOLE_BODY_BYTES) {
-    let print = `${head}${length}=`;
-    for (const piece of pieces) print += latin1(piece, 0, piece.length);
-    return print;
-  }
-  let print = `${head}${length}:`;
-  const last = length - SAMPLE_BYTES;
-  for (const at of SAMPLES) print += slice(pieces, Math.floor(at * last));
-  return print;
 }
 
 /** `SAMPLE_BYTES` bytes of the body from `start`, as latin1 (one character per byte), across pieces. */
