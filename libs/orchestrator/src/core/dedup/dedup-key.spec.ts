@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { createHash } from 'node:crypto';
-import { BodyTooDeepError, dedupKey, type DedupKeyInput } from './dedup-key.js';
+import { BodyTooDeepError, bytesKey, dedupKey, keyHead, type DedupKeyInput } from './dedup-key.js';
 
 const CREDENTIAL = 'Bearer sk-live-0123456789abcdefTENANT-A';
 
@@ -268,5 +268,17 @@ describe('dedupKey', () => {
     const sorted = JSON.stringify({ messages: messages.map((m) => ({ content: m.content, role: m.role })), model: 'm' });
     const expected = createHash('sha256').update(`POST\n/x\n\n`).update(sorted).digest('base64url');
     expect(dedupKey({ method: 'POST', url: '/x', body })).toBe(expected);
+  });
+
+  it('bytes are keyed by SHA-256 of the head and the bytes, whatever their size and however they came in', () => {
+    // Small bodies in one piece are hashed in one call, others through a Hash object: both must give this key.
+    const head = keyHead({ method: 'POST', url: '/v1/chat/completions?q=é', credential: 'key=équipe', scope: 'model-ü' });
+    for (const size of [0, 1, 3 * 1024 - 1, 3 * 1024, 3 * 1024 + 1, 20_000]) {
+      const body = Buffer.from(Array.from({ length: size }, (_, i) => (i * 31 + 7) % 256));
+      const expected = createHash('sha256').update(head).update(body).digest('base64url');
+      expect(bytesKey(head, [body])).toBe(expected);
+      expect(bytesKey(head, size === 0 ? [] : [body.subarray(0, size >> 1), body.subarray(size >> 1)])).toBe(expected);
+      expect(dedupKey({ method: 'POST', url: '/v1/chat/completions?q=é', credential: 'key=équipe', scope: 'model-ü', body: null, rawBody: body })).toBe(expected);
+    }
   });
 });

@@ -1,4 +1,4 @@
-import { createHash, randomUUID, type Hash } from 'node:crypto';
+import { createHash, hash as hashOnce, randomUUID, type Hash } from 'node:crypto';
 
 /** What identifies one request for deduplication. */
 export interface DedupKeyInput {
@@ -79,9 +79,24 @@ export function keyHead(input: Omit<DedupKeyInput, 'body' | 'rawBody'>): string 
 
 /** `dedupKey` of a body given as its bytes (`rawBody`), in the pieces they came in. */
 export function bytesKey(head: string, pieces: readonly Uint8Array[]): string {
+  if (pieces.length <= 1 && (pieces[0]?.length ?? 0) <= ONE_SHOT_BYTES) return oneShotKey(head, pieces[0]);
   const hash = createHash('sha256').update(head);
   for (const piece of pieces) hash.update(piece);
   return hash.digest('base64url');
+}
+
+/**
+ * Bodies up to this size are hashed in one call, head and body copied into one buffer first (from Node's pool at this size): making, feeding and
+ * reading a `Hash` object costs more than that copy (about 1.2 us against 0.8 for a small request's key).
+ */
+const ONE_SHOT_BYTES = 3 * 1024;
+
+function oneShotKey(head: string, body: Uint8Array | undefined): string {
+  const headBytes = Buffer.byteLength(head);
+  const all = Buffer.allocUnsafe(headBytes + (body?.length ?? 0));
+  all.write(head, 0);
+  if (body !== undefined) all.set(body, headBytes);
+  return hashOnce('sha256', all, 'base64url');
 }
 
 /** Throws `BodyTooDeepError` when objects and arrays nest deeper than `maxDepth`; strings and numbers are not read. */
