@@ -86,8 +86,9 @@ export function bytesKey(head: string, pieces: readonly Uint8Array[]): string {
 }
 
 /**
- * Bodies up to this size are hashed in one call, head and body copied into one buffer first (from Node's pool at this size): making, feeding and
- * reading a `Hash` object costs more than that copy (about 1.2 us against 0.8 for a small request's key).
+ * Bodies up to this size are hashed in one call, head and body first copied into one buffer (taken from Node's pool
+ * at this size): making, feeding and reading a `Hash` object costs more than that copy (about 1.2 us against 0.8 for
+ * a small request's key).
  */
 const ONE_SHOT_BYTES = 3 * 1024;
 
