@@ -198,8 +198,6 @@ export function startNodeChild(
 ): Promise<ChildHandle> {
   const child = spawnNode(script, args, options.nodeArgs);
   const kept = new ChildOutput();
-  const remember = (text: string) => kept.add(text);
-  const output = () => kept.output();
 
   return new Promise<ChildHandle>((resolve, reject) => {
     let settled = false;
@@ -208,12 +206,12 @@ export function startNodeChild(
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      void stopChild(child).finally(() => reject(new Error(`${name}: ${message}\n${output()}`)));
+      void stopChild(child).finally(() => reject(new Error(`${name}: ${message}\n${kept.output()}`)));
     };
     const timer = setTimeout(() => fail(`not ready within ${options.timeoutMs ?? 20_000} ms`), options.timeoutMs ?? 20_000);
-    child.stderr?.setEncoding('utf8').on('data', (text: string) => remember(text));
+    child.stderr?.setEncoding('utf8').on('data', (text: string) => kept.add(text));
     child.stdout?.setEncoding('utf8').on('data', (text: string) => {
-      remember(text);
+      kept.add(text);
       if (settled) return;
       stdoutBuffer += text;
       const match = ready.exec(stdoutBuffer);
@@ -228,7 +226,7 @@ export function startNodeChild(
         name,
         pid,
         url: match[1] ?? '',
-        output,
+        output: () => kept.output(),
         lastLine: (prefix) => kept.lastLine(prefix),
         cpuMs: () => processCpuMs(pid),
         stop: () => stopChild(child),
