@@ -41,6 +41,11 @@ export class LineWriter {
 
   constructor(private readonly options: LineWriterOptions) {}
 
+  /** Buffers handed over but not yet written (the one being written included); past `MAX_WAITING`, lines are dropped. */
+  get waitingBuffers(): number {
+    return this.waiting.length;
+  }
+
   /** One line or more, newline included (pino's destination interface). */
   write(text: string): boolean {
     // A UTF-16 unit is at most 3 bytes of UTF-8: room for that is room enough, without measuring the line first.
