@@ -44,6 +44,7 @@ import { SseScan } from './sse-scan.js';
 import { UpstreamExchange } from './upstream-exchange.js';
 import { Interned } from './interned.js';
 import { ByteArena } from './byte-arena.js';
+import { ReplyBatch, type PendingReply } from './reply-batch.js';
 
 /** What the data plane is made of: the gateway's services, built once by Nest, called here directly. */
 export interface DataPlaneParts {
@@ -116,6 +117,8 @@ export class DataPlane {
   readonly arena: ByteArena;
   /** Large bodies sent again and again (a long conversation retried, a shared document): their keys without hashing them again. */
   readonly bodies = new RepeatedBodies();
+  /** Whole answers (not streams) are written together at the end of each turn of the event loop (see `ReplyBatch`). */
+  readonly replies = new ReplyBatch();
 
   constructor(readonly parts: DataPlaneParts) {
     const { config } = parts;
@@ -190,7 +193,7 @@ export class DataPlane {
 }
 
 /** One proxied request, from its first byte to its log line. */
-class ProxiedCall {
+class ProxiedCall implements PendingReply {
   private readonly context: RequestContext;
   private readonly info: RouteInfo;
   private readonly presented: string | undefined;
@@ -223,6 +226,11 @@ class ProxiedCall {
   private inFlightSlot = -1;
   /** Lets go of the stored stream this request replays (see `ByteArena.hold`), once its response has closed. */
   private bytesHeld?: () => void;
+  /** A whole answer waiting in the plane's `ReplyBatch` to be written (`respond`, then `writeReply`). */
+  private replyBody?: Buffer;
+  private replyStatus = 0;
+  private replyType = '';
+  private replyHeaders?: Record<string, string>;
 
   constructor(
     private readonly plane: DataPlane,
@@ -565,7 +573,7 @@ class ProxiedCall {
     if (stored.kind === 'bytes') {
       this.inCall = false;
       if (this.unknownUsage) this.learnUsage(usageOfJson(stored.body));
-      return this.respond(stored.status ?? 200, stored.contentType, stored.body, stored.headers, this.ageSeconds);
+      return this.respond(stored.status ?? 200, stored.contentType, stored.body, stored.headers);
     }
     this.holdStored(stored);
     this.head = { kind: 'head', head: stored.head };
@@ -585,7 +593,7 @@ class ProxiedCall {
     if (event.kind === 'value') {
       const value = event.value;
       if (this.unknownUsage) this.learnUsage(usageOfJson(value.body));
-      this.respond(value.status ?? 200, value.contentType, value.body, value.headers, this.ageSeconds);
+      this.respond(value.status ?? 200, value.contentType, value.body, value.headers);
     } else if (event.kind === 'head') {
       this.head = event;
       // Past the head nothing is retried or sent elsewhere: a long stream need not keep the request's bytes.
@@ -651,13 +659,34 @@ class ProxiedCall {
     return headers;
   }
 
-  private respond(status: number, contentType: string, body: Buffer, extra: Record<string, string> | undefined, ageSeconds?: number): void {
+  /** A whole answer, written with the others of this turn of the event loop (see `ReplyBatch`). */
+  private respond(status: number, contentType: string, body: Buffer, extra: Record<string, string> | undefined): void {
+    const response = this.response;
+    if (response.headersSent || response.destroyed || this.replyBody !== undefined) return;
+    this.replyStatus = status;
+    this.replyType = contentType;
+    this.replyBody = body;
+    this.replyHeaders = extra;
+    this.plane.replies.add(this);
+  }
+
+  /** See `PendingReply`: the answer `respond` was given, unless the client has gone meanwhile. */
+  writeReply(): void {
+    const body = this.replyBody!;
+    const extra = this.replyHeaders;
+    this.replyBody = this.replyHeaders = undefined;
     const response = this.response;
     if (response.headersSent || response.destroyed) return;
-    const headers = this.headersOf(ageSeconds);
-    headers.push('content-type', contentType, 'content-length', String(body.length));
+    // Built now: Server-Timing's total includes the wait for the rest of the turn.
+    const headers = this.headersOf(this.ageSeconds);
+    headers.push('content-type', this.replyType, 'content-length', String(body.length));
     if (extra) for (const name in extra) headers.push(name, extra[name]);
-    response.writeHead(status, headers);
+    try {
+      response.writeHead(this.replyStatus, headers);
+    } catch (error) {
+      // A header Node refuses (a provider's value with a control character): the client is told, the batch goes on.
+      return this.fail(error);
+    }
     response.end(body);
   }
 
@@ -737,6 +766,8 @@ class ProxiedCall {
   /** The error as the client's API says it, unless the answer has started (then the connection is cut). */
   private fail(error: unknown): void {
     this.inCall = false;
+    // An answer is already on its way (see `respond`).
+    if (this.replyBody !== undefined) return;
     const response = this.response;
     if (response.headersSent) {
       if (!response.writableEnded) response.destroy();

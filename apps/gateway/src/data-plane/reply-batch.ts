@@ -1,0 +1,42 @@
+/** A response whose answer is ready: `writeReply` writes it (and must not throw). */
+export interface PendingReply {
+  writeReply(): void;
+}
+
+/**
+ * Answers written together, once the event loop has handled every socket that was ready in its turn (in the
+ * turn's check phase, by one `setImmediate`), rather than each the moment it is ready.
+ *
+ * A write to a socket whose reader is asleep wakes that reader, and the writer pays for the wake-up: on loopback
+ * the kernel delivers the bytes and wakes the reading process inside the writer's own `write`, and waking a
+ * process on another core costs an interrupt between the cores (in a virtual machine, a paravirtual one). Under
+ * load a client that sent several requests in one turn is then woken once for all of their answers, not once
+ * each. Measured on window hits (32 connections, 2 cores, loopback): the wake-ups went from 5.8 to 0.9 us of the
+ * gateway's CPU per request and its CPU per hit fell by about a fifth (`docs/benchmarks.md`). An answer waits at
+ * most for the rest of its turn: the requests read in the same turn, each handled in microseconds; with one
+ * request in a turn, nothing but the phase boundary. The same idea as uWebSockets' corking of every response
+ * until the end of its loop iteration. Hand-written: Node's `cork` is per socket, and `end()` uncorks it.
+ */
+export class ReplyBatch {
+  private replies: PendingReply[] = [];
+  /** The array emptied by the last flush, used again by the next batch. */
+  private spare: PendingReply[] = [];
+
+  /** `reply` is written with the others of this turn. */
+  add(reply: PendingReply): void {
+    if (this.replies.push(reply) === 1) setImmediate(this.flush);
+  }
+
+  /** Replies waiting for the end of this turn. */
+  get waiting(): number {
+    return this.replies.length;
+  }
+
+  private readonly flush = (): void => {
+    const replies = this.replies;
+    this.replies = this.spare;
+    for (let i = 0; i < replies.length; i++) replies[i].writeReply();
+    replies.length = 0;
+    this.spare = replies;
+  };
+}
