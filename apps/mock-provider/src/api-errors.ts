@@ -1,10 +1,11 @@
 /** Which provider's conventions a route follows: error body shape and request-id header. */
 export type ApiFamily = 'openai' | 'anthropic' | 'llama';
 
-export type ErrorKind = 'invalid_request' | 'too_large' | 'unavailable' | 'internal' | 'rate_limited';
+export type ErrorKind = 'invalid_request' | 'unauthorized' | 'too_large' | 'unavailable' | 'internal' | 'rate_limited';
 
 export const STATUS_BY_KIND: Readonly<Record<ErrorKind, number>> = {
   invalid_request: 400,
+  unauthorized: 401,
   too_large: 413,
   unavailable: 503,
   rate_limited: 429,
@@ -13,6 +14,7 @@ export const STATUS_BY_KIND: Readonly<Record<ErrorKind, number>> = {
 
 const OPENAI_TYPES: Readonly<Record<ErrorKind, { type: string; code: string | null }>> = {
   invalid_request: { type: 'invalid_request_error', code: null },
+  unauthorized: { type: 'invalid_request_error', code: 'invalid_api_key' },
   too_large: { type: 'invalid_request_error', code: 'request_too_large' },
   unavailable: { type: 'server_error', code: 'service_unavailable' },
   rate_limited: { type: 'rate_limit_error', code: 'rate_limit_exceeded' },
@@ -21,6 +23,7 @@ const OPENAI_TYPES: Readonly<Record<ErrorKind, { type: string; code: string | nu
 
 const ANTHROPIC_TYPES: Readonly<Record<ErrorKind, string>> = {
   invalid_request: 'invalid_request_error',
+  unauthorized: 'authentication_error',
   too_large: 'request_too_large',
   // Real overload is 529 overloaded_error; the mock stays on 503 so every family fails with the same status.
   unavailable: 'api_error',
@@ -30,6 +33,7 @@ const ANTHROPIC_TYPES: Readonly<Record<ErrorKind, string>> = {
 
 const LLAMA_TYPES: Readonly<Record<ErrorKind, string>> = {
   invalid_request: 'invalid_request_error',
+  unauthorized: 'authentication_error',
   too_large: 'invalid_request_error',
   unavailable: 'unavailable_error',
   rate_limited: 'rate_limit_error',

@@ -87,6 +87,15 @@ function credentialHash(req: IncomingMessage): string | undefined {
   return undefined;
 }
 
+/** Why a request without a usable key is refused (`requireKey`), in the words of OpenAI's errors; undefined: accepted. */
+function keyRefusal(req: IncomingMessage): string | undefined {
+  const authorization = req.headers.authorization;
+  const apiKey = req.headers['x-api-key'];
+  const key = typeof authorization === 'string' && authorization !== '' ? authorization.replace(/^Bearer\s+/i, '') : typeof apiKey === 'string' ? apiKey : '';
+  if (key === '') return "You didn't provide an API key. You need to provide your API key in an Authorization header.";
+  return key.startsWith('sk-') ? undefined : `Incorrect API key provided: ${key}. You can find your API key at https://platform.openai.com/account/api-keys.`;
+}
+
 function splitUrl(rawUrl: string | undefined): { path: string; query: string } {
   const url = rawUrl ?? '/';
   const mark = url.indexOf('?');
@@ -111,6 +120,7 @@ class MockProviderServer implements MockProvider {
   /** Requests parked by `hang` mode, kept so they can be dropped on a mode switch or on close. */
   private readonly hung = new Set<Exchange>();
   private readonly fixed?: FixedAnswers;
+  private readonly requireKey: boolean;
   private closing: Promise<void> | undefined;
   /** Calls waiting out their latency right now (what `capacity` compares against). */
   private busy = 0;
@@ -135,6 +145,7 @@ class MockProviderServer implements MockProvider {
     this.maxBodyBytes = checkCount(options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, 'maxBodyBytes');
     const logLimit = checkCount(options.callLogLimit ?? DEFAULT_CALL_LOG_LIMIT, 'callLogLimit');
     this.recorder = new CallRecorder(Math.max(1, logLimit));
+    this.requireKey = options.requireKey === true;
     if (options.fixedAnswerEvents !== undefined && options.fixedAnswerEvents > 0) {
       this.fixed = new FixedAnswers(checkCount(options.fixedAnswerEvents, 'fixedAnswerEvents'), this.current.model);
     }
@@ -355,6 +366,13 @@ class MockProviderServer implements MockProvider {
         retry === null ? {} : { 'retry-after': String(retry) },
       );
       return;
+    }
+    if (this.requireKey) {
+      const refusal = keyRefusal(exchange.req);
+      if (refusal !== undefined) {
+        exchange.sendError('unauthorized', refusal);
+        return;
+      }
     }
     if (body.kind === 'too_large') {
       const message = `Request body of ${body.bytes} bytes exceeds the limit of ${this.maxBodyBytes} bytes.`;

@@ -61,6 +61,12 @@ export interface MockProviderOptions extends MockTuning {
    * counted and logged. Off (0) by default.
    */
   fixedAnswerEvents?: number;
+  /**
+   * As the real APIs: every model and model-list call needs a key (`Authorization: Bearer sk-...` or `x-api-key`),
+   * else 401; a key not starting with `sk-` is refused with an error that quotes it, as OpenAI's does. The mode
+   * still decides first (an outage answers 503 with or without a key). Off by default.
+   */
+  requireKey?: boolean;
 }
 
 export interface MockConfig {

@@ -101,11 +101,15 @@ export class UpstreamClient {
     };
   }
 
-  /** True when the URL answers 2xx within the signal's time. */
+  /**
+   * True when the URL answers within the signal's time with anything below 500. A 401 or 404 is the provider
+   * serving (a pass-through gateway has no key of its own to probe with, and the real APIs refuse a keyless model
+   * list); no answer, a 5xx (llama-server's 503 while loading) or a timeout is the provider down.
+   */
   async probe(url: string, headers: Record<string, string>, signal: AbortSignal): Promise<boolean> {
     const response = await request(url, { method: 'GET', headers, signal, dispatcher: this.agent });
     await response.body.dump();
-    return response.statusCode >= 200 && response.statusCode < 300;
+    return response.statusCode < 500;
   }
 
   /** A small JSON answer of a GET (e.g. llama-server's /props), or undefined when there is none. */

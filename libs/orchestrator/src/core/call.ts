@@ -132,6 +132,12 @@ class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
   start(): void {
     const { breaker, limiter } = this.policy;
     const { source, observer, trace } = this.options;
+    // The breaker is asking its health probe whether a run of failures is an outage: this call waits for the verdict.
+    const deciding = breaker?.deciding;
+    if (deciding) {
+      void deciding.then(() => this.cancelled || this.start());
+      return;
+    }
     if (breaker && !breaker.isCallable()) return this.fail(breaker.refusal());
     if (limiter) {
       this.release = limiter.tryAcquire(source?.tenant);
@@ -174,7 +180,6 @@ class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
     if (this.options.handle) this.options.handle.reachedUpstream = true;
     const breaker = this.policy.breaker;
     if (breaker && !breaker.admitsDirect) return this.general();
-    breaker?.noteCall(this.options.source);
     this.attempt(undefined);
     return undefined;
   }

@@ -120,6 +120,7 @@ function makeBreaker(overrides: Partial<ConstructorParameters<typeof CircuitBrea
     maxOpenMultiplier: 64,
     probeIntervalMs: 500,
     probeTimeoutMs: 2_000,
+    unansweredMs: 10_000,
     isFailure: isUpstreamFailure,
     ...overrides,
   });

@@ -30,6 +30,12 @@ export interface BreakerOptions {
   probeIntervalMs?: number;
   /** Default 2 000 ms. */
   probeTimeoutMs?: number;
+  /**
+   * With a `healthProbe`, every opening is confirmed: the breaker opens when the probe sees the upstream down, or,
+   * while the probe sees it answering, once the upstream's own failures (not timeouts) go on and nobody at all has
+   * been answered for this long (a partial outage). Default 10 000 ms.
+   */
+  unansweredMs?: number;
   /** Which errors count as failures. Default: timeouts, 5xx, connection errors; not 4xx, refusals or overload. */
   isFailure?: (error: unknown) => boolean;
 }
@@ -43,6 +49,7 @@ export const BREAKER_FIELDS = {
   healthProbe: { check: 'function' },
   probeIntervalMs: { check: 'positive', default: 500 },
   probeTimeoutMs: { check: 'positive', default: 2_000 },
+  unansweredMs: { check: 'positive', default: 10_000 },
   isFailure: { check: 'function' },
 } as const satisfies Fields<BreakerOptions>;
 

@@ -49,6 +49,7 @@ describe('CircuitBreaker', () => {
       maxOpenMultiplier: 4,
       probeIntervalMs: 500,
       probeTimeoutMs: 2_000,
+      unansweredMs: 10_000,
       isFailure: isUpstreamFailure,
       ...overrides,
     });
@@ -69,9 +70,19 @@ describe('CircuitBreaker', () => {
     await breaker.execute(() => Promise.resolve('ok'));
   }
 
-  async function openIt(breaker: CircuitBreaker): Promise<void> {
-    for (let i = 0; i < 5; i++) await fail(breaker);
+  /**
+   * Five failures. With a health probe the opening waits for its verdict (a hung probe: until probeTimeoutMs);
+   * the probe's calls are then forgotten, so that a test counts those made while open.
+   */
+  async function openIt(breaker: CircuitBreaker, healthProbe?: { mockClear(): unknown }): Promise<void> {
+    for (let i = 0; i < 4; i++) await fail(breaker);
+    let settled = false;
+    const fifth = fail(breaker).finally(() => (settled = true));
+    await jest.advanceTimersByTimeAsync(0);
+    while (!settled) await jest.advanceTimersByTimeAsync(1);
+    await fifth;
     expect(breaker.state).toBe('open');
+    healthProbe?.mockClear();
   }
 
   beforeEach(() => {
@@ -259,14 +270,14 @@ describe('CircuitBreaker', () => {
       let healthy = false;
       const healthProbe = jest.fn(async () => healthy);
       const breaker = makeBreaker({ openMs: 60_000, healthProbe, probeIntervalMs: 500, probeTimeoutMs: 200 });
-      await openIt(breaker);
+      await openIt(breaker, healthProbe);
 
       // While the upstream is still down, the probe runs every interval and keeps it open.
       await jest.advanceTimersByTimeAsync(1_600);
       expect(healthProbe).toHaveBeenCalledTimes(3);
       expect(breaker.state).toBe('open');
-      // A breaker with a probe tells clients to come back at the next probe, not after 60 s.
-      expect((thrownBy(() => breaker.assertCallable()) as CircuitOpenError).retryAfterSeconds).toBe(1);
+      // Retry-After is the real remaining open time: the probe may close it sooner, but cannot promise to.
+      expect((thrownBy(() => breaker.assertCallable()) as CircuitOpenError).retryAfterSeconds).toBe(59);
 
       healthy = true;
       await jest.advanceTimersByTimeAsync(500);
@@ -284,7 +295,7 @@ describe('CircuitBreaker', () => {
         throw codeError('ECONNREFUSED');
       });
       const breaker = makeBreaker({ openMs: 60_000, healthProbe, probeIntervalMs: 500 });
-      await openIt(breaker);
+      await openIt(breaker, healthProbe);
       await jest.advanceTimersByTimeAsync(2_000);
       expect(healthProbe).toHaveBeenCalledTimes(4);
       expect(breaker.state).toBe('open');
@@ -299,7 +310,8 @@ describe('CircuitBreaker', () => {
         return hang ? new Promise<unknown>(() => {}) : Promise.resolve(true);
       });
       const breaker = makeBreaker({ openMs: 60_000, healthProbe, probeIntervalMs: 500, probeTimeoutMs: 200 });
-      await openIt(breaker);
+      await openIt(breaker, healthProbe);
+      signals.length = 0;
 
       await jest.advanceTimersByTimeAsync(500);
       expect(healthProbe).toHaveBeenCalledTimes(1);
@@ -322,7 +334,7 @@ describe('CircuitBreaker', () => {
         () => new Promise<unknown>((resolve) => setTimeout(() => resolve(true), 300)),
       );
       const breaker = makeBreaker({ openMs: 60_000, healthProbe, probeIntervalMs: 500, probeTimeoutMs: 200 });
-      await openIt(breaker);
+      await openIt(breaker, healthProbe);
       await jest.advanceTimersByTimeAsync(500 + 300);
       expect(healthProbe).toHaveBeenCalledTimes(1);
       expect(breaker.state).toBe('open');
@@ -331,7 +343,7 @@ describe('CircuitBreaker', () => {
       let healthy = false;
       const healthProbe = jest.fn(async () => healthy);
       const breaker = makeBreaker({ openMs: 2_000, healthProbe, probeIntervalMs: 500, maxOpenMultiplier: 4 });
-      await openIt(breaker);
+      await openIt(breaker, healthProbe);
       await jest.advanceTimersByTimeAsync(2_000);
       // The half-open probe would have been a paid call into a known-dead upstream: it is skipped.
       expect(breaker.state).toBe('open');
@@ -347,13 +359,19 @@ describe('CircuitBreaker', () => {
       expect(breaker.snapshot().openMs).toBe(2_000);
     });
 
-    it('a probe that has not yet reported leaves the ordinary half-open request in place', async () => {
-      const healthProbe = jest.fn(() => new Promise<unknown>(() => {}));
-      const breaker = makeBreaker({ openMs: 400, healthProbe, probeIntervalMs: 500, probeTimeoutMs: 2_000 });
-      await openIt(breaker);
-      await jest.advanceTimersByTimeAsync(400);
+    it('opened while the probe saw the upstream answering (a partial outage): no probing, the half-open request decides', async () => {
+      const healthProbe = jest.fn(async () => true);
+      const breaker = makeBreaker({ openMs: 4_000, healthProbe, probeIntervalMs: 500, unansweredMs: 10_000 });
+      await jest.advanceTimersByTimeAsync(10_000);
+      await openIt(breaker, healthProbe);
+      await jest.advanceTimersByTimeAsync(3_999);
+      // The probe cannot see this outage end: it is not asked, and does not close the breaker.
+      expect(healthProbe).not.toHaveBeenCalled();
+      expect(breaker.state).toBe('open');
+      await jest.advanceTimersByTimeAsync(1);
       expect(breaker.state).toBe('half_open');
-      expect(() => breaker.assertCallable()).not.toThrow();
+      await succeed(breaker);
+      expect(breaker.state).toBe('closed');
     });
   });
 
@@ -457,7 +475,7 @@ describe('CircuitBreaker', () => {
     it('stops the probe loop and leaves no timers behind', async () => {
       const healthProbe = jest.fn(async () => false);
       const breaker = makeBreaker({ openMs: 60_000, healthProbe, probeIntervalMs: 500 });
-      await openIt(breaker);
+      await openIt(breaker, healthProbe);
       await jest.advanceTimersByTimeAsync(1_000);
       expect(healthProbe).toHaveBeenCalledTimes(2);
       expect(jest.getTimerCount()).toBeGreaterThan(0);
@@ -475,7 +493,8 @@ describe('CircuitBreaker', () => {
         return new Promise<unknown>(() => {});
       });
       const breaker = makeBreaker({ openMs: 60_000, healthProbe, probeIntervalMs: 500, probeTimeoutMs: 2_000 });
-      await openIt(breaker);
+      await openIt(breaker, healthProbe);
+      signals.length = 0;
       await jest.advanceTimersByTimeAsync(600);
       expect(healthProbe).toHaveBeenCalledTimes(1);
 
@@ -505,18 +524,12 @@ describe('CircuitBreaker', () => {
       expect(breaker.state).toBe('closed');
     });
 
-    it('one tenant failing with others active lately: the health probe decides (healthy: stays closed)', async () => {
+    it('with a probe, every opening is confirmed: healthy, the breaker stays closed and the count starts over', async () => {
       const healthProbe = jest.fn(async () => true);
       const breaker = makeBreaker({ healthProbe });
       await succeedAs(breaker, 'good');
       await jest.advanceTimersByTimeAsync(1_000);
-      // A fresh run of failures from one tenant, nobody succeeding since it began (it could be an outage).
-      await failAs(breaker, 'bad', 'k1');
-      await failAs(breaker, 'bad', 'k2');
-      await jest.advanceTimersByTimeAsync(10);
-      for (let i = 0; i < 3; i++) await failAs(breaker, 'bad', `k${3 + i}`);
-      expect(breaker.state).toBe('closed');
-      await jest.advanceTimersByTimeAsync(0);
+      for (let i = 0; i < 5; i++) await failAs(breaker, 'bad', `k${i}`);
       expect(healthProbe).toHaveBeenCalledTimes(1);
       expect(breaker.state).toBe('closed');
       expect(breaker.snapshot().consecutiveFailures).toBe(0);
@@ -528,17 +541,40 @@ describe('CircuitBreaker', () => {
       await succeedAs(breaker, 'good');
       await jest.advanceTimersByTimeAsync(1_000);
       for (let i = 0; i < 5; i++) await failAs(breaker, 'bad', `k${i}`);
-      await jest.advanceTimersByTimeAsync(0);
-      expect(healthProbe).toHaveBeenCalled();
+      expect(healthProbe).toHaveBeenCalledTimes(1);
       expect(breaker.state).toBe('open');
     });
 
-    it('failures from two tenants open it at once, without asking the probe', async () => {
+    it.each([2, 6])('%i colluding tenants with standing never open it while the probe sees the upstream answering', async (count) => {
       const healthProbe = jest.fn(async () => true);
       const breaker = makeBreaker({ healthProbe });
-      for (let i = 0; i < 5; i++) await failAs(breaker, i % 2 ? 'a' : 'b');
+      for (let t = 0; t < count; t++) await succeedAs(breaker, `colluder-${t}`);
+      await succeedAs(breaker, 'victim');
+      for (let round = 0; round < 40; round++) {
+        // Bursts of five failures from each colluder, the victim answered between them.
+        for (let t = 0; t < count; t++) for (let i = 0; i < 5; i++) await failAs(breaker, `colluder-${t}`);
+        expect(await succeedAs(breaker, 'victim')).toBe('ok');
+        await jest.advanceTimersByTimeAsync(250);
+      }
+      expect(breaker.state).toBe('closed');
+      // One probe answers for a second of failures: the attack costs the upstream about a probe a second.
+      expect(healthProbe.mock.calls.length).toBeLessThanOrEqual(11);
+    });
+
+    it('calls that arrive while the probe decides wait for its verdict: an outage costs the threshold, whatever the concurrency', async () => {
+      const probe = deferred<boolean>();
+      const healthProbe = jest.fn(() => probe.promise);
+      const breaker = makeBreaker({ healthProbe });
+      for (let i = 0; i < 4; i++) await failAs(breaker, `t${i}`);
+      const fifth = failAs(breaker, 't4');
+      await jest.advanceTimersByTimeAsync(0);
+      expect(breaker.deciding).toBeDefined();
+      const waiting = breaker.deciding!.then(() => breaker.isCallable());
+      probe.resolve(false);
+      expect(await waiting).toBe(false);
+      await fifth;
       expect(breaker.state).toBe('open');
-      expect(healthProbe).not.toHaveBeenCalled();
+      expect(breaker.deciding).toBeUndefined();
     });
 
     describe('a caller posing as a new tenant on every request', () => {
@@ -587,32 +623,53 @@ describe('CircuitBreaker', () => {
         expect(calls).toBe(5);
       });
 
-      it('failures of two callers with standing beside new callers open it without waiting for the probe', async () => {
-        const healthProbe = jest.fn(async () => true);
-        const breaker = makeBreaker({ healthProbe });
-        await succeedAs(breaker, 'old-1');
-        await succeedAs(breaker, 'old-2');
-        await jest.advanceTimersByTimeAsync(1_000);
-        for (const tenant of ['new-1', 'old-1', 'new-2', 'old-2', 'new-3']) await failAs(breaker, tenant);
-        expect(breaker.state).toBe('open');
-        expect(healthProbe).not.toHaveBeenCalled();
-      });
-
-      it('right after start (nobody answered yet), new callers failing open it after the threshold, probe or not', async () => {
-        const healthProbe = jest.fn(async () => true);
+      it('right after start (nobody answered yet), new callers failing open it only when the probe sees the upstream down', async () => {
+        let healthy = true;
+        const healthProbe = jest.fn(async () => healthy);
         const breaker = makeBreaker({ healthProbe });
         let calls = 0;
-        for (let i = 0; i < 12; i++) {
-          await breaker
+        const attempt = (i: number) =>
+          breaker
             .execute(() => {
               calls++;
-              return Promise.reject(httpError(503));
+              return Promise.reject(httpError(500));
             }, { tenant: `new-${i}`, key: `k${i}` })
             .catch(() => undefined);
-        }
-        expect(calls).toBe(5);
+        // An attack that starts with the gateway: the upstream answers the probe.
+        for (let i = 0; i < 12; i++) await attempt(i);
+        expect(breaker.state).toBe('closed');
+        expect(calls).toBe(12);
+        // A real outage: the probe sees it down at the next threshold (its last verdict is reused for a second).
+        await jest.advanceTimersByTimeAsync(1_000);
+        healthy = false;
+        calls = 0;
+        for (let i = 12; i < 30; i++) await attempt(i);
         expect(breaker.state).toBe('open');
-        expect(healthProbe).not.toHaveBeenCalled();
+        expect(calls).toBeLessThanOrEqual(5);
+      });
+
+      it('a partial outage (the probe sees the upstream answering, every call fails): opens once nobody has been answered for unansweredMs', async () => {
+        const healthProbe = jest.fn(async () => true);
+        const breaker = makeBreaker({ healthProbe, unansweredMs: 10_000 });
+        await succeedAs(breaker, 'old');
+        for (let i = 0; i < 9; i++) {
+          for (let j = 0; j < 5; j++) await fail(breaker, httpError(503));
+          await jest.advanceTimersByTimeAsync(1_000);
+          expect(breaker.state).toBe('closed');
+        }
+        await jest.advanceTimersByTimeAsync(1_000);
+        for (let j = 0; j < 5; j++) await fail(breaker, httpError(503));
+        expect(breaker.state).toBe('open');
+      });
+
+      it('timeouts never open it while the probe sees the upstream answering: long generations are not an outage', async () => {
+        const healthProbe = jest.fn(async () => true);
+        const breaker = makeBreaker({ healthProbe, unansweredMs: 10_000 });
+        for (let i = 0; i < 60; i++) {
+          await fail(breaker, new UpstreamTimeoutError('total', 3_000));
+          await jest.advanceTimersByTimeAsync(500);
+        }
+        expect(breaker.state).toBe('closed');
       });
 
       it('once nobody has been answered for the grace period, new callers failing open it without a probe', async () => {

@@ -2,7 +2,7 @@ import OpossumBreaker from 'opossum';
 import { CircuitOpenError, isOrchestratorError } from '../errors.js';
 import type { WithDefaults } from '../options.js';
 import type { BreakerCoordinator, SharedBreakerState } from '../cluster/coordination.js';
-import { FailureAttribution, type Attribution, type CallSource } from './failure-attribution.js';
+import { FailureAttribution, type CallSource } from './failure-attribution.js';
 import type { BREAKER_FIELDS, BreakerOptions, FAILURE_RATE_FIELDS, FailureRateOptions } from './breaker.options.js';
 
 export type BreakerState = 'closed' | 'open' | 'half_open';
@@ -27,14 +27,20 @@ export interface BreakerSnapshot {
 
 type Action = () => Promise<unknown>;
 
-/** How recently another tenant must have called for one tenant's failures to need the health probe's confirmation. */
-const ATTRIBUTION_WINDOW_MS = 30_000;
+/** How long one probe's verdict answers for further failures: an attack of failing requests costs one probe a second. */
+const VERDICT_TTL_MS = 1_000;
 
 /**
  * One upstream's circuit breaker: opossum's state machine (closed / open /
  * half-open with a single probe) plus what opossum cannot express: opening
  * after N consecutive failures, doubling the open period after a failed probe,
  * and closing early once a health probe succeeds.
+ *
+ * With a health probe, failures open the breaker only when corroborated (see
+ * `decide`): the probe sees the upstream down, or nobody has been answered for
+ * `unansweredMs` while the upstream itself failed (not merely timed out). So
+ * no group of callers can open it for the others while the upstream answers
+ * them, and a long generation that runs past its time limit is not an outage.
  */
 export class CircuitBreaker {
   private readonly breaker: OpossumBreaker<[Action, CallSource?], unknown>;
@@ -44,20 +50,23 @@ export class CircuitBreaker {
    */
   private readonly opossumOptions: OpossumBreaker.Options<[Action, CallSource?]> & { resetTimeout: number };
   private consecutiveFailures = 0;
+  /** Failures of the current run that were the upstream's own (5xx, connection): not timeouts. */
+  private hardFailures = 0;
   private readonly attribution = new FailureAttribution();
-  /** Tenants whose failures make up the current run of consecutive failures. */
-  private readonly streakTenants = new Set<string | undefined>();
-  /** The current run holds a failure of a caller never answered while others were: only a health check may confirm it. */
-  private streakHasNewcomer = false;
-  /** Tenants whose failures in the current run were the upstream's without doubt (callers with standing). */
-  private readonly streakEstablished = new Set<string | undefined>();
-  /** The verdict on the failure opossum is handling, from its errorFilter to its `failure` event (synchronous). */
-  private verdict?: Attribution;
-  /** A health probe deciding whether one tenant's failures are the upstream's (see `openOrConfirm`). */
+  /** The health probe asked whether the run of failures is an outage (see `decide`); calls wait for its verdict. */
   private confirming?: Promise<void>;
+  /** The last confirmation probe's verdict, reused for `VERDICT_TTL_MS`. */
+  private lastVerdict?: { up: boolean; at: number };
+  /** When this breaker was made: "nobody answered for a while" counts from here at the earliest. */
+  private readonly bornAt = Date.now();
   private openedAt?: number;
   /** The last health probe failed (and none has succeeded since). */
   private upstreamKnownDown = false;
+  /**
+   * Opened while the probe saw the upstream answering (a partial outage): the probe cannot tell when it is over,
+   * so only the half-open request closes it.
+   */
+  private probeBlind = false;
   private probeTimer?: ReturnType<typeof setTimeout>;
   private probeAbort?: AbortController;
   /** Applying another replica's transition: not to be announced back. */
@@ -101,20 +110,17 @@ export class CircuitBreaker {
     this.breaker.on('success', (result: unknown) => this.succeeded(result));
     // Registered before opossum decides to reopen after a failed probe, so the
     // doubled period is in place when its reset timer starts.
-    this.breaker.on('failure', (_error: unknown, _latency: number, args: [Action, CallSource?]) => {
-      const newcomer = this.verdict === 'newcomer';
-      this.verdict = undefined;
-      this.onFailure(args[1], newcomer);
-    });
+    this.breaker.on('failure', (error: unknown) => this.onFailure(error));
     this.breaker.on('open', () => {
       this.openedAt = Date.now();
-      this.scheduleProbe();
+      if (!this.probeBlind) this.scheduleProbe();
       if (this.fleet && !this.applyingRemote) this.announcing = this.fleet.announce(name, { state: 'open', openMs: this.opossumOptions.resetTimeout });
     });
     this.breaker.on('close', () => {
       this.resetRun();
       this.openedAt = undefined;
       this.upstreamKnownDown = false;
+      this.probeBlind = false;
       this.opossumOptions.resetTimeout = options.openMs;
       this.stopProbe();
       if (this.fleet && !this.applyingRemote) void this.fleet.announce(name, { state: 'closed' });
@@ -219,16 +225,17 @@ export class CircuitBreaker {
       this.succeeded(error);
       return this.fleetCount;
     }
-    const newcomer = this.verdict === 'newcomer';
-    this.verdict = undefined;
     this.observed = true;
-    this.onFailure(source, newcomer);
-    return this.fleetCount;
+    this.onFailure(error);
+    return this.fleetCount ?? this.confirming;
   }
 
-  /** A call starts without `fire()` (see `admitsDirect`): its tenant is active, as `execute` records it. */
-  noteCall(source?: CallSource): void {
-    this.attribution.seen(source);
+  /**
+   * While the health probe decides whether a run of failures is an outage, what new calls wait for (at most
+   * `probeTimeoutMs`), so that an outage costs no more calls than the threshold; undefined the rest of the time.
+   */
+  get deciding(): Promise<void> | undefined {
+    return this.confirming;
   }
 
   /**
@@ -268,7 +275,6 @@ export class CircuitBreaker {
             if (isAbandoned(error) && this.breaker.halfOpen) this.breaker.open();
             throw error;
           });
-    this.attribution.seen(source);
     try {
       const result = (await this.breaker.fire(probe, source)) as T;
       // An answer nobody waited for proves nothing about the caller, and gives it no standing.
@@ -281,6 +287,7 @@ export class CircuitBreaker {
       // In a fleet, the failure is answered once it is counted (and an opening announced): the caller's next
       // request, to whichever replica, then finds the breaker open. A failure costs a Redis round trip or two.
       if (this.fleetCount) await this.fleetCount;
+      else if (this.confirming) await this.confirming;
       throw error;
     }
   }
@@ -291,9 +298,7 @@ export class CircuitBreaker {
    */
   recordFailure(error: unknown, source?: CallSource): void {
     if (!this.options.isFailure(error) || !this.counts(source)) return;
-    const newcomer = this.verdict === 'newcomer';
-    this.verdict = undefined;
-    this.onFailure(source, newcomer);
+    this.onFailure(error);
   }
 
   snapshot(): BreakerSnapshot {
@@ -314,11 +319,11 @@ export class CircuitBreaker {
 
   /**
    * Whether a failure counts at all. A newcomer's failure (see `FailureAttribution`) counts only where a health
-   * probe can confirm it before it opens the breaker; without one, only callers with standing can open it.
+   * probe confirms every opening; without one, only callers with standing can open the breaker.
    */
   private counts(source: CallSource | undefined): boolean {
-    this.verdict = this.attribution.attribute(source);
-    return this.verdict === 'upstream' || (this.verdict === 'newcomer' && this.options.healthProbe !== undefined);
+    const verdict = this.attribution.attribute(source);
+    return verdict === 'upstream' || (verdict === 'newcomer' && this.options.healthProbe !== undefined);
   }
 
   /** A call answered (or failed in a way that is not the upstream's): the run of failures is over. */
@@ -333,18 +338,13 @@ export class CircuitBreaker {
   }
 
   private resetRun(): void {
-    if (this.consecutiveFailures === 0 && this.streakTenants.size === 0 && !this.streakHasNewcomer) return;
     this.consecutiveFailures = 0;
-    this.streakTenants.clear();
-    this.streakHasNewcomer = false;
-    this.streakEstablished.clear();
+    this.hardFailures = 0;
   }
 
-  private onFailure(source: CallSource | undefined, newcomer: boolean): void {
+  private onFailure(error: unknown): void {
     this.consecutiveFailures++;
-    this.streakTenants.add(source?.tenant);
-    if (newcomer) this.streakHasNewcomer = true;
-    else this.streakEstablished.add(source?.tenant);
+    if (!isTimeout(error)) this.hardFailures++;
     if (this.breaker.halfOpen) {
       this.doubleOpenPeriod();
       return; // opossum reopens a breaker whose probe failed
@@ -360,8 +360,9 @@ export class CircuitBreaker {
       .countFailure(this.name)
       .then((fleetRun) => {
         if (this.breaker.closed && (fleetRun ?? local) >= this.options.failureThreshold) this.openOrConfirm();
-        return this.announcing;
+        return this.confirming;
       })
+      .then(() => this.announcing)
       .then(() => undefined);
   }
 
@@ -369,12 +370,11 @@ export class CircuitBreaker {
     this.opossumOptions.resetTimeout = Math.min(this.opossumOptions.resetTimeout * 2, this.options.openMs * this.options.maxOpenMultiplier);
   }
 
+  /** The real remaining open time (the health probe may close it sooner, but cannot promise to). */
   private retryAfterSeconds(): number {
     const now = Date.now();
-    const openMs = this.opossumOptions.resetTimeout;
-    let nextChance = (this.openedAt ?? now) + openMs;
-    if (this.options.healthProbe) nextChance = Math.min(nextChance, now + this.options.probeIntervalMs);
-    return Math.max(1, Math.ceil((nextChance - now) / 1000));
+    const reopensAt = (this.openedAt ?? now) + this.opossumOptions.resetTimeout;
+    return Math.max(1, Math.ceil((reopensAt - now) / 1000));
   }
 
   private scheduleProbe(): void {
@@ -427,34 +427,46 @@ export class CircuitBreaker {
   }
 
   /**
-   * The threshold is reached. Failures from one tenant only, while other
-   * tenants were active lately, may be that tenant's own (its prompts fail,
-   * its generations run long), and failures of callers never answered while
-   * others were may be one caller posing as many: unless at least two
-   * callers with standing failed in the run too, the health probe decides,
-   * and the breaker opens only if it sees the upstream down. Otherwise
-   * (several established tenants failing, or nobody else around to protect,
-   * or no probe), it opens now.
+   * The threshold is reached. Without a health probe the breaker opens now
+   * (failures of callers never answered did not count: see `counts`). With
+   * one, the probe is asked first (its verdict reused for a second), and the
+   * failing callers, and new calls, wait for the answer; see `decide`.
    */
   private openOrConfirm(): void {
     const probe = this.options.healthProbe;
-    const only = this.streakTenants.size === 1 ? this.streakTenants.values().next().value : undefined;
-    const doubtful = this.streakHasNewcomer
-      ? this.streakEstablished.size < 2
-      : only !== undefined && this.attribution.othersActiveSince(only, Date.now() - ATTRIBUTION_WINDOW_MS);
-    if (!probe || !doubtful) {
+    if (!probe) {
       this.breaker.open();
       return;
     }
     if (this.confirming) return;
-    this.confirming = this.probeOnce(probe).then((healthy) => {
+    const last = this.lastVerdict;
+    if (last && Date.now() - last.at < VERDICT_TTL_MS) return this.decide(last.up);
+    this.confirming = this.probeOnce(probe).then((up) => {
+      this.lastVerdict = { up, at: Date.now() };
       this.confirming = undefined;
-      if (!this.breaker.closed) return;
-      if (healthy) {
-        // That tenant's trouble, not the upstream's: the count starts over.
-        this.resetRun();
-      } else if (this.consecutiveFailures >= this.options.failureThreshold) this.breaker.open();
+      this.decide(up);
     });
+  }
+
+  /**
+   * Whether the run of failures is an outage. The probe sees the upstream down (no answer, 5xx, no answer in
+   * time): it is, and the probe will see it back. The probe sees it answering: it is an outage only when the
+   * upstream has failed (not merely timed out) and nobody at all has been answered for `unansweredMs` (a partial
+   * outage: the health route works, the model calls do not); then only the half-open request can close it.
+   * Otherwise these are some callers' own failures, or long generations, and the breaker stays closed.
+   */
+  private decide(up: boolean): void {
+    if (!this.breaker.closed || this.consecutiveFailures < this.options.failureThreshold) return;
+    if (!up) {
+      this.upstreamKnownDown = true;
+      this.breaker.open();
+      return;
+    }
+    const lastAnswered = Math.max(this.attribution.lastSuccess, this.bornAt);
+    if (this.hardFailures >= this.options.failureThreshold && Date.now() - lastAnswered >= this.options.unansweredMs) {
+      this.probeBlind = true;
+      this.breaker.open();
+    } else this.resetRun();
   }
 
   private stopProbe(): void {
@@ -463,6 +475,10 @@ export class CircuitBreaker {
     this.probeAbort?.abort();
     this.probeAbort = undefined;
   }
+}
+
+function isTimeout(error: unknown): boolean {
+  return isOrchestratorError(error) && error.code === 'upstream_timeout';
 }
 
 function isAbandoned(value: unknown): boolean {

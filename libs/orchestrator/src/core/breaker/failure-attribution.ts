@@ -97,8 +97,8 @@ export interface FailureAttributionOptions {
  *
  * A caller that has never been answered has no standing: while anybody has
  * been answered within `newcomerGraceMs`, its failures are only `newcomer`s
- * (the breaker asks its health probe before they open it, and without a probe
- * they do not count). Without that, a caller could pose as a new tenant on
+ * (they count only for a breaker with a health probe, which confirms every
+ * opening). Without that, a caller could pose as a new tenant on
  * every request (a new tenant has no failure run for anyone to have succeeded
  * during) and open the breaker for everyone with requests the provider refuses.
  *
@@ -111,7 +111,6 @@ export class FailureAttribution {
   private readonly tenants: Streaks;
   private readonly keys: Streaks;
   private readonly tenantSuccesses = new LastByOwner();
-  private readonly tenantsSeen = new LastByOwner();
   private readonly keySuccesses = new LastByOwner();
   /** Tenants answered at least once. */
   private readonly answered: RecentSet;
@@ -128,14 +127,9 @@ export class FailureAttribution {
     this.answered = new RecentSet(maxTracked);
   }
 
-  /** A call is made (whatever its outcome): its tenant is active. */
-  seen(source: CallSource | undefined): void {
-    if (source?.tenant !== undefined) this.tenantsSeen.record(source.tenant, this.now());
-  }
-
-  /** Whether a tenant other than `tenant` made a call at or after `since`. */
-  othersActiveSince(tenant: string, since: number): boolean {
-    return this.tenantsSeen.latestOtherThan(tenant) >= since;
+  /** When anybody was last answered (epoch ms; -Infinity before the first answer). */
+  get lastSuccess(): number {
+    return this.lastSuccessAt;
   }
 
   succeeded(source: CallSource | undefined): void {

@@ -148,12 +148,13 @@ export class UpstreamPool<Target = unknown> {
 /**
  * The default failover test: what another upstream may answer where this one
  * could not. Its breaker open or its queue full (a refusal that never reached
- * it), a connection error, a 5xx but 501, a timeout before the first byte, a
- * 429. Not the caller's own 4xx (any upstream would say the same), nor the
- * caller hanging up.
+ * it), a connection error, a 5xx but 501, a 429. Not the caller's own 4xx (any
+ * upstream would say the same), nor the caller hanging up, nor a timeout: the
+ * request's time budget is spent, and a generation longer than it would only
+ * run out of time on the next upstream too.
  */
 export function defaultShouldFailover(error: unknown): boolean {
-  if (isOrchestratorError(error)) return error.code === 'circuit_open' || error.code === 'overloaded' || error.code === 'upstream_timeout';
+  if (isOrchestratorError(error)) return error.code === 'circuit_open' || error.code === 'overloaded';
   const status = (error as { status?: unknown } | null)?.status;
   if (status === 429) return true;
   return isUpstreamFailure(error);
