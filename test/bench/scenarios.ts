@@ -162,7 +162,8 @@ export async function runVariant(plan: ScenarioPlan, variant: Variant, options: 
   const log = options.log ?? (() => undefined);
   const children: ChildHandle[] = [];
   try {
-    const mock = await startMockProvider(plan.latencyMs);
+    // A model list that needs a key, as the real APIs': the gateway runs pass-through (the SDK's key goes upstream).
+    const mock = await startMockProvider(plan.latencyMs, ['--require-key', 'true']);
     children.push(mock);
     const control = new MockControl(mock.url);
     let gateway: ChildHandle | undefined;

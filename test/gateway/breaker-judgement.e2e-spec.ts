@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from '@jest/globals';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { waitFor } from '../support/platforms.js';
+import { startMockProvider } from '../../apps/mock-provider/src/index.js';
 import { postJson, send, startGateway, uniquePrompt, type GatewayUnderTest } from '../support/gateway-harness.js';
 
 /**
@@ -137,4 +138,28 @@ describe('failing callers cannot open the breaker for the others while the provi
     expect(share).toBeGreaterThanOrEqual(0.95);
     expect(await breakerState(gateway)).toBe('closed');
   }, 120_000);
+});
+
+describe('long work is not an upstream failure', () => {
+  it('generations longer than --timeout on two upstreams: one call each (no failover), 504s, both breakers stay closed', async () => {
+    const providers = [await startMockProvider({ latencyMs: 5 }), await startMockProvider({ latencyMs: 5 })];
+    try {
+      // Two upstreams in one pool, the gateway's time limit 1 s.
+      g = await startGateway({ provider: providers[0], flags: ['--retries', '0', '--timeout', '1', ...providers.flatMap((p) => ['--upstream', p.url])] });
+      const url = `${g.gatewayUrl}/v1/chat/completions`;
+      const slowCalls = () => providers.reduce((sum, p) => sum + p.calls().filter((c) => c.route === '/v1/chat/completions').length, 0);
+      const statuses = await Promise.all(Array.from({ length: 12 }, (_, i) => postJson(url, chat(uniquePrompt(`mock:slow-5000 long ${i}`)), bearer(`sk-long-${i % 3}`)).then((r) => r.status)));
+      expect(statuses).toEqual(Array(12).fill(504));
+      // Each request's time budget was spent on one upstream: not tried again on the other.
+      expect(slowCalls()).toBe(12);
+      const health = await send(`${g.gatewayUrl}/health`, { headers: bearer('sk-health') });
+      for (const upstream of health.json.upstreams as { breaker: string }[]) expect(upstream.breaker).toBe('closed');
+      // An unrelated short request is answered at once, by either upstream.
+      expect((await postJson(url, chat(uniquePrompt('short')), bearer('sk-short'))).status).toBe(200);
+    } finally {
+      await g?.close();
+      g = undefined;
+      for (const provider of providers) await provider.close();
+    }
+  }, 60_000);
 });

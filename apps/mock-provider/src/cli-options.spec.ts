@@ -82,6 +82,12 @@ describe('parseCli', () => {
     expect(() => parseCli(argv, {})).toThrow(CliUsageError);
   });
 
+  it('reads --require-key true|false, and refuses anything else', () => {
+    expect(parseCli(['--require-key', 'true'], {})).toEqual({ kind: 'run', options: { requireKey: true } });
+    expect(parseCli([], { MOCK_REQUIRE_KEY: 'false' })).toEqual({ kind: 'run', options: { requireKey: false } });
+    expect(() => parseCli(['--require-key', 'yes'], {})).toThrow(/true or false/);
+  });
+
   it('names the environment variable in errors from it', () => {
     expect(() => parseCli([], { MOCK_LATENCY_MS: 'x' })).toThrow(/MOCK_LATENCY_MS/);
   });

@@ -9,7 +9,7 @@ export class CliUsageError extends Error {
   }
 }
 
-type ValueKind = 'port' | 'ms' | 'count' | 'mode' | 'text';
+type ValueKind = 'port' | 'ms' | 'count' | 'mode' | 'text' | 'switch';
 
 interface FlagSpec {
   flag: string;
@@ -71,6 +71,12 @@ const FLAGS: readonly FlagSpec[] = [
     kind: 'count',
     help: 'benchmarks: one prepared answer for every OpenAI model call, its request never parsed; a stream has N events (default 0: off)',
   },
+  {
+    flag: 'require-key',
+    env: 'MOCK_REQUIRE_KEY',
+    kind: 'switch',
+    help: 'true: model and model-list calls without a key (Bearer or x-api-key) answer 401, as the real APIs do (default false)',
+  },
 ];
 
 export type CliCommand = { kind: 'help' } | { kind: 'run'; options: MockProviderOptions };
@@ -96,6 +102,8 @@ function convert(spec: FlagSpec, raw: string, source: string): number | string {
     throw new CliUsageError(`invalid value for ${source}: '${raw}' (expected ${expected})`);
   };
   switch (spec.kind) {
+    case 'switch':
+      return raw === 'true' || raw === 'false' ? raw : fail('true or false');
     case 'text':
       return raw !== '' ? raw : fail('a non-empty string');
     case 'mode':
@@ -179,6 +187,9 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
         break;
       case 'fixed-answers':
         options.fixedAnswerEvents = value as number;
+        break;
+      case 'require-key':
+        options.requireKey = value === 'true';
         break;
     }
   }

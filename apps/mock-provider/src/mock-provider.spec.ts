@@ -364,6 +364,27 @@ describe('mock provider', () => {
     });
   });
 
+  describe('requireKey, as the real APIs', () => {
+    it('a keyless model list or model call is a 401 in its API shape; a bad key is quoted back; an outage still answers 503 first', async () => {
+      const keyed = await startMockProvider({ requireKey: true });
+      try {
+        const models = await fetch(`${keyed.url}/v1/models`);
+        expect(models.status).toBe(401);
+        expect(await models.json()).toMatchObject({ error: { type: 'invalid_request_error', code: 'invalid_api_key' } });
+        const anthropic = await fetch(`${keyed.url}/v1/messages`, { method: 'POST', body: JSON.stringify(ANTHROPIC_BODY) });
+        expect(await anthropic.json()).toMatchObject({ type: 'error', error: { type: 'authentication_error' } });
+        const bad = await fetch(`${keyed.url}/v1/models`, { headers: { authorization: 'Bearer wrong-123' } });
+        expect((await bad.json()).error.message).toContain('wrong-123');
+        expect((await fetch(`${keyed.url}/v1/models`, { headers: { authorization: 'Bearer sk-good' } })).status).toBe(200);
+        expect((await fetch(`${keyed.url}/v1/models`, { headers: { 'x-api-key': 'sk-good' } })).status).toBe(200);
+        keyed.setMode('error503');
+        expect((await fetch(`${keyed.url}/v1/models`)).status).toBe(503);
+      } finally {
+        await keyed.close();
+      }
+    });
+  });
+
   describe('failure modes', () => {
     it('error503 answers 503 in each family shape, health included', async () => {
       mock.setMode('error503', { retryAfterSeconds: 1 });
