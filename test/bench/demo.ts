@@ -65,6 +65,8 @@ async function main(): Promise<number> {
 
   say();
   say('3) An outage: one request (a different prompt each time) every 200 ms for 15 s; the provider answers 503 from 1.5 s to 7.5 s.');
+  say('   The gateway runs pass-through (no provider key: the SDK\'s key goes upstream) and the provider\'s model list needs a key,');
+  say('   as OpenAI\'s does: the breaker\'s keyless health probe is answered 401, which is the provider serving.');
   {
     const { run, m, outcome } = await gatewayRun('outage503');
     const failure = run.failure;
