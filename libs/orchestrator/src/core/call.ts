@@ -312,6 +312,11 @@ class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
     return span;
   }
 
+  /** An attempt was aborted while it ran (its time limit): the limiter counts the upstream's slot a little longer. */
+  upstreamAborted(): void {
+    this.policy.limiter?.abortedCall();
+  }
+
   /** See `RunningCall.detach`. */
   detach(): boolean {
     const state = this.state.kind;
@@ -351,6 +356,8 @@ class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
   cancel(): void {
     const state = this.state;
     if (state.kind === 'done') return;
+    // Told before the slot is released: the upstream may run the aborted request a little longer.
+    if (state.kind === 'attempting' || state.kind === 'streaming') this.policy.limiter?.abortedCall();
     this.finish();
     if (state.kind === 'attempting' || state.kind === 'streaming') {
       this.upstreamSpan?.end('cancelled');
@@ -404,6 +411,7 @@ class Attempt<T> implements Observer<CallEvent<T>> {
 
   /** A time limit passed: the upstream request is left (and aborted), and the attempt fails with it. */
   timedOut(error: UpstreamTimeoutError): void {
+    this.call.upstreamAborted();
     this.upstream?.unsubscribe();
     this.error(error);
   }
