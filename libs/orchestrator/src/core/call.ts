@@ -90,8 +90,9 @@ export interface RunningCall {
   readonly cancelled: boolean;
   /**
    * Every caller left and the call is to keep running: its slot moves to the
-   * limiter's detached budget. False when it cannot keep running (it has not
-   * reached the upstream, or the budget is full): it is to be cancelled.
+   * limiter's detached budget (or, under an upstream's capacity, stays held:
+   * see `ConcurrencyLimiter.detach`). False when it cannot keep running (it has
+   * not reached the upstream, or the budget is full): it is to be cancelled.
    */
   detach(): boolean;
 }

@@ -143,6 +143,10 @@ const NOTHING_TO_LEAVE = (): void => undefined;
  * Detached calls (every caller gone, the call kept running so that its answer
  * lands in the window) move out of the callers' slots into a small budget of
  * their own (`detachedLimit`): work nobody waits for never blocks a live caller.
+ * Not under a capacity (see below): there the slot is the upstream's, and a
+ * detached call still runs in it, so it keeps it (a live caller waits for it
+ * here, not inside the upstream), and is kept only while a slot is left for
+ * live callers beside it.
  *
  * The limit can move while calls run: with `adaptive`, an `AdaptiveLimit`
  * finds it from the upstream's latency (`limit` in the options is then the
@@ -432,12 +436,24 @@ export class ConcurrencyLimiter {
   }
 
   /**
-   * Moves a held slot into the detached budget (the caller's slot goes to
-   * whoever waits). Returns the release of the detached slot, or `undefined`
-   * when the budget is full: the call should then be cancelled.
+   * A call every caller left keeps running: returns the release of its slot from now on, or `undefined` when it
+   * cannot be kept (the call should then be cancelled). Without a capacity, its slot goes to whoever waits and it
+   * runs in the detached budget (`detachedLimit`). Under a capacity it keeps its slot, for it still takes one
+   * upstream: kept only within the budget, and while at least one slot of the limit is left for live callers.
    */
   detach(release: ReleaseSlot): ReleaseSlot | undefined {
     if (this.detached >= this.options.detachedLimit) return undefined;
+    if (this.capacity !== undefined) {
+      if (this.detached + 1 >= this.current) return undefined;
+      this.detached++;
+      let released = false;
+      return () => {
+        if (released) return;
+        released = true;
+        this.detached--;
+        release();
+      };
+    }
     this.detached++;
     release();
     let released = false;

@@ -182,6 +182,27 @@ describe('ConcurrencyLimiter under an upstream that reports its load', () => {
     expect(wanted).toHaveBeenCalledTimes(1);
     expect(busy.loadReadingWanted).toBe(true);
   });
+
+  it('a kept call (every caller gone) keeps its slot under a capacity, and is kept only while a slot is left for live callers', () => {
+    const limiter = reporting(3);
+    const held = [limiter.tryAcquire()!, limiter.tryAcquire()!, limiter.tryAcquire()!];
+    const live = waiter(limiter);
+    const kept = limiter.detach(held[0]);
+    expect(kept).toBeDefined();
+    expect(limiter.detachedInFlight).toBe(1);
+    expect(limiter.inFlight).toBe(3);
+    expect(live.release).toBeUndefined(); // it waits here, not inside the upstream behind the kept call
+    const second = limiter.detach(held[1]);
+    expect(second).toBeDefined();
+    expect(limiter.detach(held[2])).toBeUndefined(); // a third would leave live callers no slot: it is cancelled
+    held[2]();
+    expect(live.release).toBeDefined();
+    kept!();
+    kept!();
+    second!();
+    expect(limiter.detachedInFlight).toBe(0);
+    expect(limiter.inFlight).toBe(1);
+  });
 });
 
 describe('calls under an upstream that reports its load', () => {
@@ -228,6 +249,51 @@ describe('calls under an upstream that reports its load', () => {
     member.limiter.beginLoadReading().end(0);
     await expect(second).resolves.toBe('ok');
     expect(started).toEqual(['first', 'second']);
+  });
+
+  it('a call every caller left, kept running, holds its slot: the next live call waits for it in the queue', async () => {
+    const { orchestrator, policy, member } = setup(2, { cancelWhenAbandoned: false });
+    const aborted: string[] = [];
+    let finishKept: ((value: string) => void) | undefined;
+    const endless = (name: string) => (signal: AbortSignal) =>
+      new Promise<string>((resolve, reject) => {
+        if (name === 'kept') finishKept = resolve;
+        signal.addEventListener('abort', () => {
+          aborted.push(name);
+          reject(signal.reason);
+        });
+      });
+    const slow = orchestrator.policy({ breaker: 'llm', concurrency: true, dedup: true, timeout: 60_000 }, 'slow');
+    const leave = [new AbortController(), new AbortController()];
+    const kept = orchestrator.run(slow, endless('kept'), { key: 'kept', signal: leave[0].signal });
+    const cancelled = orchestrator.run(slow, endless('cancelled'), { key: 'cancelled', signal: leave[1].signal });
+    await jest.advanceTimersByTimeAsync(0);
+    leave[0].abort();
+    leave[1].abort();
+    await Promise.allSettled([kept, cancelled]);
+    await jest.advanceTimersByTimeAsync(0);
+    // One kept (in its slot), one cancelled: a live caller always has a slot that kept work cannot take.
+    expect(aborted).toEqual(['cancelled']);
+    expect(member.limiter.detachedInFlight).toBe(1);
+    expect(member.limiter.inFlight).toBe(1);
+    expect(member.limiter.abortedHeld).toBe(1);
+
+    member.limiter.beginLoadReading().end(1); // the server runs the kept call only
+    const live = orchestrator.run(policy, () => Promise.resolve('live'), { key: 'live' });
+    await expect(live).resolves.toBe('live');
+
+    // Both slots taken (the kept call, and a live one): the next live call waits here for the kept one to end.
+    let release: ((value: string) => void) | undefined;
+    const holding = orchestrator.run(slow, () => new Promise<string>((resolve) => (release = resolve)), { key: 'holding' });
+    await jest.advanceTimersByTimeAsync(0);
+    const next = orchestrator.run(slow, () => Promise.resolve('next'), { key: 'next' });
+    await jest.advanceTimersByTimeAsync(0);
+    expect(member.limiter.queued).toBe(1);
+    finishKept!('kept answer');
+    await expect(next).resolves.toBe('next');
+    release!('held');
+    await expect(holding).resolves.toBe('held');
+    expect(member.limiter.detachedInFlight).toBe(0);
   });
 
   it('a pool orders a member whose slots are all busy elsewhere after one with a free slot', () => {
