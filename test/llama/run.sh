@@ -19,5 +19,6 @@ if [[ -z "${LLAMA_SERVER_URL:-}" && -z "${LLAMA_SERVER_DIR:-}" && ! -d ../shared
   exit 0
 fi
 
-exec node --experimental-vm-modules node_modules/jest/bin/jest.js --runInBand \
-  --roots '<rootDir>/test' --testMatch '**/*.llama-spec.ts' "$@"
+# The caller's arguments come first: --testMatch takes every value after it, a file named after it included.
+exec node --experimental-vm-modules node_modules/jest/bin/jest.js --runInBand "$@" \
+  --roots '<rootDir>/test' --testMatch '**/*.llama-spec.ts'

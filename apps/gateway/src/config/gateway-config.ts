@@ -159,12 +159,12 @@ const FLAGS: Record<string, FlagSpec> = {
   'keep-abandoned': {
     env: 'ORCHESTRATOR_KEEP_ABANDONED',
     boolean: true,
-    help: 'a call every caller left keeps running so that its answer lands in the window (default: it is aborted, freeing the slot)',
+    help: "a call every caller left keeps running so that its answer lands in the window (default: it is aborted, freeing the slot); on a llama.cpp server it keeps its slot, and is kept only while a slot is left for live callers",
   },
   'health-interval': {
     env: 'ORCHESTRATOR_HEALTH_INTERVAL_SECS',
     value: 'SECS',
-    help: "how often each llama.cpp server's /health and slots are read, to take it out of rotation and back (default 1)",
+    help: "how often each llama.cpp server's /health and slots (total, and busy from /slots or /metrics) are read, to take it out of rotation and back and leave slots busy with others' work alone (default 1; 0.1 while requests wait on such slots)",
   },
   'tenant-concurrency': {
     env: 'ORCHESTRATOR_TENANT_CONCURRENCY',

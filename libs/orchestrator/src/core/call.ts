@@ -90,8 +90,9 @@ export interface RunningCall {
   readonly cancelled: boolean;
   /**
    * Every caller left and the call is to keep running: its slot moves to the
-   * limiter's detached budget. False when it cannot keep running (it has not
-   * reached the upstream, or the budget is full): it is to be cancelled.
+   * limiter's detached budget (or, under an upstream's capacity, stays held:
+   * see `ConcurrencyLimiter.detach`). False when it cannot keep running (it has
+   * not reached the upstream, or the budget is full): it is to be cancelled.
    */
   detach(): boolean;
 }
@@ -317,6 +318,11 @@ class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
     return span;
   }
 
+  /** An attempt was aborted while it ran (its time limit): the limiter counts the upstream's slot a little longer. */
+  upstreamAborted(): void {
+    this.policy.limiter?.abortedCall();
+  }
+
   /** See `RunningCall.detach`. */
   detach(): boolean {
     const state = this.state.kind;
@@ -356,6 +362,8 @@ class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
   cancel(): void {
     const state = this.state;
     if (state.kind === 'done') return;
+    // Told before the slot is released: the upstream may run the aborted request a little longer.
+    if (state.kind === 'attempting' || state.kind === 'streaming') this.policy.limiter?.abortedCall();
     this.finish();
     if (state.kind === 'attempting' || state.kind === 'streaming') {
       this.upstreamSpan?.end('cancelled');
@@ -409,6 +417,7 @@ class Attempt<T> implements Observer<CallEvent<T>> {
 
   /** A time limit passed: the upstream request is left (and aborted), and the attempt fails with it. */
   timedOut(error: UpstreamTimeoutError): void {
+    this.call.upstreamAborted();
     this.upstream?.unsubscribe();
     this.error(error);
   }

@@ -13,6 +13,63 @@ export type ConcurrencyLimiterOptions = Omit<WithDefaults<ConcurrencyOptions, ty
 /** Gives a slot back; calling it twice is harmless. */
 export type ReleaseSlot = () => void;
 
+/**
+ * How long an upstream that reports its load may be taken to keep running a call after it was aborted, when no
+ * reading says otherwise: a server that notices a closed connection only when it next writes, or polls the socket
+ * (llama.cpp checks a non-streamed request's connection about once a second).
+ */
+export const ABORTED_CALL_HOLD_MS = 2_000;
+
+/**
+ * One read of the upstream's load in progress (`ConcurrencyLimiter.beginLoadReading`): which of the limiter's own
+ * calls the upstream surely counted, so that the rest of what it reports busy is work the limiter did not send.
+ */
+export class LoadReading {
+  /** Of the calls that held a slot when the reading began, those that have ended since. */
+  ended = 0;
+  done = false;
+
+  constructor(
+    private readonly limiter: ConcurrencyLimiter,
+    /** The last slot taken early enough to be counted by the upstream (slots are numbered as they are taken). */
+    readonly lastTaken: number,
+    /** Of the slots held when it began, those taken up to `lastTaken`. */
+    readonly heldAtStart: number,
+    /** When it began, on the limiter's own count of aborts and readings. */
+    readonly tick: number,
+  ) {}
+
+  /** Calls that held a slot from (settled) before the reading began until now: the upstream counted each of them busy. */
+  get heldThroughout(): number {
+    return this.heldAtStart - this.ended;
+  }
+
+  /**
+   * What the upstream said: `busy` of its slots were taken (or requests waiting inside it for one), at some moment
+   * since the reading began. `undefined`: it said nothing (the reading failed); what was known stays.
+   */
+  end(busy: number | undefined): void {
+    if (this.done) return;
+    this.done = true;
+    this.limiter.endLoadReading(this, busy);
+  }
+}
+
+interface AbortedCall {
+  tick: number;
+  timer: ReturnType<typeof setTimeout>;
+}
+
+/** A slot taken recently, while the upstream reports its load: a reading may be too soon to count it. */
+interface RecentTake {
+  at: number;
+  number: number;
+  held: boolean;
+}
+
+// Recent takes kept at most: past it the oldest are dropped (then taken as counted, as any older call is).
+const RECENT_TAKES_KEPT = 1_024;
+
 interface Waiter {
   tenant: string;
   grant: (release: ReleaseSlot) => void;
@@ -86,12 +143,24 @@ const NOTHING_TO_LEAVE = (): void => undefined;
  * Detached calls (every caller gone, the call kept running so that its answer
  * lands in the window) move out of the callers' slots into a small budget of
  * their own (`detachedLimit`): work nobody waits for never blocks a live caller.
+ * Not under a capacity (see below): there the slot is the upstream's, and a
+ * detached call still runs in it, so it keeps it (a live caller waits for it
+ * here, not inside the upstream), and is kept only while a slot is left for
+ * live callers beside it.
  *
  * The limit can move while calls run: with `adaptive`, an `AdaptiveLimit`
  * finds it from the upstream's latency (`limit` in the options is then the
  * ceiling); `setCapacity` fixes it to what the upstream says it can run (a
  * llama.cpp server's slots). A lower limit never cuts calls in flight: new
  * ones wait until enough have ended.
+ *
+ * Under a capacity, the upstream may also say how much of it is busy (its load,
+ * `beginLoadReading`): slots taken by work this limiter did not send (other
+ * clients, other gateways) are not free, so the limit is the capacity minus
+ * them, down to 0. A call aborted while running (a timeout, every caller gone)
+ * may keep its slot upstream a moment longer: it is counted busy until a
+ * reading that began after the abort says how things are, or for at most
+ * `ABORTED_CALL_HOLD_MS`.
  *
  * Invariants: `active <= limit` (but right after the limit is lowered);
  * `detached <= detachedLimit`; a waiter is in
@@ -110,6 +179,19 @@ export class ConcurrencyLimiter {
   private readonly controller?: AdaptiveLimit;
   /** What the upstream said it can run (`setCapacity`); while set, the controller is not asked. */
   private capacity?: number;
+  /** Slots the upstream reported busy with work other than this limiter's live calls, at its last reading. */
+  private busyElsewhere = 0;
+  /** Whether the upstream reports its load: only then are aborted calls counted until it says they ended. */
+  private loadKnown = false;
+  /** Calls aborted since the last reading began (or within the hold): the upstream may still run them. */
+  private readonly aborted: AbortedCall[] = [];
+  private readonly readings = new Set<LoadReading>();
+  private recent: RecentTake[] = [];
+  private readonly now: Clock;
+  /** Slots taken so far, and aborts and readings so far: what a reading is ordered against. */
+  private taken = 0;
+  private ticks = 0;
+  private loadListener?: () => void;
 
   constructor(
     readonly name: string,
@@ -129,6 +211,7 @@ export class ConcurrencyLimiter {
       );
     }
     this.current = this.controller?.limit ?? options.limit;
+    this.now = clock ?? (() => performance.now());
   }
 
   get inFlight(): number {
@@ -164,16 +247,117 @@ export class ConcurrencyLimiter {
 
   /**
    * The upstream says how many calls it can run at once (a llama.cpp server's
-   * slots): the limit is that, within the ceiling, until told otherwise.
-   * `undefined` gives the limit back to the adaptive controller (or the ceiling).
+   * slots): the limit is that (less what its load reports busy elsewhere),
+   * within the ceiling, until told otherwise. `undefined` gives the limit back
+   * to the adaptive controller (or the ceiling), and forgets the load.
    */
   setCapacity(capacity: number | undefined): void {
     this.capacity = capacity === undefined ? undefined : Math.max(1, Math.floor(capacity));
-    this.setLimit(this.capacity ?? this.controller?.limit ?? this.options.limit);
+    if (this.capacity === undefined) this.forgetLoad();
+    else this.updateLimit();
   }
 
-  private setLimit(limit: number): void {
-    const next = Math.min(this.options.limit, Math.max(1, limit));
+  /** Slots the upstream's last reading found busy with work this limiter did not send (0 when it reports no load). */
+  get slotsBusyElsewhere(): number {
+    return this.busyElsewhere;
+  }
+
+  /** Whether the upstream reports its load (its last reading was taken in): then `slotsBusyElsewhere` is known. */
+  get loadReported(): boolean {
+    return this.loadKnown;
+  }
+
+  /** Calls aborted while running that the upstream may still be running (see `ABORTED_CALL_HOLD_MS`). */
+  get abortedHeld(): number {
+    return this.aborted.length;
+  }
+
+  /**
+   * Starts a read of the upstream's load (under a capacity): call it before asking the upstream, and `end` the
+   * reading with its answer. The calls that held a slot throughout are the limiter's own share of what it reports,
+   * but those that took it less than `settleMs` before: the upstream may not have seen their request yet (a server
+   * busy with a long step takes new requests in after it), so they are not taken as counted.
+   */
+  beginLoadReading(settleMs = 0): LoadReading {
+    const settled = this.now() - settleMs;
+    const recent = this.recent;
+    let young = 0;
+    let lastSettled = this.taken;
+    let index = recent.length - 1;
+    for (; index >= 0 && recent[index].at > settled; index--) {
+      lastSettled = recent[index].number - 1;
+      if (recent[index].held) young++;
+    }
+    // Older takes are settled for this reading and the next ones alike.
+    if (index >= 0) recent.splice(0, index + 1);
+    const reading = new LoadReading(this, lastSettled, this.active - young, ++this.ticks);
+    this.readings.add(reading);
+    return reading;
+  }
+
+  /** See `LoadReading.end`. */
+  endLoadReading(reading: LoadReading, busy: number | undefined): void {
+    this.readings.delete(reading);
+    if (busy === undefined || this.capacity === undefined) return;
+    this.loadKnown = true;
+    // Calls that started or ended while the upstream was read may be in its count or not: taking the fewest as
+    // ours errs towards slots busy elsewhere, which the next reading corrects (never towards sending too many).
+    this.busyElsewhere = Math.max(0, Math.floor(busy) - reading.heldThroughout);
+    // Calls aborted before the reading began are in what it reports if the upstream still runs them.
+    while (this.aborted.length > 0 && this.aborted[0].tick < reading.tick) clearTimeout(this.aborted.shift()!.timer);
+    this.updateLimit();
+  }
+
+  /** The upstream's load is unknown again (it went down, or stopped saying): the limit is its capacity. */
+  forgetLoad(): void {
+    this.loadKnown = false;
+    this.busyElsewhere = 0;
+    this.recent = [];
+    for (const call of this.aborted.splice(0)) clearTimeout(call.timer);
+    this.updateLimit();
+  }
+
+  /**
+   * A call that was running upstream was aborted (a timeout, or every caller left): when the upstream reports its
+   * load, its slot is counted busy until a reading says otherwise. Call it before the call's slot is released.
+   */
+  abortedCall(): void {
+    if (!this.loadKnown || this.capacity === undefined) return;
+    const call: AbortedCall = { tick: ++this.ticks, timer: setTimeout(() => this.holdEnded(call), ABORTED_CALL_HOLD_MS) };
+    call.timer.unref?.();
+    this.aborted.push(call);
+    this.updateLimit();
+    if (this.waiting > 0) this.loadListener?.();
+  }
+
+  /**
+   * Told when a caller starts waiting while the limit is held down by what only the upstream can say has ended
+   * (work elsewhere, aborted calls): a reading now may find a slot. One listener (the upstream's health check).
+   */
+  onLoadReadingWanted(listener: (() => void) | undefined): void {
+    this.loadListener = listener;
+  }
+
+  /** Callers wait while slots are counted busy with work that ends without this limiter seeing it. */
+  get loadReadingWanted(): boolean {
+    return this.waiting > 0 && (this.busyElsewhere > 0 || this.aborted.length > 0);
+  }
+
+  private holdEnded(call: AbortedCall): void {
+    const index = this.aborted.indexOf(call);
+    if (index < 0) return;
+    this.aborted.splice(index, 1);
+    this.updateLimit();
+  }
+
+  private updateLimit(): void {
+    if (this.capacity === undefined) return this.setLimit(this.controller?.limit ?? this.options.limit);
+    // Every slot may be busy elsewhere: then nothing is sent until one is free.
+    this.setLimit(this.capacity - this.busyElsewhere - this.aborted.length, 0);
+  }
+
+  private setLimit(limit: number, floor = 1): void {
+    const next = Math.min(this.options.limit, Math.max(floor, limit));
     if (next === this.current) return;
     this.current = next;
     this.pump();
@@ -247,16 +431,29 @@ export class ConcurrencyLimiter {
     if (!line) this.lines.set(tenant, (line = new WaitLine()));
     line.push(waiter);
     this.waiting++;
+    if (this.loadListener && this.loadReadingWanted) this.loadListener();
     return () => this.leave(waiter);
   }
 
   /**
-   * Moves a held slot into the detached budget (the caller's slot goes to
-   * whoever waits). Returns the release of the detached slot, or `undefined`
-   * when the budget is full: the call should then be cancelled.
+   * A call every caller left keeps running: returns the release of its slot from now on, or `undefined` when it
+   * cannot be kept (the call should then be cancelled). Without a capacity, its slot goes to whoever waits and it
+   * runs in the detached budget (`detachedLimit`). Under a capacity it keeps its slot, for it still takes one
+   * upstream: kept only within the budget, and while at least one slot of the limit is left for live callers.
    */
   detach(release: ReleaseSlot): ReleaseSlot | undefined {
     if (this.detached >= this.options.detachedLimit) return undefined;
+    if (this.capacity !== undefined) {
+      if (this.detached + 1 >= this.current) return undefined;
+      this.detached++;
+      let released = false;
+      return () => {
+        if (released) return;
+        released = true;
+        this.detached--;
+        release();
+      };
+    }
     this.detached++;
     release();
     let released = false;
@@ -269,12 +466,20 @@ export class ConcurrencyLimiter {
 
   private take(tenant: string): ReleaseSlot {
     this.active++;
+    const number = ++this.taken;
     if (this.options.perTenantLimit !== undefined) this.held.set(tenant, (this.held.get(tenant) ?? 0) + 1);
+    let recent: RecentTake | undefined;
+    if (this.loadKnown) {
+      recent = { at: this.now(), number, held: true };
+      if (this.recent.push(recent) > RECENT_TAKES_KEPT) this.recent.shift();
+    }
     let released = false;
     return () => {
       if (released) return;
       released = true;
       this.active--;
+      if (recent) recent.held = false;
+      if (this.readings.size > 0) for (const reading of this.readings) if (number <= reading.lastTaken) reading.ended++;
       if (this.options.perTenantLimit !== undefined) {
         const held = (this.held.get(tenant) ?? 1) - 1;
         if (held === 0) this.held.delete(tenant);

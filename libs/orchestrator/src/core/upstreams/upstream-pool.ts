@@ -21,6 +21,8 @@ export interface UpstreamSnapshot {
   breaker: CircuitBreaker['state'];
   /** The upstream's own capacity when it says it (a llama.cpp server's slots). */
   slots?: number;
+  /** Of those, how many its last load reading found busy with work this process did not send (when it reports its load). */
+  slotsBusyElsewhere?: number;
   /** How its limit is set (`capacity`: its slots; `adaptive`: learnt; `fixed`). */
   limitMode?: ConcurrencyLimiter['mode'];
   limit?: number;
@@ -65,11 +67,14 @@ export class Upstream<Target = unknown> {
    * A health check's result. `slots` is the upstream's own capacity when it
    * says it (a llama.cpp server's `total_slots`): the limiter then never lets
    * more calls through than that; `undefined` leaves the limit as it is set
-   * otherwise (adaptive or fixed).
+   * otherwise (adaptive or fixed). How many are busy is the limiter's load
+   * reading (`limiter.beginLoadReading`); an upstream that is not up says
+   * nothing of its load any more, so what was read of it is forgotten.
    */
   setHealth(health: UpstreamHealth, options: { slots?: number; detail?: string } = {}): void {
     this.state = health;
     this.detail = health === 'up' ? undefined : options.detail;
+    if (health !== 'up' && this.limiter.loadReported) this.limiter.forgetLoad();
     if (options.slots !== undefined && options.slots !== this.slots) {
       this.slots = options.slots;
       this.limiter.setCapacity(options.slots);
@@ -85,6 +90,7 @@ export class Upstream<Target = unknown> {
       available: this.available,
       breaker: this.breaker.state,
       ...(this.slots === undefined ? {} : { slots: this.slots }),
+      ...(limiter.loadReported ? { slotsBusyElsewhere: limiter.slotsBusyElsewhere } : {}),
       limitMode: limiter.mode,
       limit: limiter.limit,
       inFlight: limiter.inFlight,
@@ -133,10 +139,11 @@ export class UpstreamPool<Target = unknown> {
       return {
         member,
         rank: member.available ? (free > 0 ? 0 : 1) : 2,
-        load: (limiter.inFlight + limiter.queued) / limiter.limit,
+        // A limit of 0 (every slot busy with others' work): as loaded as can be.
+        load: limiter.limit > 0 ? (limiter.inFlight + limiter.queued) / limiter.limit : Infinity,
       };
     });
-    scored.sort((a, b) => a.rank - b.rank || a.load - b.load || a.member.index - b.member.index);
+    scored.sort((a, b) => a.rank - b.rank || (a.load === b.load ? 0 : a.load - b.load) || a.member.index - b.member.index);
     return scored.map((s) => s.member);
   }
 
