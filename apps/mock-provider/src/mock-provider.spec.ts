@@ -374,7 +374,7 @@ describe('mock provider', () => {
         const anthropic = await fetch(`${keyed.url}/v1/messages`, { method: 'POST', body: JSON.stringify(ANTHROPIC_BODY) });
         expect(await anthropic.json()).toMatchObject({ type: 'error', error: { type: 'authentication_error' } });
         const bad = await fetch(`${keyed.url}/v1/models`, { headers: { authorization: 'Bearer wrong-123' } });
-        expect((await bad.json()).error.message).toContain('wrong-123');
+        expect(((await bad.json()) as { error: { message: string } }).error.message).toContain('wrong-123');
         expect((await fetch(`${keyed.url}/v1/models`, { headers: { authorization: 'Bearer sk-good' } })).status).toBe(200);
         expect((await fetch(`${keyed.url}/v1/models`, { headers: { 'x-api-key': 'sk-good' } })).status).toBe(200);
         keyed.setMode('error503');
