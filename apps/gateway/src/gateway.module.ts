@@ -129,11 +129,11 @@ export class GatewayModule implements NestModule {
           errorShape: 'openai',
         }),
         // Metrics (not at /metrics: llama-server's own, relayed; with --workers, every worker's added up), breaker and
-        // store lines, /health/live and /health/ready.
+        // store lines. /health/live and /health/ready are the HealthController's: probes answer without a key.
         OrchestratorObservabilityModule.forRoot({
           metrics: o.metricsPath === undefined ? false : { path: o.metricsPath, registry: metricsRegistry(config) },
           logger,
-          health: { path: '/health', requireStore: o.readyRequiresStore },
+          health: false,
         }),
       ],
       // The proxied routes are served by the data plane, ahead of these (see gateway.factory.ts).
