@@ -105,6 +105,7 @@ const RELAYED_CODES: ReadonlySet<string> = new Set<OrchestratorErrorCode>([
   'queue_timeout',
   'upstream_timeout',
   'shutting_down',
+  'no_upstream_available',
 ]);
 
 /** A message crosses the wire bounded (never a stack: only `message` is read). */

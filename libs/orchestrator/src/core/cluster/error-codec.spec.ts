@@ -2,6 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import {
   CircuitOpenError,
   ClientClosedError,
+  NoUpstreamAvailableError,
   OverloadedError,
   QueueTimeoutError,
   ShuttingDownError,
@@ -23,6 +24,7 @@ describe("the leader's error, as its followers on other replicas get it", () => 
     ['a full queue', new OverloadedError('upstream', 2)],
     ['a queue wait that ran out', new QueueTimeoutError('upstream', 1_000, 3)],
     ['a replica shutting down', new ShuttingDownError()],
+    ['no upstream in rotation', new NoUpstreamAvailableError('upstream', 5_000)],
   ])('%s: the same orchestrator error, answered with the same status, headers and body', (_what, error) => {
     const followed = across(error);
     expect(isOrchestratorError(followed)).toBe(true);
