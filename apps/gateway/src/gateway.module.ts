@@ -103,7 +103,9 @@ export function orchestratorOptions(
       ]),
     ),
     upstreams: {
-      [UPSTREAM_POOL]: { members: upstreamMembers(config), shouldFailover },
+      // While no upstream is in rotation (a llama.cpp server restarting, loading its model), a request waits for one,
+      // as many at once as may wait for a slot.
+      [UPSTREAM_POOL]: { members: upstreamMembers(config), shouldFailover, hold: { ms: config.holdUnavailableMs, maxHeld: config.queueSize } },
       ...Object.fromEntries([...fallbackGroups(config)].map(([group, groupMembers]) => [group, { members: groupMembers, shouldFailover }])),
     },
     windowStores: shared.windowStore ? [shared.windowStore] : undefined,
