@@ -1,6 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { startMockProvider, type MockProvider, type MockProviderOptions } from '../../apps/mock-provider/src/index.js';
 import { sseData, uniquePrompt } from '../support/gateway-harness.js';
+import { GatedUpstream } from '../support/gated-upstream.js';
 import { ensureBuilt, startGatewayProcess, type AppProcess } from '../support/gateway-process.js';
 import { waitFor } from '../support/platforms.js';
 import { redisServerMissing, startOwnedRedis, type OwnedRedis } from '../support/redis-server.js';
@@ -11,7 +12,8 @@ import { redisServerMissing, startOwnedRedis, type OwnedRedis } from '../support
  * streams included; a leader killed mid-call is taken over by exactly one
  * follower; an outage costs the provider about as many calls as one replica
  * would; Redis going away makes each replica act alone, and its return makes
- * them share again.
+ * them share again. A leader's error reaches the followers on other replicas
+ * as the leader's own callers got it.
  */
 
 const chat = (content: string, stream = false) => JSON.stringify({ model: 'mock-model', stream, messages: [{ role: 'user', content }] });
@@ -23,6 +25,40 @@ async function ask(url: string, body: string, headers: Record<string, string> = 
     body,
   });
   return { status: response.status, outcome: response.headers.get('x-orchestrator-dedup'), text: await response.text() };
+}
+
+/** An answer with what a client can tell apart: status, headers that steer its retries, and the body. */
+async function askWhole(url: string, path: string, body: string) {
+  const response = await fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: 'Bearer sk-fleet', 'x-api-key': 'sk-fleet', 'anthropic-version': '2023-06-01' },
+    body,
+  });
+  return {
+    status: response.status,
+    outcome: response.headers.get('x-orchestrator-dedup'),
+    retryAfter: response.headers.get('retry-after'),
+    shouldRetry: response.headers.get('x-should-retry'),
+    text: await response.text(),
+  };
+}
+
+interface ReplicaHealth {
+  dedup: { inFlight: number; joined: number };
+  coordination: { state: string } | null;
+}
+
+async function health(url: string): Promise<ReplicaHealth> {
+  return (await (await fetch(`${url}/health`)).json()) as ReplicaHealth;
+}
+
+/** Polls a replica's /health until `condition` holds. */
+async function waitForHealth(url: string, condition: (h: ReplicaHealth) => boolean, what: string): Promise<void> {
+  for (const deadline = Date.now() + 10_000; ; ) {
+    if (condition(await health(url))) return;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20)); // polling interval
+  }
 }
 
 /** Until a replica's flight is forgotten, i.e. its answer is in the window (memory and Redis). */
@@ -45,9 +81,12 @@ describe('replicas sharing one Redis', () => {
     if (missing) throw new Error(missing);
     await ensureBuilt();
   }, 180_000);
+  let gate: GatedUpstream | undefined;
   afterEach(async () => {
     for (const replica of replicas) replica.kill();
     replicas = [];
+    await gate?.close();
+    gate = undefined;
     await provider?.close();
     await redis?.close();
   });
@@ -208,6 +247,83 @@ describe('replicas sharing one Redis', () => {
     }
     expect(provider.stats().total).toBe(1);
   }, 60_000);
+
+  it("a leader's error reaches its followers on the other replica as the leader got it: the provider's 503, 500 and 429, and the gateway's own timeout", async () => {
+    redis = await startOwnedRedis();
+    provider = await startMockProvider({ latencyMs: 5 });
+    gate = new GatedUpstream(provider.url);
+    await gate.start();
+    // No retries and a breaker that stays closed: each error below is the answer of one call.
+    const flags = ['--upstream', gate.url, '--redis', redis.url, '--retries', '0', '--breaker-failures', '100', '--timeout', '4'];
+    replicas = await Promise.all([startGatewayProcess(flags), startGatewayProcess(flags)]);
+    const [leaderUrl, followerUrl] = replicas.map((r) => r.url);
+    for (const url of [leaderUrl, followerUrl]) {
+      await waitForHealth(url, (h) => h.coordination?.state === 'ok', 'the replica to reach Redis');
+    }
+    const joined = async () => (await health(followerUrl)).dedup.joined;
+
+    /** The leader's call held at the gate until 3 requests on the other replica follow it; then `failure` answers it. */
+    const herd = async (path: string, body: string, failure: () => void) => {
+      const joinedBefore = await joined();
+      const callsBefore = gate!.calls;
+      gate!.hold();
+      const leader = askWhole(leaderUrl, path, body);
+      await waitFor(() => gate!.heldCount === 1, 10_000, "the leader's call to reach the gate");
+      const followers = Array.from({ length: 3 }, () => askWhole(followerUrl, path, body));
+      await waitForHealth(followerUrl, (h) => h.dedup.joined - joinedBefore === 3, 'the 3 followers to join');
+      failure();
+      const answers = { leader: await leader, followers: await Promise.all(followers) };
+      gate!.release();
+      expect(gate!.calls - callsBefore).toBe(1);
+      expect(answers.leader.outcome).toBe('miss');
+      expect(answers.followers.map((f) => f.outcome)).toEqual(['joined', 'joined', 'joined']);
+      return answers;
+    };
+    const asSeen = ({ status, retryAfter, shouldRetry, text }: Awaited<ReturnType<typeof askWhole>>) => ({ status, retryAfter, shouldRetry, text });
+    const chatPath = '/v1/chat/completions';
+
+    const unavailable = await herd(chatPath, chat(uniquePrompt('leader 503')), () => {
+      provider.setMode('error503', { retryAfterSeconds: 7 });
+      gate!.release();
+    });
+    expect(asSeen(unavailable.leader)).toMatchObject({ status: 503, retryAfter: '7', shouldRetry: 'false' });
+    expect(JSON.parse(unavailable.leader.text)).toMatchObject({ error: { code: 'service_unavailable' } });
+    expect(unavailable.followers.map(asSeen)).toEqual(unavailable.followers.map(() => asSeen(unavailable.leader)));
+
+    const limited = await herd(chatPath, chat(uniquePrompt('leader 429')), () => {
+      provider.setMode('error429', { retryAfterSeconds: 1 });
+      gate!.release();
+    });
+    expect(asSeen(limited.leader)).toMatchObject({ status: 429, retryAfter: '1', shouldRetry: 'true' });
+    expect(limited.followers.map(asSeen)).toEqual(limited.followers.map(() => asSeen(limited.leader)));
+
+    const failed = await herd(chatPath, chat(uniquePrompt('leader 500 mock:fail-500')), () => {
+      provider.setMode('ok');
+      gate!.release();
+    });
+    expect(asSeen(failed.leader)).toMatchObject({ status: 500, shouldRetry: 'false' });
+    expect(failed.followers.map(asSeen)).toEqual(failed.followers.map(() => asSeen(failed.leader)));
+
+    // The same on the Anthropic route, in Anthropic's error shape (each answer names its own request).
+    const messages = JSON.stringify({ model: 'mock-model', max_tokens: 16, messages: [{ role: 'user', content: uniquePrompt('leader 503 messages') }] });
+    const anthropic = await herd('/v1/messages', messages, () => {
+      provider.setMode('error503');
+      gate!.release();
+    });
+    const withoutId = (a: Awaited<ReturnType<typeof askWhole>>) => {
+      const { request_id: _id, ...rest } = JSON.parse(a.text) as { request_id?: string };
+      return { ...asSeen(a), text: rest };
+    };
+    expect(withoutId(anthropic.leader)).toMatchObject({ status: 503, text: { type: 'error', error: { type: 'overloaded_error' } } });
+    expect(anthropic.followers.map(withoutId)).toEqual(anthropic.followers.map(() => withoutId(anthropic.leader)));
+
+    // The gateway's own error: the held call runs out of its time limit (--timeout 4) at the gate.
+    provider.setMode('ok');
+    const timedOut = await herd(chatPath, chat(uniquePrompt('leader times out')), () => undefined);
+    expect(asSeen(timedOut.leader)).toMatchObject({ status: 504, shouldRetry: 'false' });
+    expect(JSON.parse(timedOut.leader.text)).toMatchObject({ error: { code: 'upstream_timeout' } });
+    expect(timedOut.followers.map(asSeen)).toEqual(timedOut.followers.map(() => asSeen(timedOut.leader)));
+  }, 90_000);
 
   it('--redis-prefix isolates everything, the answer window included', async () => {
     redis = await startOwnedRedis();

@@ -1,7 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startMockProvider, type MockProvider } from '../../apps/mock-provider/src/index.js';
@@ -11,6 +10,7 @@ import { GATEWAY_ERROR_CODEC } from '../../apps/gateway/src/shared-state/shared-
 import { sseData, uniquePrompt } from '../support/gateway-harness.js';
 import { ensureBuilt, startGatewayProcess, type AppProcess } from '../support/gateway-process.js';
 import { parseMetrics, valueOf } from '../support/metrics-text.js';
+import { GatedUpstream } from '../support/gated-upstream.js';
 import { Gate } from '../support/platforms.js';
 import { redisServerMissing, startOwnedRedis, type OwnedRedis } from '../support/redis-server.js';
 import { createClient } from '@keyv/redis';
@@ -74,6 +74,30 @@ function askOnNewConnection(url: string, body: string): Promise<{ status: number
   });
 }
 
+/** Like `askOnNewConnection`, with what steers a client's retries and the whole body: a follower's answer is compared to its leader's. */
+function askWholeOnNewConnection(url: string, body: string): Promise<{ status: number; outcome: string | null; retryAfter: string | null; shouldRetry: string | null; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      `${url}/v1/chat/completions`,
+      { method: 'POST', agent: false, headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` } },
+      (response) => {
+        let text = '';
+        response.setEncoding('utf8');
+        response.on('data', (chunk: string) => (text += chunk));
+        response.on('end', () => {
+          const header = (name: string) => {
+            const value = response.headers[name];
+            return typeof value === 'string' ? value : null;
+          };
+          resolve({ status: response.statusCode ?? 0, outcome: header('x-orchestrator-dedup'), retryAfter: header('retry-after'), shouldRetry: header('x-should-retry'), text });
+        });
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
 /** A request whose answer is read as it comes: `started` resolves once the first SSE event has reached the client. */
 function askStreaming(url: string, body: string): { started: Promise<void>; done: Promise<Answer> } {
   const started = new Gate();
@@ -97,85 +121,6 @@ function askStreaming(url: string, body: string): { started: Promise<void>; done
   })();
   done.catch((error: unknown) => started.reject(error));
   return { started: started.promise, done };
-}
-
-/**
- * A loopback proxy in front of the simulated provider. While `hold()` is on,
- * model calls (POST) wait here before reaching the provider; `pauseStreams()`
- * lets an answer's first bytes through and keeps the rest until `resume()`.
- * Everything else (health probes, GET /v1/models) passes at once.
- */
-class GatedUpstream {
-  url = '';
-  private server?: Server;
-  private holding = false;
-  private readonly held: Array<() => void> = [];
-  private streamGate?: Gate;
-  /** Model calls that arrived here, held or not. */
-  calls = 0;
-
-  constructor(private readonly target: string) {}
-
-  async start(): Promise<void> {
-    this.server = createServer((req, res) => this.handle(req, res));
-    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
-    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
-  }
-
-  get heldCount(): number {
-    return this.held.length;
-  }
-
-  hold(): void {
-    this.holding = true;
-  }
-
-  release(): void {
-    this.holding = false;
-    for (const forward of this.held.splice(0)) forward();
-  }
-
-  pauseStreams(): void {
-    this.streamGate = new Gate();
-  }
-
-  resume(): void {
-    this.streamGate?.resolve();
-    this.streamGate = undefined;
-  }
-
-  async close(): Promise<void> {
-    this.release();
-    this.resume();
-    this.server?.closeAllConnections();
-    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
-  }
-
-  private handle(req: IncomingMessage, res: ServerResponse): void {
-    const forward = () => {
-      const upstream = request(`${this.target}${req.url}`, { method: req.method, headers: req.headers }, (answer) => {
-        res.writeHead(answer.statusCode ?? 502, answer.headers);
-        const gate = this.streamGate;
-        let first = true;
-        answer.on('data', (chunk: Buffer) => {
-          res.write(chunk);
-          if (first && gate) {
-            answer.pause();
-            void gate.promise.then(() => answer.resume());
-          }
-          first = false;
-        });
-        answer.on('end', () => res.end());
-        answer.on('error', () => res.destroy());
-      });
-      upstream.on('error', () => res.destroy());
-      req.pipe(upstream);
-    };
-    if (req.method !== 'POST') return forward();
-    this.calls++;
-    if (this.holding) this.held.push(forward);
-    else forward();
-  }
 }
 
 interface WorkerHealth {
@@ -466,6 +411,48 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     await until('the breaker to close', () => askOnNewConnection(gateway.url, chat(uniquePrompt('after'))), (a) => a.status === 200, 10_000);
     const after = await Promise.all(Array.from({ length: 6 }, (_, i) => askOnNewConnection(gateway.url, chat(uniquePrompt(`recovered ${i}`)))));
     expect(after.map((a) => a.status)).toEqual(after.map(() => 200));
+  }, 300_000);
+
+  it("a leading worker's error reaches the other worker's followers as the leader got it: the provider's 503 (Retry-After), and the gateway's own timeout", async () => {
+    // No retries and a breaker that stays closed: each error below is the answer of one call.
+    const { gateway } = await start(['--retries', '0', '--breaker-failures', '100', '--timeout', '4']);
+    const url = gateway.url;
+    /** The leader's call held at the gate until 4 more requests (on new connections: both workers) follow it; then `failure` answers it. */
+    const herd = async (body: string, failure: () => void) => {
+      const before = await health(url);
+      const callsBefore = upstream.calls;
+      upstream.hold();
+      const leader = askWholeOnNewConnection(url, body);
+      await until("the leader's call to reach the gate", async () => upstream.heldCount, (held) => held === 1);
+      const followers = Array.from({ length: 4 }, () => askWholeOnNewConnection(url, body));
+      const arrived = await until('the 4 followers to join', () => health(url), (h) => attached(h, before) === 5);
+      failure();
+      const answers = { leader: await leader, followers: await Promise.all(followers) };
+      upstream.release();
+      expect(upstream.calls - callsBefore).toBe(1);
+      expect([answers.leader, ...answers.followers].map((a) => a.outcome).sort()).toEqual(['joined', 'joined', 'joined', 'joined', 'miss']);
+      // Both workers took part: the one that did not call followed the other's.
+      const share = arrived.workers!.list.map((w) => {
+        const was = before.workers!.list.find((b) => b.pid === w.pid)!;
+        return w.dedup.miss + w.dedup.joined - (was.dedup.miss + was.dedup.joined);
+      });
+      expect(share.every((n) => n > 0)).toBe(true);
+      return [answers.leader, ...answers.followers].map(({ status, retryAfter, shouldRetry, text }) => ({ status, retryAfter, shouldRetry, text }));
+    };
+
+    const unavailable = await herd(chat(uniquePrompt('worker leader 503')), () => {
+      provider.setMode('error503', { retryAfterSeconds: 7 });
+      upstream.release();
+    });
+    expect(unavailable[0]).toMatchObject({ status: 503, retryAfter: '7', shouldRetry: 'false' });
+    expect(new Set(unavailable.map((a) => JSON.stringify(a))).size).toBe(1);
+
+    provider.setMode('ok');
+    // The gateway's own error: the held call runs out of its time limit (--timeout 4) at the gate.
+    const timedOut = await herd(chat(uniquePrompt('worker leader times out')), () => undefined);
+    expect(timedOut[0]).toMatchObject({ status: 504, shouldRetry: 'false' });
+    expect(JSON.parse(timedOut[0].text)).toMatchObject({ error: { code: 'upstream_timeout' } });
+    expect(new Set(timedOut.map((a) => JSON.stringify(a))).size).toBe(1);
   }, 300_000);
 
   it('the leading worker killed before its answer: the other worker\'s callers get one answer from a single takeover call', async () => {

@@ -120,6 +120,7 @@ describe('parseGatewayConfig', () => {
       adaptiveConcurrency: true,
       keepAbandoned: false,
       healthIntervalMs: 1_000,
+      holdUnavailableMs: 5_000,
       tenantConcurrency: undefined,
       fairQueue: true,
       queueSize: 1000,
@@ -158,6 +159,13 @@ describe('parseGatewayConfig', () => {
         serviceName: 'nest-prompt-orchestrator-gateway',
       },
     });
+  });
+
+  it('reads --hold-unavailable (seconds, 0 refusing at once) and its variable, and refuses a negative one', () => {
+    expect(parseGatewayConfig(['--hold-unavailable', '0'], {})?.holdUnavailableMs).toBe(0);
+    expect(parseGatewayConfig(['--hold-unavailable', '2.5'], {})?.holdUnavailableMs).toBe(2_500);
+    expect(parseGatewayConfig([], { ORCHESTRATOR_HOLD_UNAVAILABLE_SECS: '12' })?.holdUnavailableMs).toBe(12_000);
+    expect(() => parseGatewayConfig(['--hold-unavailable=-1'], {})).toThrow(/--hold-unavailable must be at least 0/);
   });
 
   it('keeps idle client connections open for --keep-alive-timeout (65 s by default, not Node\'s 5 s)', () => {

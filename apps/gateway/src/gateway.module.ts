@@ -103,7 +103,9 @@ export function orchestratorOptions(
       ]),
     ),
     upstreams: {
-      [UPSTREAM_POOL]: { members: upstreamMembers(config), shouldFailover },
+      // While no upstream is in rotation (a llama.cpp server restarting, loading its model), a request waits for one,
+      // as many at once as may wait for a slot.
+      [UPSTREAM_POOL]: { members: upstreamMembers(config), shouldFailover, hold: { ms: config.holdUnavailableMs, maxHeld: config.queueSize } },
       ...Object.fromEntries([...fallbackGroups(config)].map(([group, groupMembers]) => [group, { members: groupMembers, shouldFailover }])),
     },
     windowStores: shared.windowStore ? [shared.windowStore] : undefined,
@@ -129,11 +131,11 @@ export class GatewayModule implements NestModule {
           errorShape: 'openai',
         }),
         // Metrics (not at /metrics: llama-server's own, relayed; with --workers, every worker's added up), breaker and
-        // store lines, /health/live and /health/ready.
+        // store lines. /health/live and /health/ready are the HealthController's: probes answer without a key.
         OrchestratorObservabilityModule.forRoot({
           metrics: o.metricsPath === undefined ? false : { path: o.metricsPath, registry: metricsRegistry(config) },
           logger,
-          health: { path: '/health', requireStore: o.readyRequiresStore },
+          health: false,
         }),
       ],
       // The proxied routes are served by the data plane, ahead of these (see gateway.factory.ts).

@@ -50,13 +50,13 @@ function publicMembers(entry: string, name: string): string[] {
 const CORE = [
   'AdaptiveLimit', 'AdaptiveLimitOptions', 'BreakerCoordinator', 'BreakerOptions', 'BreakerSnapshot', 'BreakerState',
   'CircuitOpenError', 'ClientClosedError', 'Clock', 'ConcurrencyOptions', 'DedupOptions', 'DedupOutcome',
-  'DedupRequest', 'ErrorBody', 'ErrorShape', 'FailureRateOptions', 'FlightCoordinator', 'FlightSnapshot',
-  'LimiterSnapshot', 'NestErrorBody', 'OpenAIErrorBody', 'OrchestrateOptions', 'Orchestrator', 'OrchestratorConfigError',
+  'DedupRequest', 'ErrorBody', 'ErrorShape', 'FailureRateOptions', 'FlightCoordinator', 'FlightSnapshot', 'HoldOutcome',
+  'LimiterSnapshot', 'NestErrorBody', 'NoUpstreamAvailableError', 'OpenAIErrorBody', 'OrchestrateOptions', 'Orchestrator', 'OrchestratorConfigError',
   'OrchestratorError', 'OrchestratorErrorCode', 'OrchestratorHealth', 'OrchestratorHooks', 'OrchestratorObserver',
   'OrchestratorOptions', 'OverloadedError', 'QueueTimeoutError', 'RawResponse', 'RedisCommands', 'RedisCoordinator',
   'RedisCoordinatorOptions', 'RedisSubscriber', 'RefusalReason', 'RequestOutcome', 'RetryOptions', 'RoutePolicy',
   'RunCall', 'RunOptions', 'ShuttingDownError', 'StreamHead', 'StreamedResponse', 'TimeoutOptions', 'Upstream',
-  'UpstreamHealth', 'UpstreamMemberOptions', 'UpstreamPool', 'UpstreamPoolOptions', 'UpstreamRegistry', 'UpstreamResult',
+  'UpstreamHealth', 'UpstreamHold', 'UpstreamMemberOptions', 'UpstreamPool', 'UpstreamPoolOptions', 'UpstreamRegistry', 'UpstreamResult',
   'UpstreamSnapshot', 'UpstreamTimeoutError', 'defaultShouldFailover', 'errorBody', 'errorHeaders', 'isOrchestratorError',
   'isTransientFailure', 'isUpstreamFailure',
 ];

@@ -29,6 +29,8 @@ export interface GatewayConfig {
   keepAbandoned: boolean;
   /** How often each llama.cpp server's health and slots are read. */
   healthIntervalMs: number;
+  /** How long a request waits for an upstream to come into rotation while none is (0: refused at once). */
+  holdUnavailableMs: number;
   /** Upstream calls one tenant may have in flight at once (undefined: no cap of its own). */
   tenantConcurrency?: number;
   /** The wait queue is shared in turn across tenants (on unless --no-fair-queue). */
@@ -165,6 +167,11 @@ const FLAGS: Record<string, FlagSpec> = {
     env: 'ORCHESTRATOR_HEALTH_INTERVAL_SECS',
     value: 'SECS',
     help: "how often each llama.cpp server's /health and slots (total, and busy from /slots or /metrics) are read, to take it out of rotation and back and leave slots busy with others' work alone (default 1; 0.1 while requests wait on such slots)",
+  },
+  'hold-unavailable': {
+    env: 'ORCHESTRATOR_HOLD_UNAVAILABLE_SECS',
+    value: 'SECS',
+    help: 'while no upstream is in rotation (llama.cpp servers down or loading their model), how long a request waits for one before a 503 no_upstream_available; 0 refuses at once; an open breaker still refuses at once (default 5)',
   },
   'tenant-concurrency': {
     env: 'ORCHESTRATOR_TENANT_CONCURRENCY',
@@ -393,6 +400,7 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     adaptiveConcurrency: !(values['no-adaptive-concurrency'] === true || isTrue(env.ORCHESTRATOR_NO_ADAPTIVE_CONCURRENCY)),
     keepAbandoned: values['keep-abandoned'] === true || isTrue(env.ORCHESTRATOR_KEEP_ABANDONED),
     healthIntervalMs: seconds('health-interval', 1),
+    holdUnavailableMs: Math.round(parseNumber('hold-unavailable', raw('hold-unavailable'), 5, 0) * 1000),
     tenantConcurrency: raw('tenant-concurrency') === undefined ? undefined : integer('tenant-concurrency', 1, 1),
     fairQueue: !(values['no-fair-queue'] === true || isTrue(env.ORCHESTRATOR_NO_FAIR_QUEUE)),
     queueSize: integer('queue-size', 1000, 0),

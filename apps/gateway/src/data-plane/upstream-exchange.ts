@@ -7,15 +7,13 @@ import { usageOfJson } from '../budgets/usage.js';
 import { redactor } from '../http/redaction.js';
 import type { ClientApi } from '../providers/provider.js';
 import { UpstreamStreamError, type StreamFormat } from '../upstream/stream-end.js';
-import { UpstreamHttpError, UpstreamProtocolError, looksLikeJson, startsWithErrorField } from '../upstream/upstream-client.js';
+import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError, looksLikeJson, startsWithErrorField } from '../upstream/upstream-client.js';
 import { SseScan } from './sse-scan.js';
 import { Interned } from './interned.js';
 
 // A stream is read ahead of its fastest caller by at most about this much (plus one socket read).
 const HIGH_WATER = 256 * 1024;
 const LOW_WATER = 64 * 1024;
-// An error body is only relayed or read for its message: more than this is not worth holding.
-const MAX_ERROR_BODY = 64 * 1024;
 const EVENT_STREAM = /^text\/event-stream\b/i;
 /** Content types as kept with every stored answer: one copy of each. */
 const CONTENT_TYPES = new Interned(64);

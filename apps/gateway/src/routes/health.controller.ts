@@ -1,9 +1,12 @@
-import { Controller, Get, Inject } from '@nestjs/common';
-import { OrchestratorService, type DedupOutcome, type LimiterSnapshot } from 'nest-prompt-orchestrator';
+import { Controller, Get, Header, Inject, Req, Res, SetMetadata } from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
+import type { IncomingMessage } from 'node:http';
+import { OrchestratorService, livenessReport, readinessReport, type DedupOutcome, type HealthReport, type LimiterSnapshot } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { Budgets } from '../budgets/budgets.service.js';
 import { WorkerCoordination } from '../cluster/worker-coordination.js';
+import { ControlKeys, KEYLESS_PROBE } from '../http/gateway.guard.js';
 import { Lifecycle } from '../http/lifecycle.js';
 import { UPSTREAM } from './shaping.js';
 import { FleetHeartbeat } from '../status/fleet-heartbeat.js';
@@ -27,14 +30,26 @@ interface WorkerPart {
   window: { entries: number; bytes: number; maxBytes: number };
 }
 
+/** What a probe tells a caller without a key, when keys are on: whether it passes, and nothing of what is behind. */
+interface ProbeStatus {
+  status: HealthReport['status'];
+}
+
 /**
  * Liveness of the gateway itself, answered at once (it never waits on the
  * provider), with the upstream's state as the breaker sees it. Under
  * `--workers`, whichever worker answers describes the whole port: counts are
  * the workers' sums, and `workers` lists each one.
+ *
+ * `/health/live` and `/health/ready` are what load balancers and Kubernetes
+ * probe: they answer without a key (a probe has none to send). With keys on,
+ * a caller without one gets the status code and `{ status }` only; the
+ * details (upstreams, breakers, store) are for key holders, as `/health` is.
  */
 @Controller()
 export class HealthController {
+  private readonly keys: ControlKeys;
+
   constructor(
     private readonly orchestrator: OrchestratorService,
     @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
@@ -42,8 +57,32 @@ export class HealthController {
     private readonly workers: WorkerCoordination,
     private readonly lifecycle: Lifecycle,
     private readonly fleet: FleetHeartbeat,
+    private readonly adapterHost: HttpAdapterHost,
   ) {
+    this.keys = new ControlKeys(config, budgets);
     workers.channel?.provide('health', () => this.part());
+  }
+
+  /** Liveness: the process answers. Nothing outside it is consulted: a restart would not fix the provider. */
+  @Get('health/live')
+  @SetMetadata(KEYLESS_PROBE, true)
+  @Header('cache-control', 'no-store')
+  live(@Req() request: IncomingMessage): HealthReport | ProbeStatus {
+    return this.shown(request, livenessReport());
+  }
+
+  /** Readiness: 503 while shutting down, or (`--ready-requires-store`) while Redis is unreachable, or with no upstream in rotation. */
+  @Get('health/ready')
+  @SetMetadata(KEYLESS_PROBE, true)
+  @Header('cache-control', 'no-store')
+  ready(@Req() request: IncomingMessage, @Res({ passthrough: true }) response: unknown): HealthReport | ProbeStatus {
+    const report = readinessReport(this.orchestrator, { requireStore: this.config.observability.readyRequiresStore });
+    if (report.status !== 'ok') this.adapterHost.httpAdapter.status(response, 503);
+    return this.shown(request, report);
+  }
+
+  private shown(request: IncomingMessage, report: HealthReport): HealthReport | ProbeStatus {
+    return this.keys.admits(request.headers) ? report : { status: report.status };
   }
 
   @Get(['health', 'v1/health'])

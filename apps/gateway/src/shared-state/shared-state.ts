@@ -6,9 +6,10 @@ import { DEFAULT_ERROR_CODEC, type ErrorCodec } from 'nest-prompt-orchestrator/i
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { ApiError } from '../http/api-error.js';
+import { redactor } from '../http/redaction.js';
 import type { ClientApi } from '../providers/provider.js';
 import { UpstreamStreamError } from '../upstream/stream-end.js';
-import { UpstreamHttpError } from '../upstream/upstream-client.js';
+import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError } from '../upstream/upstream-client.js';
 
 type RedisClient = ReturnType<typeof connect>;
 
@@ -109,38 +110,77 @@ function connect(url: string) {
 }
 
 /**
- * The gateway's own errors across replicas: a replica that followed another's
- * call answers its callers exactly as the leader answered its own (the
- * provider's status and bytes, or the gateway's error).
+ * The gateway's own errors across replicas (Redis) and workers (their
+ * primary): a replica that followed another's call answers its callers exactly
+ * as the leader answered its own (the provider's status, bytes and
+ * `Retry-After`, or the gateway's error; the orchestrator's own errors cross in
+ * the package's codec). What crosses is bounded (an error body as the upstream
+ * client keeps it, short strings) and leaves no known key in Redis: the body is
+ * redacted as every client would get it.
  */
 export const GATEWAY_ERROR_CODEC: ErrorCodec = {
   encode(error) {
     if (error instanceof UpstreamHttpError) {
-      return { t: 'upstream', status: error.status, body: error.body.toString('base64'), contentType: error.contentType, api: error.api, retryAfter: error.retryAfter };
+      const body = redactor.bytes(error.body.subarray(0, MAX_ERROR_BODY));
+      return { t: 'upstream', status: error.status, body: body.toString('base64'), contentType: error.contentType, api: error.api, retryAfter: error.retryAfter };
     }
-    if (error instanceof ApiError) return { t: 'api', status: error.status, message: error.message, code: error.code, param: error.param, type: error.type };
+    if (error instanceof ApiError) {
+      return {
+        t: 'api',
+        status: error.status,
+        message: error.message,
+        code: error.code,
+        param: error.param,
+        type: error.type,
+        retryAfter: error.retryAfter,
+        retryable: error.retryable,
+      };
+    }
     if (error instanceof UpstreamStreamError) return { t: 'stream', message: error.message, delivered: error.delivered };
+    if (error instanceof UpstreamProtocolError) return { t: 'protocol', message: error.message };
     return DEFAULT_ERROR_CODEC.encode(error);
   },
   decode(data) {
     switch (data.t) {
       case 'upstream':
         return new UpstreamHttpError(
-          data.status as number,
-          Buffer.from(String(data.body), 'base64'),
-          data.contentType as string | undefined,
+          statusOf(data.status, 502),
+          Buffer.from(String(data.body), 'base64').subarray(0, MAX_ERROR_BODY),
+          shortText(data.contentType),
           data.api as ClientApi,
-          data.retryAfter as string | undefined,
+          shortText(data.retryAfter),
         );
-      case 'api':
-        return new ApiError(data.status as number, String(data.message), (data.code as string | null) ?? null, (data.param as string | null) ?? null, data.type as string | undefined);
+      case 'api': {
+        const error = new ApiError(
+          statusOf(data.status, 500),
+          String(data.message).slice(0, 1_000),
+          shortText(data.code) ?? null,
+          shortText(data.param) ?? null,
+          shortText(data.type),
+        );
+        error.retryAfter = shortText(data.retryAfter);
+        if (data.retryable === true) error.retryable = true;
+        return error;
+      }
       case 'stream':
-        return new UpstreamStreamError(String(data.message), Boolean(data.delivered));
+        return new UpstreamStreamError(String(data.message).slice(0, 1_000), Boolean(data.delivered));
+      case 'protocol':
+        return new UpstreamProtocolError(String(data.message).slice(0, 1_000));
       default:
         return DEFAULT_ERROR_CODEC.decode(data);
     }
   },
 };
+
+/** An HTTP error status from the wire, else `fallback`. */
+function statusOf(value: unknown, fallback: number): number {
+  return typeof value === 'number' && Number.isInteger(value) && value >= 400 && value <= 599 ? value : fallback;
+}
+
+/** A header value or a code from the wire: a short string, or undefined. */
+function shortText(value: unknown): string | undefined {
+  return typeof value === 'string' ? value.slice(0, 200) : undefined;
+}
 
 function describe(error: unknown): string {
   return ((error as Error | undefined)?.message ?? String(error)).slice(0, 200);

@@ -82,7 +82,13 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
   private second: Record<(typeof OUTCOMES)[number], number> = { miss: 0, joined: 0, cached: 0, none: 0 };
   private readonly history: Array<{ at: number; miss: number; joined: number; cached: number; none: number }> = [];
   private readonly upstreamCalls: Record<UpstreamResult, number> = { ok: 0, error: 0, timeout: 0 };
-  private readonly refusals: Record<RefusalReason, number> = { circuit_open: 0, overloaded: 0, queue_timeout: 0, shutting_down: 0 };
+  private readonly refusals: Record<RefusalReason, number> = {
+    circuit_open: 0,
+    overloaded: 0,
+    queue_timeout: 0,
+    shutting_down: 0,
+    no_upstream_available: 0,
+  };
   private readonly transitions: Array<{ at: number; name: string; from: BreakerState; to: BreakerState }> = [];
   private readonly errors: Array<{ at: number; requestId: string; route: string; status: number; code?: string }> = [];
   private readonly tenants = new Map<string, number>();

@@ -107,7 +107,7 @@ function render(s) {
   text($('tokens-saved'), fmt(s.saved.tokens));
   text($('money-saved'), s.saved.priced ? money(s.saved.dollars) : 'no price known for these models');
   text($('money-spent'), s.spent.dollars ? money(s.spent.dollars) : '-');
-  rows($('refusals'), Object.entries(s.refusals), ([reason, n]) => [reason.replace('_', ' '), fmt(n)]);
+  rows($('refusals'), Object.entries(s.refusals), ([reason, n]) => [reason.replace(/_/g, ' '), fmt(n)]);
   rows($('tenants'), s.tenants, (t) => [t.tenant, fmt(t.requests)]);
   rows($('errors'), s.errors, (e) => [time(e.at), e.route, e.status, e.code || '', e.requestId.slice(0, 8)]);
   rows($('causes'), s.causes, (c) => [c.cause + (c.fromUpstream ? ' (provider)' : ''), c.status, c.route, fmt(c.count), time(c.lastAt), time(c.firstAt), c.lastRequestId.slice(0, 8)]);

@@ -69,8 +69,8 @@ export interface UpstreamAnswer {
   bytes(): Promise<Buffer>;
 }
 
-// An error body is only relayed or read for its message: more than this is not worth holding.
-const MAX_ERROR_BODY = 64 * 1024;
+/** An error body is only relayed or read for its message: more than this is not worth holding. */
+export const MAX_ERROR_BODY = 64 * 1024;
 
 /**
  * HTTP to the provider over one keep-alive undici Agent. Every call carries

@@ -15,6 +15,7 @@ export type OrchestratorErrorCode =
   | 'queue_timeout'
   | 'upstream_timeout'
   | 'shutting_down'
+  | 'no_upstream_available'
   | 'client_closed_request';
 
 export abstract class OrchestratorError extends Error {
@@ -98,6 +99,33 @@ export class UpstreamTimeoutError extends OrchestratorError {
           : `The upstream stream stalled for more than ${limitMs} ms.`,
     );
     this.name = 'UpstreamTimeoutError';
+  }
+}
+
+/**
+ * No upstream of a pool is in rotation (each one's health check says it is
+ * down or loading) and none came back within the pool's hold: refused without
+ * calling any, with the time worth waiting before trying again.
+ */
+export class NoUpstreamAvailableError extends OrchestratorError {
+  readonly code = 'no_upstream_available' as const;
+  readonly status = 503;
+  readonly type = 'service_unavailable';
+  override readonly retryAfterSeconds: number;
+  constructor(
+    readonly pool: string,
+    /** How long the call waited for one (0: refused at once). */
+    readonly heldMs: number,
+  ) {
+    // Whatever kept the upstreams out (a model loading, a restart) is likely to take about as long again.
+    const retryAfter = Math.max(1, Math.ceil(heldMs / 1000));
+    super(
+      heldMs > 0
+        ? `No upstream of "${pool}" came into rotation within ${heldMs} ms (each is down or loading); try again in about ${retryAfter} s.`
+        : `No upstream of "${pool}" is in rotation (each is down or loading); try again in about ${retryAfter} s.`,
+    );
+    this.retryAfterSeconds = retryAfter;
+    this.name = 'NoUpstreamAvailableError';
   }
 }
 

@@ -13,7 +13,7 @@ export {
   type FlightSnapshot,
 } from './orchestrator.js';
 export type { OrchestrateOptions, RoutePolicy } from './policy.js';
-export { Upstream, UpstreamPool, defaultShouldFailover, type UpstreamHealth, type UpstreamSnapshot } from './upstreams/upstream-pool.js';
+export { Upstream, UpstreamPool, defaultShouldFailover, type UpstreamHealth, type UpstreamHold, type UpstreamSnapshot } from './upstreams/upstream-pool.js';
 export type { UpstreamRegistry } from './upstreams/upstream.registry.js';
 export type { UpstreamPoolOptions, UpstreamMemberOptions } from './upstreams/upstreams.options.js';
 export { AdaptiveLimit, type AdaptiveLimitOptions, type Clock } from './concurrency/adaptive-limit.js';
@@ -32,6 +32,7 @@ export {
   UpstreamTimeoutError,
   ClientClosedError,
   ShuttingDownError,
+  NoUpstreamAvailableError,
   isOrchestratorError,
   type OrchestratorErrorCode,
 } from './errors.js';
@@ -39,7 +40,7 @@ export { isUpstreamFailure, isTransientFailure } from './breaker/failure-classif
 export type { BreakerSnapshot, BreakerState } from './breaker/circuit-breaker.js';
 export type { LimiterSnapshot } from './concurrency/concurrency.registry.js';
 export type { DedupOutcome } from './dedup/single-flight.js';
-export type { OrchestratorObserver, RequestOutcome, RefusalReason, UpstreamResult } from './observer.js';
+export type { OrchestratorObserver, RequestOutcome, RefusalReason, HoldOutcome, UpstreamResult } from './observer.js';
 
 // HTTP answers, for servers that wire the engine themselves (the Fastify plugin and the Express middleware do).
 export { errorBody, errorHeaders, type ErrorShape, type ErrorBody, type NestErrorBody, type OpenAIErrorBody } from './http/errors.js';

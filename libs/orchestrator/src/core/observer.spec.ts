@@ -13,6 +13,7 @@ function recorder() {
     timedOut: (upstream, phase) => events.push(`timeout ${upstream} ${phase}`),
     retried: (upstream) => events.push(`retry ${upstream}`),
     queueWait: (upstream, ms) => events.push(`queue ${upstream} ${ms === 0 ? '0' : '>0'}`),
+    held: (pool, outcome) => events.push(`held ${pool} ${outcome}`),
     upstreamCall: (upstream, _ms, result) => events.push(`upstream ${upstream} ${result}`),
     storeState: (state) => events.push(`store ${state}`),
   };

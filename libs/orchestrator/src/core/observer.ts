@@ -7,7 +7,13 @@ import type { UpstreamTimeoutError } from './errors.js';
 export type RequestOutcome = DedupOutcome | 'none';
 
 /** Why a call was answered without reaching the upstream. */
-export type RefusalReason = 'circuit_open' | 'overloaded' | 'queue_timeout' | 'shutting_down';
+export type RefusalReason = 'circuit_open' | 'overloaded' | 'queue_timeout' | 'shutting_down' | 'no_upstream_available';
+
+/**
+ * How a call held for an upstream to come into rotation left the hold: one came back (`served`: the call goes on),
+ * the hold ran out (`expired`: refused), or every caller left (`left`).
+ */
+export type HoldOutcome = 'served' | 'expired' | 'left';
 
 /** How one attempt at the upstream ended: it answered (its first byte), it failed, or it ran out of time. */
 export type UpstreamResult = 'ok' | 'error' | 'timeout';
@@ -35,6 +41,8 @@ export interface OrchestratorObserver {
   retried?(upstream: string): void;
   /** A call got its concurrency slot after `ms` (0 when one was free at once). */
   queueWait?(upstream: string, ms: number): void;
+  /** A call held while no upstream of `pool` was in rotation left the hold (see `UpstreamPoolOptions.hold`). */
+  held?(pool: string, outcome: HoldOutcome): void;
   /** An attempt at the upstream ended, `ms` after it started (to its first event: a value, or a stream's first chunk). */
   upstreamCall?(upstream: string, ms: number, result: UpstreamResult): void;
   /** The answer window's shared store became unreachable (`degraded`, once per outage) or is back (`ok`). */
@@ -116,6 +124,16 @@ export class ObserverHub implements Required<OrchestratorObserver> {
     for (const o of this.observers) {
       try {
         o.queueWait?.(upstream, ms);
+      } catch {
+        // An observer's bug never breaks a call.
+      }
+    }
+  }
+
+  held(pool: string, outcome: HoldOutcome): void {
+    for (const o of this.observers) {
+      try {
+        o.held?.(pool, outcome);
       } catch {
         // An observer's bug never breaks a call.
       }

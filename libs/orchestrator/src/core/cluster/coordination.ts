@@ -1,6 +1,6 @@
 import type { Observable } from 'rxjs';
 import type { BreakerState } from '../breaker/circuit-breaker.js';
-import { isOrchestratorError } from '../errors.js';
+import { OrchestratorError, isOrchestratorError, type OrchestratorErrorCode } from '../errors.js';
 import { ChunkEvent, RawResponse, isRawResponse, type CallEvent, type StreamHead } from '../events.js';
 
 /**
@@ -76,6 +76,41 @@ export class RemoteCallError extends Error {
   }
 }
 
+/**
+ * An orchestrator error another replica's call ended with (its time limit, its breaker, its queue), as its followers
+ * answer it: the same code, status, message, `Retry-After` and retry advice as the leader's callers got.
+ */
+export class RelayedOrchestratorError extends OrchestratorError {
+  override name = 'RelayedOrchestratorError';
+
+  constructor(
+    readonly code: OrchestratorErrorCode,
+    readonly status: number,
+    readonly type: string,
+    message: string,
+    override readonly retryAfterSeconds: number | undefined,
+    override readonly retryable: boolean,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * The orchestrator errors a follower is given as they are. Not a caller hanging up: that is the leader's own
+ * caller's affair (its followers take the call over), never an answer to send.
+ */
+const RELAYED_CODES: ReadonlySet<string> = new Set<OrchestratorErrorCode>([
+  'circuit_open',
+  'overloaded',
+  'queue_timeout',
+  'upstream_timeout',
+  'shutting_down',
+  'no_upstream_available',
+]);
+
+/** A message crosses the wire bounded (never a stack: only `message` is read). */
+const MAX_MESSAGE = 1_000;
+
 /** Turns errors into what crosses the wire and back; an app can carry more of its own errors (see the gateway). */
 export interface ErrorCodec {
   encode(error: unknown): Record<string, unknown>;
@@ -84,20 +119,44 @@ export interface ErrorCodec {
 
 export const DEFAULT_ERROR_CODEC: ErrorCodec = {
   encode(error) {
-    const e = error as { message?: unknown; status?: unknown; statusCode?: unknown; code?: unknown };
+    const e = error as { message?: unknown; status?: unknown; statusCode?: unknown };
+    const message = typeof e?.message === 'string' ? e.message.slice(0, MAX_MESSAGE) : 'The call failed on another replica.';
+    if (isOrchestratorError(error)) {
+      // `o` marks the fields a follower needs to answer as the leader did; `message`, `status` and `code` alone are
+      // what a replica of an earlier version reads.
+      const retryAfter = error.retryAfterSeconds;
+      return { message, status: error.status, code: error.code, o: { type: error.type, retryable: error.retryable, ...(retryAfter === undefined ? {} : { retryAfter }) } };
+    }
     const status = typeof e?.status === 'number' ? e.status : typeof e?.statusCode === 'number' ? e.statusCode : undefined;
-    return {
-      message: typeof e?.message === 'string' ? e.message : 'The call failed on another replica.',
-      ...(status !== undefined ? { status } : {}),
-      ...(typeof e?.code === 'string' ? { code: e.code } : {}),
-      // An orchestrator error (e.g. a timeout) keeps its status for the answer.
-      ...(isOrchestratorError(error) ? { status: error.status, code: error.code } : {}),
-    };
+    const code = codeOf(error);
+    return { message, ...(status !== undefined ? { status } : {}), ...(code !== undefined ? { code } : {}) };
   },
   decode(data) {
-    return new RemoteCallError(String(data.message ?? 'The call failed on another replica.'), data.status as number | undefined, data.code as string | undefined);
+    const message = String(data.message ?? 'The call failed on another replica.').slice(0, MAX_MESSAGE);
+    const status = typeof data.status === 'number' && Number.isInteger(data.status) && data.status >= 400 && data.status <= 599 ? data.status : undefined;
+    const code = typeof data.code === 'string' ? data.code : undefined;
+    const o = data.o as { type?: unknown; retryable?: unknown; retryAfter?: unknown } | undefined;
+    if (o && status !== undefined && code !== undefined && RELAYED_CODES.has(code) && typeof o.type === 'string') {
+      const retryAfter = typeof o.retryAfter === 'number' && Number.isFinite(o.retryAfter) && o.retryAfter >= 0 ? o.retryAfter : undefined;
+      return new RelayedOrchestratorError(code as OrchestratorErrorCode, status, o.type.slice(0, 100), message, retryAfter, o.retryable === true);
+    }
+    return new RemoteCallError(message, status, code);
   },
 };
+
+/**
+ * The error's code (`ECONNRESET`, ...), from it or the first of its causes that has one: a connection error wrapped
+ * by the HTTP client is still one on the follower's side.
+ */
+function codeOf(error: unknown): string | undefined {
+  let cause: unknown = error;
+  for (let depth = 0; depth < 4 && typeof cause === 'object' && cause !== null; depth++) {
+    const code = (cause as { code?: unknown }).code;
+    if (typeof code === 'string') return code.slice(0, 100);
+    cause = (cause as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
 
 /** One event as it crosses the wire. */
 export type WireEvent =

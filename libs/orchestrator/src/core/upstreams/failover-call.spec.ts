@@ -1,9 +1,11 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { Observable, from } from 'rxjs';
+import { NoUpstreamAvailableError } from '../errors.js';
 import { StreamedResponse, type CallEvent } from '../events.js';
+import type { OrchestratorObserver } from '../observer.js';
 import { Orchestrator } from '../orchestrator.js';
 import type { RoutePolicy } from '../policy.js';
-import type { Upstream } from './upstream-pool.js';
+import type { Upstream, UpstreamHold } from './upstream-pool.js';
 import { withFallbacks } from './failover-call.js';
 
 /** An error as an HTTP client reports a status (the gateway's UpstreamHttpError has `status` too). */
@@ -148,6 +150,111 @@ describe('failover over a pool of upstreams', () => {
     const answers = await Promise.all([1, 2, 3].map(() => orchestrator.run<string>(policy, work, { key: 'same' })));
     expect(answers).toEqual(['from B', 'from B', 'from B']);
     expect(calls).toBe(2); // one flight: A refused, B answered
+  });
+});
+
+describe('a hold while no upstream is in rotation', () => {
+  /** A pool of `targets` with a hold, its policy, and what its observer saw of holds and refusals. */
+  function held(hold: UpstreamHold, targets = ['A', 'B']) {
+    const orchestrator = new Orchestrator({
+      breaker: { failureThreshold: 2, openMs: 60_000 },
+      upstreams: { llm: { members: targets.map((t) => ({ name: t.toLowerCase(), target: t })), hold } },
+    });
+    open.push(orchestrator);
+    const seen: string[] = [];
+    const observer: OrchestratorObserver = {
+      held: (pool, outcome) => seen.push(`held ${pool} ${outcome}`),
+      refused: (upstream, reason) => seen.push(`refused ${upstream} ${reason}`),
+    };
+    orchestrator.observe(observer);
+    const policy = orchestrator.policy({ breaker: 'llm', concurrency: true, dedup: true, timeout: 5_000 }, 'chat');
+    const pool = orchestrator.upstreams.get('llm')!;
+    const asked: string[] = [];
+    const run = (key: string, signal?: AbortSignal) =>
+      orchestrator.run<string>(
+        policy,
+        async (_signal, upstream) => {
+          asked.push(upstream!.target as string);
+          return `from ${String(upstream!.target)}`;
+        },
+        { key, signal },
+      );
+    return { orchestrator, pool, run, asked, seen };
+  }
+
+  /** Until the pool holds `count` calls (a condition, polled). */
+  async function holding(pool: { held: number }, count: number): Promise<void> {
+    while (pool.held !== count) await new Promise((resolve) => setTimeout(resolve, 1));
+  }
+
+  it('every upstream down or loading: the call waits, and goes on to the first that comes back; an open breaker is not waited for', async () => {
+    const { pool, run, asked, seen } = held({ ms: 60_000 });
+    pool.members[0].setHealth('down');
+    pool.members[1].setHealth('loading');
+    const answer = run('k');
+    await holding(pool, 1);
+    expect(asked).toEqual([]);
+    pool.members[1].setHealth('up');
+    await expect(answer).resolves.toBe('from B');
+    expect(pool.held).toBe(0);
+    expect(seen).toEqual(['held llm served']);
+
+    // In rotation by health but every breaker open: refused at once (circuit_open), never held.
+    pool.members[0].setHealth('up');
+    for (const member of pool.members) for (let i = 0; i < 2; i++) member.breaker.recordFailure(Object.assign(new Error('500'), { status: 500 }));
+    await expect(run('k2')).rejects.toMatchObject({ code: 'circuit_open' });
+    expect(asked).toEqual(['B']);
+    expect(seen.filter((line) => line.startsWith('held'))).toEqual(['held llm served']);
+  });
+
+  it('a pool of one is held alike', async () => {
+    const { pool, run, seen } = held({ ms: 60_000 }, ['A']);
+    pool.members[0].setHealth('loading');
+    const answer = run('k');
+    await holding(pool, 1);
+    pool.members[0].setHealth('up');
+    await expect(answer).resolves.toBe('from A');
+    expect(seen).toEqual(['held llm served']);
+  });
+
+  it('none back within the hold: refused with no_upstream_available (503, Retry-After), no upstream called', async () => {
+    const { pool, run, asked, seen } = held({ ms: 20 });
+    pool.members.forEach((m) => m.setHealth('down'));
+    const refusal = await run('k').catch((error: unknown) => error);
+    expect(refusal).toBeInstanceOf(NoUpstreamAvailableError);
+    expect(refusal).toMatchObject({ code: 'no_upstream_available', status: 503, retryAfterSeconds: 1, retryable: false, heldMs: 20 });
+    expect(asked).toEqual([]);
+    expect(pool.held).toBe(0);
+    expect(seen).toEqual(['held llm expired', 'refused llm no_upstream_available']);
+  });
+
+  it('a hold of 0 refuses at once; the hold is full: refused at once too', async () => {
+    const none = held({ ms: 0 });
+    none.pool.members.forEach((m) => m.setHealth('down'));
+    await expect(none.run('k')).rejects.toMatchObject({ code: 'no_upstream_available', heldMs: 0 });
+    expect(none.seen).toEqual(['refused llm no_upstream_available']);
+
+    const full = held({ ms: 60_000, maxHeld: 1 });
+    full.pool.members.forEach((m) => m.setHealth('down'));
+    const first = full.run('first');
+    await holding(full.pool, 1);
+    await expect(full.run('second')).rejects.toMatchObject({ code: 'no_upstream_available' });
+    full.pool.members[0].setHealth('up');
+    await expect(first).resolves.toBe('from A');
+  });
+
+  it('every caller gone: the wait ends at once, and nothing is called later', async () => {
+    const { pool, run, asked, seen } = held({ ms: 60_000 });
+    pool.members.forEach((m) => m.setHealth('down'));
+    const left = new AbortController();
+    const answer = run('k', left.signal).catch((error: unknown) => error);
+    await holding(pool, 1);
+    left.abort();
+    await answer;
+    await holding(pool, 0);
+    expect(seen).toEqual(['held llm left']);
+    pool.members[0].setHealth('up');
+    expect(asked).toEqual([]);
   });
 });
 

@@ -1,6 +1,8 @@
 import { Observable, type Subscription } from 'rxjs';
 import { guardedCall, type CallWork, type GuardedCallOptions } from '../call.js';
+import { NoUpstreamAvailableError } from '../errors.js';
 import type { CallEvent } from '../events.js';
+import type { ObserverHub } from '../observer.js';
 import type { RoutePolicy } from '../policy.js';
 import type { Upstream, UpstreamPool } from './upstream-pool.js';
 
@@ -17,10 +19,69 @@ export interface FailoverPlan {
 
 /**
  * The guarded call of a policy: over its pool when it has several upstreams
- * (`failoverCall`), else the one guarded call, with nothing in between.
+ * (`failoverCall`), else the one guarded call, with nothing in between; held
+ * first while no upstream it may go to is in rotation, when its pool says so
+ * (`UpstreamPool.hold`).
  */
 export function upstreamCall<T>(policy: RoutePolicy, work: CallWork<T>, options: GuardedCallOptions = {}): Observable<CallEvent<T>> {
-  return policy.failover ? failoverCall(policy.failover, work, options) : guardedCall(policy, work, options);
+  const plan = policy.failover;
+  const pool = plan?.pool ?? policy.upstream?.group;
+  // The common case allocates nothing: no hold, or an upstream in rotation now.
+  if (pool?.hold !== undefined && !pool.inRotation) {
+    const call = () => (plan ? failoverCall(plan, work, options) : guardedCall(policy, work, options));
+    const pools = plan?.fallbacks ? [pool, ...plan.fallbacks.map((f) => f.pool)] : [pool];
+    if (!pools.some((p) => p.inRotation)) return heldCall(pools, options.observer, call);
+  }
+  return plan ? failoverCall(plan, work, options) : guardedCall(policy, work, options);
+}
+
+/**
+ * `call` once one of `pools` has an upstream in rotation again. Until then it
+ * waits, up to the first pool's hold, counted in that pool (`held`), then is
+ * refused with `NoUpstreamAvailableError`: at once with a hold of 0, or when
+ * the pool already holds as many calls as it may. The subscriber leaving (every
+ * caller gone) ends the wait. An open breaker is not waited for: its upstream
+ * is in rotation by health, and the call is refused by the breaker at once.
+ */
+function heldCall<T>(pools: readonly UpstreamPool[], observer: ObserverHub | undefined, call: () => Observable<CallEvent<T>>): Observable<CallEvent<T>> {
+  const pool = pools[0];
+  const ms = pool.hold!.ms;
+  return new Observable<CallEvent<T>>((subscriber) => {
+    const refuse = (heldMs: number) => {
+      observer?.refused(pool.name, 'no_upstream_available');
+      subscriber.error(new NoUpstreamAvailableError(pool.name, heldMs));
+    };
+    if (pools.some((p) => p.inRotation)) return call().subscribe(subscriber);
+    if (ms === 0 || !pool.enterHold()) {
+      refuse(0);
+      return undefined;
+    }
+    let holding = true;
+    let running: Subscription | undefined;
+    const stops: Array<() => void> = [];
+    const leave = (outcome: 'served' | 'expired' | 'left') => {
+      holding = false;
+      clearTimeout(timer);
+      for (const stop of stops) stop();
+      pool.leaveHold();
+      observer?.held(pool.name, outcome);
+    };
+    // Node's timers take at most 2^31 - 1 ms; a longer hold would fire at once.
+    const timer = setTimeout(() => {
+      leave('expired');
+      refuse(ms);
+    }, Math.min(ms, 2_147_483_647));
+    const check = () => {
+      if (!holding || !pools.some((p) => p.inRotation)) return;
+      leave('served');
+      running = call().subscribe(subscriber);
+    };
+    for (const p of pools) stops.push(p.watchHealth(check));
+    return () => {
+      if (holding) leave('left');
+      running?.unsubscribe();
+    };
+  });
 }
 
 /**

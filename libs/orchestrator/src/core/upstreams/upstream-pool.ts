@@ -42,6 +42,8 @@ export class Upstream<Target = unknown> {
   private state: UpstreamHealth = 'up';
   private detail?: string;
   private slots?: number;
+  /** The pool it belongs to, told when its health changes (calls may wait for an upstream to come into rotation). @internal */
+  group?: UpstreamPool<Target>;
 
   constructor(
     readonly name: string,
@@ -72,6 +74,7 @@ export class Upstream<Target = unknown> {
    * nothing of its load any more, so what was read of it is forgotten.
    */
   setHealth(health: UpstreamHealth, options: { slots?: number; detail?: string } = {}): void {
+    const changed = health !== this.state;
     this.state = health;
     this.detail = health === 'up' ? undefined : options.detail;
     if (health !== 'up' && this.limiter.loadReported) this.limiter.forgetLoad();
@@ -79,6 +82,7 @@ export class Upstream<Target = unknown> {
       this.slots = options.slots;
       this.limiter.setCapacity(options.slots);
     }
+    if (changed) this.group?.healthChanged();
   }
 
   snapshot(): UpstreamSnapshot {
@@ -100,6 +104,14 @@ export class Upstream<Target = unknown> {
   }
 }
 
+/** How long a call waits for an upstream of its pool to come into rotation, and how many may wait at once. */
+export interface UpstreamHold {
+  /** Longest wait, in ms; 0 refuses at once. */
+  ms: number;
+  /** Calls waiting at once; more are refused at once (memory stays bounded). Default 1000. */
+  maxHeld?: number;
+}
+
 /**
  * The upstreams that serve one API, interchangeable: the same request gets
  * the same answer from any of them (so identical requests share one call
@@ -107,12 +119,23 @@ export class Upstream<Target = unknown> {
  * `failoverCall` for what happens when one fails.
  */
 export class UpstreamPool<Target = unknown> {
+  private readonly listeners = new Set<() => void>();
+  private holding = 0;
+
   constructor(
     readonly name: string,
     readonly members: readonly Upstream<Target>[],
     /** Whether an error before the first byte sends the call to the next upstream. */
     readonly shouldFailover: (error: unknown) => boolean = defaultShouldFailover,
-  ) {}
+    /**
+     * What a call does while no member is in rotation by its health (all down or loading): without a hold it is
+     * sent to one anyway (its refusal or connection error is the answer); with one it waits for a member to come
+     * back, then goes on, or is refused with `no_upstream_available` (see `failoverCall`).
+     */
+    readonly hold?: UpstreamHold,
+  ) {
+    for (const member of members) member.group = this;
+  }
 
   /** The member of that name. */
   member(name: string): Upstream<Target> | undefined {
@@ -122,6 +145,42 @@ export class UpstreamPool<Target = unknown> {
   /** Whether any upstream is in rotation (what readiness reports). */
   get available(): boolean {
     return this.members.some((m) => m.available);
+  }
+
+  /** Whether any upstream's health check says it serves, whatever its breaker says (an open breaker refuses at once). */
+  get inRotation(): boolean {
+    // A loop, not `some`: read on every call of a pool with a hold.
+    for (const member of this.members) if (member.health === 'up') return true;
+    return false;
+  }
+
+  /** Calls waiting now for an upstream of this pool to come into rotation. */
+  get held(): number {
+    return this.holding;
+  }
+
+  /** Calls `listener` whenever a member's health changes; returns the function that stops it. @internal */
+  watchHealth(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** Counts a call into the hold; false when as many as the hold allows already wait. @internal */
+  enterHold(): boolean {
+    if (this.holding >= (this.hold?.maxHeld ?? 1_000)) return false;
+    this.holding++;
+    return true;
+  }
+
+  /** @internal */
+  leaveHold(): void {
+    this.holding--;
+  }
+
+  /** A member's health changed. @internal */
+  healthChanged(): void {
+    // A copy: a listener that goes on with its call stops listening meanwhile.
+    for (const listener of [...this.listeners]) listener();
   }
 
   /**

@@ -23,7 +23,7 @@ export class UpstreamRegistry {
     const members = options.members.map(
       (m, index) => new Upstream(m.name, name, index, m.target, this.breakers.get(m.name), this.limiters.get(m.name)),
     );
-    pool = new UpstreamPool(name, members, options.shouldFailover);
+    pool = new UpstreamPool(name, members, options.shouldFailover, options.hold);
     this.pools.set(name, pool);
     return pool;
   }

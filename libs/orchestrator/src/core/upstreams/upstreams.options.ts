@@ -1,4 +1,5 @@
 import { OrchestratorConfigError, describeValue } from '../options.js';
+import type { UpstreamHold } from './upstream-pool.js';
 
 /** One upstream of a pool. */
 export interface UpstreamMemberOptions {
@@ -18,6 +19,14 @@ export interface UpstreamPoolOptions {
   members: readonly UpstreamMemberOptions[];
   /** Whether an error before the first byte sends the call to the next upstream. Default: `defaultShouldFailover`. */
   shouldFailover?: (error: unknown) => boolean;
+  /**
+   * While no member is in rotation by its health (each down or loading, as `Upstream.setHealth` was told), a call
+   * waits up to `ms` for one to come back, then goes on; past that it is refused (`NoUpstreamAvailableError`: 503,
+   * `Retry-After`); `ms: 0` refuses at once. At most `maxHeld` calls wait at once (default 1000); more are refused.
+   * An open breaker is not waited for: it refuses at once. Default: no hold (the call is sent to an upstream out of
+   * rotation anyway, and its refusal or connection error is the answer).
+   */
+  hold?: UpstreamHold;
 }
 
 /** Throws `OrchestratorConfigError` naming what cannot work. */
@@ -35,6 +44,15 @@ export function checkUpstreamPools(pools: Record<string, UpstreamPoolOptions> | 
     }
     if (pool.shouldFailover !== undefined && typeof pool.shouldFailover !== 'function') {
       throw new OrchestratorConfigError(`upstreams.${name}.shouldFailover must be a function`);
+    }
+    const hold = pool.hold as Partial<UpstreamHold> | undefined;
+    if (hold !== undefined) {
+      if (typeof hold !== 'object' || hold === null || typeof hold.ms !== 'number' || !Number.isFinite(hold.ms) || hold.ms < 0) {
+        throw new OrchestratorConfigError(`upstreams.${name}.hold.ms must be a number of milliseconds >= 0, got ${describeValue(hold?.ms)}`);
+      }
+      if (hold.maxHeld !== undefined && !(Number.isInteger(hold.maxHeld) && hold.maxHeld >= 0)) {
+        throw new OrchestratorConfigError(`upstreams.${name}.hold.maxHeld must be a whole number >= 0, got ${describeValue(hold.maxHeld)}`);
+      }
     }
   }
 }

@@ -1,6 +1,6 @@
 import type * as PromClient from 'prom-client';
 import type { BreakerState } from '../../core/breaker/circuit-breaker.js';
-import type { RefusalReason, RequestOutcome, UpstreamResult } from '../../core/observer.js';
+import type { HoldOutcome, RefusalReason, RequestOutcome, UpstreamResult } from '../../core/observer.js';
 import type { LimiterSnapshot } from '../../core/concurrency/concurrency.registry.js';
 import type { Orchestrator } from '../../core/orchestrator.js';
 import { loadOptional } from './optional-dependency.js';
@@ -108,7 +108,7 @@ export class OrchestratorMetrics {
     });
     const refusals = new prom.Counter({
       name: `${p}refusals_total`,
-      help: 'Calls answered without reaching the upstream: circuit_open, overloaded (queue full), queue_timeout, shutting_down.',
+      help: 'Calls answered without reaching the upstream: circuit_open, overloaded (queue full), queue_timeout, shutting_down, no_upstream_available (none in rotation).',
       labelNames: ['upstream', 'reason'],
       registers,
     });
@@ -124,6 +124,12 @@ export class OrchestratorMetrics {
       help: 'Time a call waited for a concurrency slot (0 when one was free).',
       labelNames: ['upstream'],
       buckets: options.queueWaitBuckets ?? [0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60],
+      registers,
+    });
+    const holds = new prom.Counter({
+      name: `${p}holds_total`,
+      help: 'Calls held while no upstream of their pool was in rotation, by how the hold ended: served (one came back), expired (refused: no_upstream_available), left (every caller gone).',
+      labelNames: ['pool', 'outcome'],
       registers,
     });
     const storeChanges = new prom.Counter({
@@ -158,6 +164,9 @@ export class OrchestratorMetrics {
     limiterGauge('queue_size', 'Calls allowed to wait at once; more are refused as overloaded.', (l) => l.queueSize);
     limiterGauge('concurrency_limit', 'Upstream calls allowed in flight at once.', (l) => l.limit);
     limiterGauge('detached_in_flight', 'Calls still running with no caller left (their answer goes to the window).', (l) => l.detached);
+    gauge('held_calls', 'Calls held now, waiting for an upstream of their pool to come into rotation (identical requests share one).', ['pool'], (g) => {
+      for (const pool of orchestrator.upstreams.all()) if (pool.hold) g.set({ pool: pool.name }, pool.held);
+    });
     gauge('dedup_in_flight', 'Deduplicated calls in flight (each may have many callers).', [], (g) => g.set(orchestrator.health().inFlight));
     gauge('window_entries', 'Answers kept in the in-memory window.', [], (g) => g.set(orchestrator.health().window.entries));
     gauge('window_bytes', 'Bytes the in-memory window holds.', [], (g) => g.set(orchestrator.health().window.bytes));
@@ -178,6 +187,7 @@ export class OrchestratorMetrics {
     const timeoutChildren = new Children((upstream, phase) => timeouts.labels(upstream, phase));
     const retryChildren = new Children((upstream) => retries.labels(upstream));
     const waitChildren = new Children((upstream) => queueWait.tally(upstream));
+    const holdChildren = new Children((pool, outcome) => holds.labels(pool, outcome));
 
     this.unsubscribe = orchestrator.observe({
       request(route: string, upstream: string, outcome: RequestOutcome) {
@@ -198,6 +208,9 @@ export class OrchestratorMetrics {
       },
       queueWait(upstream: string, ms: number) {
         waitChildren.get(upstream).observe(ms / 1000);
+      },
+      held(pool: string, outcome: HoldOutcome) {
+        holdChildren.get(pool, outcome).inc();
       },
       upstreamCall(upstream: string, ms: number, result: UpstreamResult) {
         callChildren.get(upstream, result).inc();
