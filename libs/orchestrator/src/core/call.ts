@@ -113,6 +113,8 @@ class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
   private queueWaitMs = 0;
   private attempts = 0;
   private upstreamSpan?: UpstreamSpan;
+  /** The pool member this call counts against until it ends (what removing that member waits for). */
+  private member?: Upstream;
 
   constructor(
     private readonly policy: RoutePolicy,
@@ -130,8 +132,12 @@ class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
   }
 
   start(): void {
-    const { breaker, limiter } = this.policy;
+    const { breaker, limiter, upstream } = this.policy;
     const { source, observer, trace } = this.options;
+    if (upstream) {
+      this.member = upstream;
+      upstream.enter();
+    }
     if (breaker && !breaker.isCallable()) return this.fail(breaker.refusal());
     if (limiter) {
       this.release = limiter.tryAcquire(source?.tenant);
@@ -365,6 +371,9 @@ class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
     const release = this.release;
     this.release = undefined;
     release?.();
+    const member = this.member;
+    this.member = undefined;
+    member?.leave();
   }
 }
 

@@ -18,6 +18,11 @@ export interface UpstreamPoolOptions {
   members: readonly UpstreamMemberOptions[];
   /** Whether an error before the first byte sends the call to the next upstream. Default: `defaultShouldFailover`. */
   shouldFailover?: (error: unknown) => boolean;
+  /**
+   * Members are added and removed at run time (`UpstreamRegistry.add` / `remove`): policies over the pool then
+   * choose the member per call even while it has one. Default false.
+   */
+  dynamic?: boolean;
 }
 
 /** Throws `OrchestratorConfigError` naming what cannot work. */
@@ -35,6 +40,9 @@ export function checkUpstreamPools(pools: Record<string, UpstreamPoolOptions> | 
     }
     if (pool.shouldFailover !== undefined && typeof pool.shouldFailover !== 'function') {
       throw new OrchestratorConfigError(`upstreams.${name}.shouldFailover must be a function`);
+    }
+    if (pool.dynamic !== undefined && typeof pool.dynamic !== 'boolean') {
+      throw new OrchestratorConfigError(`upstreams.${name}.dynamic must be true or false, got ${describeValue(pool.dynamic)}`);
     }
   }
 }
