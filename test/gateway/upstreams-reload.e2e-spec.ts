@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { hashCredential, startMockProvider, type MockProvider } from '../../apps/mock-provider/src/index.js';
+import { StatusBoard } from '../../apps/gateway/src/status/status-board.js';
 import { startGateway, uniquePrompt, type GatewayUnderTest } from '../support/gateway-harness.js';
 
 /**
@@ -92,6 +93,9 @@ describe('an upstreams file reloaded while the gateway runs (--provider openai)'
   const health = async () => (await (await fetch(`${g.gatewayUrl}/health`)).json()) as Health;
   const member = async (name: string) => (await health()).upstreams.find((u) => u.name === name && !u.draining);
   const chatCalls = (mock: MockProvider) => mock.calls().filter((call) => call.route === '/v1/chat/completions');
+  /** What the status page shows (its snapshot, as the page's event stream sends it). */
+  const board = () => g.app.get(StatusBoard).snapshot();
+  const metrics = async () => (await fetch(`${g.gatewayUrl}/orchestrator/metrics`)).text();
 
   beforeAll(async () => {
     [a, b, c] = await Promise.all([startMockProvider({ latencyMs: 5 }), startMockProvider({ latencyMs: 5 }), startMockProvider({ latencyMs: 5 })]);
@@ -149,6 +153,8 @@ describe('an upstreams file reloaded while the gateway runs (--provider openai)'
     await until(() => logged('log', 'upstreams file reloaded (file changed): 1 upstream(s); removed a (draining)'));
     const draining = (await health()).upstreams.find((u) => u.name === 'a');
     expect(draining).toMatchObject({ draining: true, available: false, inFlight: 1 });
+    expect(board().upstreams.find((u) => u.name === 'a')?.member).toMatchObject({ draining: true, available: false });
+    expect(await metrics()).toMatch(/^orchestrator_breaker_state\{name="a"\} 0$/m);
 
     const before = chatCalls(c).length;
     for (let i = 0; i < 3; i++) {
@@ -168,9 +174,13 @@ describe('an upstreams file reloaded while the gateway runs (--provider openai)'
     expect(finish).toBe('stop');
     expect(a.calls().find((call) => call.route === '/v1/chat/completions' && call.stream)?.outcome).toBe('ok');
 
-    // Drained: the member, its breaker and its limiter are gone from /health.
+    // Drained: the member, its breaker and its limiter are gone from /health, the status page and the metrics.
     await until(async () => !(await health()).upstreams.some((u) => u.name === 'a'));
     expect((await health()).breakers.map((x) => x.name)).not.toContain('a');
+    expect(board().upstreams.map((u) => u.name)).toEqual(['c']);
+    const after = await metrics();
+    expect(after).toMatch(/^orchestrator_breaker_state\{name="c"\} 0$/m);
+    expect(after).not.toMatch(/name="a"|limiter="a"/);
     a.setMode('ok');
   });
 
