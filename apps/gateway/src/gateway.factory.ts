@@ -19,6 +19,7 @@ import { unroutedApi } from './http/request-context.middleware.js';
 import { createLogger, nestLoggerOf } from './observability/logger.js';
 import { redactor } from './http/redaction.js';
 import { upstreamKeys } from './upstreams/upstream-set.js';
+import { UpstreamRotation } from './upstreams/upstream-rotation.js';
 
 export interface CreateGatewayOptions {
   logger?: false | LogLevel[] | LoggerService;
@@ -83,6 +84,8 @@ export async function createGateway(config: GatewayConfig, options: CreateGatewa
     orchestrator: app.get(OrchestratorService),
     warn: (line) => log.warn({ context: 'Gateway' }, line),
   });
+  // A reloaded upstreams file brings other fallback chains (and groups) to the attempts.
+  app.get(UpstreamRotation).live?.onChange((file) => plane.attempts.update(file));
   serveAhead(app.getHttpServer() as Server, plane.handle);
   return app;
 }

@@ -15,11 +15,10 @@ import { statusController } from './status/status.controller.js';
 import { SharedState } from './shared-state/shared-state.js';
 import { WorkerCoordination, metricsRegistry } from './cluster/worker-coordination.js';
 import { Budgets } from './budgets/budgets.service.js';
-import { ApiError } from './http/api-error.js';
 import { GatewayGuard } from './http/gateway.guard.js';
 import { Lifecycle } from './http/lifecycle.js';
 import { RequestContextMiddleware } from './http/request-context.middleware.js';
-import { UPSTREAM_POOL, everyMember, fallbackGroups, gatewayFailover, upstreamMembers } from './upstreams/upstream-set.js';
+import { UPSTREAM_POOL, everyMember, fallbackGroups, gatewayFailover, memberSettings, upstreamMembers } from './upstreams/upstream-set.js';
 import { UpstreamRotation } from './upstreams/upstream-rotation.js';
 import { HealthController } from './routes/health.controller.js';
 
@@ -58,6 +57,7 @@ export function orchestratorOptions(
   // Every upstream, primary and fallback alike, has its own breaker and limiter.
   const members = everyMember(config);
   const shouldFailover = gatewayFailover(config, gateway.provider);
+  const dynamic = config.upstreamsFile !== undefined;
   return {
     // The data plane makes each request's key (its bytes, its caller, who answers upstream) and says whether its
     // answer may be kept (see `DataPlane`); these are the window's bounds.
@@ -73,40 +73,14 @@ export function orchestratorOptions(
     // A provider's answer about one request (llama.cpp answers some client mistakes with a 500) is not retried.
     retry: { retries: config.retries, shouldRetry: (error) => gateway.provider.shouldRetry(error) },
     // Each upstream has its own limiter and breaker (one upstream: both keep the name `upstream`).
-    limits: Object.fromEntries(
-      members.map((m) => [
-        m.name,
-        {
-          limit: m.concurrency ?? config.concurrency,
-          adaptive: config.adaptiveConcurrency,
-          queueSize: config.queueSize,
-          maxWaitMs: config.queueTimeoutMs,
-          perTenantLimit: config.tenantConcurrency,
-          fairQueue: config.fairQueue,
-        },
-      ]),
-    ),
-    breakers: Object.fromEntries(
-      members.map((m) => [
-        m.name,
-        {
-          failureThreshold: config.breakerFailures,
-          openMs: config.breakerOpenMs,
-          probeIntervalMs: config.probeIntervalMs,
-          probeTimeoutMs: Math.min(2_000, config.timeoutMs),
-          healthProbe: (signal: AbortSignal) => gateway.healthProbe(signal, m.target),
-          // The gateway's own refusals (a route this provider lacks: 501; a request it cannot translate: 400)
-          // never reached the provider, so they say nothing about its health.
-          // and neither does the provider's answer about one request (see Provider.isFailure).
-          isFailure: (error: unknown) => !(error instanceof ApiError) && gateway.provider.isFailure(error),
-        },
-      ]),
-    ),
+    limits: Object.fromEntries(members.map((m) => [m.name, memberSettings(config, gateway, m).concurrency])),
+    breakers: Object.fromEntries(members.map((m) => [m.name, memberSettings(config, gateway, m).breaker])),
+    // With an upstreams file, members come and go as it is reloaded (see LiveUpstreams).
     upstreams: {
       // While no upstream is in rotation (a llama.cpp server restarting, loading its model), a request waits for one,
       // as many at once as may wait for a slot.
-      [UPSTREAM_POOL]: { members: upstreamMembers(config), shouldFailover, hold: { ms: config.holdUnavailableMs, maxHeld: config.queueSize } },
-      ...Object.fromEntries([...fallbackGroups(config)].map(([group, groupMembers]) => [group, { members: groupMembers, shouldFailover }])),
+      [UPSTREAM_POOL]: { members: upstreamMembers(config), shouldFailover, dynamic, hold: { ms: config.holdUnavailableMs, maxHeld: config.queueSize } },
+      ...Object.fromEntries([...fallbackGroups(config)].map(([group, groupMembers]) => [group, { members: groupMembers, shouldFailover, dynamic }])),
     },
     windowStores: shared.windowStore ? [shared.windowStore] : undefined,
     // Redis coordinates whoever shares it (replicas and workers alike); without it, the workers of --workers

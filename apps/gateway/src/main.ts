@@ -28,8 +28,8 @@ async function serve(config: GatewayConfig): Promise<void> {
   if (cluster.isWorker) {
     // A worker leaves signals to its primary, which passes on what concerns the workers: Ctrl-C in a terminal
     // reaches every process of the group, and a second one must not cut what the first is draining. SIGHUP (a
-    // terminal hanging up, or a keys file to reload) would otherwise end the worker, even while it starts; the keys,
-    // when there are any, listen for it themselves.
+    // terminal hanging up, or a file to reload) would otherwise end the worker, even while it starts; the keys file
+    // and the upstreams file, when there are any, listen for it themselves.
     process.on('SIGINT', () => undefined);
     process.on('SIGHUP', () => undefined);
   }
@@ -66,7 +66,7 @@ async function serve(config: GatewayConfig): Promise<void> {
  * describing them all. A worker that dies is replaced. No signal to this
  * process cuts a request in flight: SIGTERM and SIGINT drain every worker
  * (again: they are already draining), and the primary exits once all have
- * stopped; SIGHUP is passed on only when there is a keys file to reload.
+ * stopped; SIGHUP is passed on only when there is a keys file or an upstreams file to reload.
  */
 function supervise(config: GatewayConfig): void {
   new PrimaryHub().listen();
@@ -111,13 +111,13 @@ function supervise(config: GatewayConfig): void {
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
   process.on('SIGHUP', () => {
-    const keysFile = config.budgets.keysFile;
-    if (stopping || keysFile === undefined) {
-      console.log(`gateway: SIGHUP: ${stopping ? 'draining' : 'no --keys-file to reload'}; nothing to do`);
+    const files = [config.budgets.keysFile, config.upstreamsFile?.path].filter((file) => file !== undefined);
+    if (stopping || files.length === 0) {
+      console.log(`gateway: SIGHUP: ${stopping ? 'draining' : 'no --keys-file or --upstreams-file to reload'}; nothing to do`);
       return;
     }
-    // Each worker holds its own copy of the keys.
-    console.log(`gateway: SIGHUP: ${alive.size} worker(s) reload ${keysFile}`);
+    // Each worker holds its own copy of the keys and of the upstreams.
+    console.log(`gateway: SIGHUP: ${alive.size} worker(s) reload ${files.join(' and ')}`);
     for (const worker of Object.values(cluster.workers ?? {})) worker?.process.kill('SIGHUP');
   });
 }

@@ -1,8 +1,8 @@
 import { timingSafeEqual } from 'node:crypto';
 import { keyDigest } from '../http/credentials.js';
 import { redactor } from '../http/redaction.js';
-import { readFileSync, statSync, watch, type FSWatcher } from 'node:fs';
-import { basename, dirname } from 'node:path';
+import { readFileSync, statSync } from 'node:fs';
+import { FileReloader } from '../config/file-reloader.js';
 import { parseSpendCap, type SpendCap } from './budget-config.js';
 
 /** One client key the gateway accepts, and what it may do. The key itself is never kept, only its SHA-256. */
@@ -27,8 +27,6 @@ const MAX_FILE_BYTES = 1024 * 1024;
 const MAX_KEYS = 10_000;
 const NAME = /^[\w.:@-]{1,64}$/;
 const HASHED = /^sha256:([0-9a-f]{64})$/i;
-const RELOAD_QUIET_MS = 200;
-const RELOAD_MAX_WAIT_MS = 1_000;
 
 /** A keys file (or ORCHESTRATOR_KEYS) that cannot be used; the message names the problem, never a key. */
 export class KeysFileError extends Error {
@@ -108,11 +106,7 @@ export function parseKeys(text: string): Entry[] {
 export class VirtualKeys {
   private entries: Entry[];
   private admins?: { of: Entry[]; digests: readonly Buffer[] };
-  private watcher?: FSWatcher;
-  private debounce?: NodeJS.Timeout;
-  /** When the first event of the burst being debounced arrived. */
-  private pendingSince?: number;
-  private readonly onHangup = () => this.reloadSoon('SIGHUP');
+  private reloader?: FileReloader;
 
   private constructor(
     entries: Entry[],
@@ -127,7 +121,8 @@ export class VirtualKeys {
   static load(source: { file?: string; json?: string }, log: (line: string, problem: boolean) => void): VirtualKeys {
     if (source.file !== undefined) {
       const keys = new VirtualKeys(readKeysFile(source.file), source.file, log);
-      keys.watch();
+      // Up to 10,000 keys to hash: a burst of events or signals reads the file once (see FileReloader).
+      keys.reloader = new FileReloader(source.file, (reason) => keys.reload(reason), (line) => log(line, true), 'keys file');
       return keys;
     }
     return new VirtualKeys(parseKeys(source.json ?? ''), undefined, log);
@@ -174,41 +169,8 @@ export class VirtualKeys {
     }
   }
 
-  /**
-   * Several events arrive for one save, and signals can come in bursts (a loop of `kill -HUP`): the file, up to
-   * 10,000 keys to hash, is read once they stop for 200 ms, and at least once a second while they do not.
-   */
-  private reloadSoon(reason: string): void {
-    const now = Date.now();
-    this.pendingSince ??= now;
-    clearTimeout(this.debounce);
-    const delay = Math.max(0, Math.min(RELOAD_QUIET_MS, this.pendingSince + RELOAD_MAX_WAIT_MS - now));
-    this.debounce = setTimeout(() => {
-      this.pendingSince = undefined;
-      this.reload(reason);
-    }, delay);
-    this.debounce.unref();
-  }
-
   close(): void {
-    clearTimeout(this.debounce);
-    this.watcher?.close();
-    process.removeListener('SIGHUP', this.onHangup);
-  }
-
-  private watch(): void {
-    process.on('SIGHUP', this.onHangup);
-    // The directory, not the file: editors and `mv` replace the file, which ends a watch on it.
-    const name = basename(this.file!);
-    try {
-      this.watcher = watch(dirname(this.file!), { persistent: false }, (_event, changed) => {
-        if (changed !== null && changed !== name) return;
-        this.reloadSoon('file changed');
-      });
-      this.watcher.on('error', () => undefined);
-    } catch (error) {
-      this.log(`keys file not watched (${(error as Error).message.slice(0, 120)}); reload it with SIGHUP`, true);
-    }
+    this.reloader?.close();
   }
 }
 

@@ -138,7 +138,7 @@ const FLAGS: Record<string, FlagSpec> = {
   'upstreams-file': {
     env: 'ORCHESTRATOR_UPSTREAMS_FILE',
     value: 'PATH',
-    help: 'every upstream in one JSON file, each with its own name, key (apiKeyEnv or apiKey) and concurrency ceiling, and for --provider openai fallback chains across groups of upstreams and models; replaces --upstream (docs/upstreams.md)',
+    help: 'every upstream in one JSON file, each with its own name, key (apiKeyEnv or apiKey) and concurrency ceiling, and for --provider openai fallback chains across groups of upstreams and models; replaces --upstream; reloaded on change and SIGHUP (docs/upstreams.md)',
   },
   host: { env: 'ORCHESTRATOR_HOST', value: 'HOST', help: 'address to listen on (default 127.0.0.1)' },
   port: { env: 'ORCHESTRATOR_PORT', value: 'PORT', help: 'port to listen on (default 18080; llama-server uses 8080)' },
@@ -166,7 +166,7 @@ const FLAGS: Record<string, FlagSpec> = {
   'health-interval': {
     env: 'ORCHESTRATOR_HEALTH_INTERVAL_SECS',
     value: 'SECS',
-    help: "how often each llama.cpp server's /health and slots (total, and busy from /slots or /metrics) are read, to take it out of rotation and back and leave slots busy with others' work alone (default 1; 0.1 while requests wait on such slots)",
+    help: "how often each llama.cpp server's /health and slots (total, and busy from /slots or /metrics) are read, to take it out of rotation and back and leave slots busy with others' work alone and an upstream added by a reload is checked until it first answers (default 1; 0.1 while requests wait on such slots)",
   },
   'hold-unavailable': {
     env: 'ORCHESTRATOR_HOLD_UNAVAILABLE_SECS',

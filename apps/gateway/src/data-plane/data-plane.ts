@@ -125,7 +125,8 @@ export class DataPlane {
     this.keyDigests = config.gatewayKeys.map(keyDigest);
     this.checksKeys = gatewayChecksKeys(config);
     this.dedupOn = config.dedup;
-    this.pooled = attemptsNeedUpstream(config);
+    // An upstreams file may be reloaded with other members: every attempt is told where it goes.
+    this.pooled = config.upstreamsFile !== undefined || attemptsNeedUpstream(config);
     this.attempts = new UpstreamAttempts(config, parts.orchestrator);
     // Room for the window's bytes, and for streams let go while callers still write them.
     this.arena = new ByteArena(config.windowMaxBytes + ARENA_SLACK_BYTES);

@@ -1,5 +1,5 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
-import { OrchestratorMetrics, OrchestratorService, TRACE_ATTRIBUTES, type RequestOutcome } from 'nest-prompt-orchestrator';
+import { OrchestratorMetrics, OrchestratorService, TRACE_ATTRIBUTES, type RequestOutcome, type UpstreamPool } from 'nest-prompt-orchestrator';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import * as promClient from 'prom-client';
@@ -9,7 +9,7 @@ import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG, GATEWAY_LOGGER } from '../gateway.tokens.js';
 import { pathOfUrl, type RequestContext } from '../http/request-context.js';
 import { UPSTREAM } from '../routes/shaping.js';
-import { upstreamMembers } from '../upstreams/upstream-set.js';
+import { UPSTREAM_POOL } from '../upstreams/upstream-set.js';
 import { StatusBoard } from '../status/status-board.js';
 import { Budgets } from '../budgets/budgets.service.js';
 import { GatewayTracing } from './gateway-tracing.js';
@@ -56,8 +56,8 @@ export class GatewayTelemetry {
   private readonly metricsTenants: boolean;
   private readonly boundTokens = new Map<string, TokenChildren>();
   private readonly boundSaved = new Map<string, TokenChildren>();
-  /** The breaker a request line names when its call reached no upstream (refused): the sole primary one's, however named. */
-  private readonly defaultBreaker: string;
+  /** The primary pool: a request line whose call reached no upstream (refused) names its breaker (see `defaultBreaker`). */
+  private readonly pool?: UpstreamPool;
   private readonly lines: RequestLines;
 
   constructor(
@@ -70,8 +70,7 @@ export class GatewayTelemetry {
     @Optional() tracing?: GatewayTracing,
   ) {
     const o = config.observability;
-    const primary = upstreamMembers(config);
-    this.defaultBreaker = primary.length === 1 ? primary[0].name : UPSTREAM;
+    this.pool = orchestrator.upstreams.get(UPSTREAM_POOL);
     this.requestLog = o.requestLog && logger.isLevelEnabled('info');
     this.lines = new RequestLines(logger);
     this.logPrompts = o.logPrompts;
@@ -92,6 +91,12 @@ export class GatewayTelemetry {
       });
     }
     this.enabled = this.requestLog || this.tokens !== undefined || board.enabled || tracing?.tracing !== undefined;
+  }
+
+  /** The breaker of the sole primary upstream (however named), else the pool's name; read as the pool is now. */
+  private defaultBreaker(): string {
+    const members = this.pool?.members.filter((m) => !m.draining) ?? [];
+    return members.length === 1 ? members[0].name : UPSTREAM;
   }
 
   /** The in/out children of the token counter for a model (and tenant), bound once: no label look-up per request. */
@@ -188,7 +193,7 @@ export class GatewayTelemetry {
       status,
       dedup: outcome ?? null,
       tenant: tenant ?? null,
-      breaker: this.orchestrator.breakerState(context.upstream ?? this.defaultBreaker) ?? null,
+      breaker: this.orchestrator.breakerState(context.upstream ?? this.defaultBreaker()) ?? null,
       totalMs: round(now - context.startedAt),
       queueMs: answered ? round(context.upstreamStartedAt! - context.startedAt) : undefined,
       upstreamMs: answered ? round((context.upstreamAnsweredAt ?? now) - context.upstreamStartedAt!) : undefined,

@@ -3,6 +3,7 @@ import { RequestTracing, TRACE_ATTRIBUTES, type SpanAttributes } from 'nest-prom
 import type { GatewayConfig, ProviderKind } from '../config/gateway-config.js';
 import type { GatewayRoute } from '../providers/provider.js';
 import { everyMember } from '../upstreams/upstream-set.js';
+import type { UpstreamsFile } from '../upstreams/upstreams-file.js';
 
 /** `gen_ai.system` of each provider kind (the OpenTelemetry GenAI conventions' names where they have one). */
 const GEN_AI_SYSTEM: Record<ProviderKind, string> = { openai: 'openai', anthropic: 'anthropic', llama: 'llama.cpp' };
@@ -30,7 +31,16 @@ export class GatewayTracing implements OnApplicationShutdown {
     /** What request paths start their spans with (undefined: tracing off). */
     readonly tracing: RequestTracing | undefined,
     private readonly provider?: { forceFlush(): Promise<void>; shutdown(): Promise<void> },
+    /** Each upstream's address, by name (what its attempts' spans say). */
+    private readonly addresses = new Map<string, URL>(),
   ) {}
+
+  /** The upstreams file was reloaded: the addresses of its upstreams from now on. */
+  noteUpstreams(file: UpstreamsFile): void {
+    if (!this.tracing) return;
+    this.addresses.clear();
+    for (const m of everyMember({ upstreams: [], upstreamsFile: file })) this.addresses.set(m.name, new URL(m.target.url));
+  }
 
   static async create(config: GatewayConfig): Promise<GatewayTracing> {
     const url = config.observability.otlpTracesUrl;
@@ -61,7 +71,7 @@ export class GatewayTracing implements OnApplicationShutdown {
         };
       },
     });
-    return new GatewayTracing(tracing, provider);
+    return new GatewayTracing(tracing, provider, addresses);
   }
 
   /** The attributes a request's server span starts with: what the route is and which model system answers it. */

@@ -11,6 +11,7 @@ import { Lifecycle } from '../http/lifecycle.js';
 import { UPSTREAM } from './shaping.js';
 import { FleetHeartbeat } from '../status/fleet-heartbeat.js';
 import { UPSTREAM_POOL, poolState } from '../upstreams/upstream-set.js';
+import { UpstreamRotation } from '../upstreams/upstream-rotation.js';
 
 /** One worker's share of /health under `--workers` (what the primary gathers from each). */
 interface WorkerPart {
@@ -58,6 +59,7 @@ export class HealthController {
     private readonly lifecycle: Lifecycle,
     private readonly fleet: FleetHeartbeat,
     private readonly adapterHost: HttpAdapterHost,
+    private readonly rotation: UpstreamRotation,
   ) {
     this.keys = new ControlKeys(config, budgets);
     workers.channel?.provide('health', () => this.part());
@@ -95,6 +97,8 @@ export class HealthController {
     // Before any call (or probe) has had an outcome, nobody knows whether the provider is up.
     const known = breaker !== undefined && (breaker.observed || state !== 'closed');
     const store = health.window.store;
+    // The upstreams file in force (reloaded while the gateway runs).
+    const fallbacks = this.rotation.file?.fallbacks;
     // Redis's, or the workers' own through their primary.
     const coordination = health.coordination;
     const report = {
@@ -111,7 +115,7 @@ export class HealthController {
       // Each upstream: its pool (`upstream`, or a fallback group), health check, breaker, slots or adaptive limit, in flight, queued.
       upstreams: health.upstreams,
       // The upstreams file's chains: requested model -> the groups tried in turn (and the model each is asked for).
-      ...(this.config.upstreamsFile?.fallbacks.size ? { fallbacks: Object.fromEntries(this.config.upstreamsFile.fallbacks) } : {}),
+      ...(fallbacks?.size ? { fallbacks: Object.fromEntries(fallbacks) } : {}),
       breakers: health.breakers,
       limiters: health.limiters,
       dedup: { inFlight: health.inFlight, callersWaiting: health.callersWaiting, inFlightBytes: health.inFlightBytes, ...health.dedup },

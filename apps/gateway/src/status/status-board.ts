@@ -240,7 +240,8 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
     const upstreams = [...names].map((name) => {
       const breaker = health.breakers.find((b) => b.name === name);
       const limiter = health.limiters.find((l) => l.name === name);
-      const member = health.upstreams.find((u) => u.name === name);
+      // A member replaced under its own name is listed once: the newcomer (the old one's calls finish unseen).
+      const member = health.upstreams.find((u) => u.name === name && !u.draining) ?? health.upstreams.find((u) => u.name === name);
       return {
         name,
         // A member of the pool: its health check, whether it is in rotation (and why not), how its limit is set.
@@ -250,6 +251,7 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
           slots: member.slots ?? null,
           limitMode: member.limitMode ?? null,
           detail: member.detail ?? null,
+          draining: member.draining === true,
         },
         breaker: breaker && {
           state: breaker.observed || breaker.state !== 'closed' ? breaker.state : 'unknown',

@@ -46,7 +46,7 @@ function renderUpstreams(upstreams) {
     facts.append(fact('queue wait, last minute', w.count ? ms(w.avgMs) + ' avg, ' + ms(w.maxMs) + ' max' : '-', 'queue-wait'));
     if (u.member) {
       const m = u.member;
-      facts.append(fact('health', m.health + (m.available ? ', in rotation' : ', out of rotation') + (m.detail ? ' (' + m.detail + ')' : ''), 'member-health'));
+      facts.append(fact('health', m.health + (m.draining ? ', draining' : m.available ? ', in rotation' : ', out of rotation') + (m.detail ? ' (' + m.detail + ')' : ''), 'member-health'));
       facts.append(fact('limit', m.limitMode === 'capacity' ? m.slots + ' slots' : (m.limitMode || 'fixed'), 'limit-mode'));
     }
     const list = document.createElement('ul'); list.className = 'timeline';

@@ -63,10 +63,12 @@ interface Watch {
  * caller starts waiting so. Checks use a small connection pool of their own,
  * never the proxied requests' connections, and never overlap for one server.
  */
-export class HealthPoller {
+export class HealthPoller implements MemberChecks {
   private readonly agent = new Agent({ connections: 2, keepAliveTimeout: 10_000 });
   private readonly watches = new Map<Upstream, Watch>();
   private readonly hurriedMs: number;
+  /** The upstreams checked: the pool's at start, then those added and not removed since. */
+  private readonly polled = new Set<Upstream>();
   private stopped = false;
 
   constructor(
@@ -78,8 +80,24 @@ export class HealthPoller {
 
   /** Checks every upstream now, then every `intervalMs`. Resolves when the first round is done. */
   async start(): Promise<void> {
-    for (const member of this.pool.members) member.limiter.onLoadReadingWanted(() => this.hurry(member));
+    for (const member of this.pool.members) this.watchMember(member);
     await Promise.all(this.pool.members.map((member) => this.loop(member)));
+  }
+
+  /** Starts checking an upstream added at run time: it joins the rotation at its first good check. */
+  add(member: Upstream): void {
+    if (this.stopped || this.polled.has(member)) return;
+    this.watchMember(member);
+    void this.loop(member);
+  }
+
+  /** Stops checking an upstream taken out (a check under way still ends, and is ignored). */
+  remove(member: Upstream): void {
+    this.polled.delete(member);
+    const watch = this.watches.get(member);
+    clearTimeout(watch?.timer);
+    this.watches.delete(member);
+    member.limiter.onLoadReadingWanted(undefined);
   }
 
   async stop(): Promise<void> {
@@ -88,7 +106,14 @@ export class HealthPoller {
       clearTimeout(watch.timer);
       member.limiter.onLoadReadingWanted(undefined);
     }
+    this.watches.clear();
+    this.polled.clear();
     await this.agent.close().catch(() => undefined);
+  }
+
+  private watchMember(member: Upstream): void {
+    this.polled.add(member);
+    member.limiter.onLoadReadingWanted(() => this.hurry(member));
   }
 
   /** One full check of one upstream: its health, and its slots. Never throws. */
@@ -132,7 +157,7 @@ export class HealthPoller {
   }
 
   private async loop(member: Upstream): Promise<void> {
-    if (this.stopped) return;
+    if (this.stopped || !this.polled.has(member)) return;
     const watch = this.watch(member);
     watch.timer = undefined;
     watch.running = true;
@@ -146,7 +171,7 @@ export class HealthPoller {
     } finally {
       watch.running = false;
     }
-    if (this.stopped) return;
+    if (this.stopped || !this.polled.has(member)) return;
     const hurried = this.hurried(member, watch);
     this.schedule(member, watch, hurried ? Math.min(watch.fullAt, watch.lastReadAt + this.hurriedMs) : watch.fullAt);
   }
@@ -226,6 +251,91 @@ export class HealthPoller {
     } catch {
       return undefined;
     }
+  }
+}
+
+/** What the gateway does to bring an upstream added at run time into rotation, and to let it go. */
+export interface MemberChecks {
+  add(member: Upstream): void;
+  remove(member: Upstream): void;
+  stop(): Promise<void>;
+}
+
+export interface FirstCheckOptions {
+  /** Time between two checks of an upstream that has not answered yet. */
+  intervalMs: number;
+  /** The provider's health URL on that upstream (OpenAI's model list, Anthropic's). */
+  url: (target: UpstreamTarget) => string;
+  /** Its own key: a check sent another's would be refused, and would hand that key to it. */
+  headers: (target: UpstreamTarget) => Record<string, string>;
+}
+
+/**
+ * Lets an upstream added at run time into rotation once it answers: the first
+ * HTTP answer below 500 from the provider's health URL, whatever the status
+ * (a 401 or 404 still says a server is there and serving; a 5xx or no answer
+ * does not), checked every `intervalMs` until then. After that its breaker
+ * alone takes it out and back, as for every upstream of a provider without
+ * health checks worth polling (a paid API's model list would cost its rate
+ * limit).
+ */
+export class FirstCheck implements MemberChecks {
+  private readonly agent = new Agent({ connections: 2, keepAliveTimeout: 10_000 });
+  private readonly timers = new Map<Upstream, ReturnType<typeof setTimeout>>();
+  private readonly waiting = new Set<Upstream>();
+  private stopped = false;
+
+  constructor(private readonly options: FirstCheckOptions) {}
+
+  add(member: Upstream): void {
+    if (this.stopped || this.waiting.has(member)) return;
+    this.waiting.add(member);
+    void this.loop(member);
+  }
+
+  remove(member: Upstream): void {
+    this.waiting.delete(member);
+    clearTimeout(this.timers.get(member));
+    this.timers.delete(member);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const timer of this.timers.values()) clearTimeout(timer);
+    this.timers.clear();
+    this.waiting.clear();
+    await this.agent.close().catch(() => undefined);
+  }
+
+  /** One check; true once the upstream answered (then it is in rotation). Never throws. */
+  async check(member: Upstream): Promise<boolean> {
+    const target = member.target as UpstreamTarget;
+    const url = this.options.url(target);
+    const timeout = Math.max(250, Math.min(2_000, this.options.intervalMs));
+    try {
+      const response = await request(url, { method: 'GET', headers: this.options.headers(target), signal: AbortSignal.timeout(timeout), dispatcher: this.agent });
+      await response.body.dump();
+      if (response.statusCode < 500) {
+        if (this.waiting.has(member)) member.setHealth('up');
+        return true;
+      }
+      member.setHealth('pending', { detail: `first health check: GET ${new URL(url).pathname} answered ${response.statusCode}` });
+    } catch (error) {
+      member.setHealth('pending', { detail: `first health check: ${describe(error)}` });
+    }
+    return false;
+  }
+
+  private async loop(member: Upstream): Promise<void> {
+    if (this.stopped || !this.waiting.has(member)) return;
+    if (await this.check(member)) {
+      this.waiting.delete(member);
+      return;
+    }
+    if (this.stopped || !this.waiting.has(member)) return;
+    const timer = setTimeout(() => void this.loop(member), this.options.intervalMs);
+    timer.unref();
+    this.timers.set(member, timer);
   }
 }
 

@@ -6,7 +6,7 @@ import type { JsonSkeleton } from '../data-plane/json-skeleton.js';
 import type { RequestContext } from '../http/request-context.js';
 import type { GatewayRoute } from '../providers/provider.js';
 import { UPSTREAM_POOL, attemptsNeedUpstream } from './upstream-set.js';
-import type { FallbackStep } from './upstreams-file.js';
+import type { FallbackStep, UpstreamsFile } from './upstreams-file.js';
 
 /**
  * The routes a fallback chain serves: OpenAI-compatible model calls whose body names its model at the top level, so
@@ -33,10 +33,10 @@ const ANY_MODEL = '*';
  * upstream, in whichever group, ends up answering it.
  */
 export class UpstreamAttempts {
-  private readonly chains: ReadonlyMap<string, FallbackStep[]>;
+  private chains: ReadonlyMap<string, FallbackStep[]>;
   private readonly policies = new Map<string, RoutePolicy>();
   /** Answers name their upstream when there is more than one to tell apart (or the operator named it). */
-  private readonly labelled: boolean;
+  private labelled: boolean;
 
   constructor(
     config: Pick<GatewayConfig, 'upstreams' | 'upstreamsFile'>,
@@ -44,6 +44,16 @@ export class UpstreamAttempts {
   ) {
     this.chains = config.upstreamsFile?.fallbacks ?? new Map();
     this.labelled = attemptsNeedUpstream(config);
+  }
+
+  /**
+   * The upstreams file was reloaded: its chains from now on. The policies made for the old chains are dropped (a
+   * group may be another pool now); calls that hold one finish on it.
+   */
+  update(file: UpstreamsFile): void {
+    this.chains = file.fallbacks;
+    this.labelled = attemptsNeedUpstream({ upstreams: [], upstreamsFile: file });
+    this.policies.clear();
   }
 
   /** The chain of a requested model: its own, else `*`'s; undefined when it has none (or names no model). */

@@ -1,41 +1,71 @@
-import { Inject, Injectable, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
 import { OrchestratorService, type UpstreamPool } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GatewayService } from '../gateway.service.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
-import { HealthPoller } from './health-poller.js';
-import { UPSTREAM_POOL } from './upstream-set.js';
+import { GatewayTracing } from '../observability/gateway-tracing.js';
+import { FirstCheck, HealthPoller, type MemberChecks } from './health-poller.js';
+import { LiveUpstreams } from './live-upstreams.js';
+import { UPSTREAM_POOL, gatewayFailover, memberSettings, urlFor, type UpstreamTarget } from './upstream-set.js';
+import type { UpstreamsFile } from './upstreams-file.js';
 
 /**
  * The gateway's pool of upstreams, kept in rotation by health checks where the
  * provider has them worth polling (a llama.cpp server: loading, dead, its
  * slots). Other providers are taken out by their breakers alone: polling a
- * paid API's model list every second would cost its rate limit.
+ * paid API's model list every second would cost its rate limit; an upstream the
+ * upstreams file adds while the gateway runs is checked until it first answers
+ * (see `FirstCheck`). With `--upstreams-file`, the file is reloaded when it
+ * changes and on SIGHUP (see `LiveUpstreams`).
  */
 @Injectable()
 export class UpstreamRotation implements OnApplicationBootstrap, OnModuleDestroy {
   readonly pool: UpstreamPool;
+  /** The upstreams file in force, reloaded while the gateway runs (absent without `--upstreams-file`). */
+  readonly live?: LiveUpstreams;
+  private readonly logger = new Logger('Upstreams');
+  private readonly checks?: MemberChecks;
   private poller?: HealthPoller;
 
   constructor(
     orchestrator: OrchestratorService,
     private readonly gateway: GatewayService,
     @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
+    tracing: GatewayTracing,
   ) {
     this.pool = orchestrator.upstreams.get(UPSTREAM_POOL)!;
+    const headers = (target: UpstreamTarget) => gateway.provider.authHeaders({ headers: {}, upstream: target });
+    if (config.provider === 'llama') {
+      this.poller = new HealthPoller(this.pool, { intervalMs: config.healthIntervalMs, headers });
+      this.checks = this.poller;
+    }
+    const file = config.upstreamsFile;
+    if (!file) return;
+    this.checks ??= new FirstCheck({ intervalMs: config.healthIntervalMs, headers, url: (target) => urlFor(gateway.provider.healthUrl(), config, target.url) });
+    this.live = new LiveUpstreams(file, {
+      registry: orchestrator.upstreams,
+      settingsOf: (member) => memberSettings(config, gateway, member),
+      shouldFailover: gatewayFailover(config, gateway.provider),
+      checks: this.checks,
+      // A refused reload is a warning (shown by default); a reload that took is news.
+      log: (line, problem) => (problem ? this.logger.warn(line) : this.logger.log(line)),
+    });
+    this.live.onChange((next) => tracing.noteUpstreams(next));
+  }
+
+  /** The upstreams file in force (the one read at start until a reload takes). */
+  get file(): UpstreamsFile | undefined {
+    return this.live?.current ?? this.config.upstreamsFile;
   }
 
   onApplicationBootstrap(): void {
-    if (this.config.provider !== 'llama') return;
-    this.poller = new HealthPoller(this.pool, {
-      intervalMs: this.config.healthIntervalMs,
-      headers: (target) => this.gateway.provider.authHeaders({ headers: {}, upstream: target }),
-    });
+    this.live?.watch();
     // In the background: start-up never waits on the upstreams.
-    void this.poller.start();
+    if (this.poller) void this.poller.start();
   }
 
-  onModuleDestroy(): Promise<void> {
-    return this.poller?.stop() ?? Promise.resolve();
+  async onModuleDestroy(): Promise<void> {
+    this.live?.close();
+    await this.checks?.stop();
   }
 }

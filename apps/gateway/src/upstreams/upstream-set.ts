@@ -1,9 +1,18 @@
-import { defaultShouldFailover, isOrchestratorError, type OrchestratorHealth, type Upstream, type UpstreamMemberOptions } from 'nest-prompt-orchestrator';
+import {
+  defaultShouldFailover,
+  isOrchestratorError,
+  type BreakerOptions,
+  type ConcurrencyOptions,
+  type OrchestratorHealth,
+  type Upstream,
+  type UpstreamMemberOptions,
+} from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from '../config/gateway-config.js';
+import type { GatewayService } from '../gateway.service.js';
 import { ApiError } from '../http/api-error.js';
 import type { Provider } from '../providers/provider.js';
 import { UpstreamHttpError } from '../upstream/upstream-client.js';
-import { PRIMARY_POOL, type UpstreamEntry, type UpstreamKey } from './upstreams-file.js';
+import { PRIMARY_POOL, type FallbackStep, type UpstreamEntry, type UpstreamKey, type UpstreamsFile } from './upstreams-file.js';
 
 /** The name of the pool every proxied route goes through, and of its breaker and limiter when it has one upstream. */
 export const UPSTREAM_POOL = PRIMARY_POOL;
@@ -18,7 +27,7 @@ export interface UpstreamTarget {
   inheritsKey: boolean;
 }
 
-type Member = UpstreamMemberOptions & { name: string; target: UpstreamTarget };
+export type Member = UpstreamMemberOptions & { name: string; target: UpstreamTarget };
 
 /**
  * The primary pool's members: the upstreams file's `upstreams`, else one per
@@ -64,8 +73,114 @@ export function upstreamKeys(config: Pick<GatewayConfig, 'upstreams' | 'upstream
   return everyMember(config).flatMap((m) => (m.target.key ? [m.target.key.reveal()] : []));
 }
 
-function memberOf(entry: UpstreamEntry): Member {
-  return { name: entry.name, target: { url: entry.url, ...(entry.key ? { key: entry.key } : {}), inheritsKey: entry.inheritsKey } };
+// One target per entry, shared by its pool member and its breaker's probe: a key changed by a reload is changed
+// in place there (see `diffUpstreams`), and both send the new one from then on.
+const targets = new WeakMap<UpstreamEntry, UpstreamTarget>();
+
+/** The member an upstreams file's entry makes. */
+export function memberOf(entry: UpstreamEntry): Member {
+  let target = targets.get(entry);
+  if (!target) {
+    target = { url: entry.url, ...(entry.key ? { key: entry.key } : {}), inheritsKey: entry.inheritsKey };
+    targets.set(entry, target);
+  }
+  return { name: entry.name, target };
+}
+
+/** A reload gave `entry` (the same upstream) another key: its member's target takes it in place. */
+export function rekey(target: UpstreamTarget, entry: UpstreamEntry): void {
+  if (entry.key) target.key = entry.key;
+  else delete target.key;
+  targets.set(entry, target);
+}
+
+/**
+ * The breaker and limiter settings of one upstream, from the CLI's (its own ceiling when the file gives one). The
+ * breaker's probe asks the provider's health route of that upstream, with the key its target holds at the time.
+ */
+export function memberSettings(
+  config: GatewayConfig,
+  gateway: Pick<GatewayService, 'healthProbe' | 'provider'>,
+  member: Member & { concurrency?: number },
+): { breaker: BreakerOptions; concurrency: ConcurrencyOptions } {
+  return {
+    concurrency: {
+      limit: member.concurrency ?? config.concurrency,
+      adaptive: config.adaptiveConcurrency,
+      queueSize: config.queueSize,
+      maxWaitMs: config.queueTimeoutMs,
+      perTenantLimit: config.tenantConcurrency,
+      fairQueue: config.fairQueue,
+    },
+    breaker: {
+      failureThreshold: config.breakerFailures,
+      openMs: config.breakerOpenMs,
+      probeIntervalMs: config.probeIntervalMs,
+      probeTimeoutMs: Math.min(2_000, config.timeoutMs),
+      healthProbe: (signal: AbortSignal) => gateway.healthProbe(signal, member.target),
+      // The gateway's own refusals (a route this provider lacks: 501; a request it cannot translate: 400)
+      // never reached the provider, so they say nothing about its health.
+      // and neither does the provider's answer about one request (see Provider.isFailure).
+      isFailure: (error: unknown) => !(error instanceof ApiError) && gateway.provider.isFailure(error),
+    },
+  };
+}
+
+/** The pools an upstreams file makes: the primary one (`upstream`), then each fallback group, by name. */
+export function poolsOf(file: UpstreamsFile): Map<string, UpstreamEntry[]> {
+  return new Map([[UPSTREAM_POOL, file.upstreams], ...file.groups]);
+}
+
+/** What a reload of the upstreams file changes, by pool and name. */
+export interface UpstreamChanges {
+  /** New members, and members whose settings changed (added again, after their old self was removed). */
+  added: Array<{ pool: string; entry: UpstreamEntry; index: number }>;
+  /** Members gone, and the old self of members whose settings changed. */
+  removed: Array<{ pool: string; name: string }>;
+  /** Members whose settings changed but for their key: removed and added again (also in `removed` and `added`). */
+  changed: string[];
+  /** The same upstream with another key: its target takes the new key in place, nothing else changes. */
+  rekeyed: Array<{ pool: string; name: string; entry: UpstreamEntry }>;
+  /** Whether the fallback chains differ. */
+  chains: boolean;
+}
+
+/**
+ * How `next` differs from `previous`. A member is its pool and name: with the same URL and ceiling but another
+ * key it is the same server with rotated credentials (its breaker, limit and health stay); another URL, ceiling
+ * or pool makes it another upstream, which must earn its place by a health check as a new one does.
+ */
+export function diffUpstreams(previous: UpstreamsFile, next: UpstreamsFile): UpstreamChanges {
+  const before = poolsOf(previous);
+  const after = poolsOf(next);
+  const changes: UpstreamChanges = { added: [], removed: [], changed: [], rekeyed: [], chains: !sameChains(previous.fallbacks, next.fallbacks) };
+  for (const [pool, entries] of before) {
+    const kept = new Set((after.get(pool) ?? []).map((e) => e.name));
+    for (const entry of entries) if (!kept.has(entry.name)) changes.removed.push({ pool, name: entry.name });
+  }
+  const moved = new Set(changes.removed.map((r) => r.name));
+  for (const [pool, entries] of after) {
+    const old = new Map((before.get(pool) ?? []).map((e) => [e.name, e]));
+    entries.forEach((entry, index) => {
+      const was = old.get(entry.name);
+      if (!was) {
+        changes.added.push({ pool, entry, index });
+        if (moved.has(entry.name)) changes.changed.push(entry.name);
+      } else if (was.url !== entry.url || was.concurrency !== entry.concurrency || was.inheritsKey !== entry.inheritsKey) {
+        changes.removed.push({ pool, name: entry.name });
+        changes.added.push({ pool, entry, index });
+        changes.changed.push(entry.name);
+      } else if (was.key?.reveal() !== entry.key?.reveal()) {
+        changes.rekeyed.push({ pool, name: entry.name, entry });
+      }
+    });
+  }
+  return changes;
+}
+
+function sameChains(a: ReadonlyMap<string, FallbackStep[]>, b: ReadonlyMap<string, FallbackStep[]>): boolean {
+  const text = (chains: ReadonlyMap<string, FallbackStep[]>) => JSON.stringify([...chains].sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0)));
+  return text(a) === text(b);
 }
 
 /**

@@ -64,6 +64,8 @@ export interface UpstreamsFile {
   groups: ReadonlyMap<string, UpstreamEntry[]>;
   /** By requested model (`*`: any model not listed): the groups tried in turn. */
   fallbacks: ReadonlyMap<string, FallbackStep[]>;
+  /** Reads the file again, with the environment and provider of this read (absent for text parsed inline). */
+  read?: () => UpstreamsFile;
 }
 
 /**
@@ -139,7 +141,7 @@ export function readUpstreamsFile(path: string, env: NodeJS.ProcessEnv, provider
     const code = (error as { code?: unknown }).code;
     throw new UpstreamsFileError(`cannot be read (${typeof code === 'string' ? code : 'error'})`);
   }
-  return parseUpstreamsFile(text, env, provider, path);
+  return { ...parseUpstreamsFile(text, env, provider, path), read: () => readUpstreamsFile(path, env, provider) };
 }
 
 /** Parses the file's text (see the module comment); throws `UpstreamsFileError` naming the first problem. */

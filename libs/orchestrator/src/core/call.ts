@@ -114,6 +114,8 @@ class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
   private queueWaitMs = 0;
   private attempts = 0;
   private upstreamSpan?: UpstreamSpan;
+  /** The pool member this call counts against until it ends (what removing that member waits for). */
+  private member?: Upstream;
 
   constructor(
     private readonly policy: RoutePolicy,
@@ -131,8 +133,13 @@ class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
   }
 
   start(): void {
-    const { breaker, limiter } = this.policy;
+    const { breaker, limiter, upstream } = this.policy;
     const { source, observer, trace } = this.options;
+    // Once: a call that waited for the breaker's verdict comes back here.
+    if (upstream && !this.member) {
+      this.member = upstream;
+      upstream.enter();
+    }
     // The breaker is asking its health probe whether a run of failures is an outage: this call waits for the verdict.
     const deciding = breaker?.deciding;
     if (deciding) {
@@ -378,6 +385,9 @@ class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
     const release = this.release;
     this.release = undefined;
     release?.();
+    const member = this.member;
+    this.member = undefined;
+    member?.leave();
   }
 }
 

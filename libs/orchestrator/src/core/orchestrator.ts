@@ -5,7 +5,7 @@ import { BreakerRegistry } from './breaker/breaker.registry.js';
 import { checkBreakerOptions, type BreakerOptions } from './breaker/breaker.options.js';
 import type { BreakerSnapshot, BreakerState } from './breaker/circuit-breaker.js';
 import { toCallEvents, type CallHandle, type CallWork } from './call.js';
-import { upstreamCall } from './upstreams/failover-call.js';
+import { planOver, upstreamCall } from './upstreams/failover-call.js';
 import { UpstreamRegistry } from './upstreams/upstream.registry.js';
 import { checkUpstreamPools, type UpstreamPoolOptions } from './upstreams/upstreams.options.js';
 import type { Upstream, UpstreamSnapshot } from './upstreams/upstream-pool.js';
@@ -337,11 +337,12 @@ export class Orchestrator {
       } as RoutePolicy;
     }
     // Over a pool, failing over is the retry: an attempt is not repeated on the upstream that just failed it.
-    const several = pool.members.length > 1;
-    const member = (upstream: Upstream): RoutePolicy =>
-      ({ ...base, retry: several ? undefined : base.retry, breaker: upstream.breaker, limiter: concurrency ? upstream.limiter : undefined, upstream }) as RoutePolicy;
-    if (!several) return member(pool.members[0]);
-    return { ...base, retry: undefined, failover: { pool, policies: pool.members.map(member) } } as RoutePolicy;
+    if (!pool.dynamic && pool.members.length === 1) {
+      const upstream = pool.members[0];
+      return { ...base, breaker: upstream.breaker, limiter: concurrency ? upstream.limiter : undefined, upstream } as RoutePolicy;
+    }
+    const plan = planOver(pool, { base: { ...base, retry: undefined } as RoutePolicy, limited: Boolean(concurrency), retry: base.retry });
+    return { ...base, retry: undefined, failover: plan } as RoutePolicy;
   }
 
   /**

@@ -21,18 +21,29 @@ export class BreakerRegistry {
   ) {}
 
   get(name: string, overrides: BreakerOptions = {}): CircuitBreaker {
-    let breaker = this.breakers.get(name);
-    if (!breaker) {
-      const o = withDefaults(BREAKER_FIELDS, this.defaults, this.named[name], overrides);
-      breaker = new CircuitBreaker(name, {
-        ...o,
-        failureRate: o.failureRate && withDefaults(FAILURE_RATE_FIELDS, o.failureRate),
-        isFailure: o.isFailure ?? isUpstreamFailure,
-      }, this.fleet);
-      breaker.onTransition = this.transitions;
-      this.breakers.set(name, breaker);
-    }
+    return this.breakers.get(name) ?? this.replace(name, overrides);
+  }
+
+  /**
+   * A new breaker under that name, which `get` returns from now on: an upstream added at run time starts with a
+   * history of its own, even where one of that name is still finishing its calls (and keeps its own breaker).
+   */
+  replace(name: string, overrides: BreakerOptions = {}): CircuitBreaker {
+    const o = withDefaults(BREAKER_FIELDS, this.defaults, this.named[name], overrides);
+    const breaker = new CircuitBreaker(name, {
+      ...o,
+      failureRate: o.failureRate && withDefaults(FAILURE_RATE_FIELDS, o.failureRate),
+      isFailure: o.isFailure ?? isUpstreamFailure,
+    }, this.fleet);
+    breaker.onTransition = this.transitions;
+    this.breakers.set(name, breaker);
     return breaker;
+  }
+
+  /** Shuts a breaker down (its upstream is gone) and forgets it, unless another has taken its name since. */
+  release(breaker: CircuitBreaker): void {
+    breaker.shutdown();
+    if (this.breakers.get(breaker.name) === breaker) this.breakers.delete(breaker.name);
   }
 
   /** Tells `listener` of every breaker's changes of state, those created later included (`undefined`: nobody). */

@@ -28,13 +28,20 @@ export class ConcurrencyRegistry {
   ) {}
 
   get(name: string, overrides: ConcurrencyOptions = {}): ConcurrencyLimiter {
-    let limiter = this.limiters.get(name);
-    if (!limiter) {
-      const o = withDefaults(CONCURRENCY_FIELDS, this.defaults, this.named[name], overrides);
-      limiter = new ConcurrencyLimiter(name, { ...o, detachedLimit: o.detachedLimit ?? Math.max(1, Math.ceil(o.limit / 4)) });
-      this.limiters.set(name, limiter);
-    }
+    return this.limiters.get(name) ?? this.replace(name, overrides);
+  }
+
+  /** A new limiter under that name, which `get` returns from now on (see `BreakerRegistry.replace`). */
+  replace(name: string, overrides: ConcurrencyOptions = {}): ConcurrencyLimiter {
+    const o = withDefaults(CONCURRENCY_FIELDS, this.defaults, this.named[name], overrides);
+    const limiter = new ConcurrencyLimiter(name, { ...o, detachedLimit: o.detachedLimit ?? Math.max(1, Math.ceil(o.limit / 4)) });
+    this.limiters.set(name, limiter);
     return limiter;
+  }
+
+  /** Forgets a limiter whose upstream is gone (its calls have ended), unless another has taken its name since. */
+  release(limiter: ConcurrencyLimiter): void {
+    if (this.limiters.get(limiter.name) === limiter) this.limiters.delete(limiter.name);
   }
 
   snapshot(): LimiterSnapshot[] {

@@ -1,20 +1,56 @@
 import { Observable, type Subscription } from 'rxjs';
 import { guardedCall, type CallWork, type GuardedCallOptions } from '../call.js';
-import { NoUpstreamAvailableError } from '../errors.js';
+import { CircuitOpenError, NoUpstreamAvailableError } from '../errors.js';
 import type { CallEvent } from '../events.js';
 import type { ObserverHub } from '../observer.js';
 import type { RoutePolicy } from '../policy.js';
 import type { Upstream, UpstreamPool } from './upstream-pool.js';
 
-/** How a policy spreads its calls over a pool of upstreams: the pool, and the policy of each member (by index). */
+/**
+ * How a policy spreads its calls over a pool of upstreams: the pool, and the policy of an attempt on each member,
+ * made when a call first goes there (members may come and go: see `UpstreamPool.add`).
+ */
 export interface FailoverPlan {
   readonly pool: UpstreamPool;
-  readonly policies: readonly RoutePolicy[];
+  /** What each member's policy is made of: the route's settings, the retries a sole member keeps, a slot or not. */
+  readonly template: MemberTemplate;
+  /** The policy of an attempt on `upstream`; `sole`: the only member the call can go to in this pool. */
+  policyOf(upstream: Upstream, sole: boolean): RoutePolicy;
   /**
    * Other pools, tried in turn once every upstream of this one failed before its first byte with an error its pool
    * fails over on (see `withFallbacks`). Their own `fallbacks` are not followed: the chain is this one list.
    */
   readonly fallbacks?: readonly FailoverPlan[];
+}
+
+/** A route's settings as an attempt on any member of a pool takes them. */
+export interface MemberTemplate {
+  /** Everything but where the call goes (no breaker, limiter, upstream, retries or plan of its own). */
+  readonly base: RoutePolicy;
+  /** Whether an attempt takes a slot of its member's limiter. */
+  readonly limited: boolean;
+  /** The retries of an attempt on the only member the call can go to (failing over is the retry otherwise). */
+  readonly retry?: RoutePolicy['retry'];
+}
+
+/** The plan of a policy over `pool`: each member's policy made once, on the first call that goes there. */
+export function planOver(pool: UpstreamPool, template: MemberTemplate): FailoverPlan {
+  const shared = new WeakMap<Upstream, RoutePolicy>();
+  const sole = new WeakMap<Upstream, RoutePolicy>();
+  return {
+    pool,
+    template,
+    policyOf(upstream, alone) {
+      const retry = alone ? template.retry : undefined;
+      const cache = retry ? sole : shared;
+      let policy = cache.get(upstream);
+      if (!policy) {
+        policy = { ...template.base, retry, breaker: upstream.breaker, limiter: template.limited ? upstream.limiter : undefined, upstream } as RoutePolicy;
+        cache.set(upstream, policy);
+      }
+      return policy;
+    },
+  };
 }
 
 /**
@@ -107,11 +143,22 @@ export function failoverCall<T>(plan: FailoverPlan, work: CallWork<T>, options: 
     let answered = false;
     let attempt: Subscription | undefined;
     let left = false;
+    /** Moves to the next member a new call may go to (one taken out of its pool meanwhile is passed over), stage after stage. */
+    const advance = (): boolean => {
+      for (;;) {
+        while (next < order.length && !order[next].routable) next++;
+        if (next < order.length) return true;
+        if (stage + 1 >= stages.length) return false;
+        stage++;
+        order = stages[stage].pool.order();
+        next = 0;
+      }
+    };
     const tryNext = (): void => {
       const current = stages[stage];
       const member = order[next++];
       let head: CallEvent<T> | undefined;
-      attempt = guardedCall(current.policies[member.index], work, options).subscribe({
+      attempt = guardedCall(current.policyOf(member, order.length === 1), work, options).subscribe({
         next: (event) => {
           if (answered) return subscriber.next(event);
           if (event.kind === 'head') {
@@ -123,15 +170,7 @@ export function failoverCall<T>(plan: FailoverPlan, work: CallWork<T>, options: 
           subscriber.next(event);
         },
         error: (error: unknown) => {
-          if (!answered && !left && current.pool.shouldFailover(error)) {
-            if (next < order.length) return tryNext();
-            if (stage + 1 < stages.length) {
-              stage++;
-              order = stages[stage].pool.order();
-              next = 0;
-              return tryNext();
-            }
-          }
+          if (!answered && !left && current.pool.shouldFailover(error) && advance()) return tryNext();
           subscriber.error(error);
         },
         complete: () => {
@@ -140,7 +179,9 @@ export function failoverCall<T>(plan: FailoverPlan, work: CallWork<T>, options: 
         },
       });
     };
-    tryNext();
+    // Every member is out of its pool (removed, or added and not let in yet): refused, as an open breaker refuses.
+    if (!advance()) subscriber.error(new CircuitOpenError(plan.pool.name, 1));
+    else tryNext();
     return () => {
       left = true;
       attempt?.unsubscribe();
@@ -161,21 +202,18 @@ export function failoverCall<T>(plan: FailoverPlan, work: CallWork<T>, options: 
  */
 export function withFallbacks(policy: RoutePolicy, primary: UpstreamPool, fallbacks: readonly UpstreamPool[]): RoutePolicy {
   if (fallbacks.length === 0) return policy;
-  const own: FailoverPlan = policy.failover ?? { pool: primary, policies: [policy] };
-  if (own.pool !== primary || (policy.failover === undefined && policy.upstream !== primary.members[0])) {
+  if (policy.failover ? policy.failover.pool !== primary : policy.upstream !== primary.members[0]) {
     throw new Error(`withFallbacks: policy "${policy.name}" does not send its calls to pool "${primary.name}"`);
   }
-  const template = own.policies[0];
-  const plans = fallbacks.map(
-    (pool): FailoverPlan => ({
-      pool,
-      policies: pool.members.map(
-        (upstream) =>
-          ({ ...template, retry: undefined, breaker: upstream.breaker, limiter: template.limiter ? upstream.limiter : undefined, upstream }) as RoutePolicy,
-      ),
-    }),
-  );
   // Where the calls go is the plan's: the chain itself has no breaker, limiter or upstream of its own.
   const { breaker: _breaker, limiter: _limiter, upstream: _upstream, retry: _retry, failover: _failover, ...rest } = policy;
+  const own: FailoverPlan = policy.failover ?? {
+    pool: primary,
+    template: { base: rest as RoutePolicy, limited: policy.limiter !== undefined, retry: policy.retry },
+    // A pool of one fixed member: its policy as it is (with the retries it had).
+    policyOf: () => policy,
+  };
+  const template: MemberTemplate = { ...own.template, retry: undefined };
+  const plans = fallbacks.map((pool) => planOver(pool, template));
   return { ...rest, failover: { ...own, fallbacks: plans } } as RoutePolicy;
 }

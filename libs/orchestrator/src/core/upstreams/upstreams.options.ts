@@ -27,6 +27,11 @@ export interface UpstreamPoolOptions {
    * rotation anyway, and its refusal or connection error is the answer).
    */
   hold?: UpstreamHold;
+  /**
+   * Members are added and removed at run time (`UpstreamRegistry.add` / `remove`): policies over the pool then
+   * choose the member per call even while it has one. Default false.
+   */
+  dynamic?: boolean;
 }
 
 /** Throws `OrchestratorConfigError` naming what cannot work. */
@@ -53,6 +58,9 @@ export function checkUpstreamPools(pools: Record<string, UpstreamPoolOptions> | 
       if (hold.maxHeld !== undefined && !(Number.isInteger(hold.maxHeld) && hold.maxHeld >= 0)) {
         throw new OrchestratorConfigError(`upstreams.${name}.hold.maxHeld must be a whole number >= 0, got ${describeValue(hold.maxHeld)}`);
       }
+    }
+    if (pool.dynamic !== undefined && typeof pool.dynamic !== 'boolean') {
+      throw new OrchestratorConfigError(`upstreams.${name}.dynamic must be true or false, got ${describeValue(pool.dynamic)}`);
     }
   }
 }

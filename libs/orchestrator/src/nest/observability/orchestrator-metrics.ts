@@ -146,6 +146,8 @@ export class OrchestratorMetrics {
         labelNames,
         registers,
         collect() {
+          // Rebuilt at each scrape: a breaker or limiter released since (an upstream removed) leaves no stale series.
+          if (labelNames.length > 0) this.reset();
           collect(this);
         },
       });
