@@ -6,7 +6,6 @@ import { join } from 'node:path';
 import { startMockProvider, type MockProvider } from '../../apps/mock-provider/src/index.js';
 import { GONE, type ToWorker } from '../../apps/gateway/src/cluster/messages.js';
 import { PrimaryHub, type HubWorker } from '../../apps/gateway/src/cluster/primary-hub.js';
-import { GATEWAY_ERROR_CODEC } from '../../apps/gateway/src/shared-state/shared-state.js';
 import { sseData, uniquePrompt } from '../support/gateway-harness.js';
 import { ensureBuilt, startGatewayProcess, type AppProcess } from '../support/gateway-process.js';
 import { parseMetrics, valueOf } from '../support/metrics-text.js';
@@ -48,33 +47,20 @@ async function ask(url: string, body: string, key = KEY): Promise<Answer> {
   return { status: response.status, outcome: response.headers.get('x-orchestrator-dedup'), text: await response.text() };
 }
 
-/** A request on a connection of its own: node:cluster hands each new connection to the next worker in turn. */
-function askOnNewConnection(url: string, body: string): Promise<{ status: number; code?: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request(
-      `${url}/v1/chat/completions`,
-      { method: 'POST', agent: false, headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` } },
-      (response) => {
-        let text = '';
-        response.setEncoding('utf8');
-        response.on('data', (chunk: string) => (text += chunk));
-        response.on('end', () => {
-          let code: string | undefined;
-          try {
-            code = (JSON.parse(text) as { error?: { code?: string } }).error?.code;
-          } catch {
-            code = undefined;
-          }
-          resolve({ status: response.statusCode ?? 0, code });
-        });
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
+/**
+ * A request on a connection of its own (node:cluster hands each new connection to the next worker in turn), with
+ * what steers a client's retries and the whole body: a follower's answer is compared to its leader's.
+ */
+/** `askWholeOnNewConnection`'s status, and the error code of an OpenAI-shaped error body. */
+async function askOnNewConnection(url: string, body: string): Promise<{ status: number; code?: string }> {
+  const answer = await askWholeOnNewConnection(url, body);
+  try {
+    return { status: answer.status, code: (JSON.parse(answer.text) as { error?: { code?: string } }).error?.code };
+  } catch {
+    return { status: answer.status };
+  }
 }
 
-/** Like `askOnNewConnection`, with what steers a client's retries and the whole body: a follower's answer is compared to its leader's. */
 function askWholeOnNewConnection(url: string, body: string): Promise<{ status: number; outcome: string | null; retryAfter: string | null; shouldRetry: string | null; text: string }> {
   return new Promise((resolve, reject) => {
     const req = request(
