@@ -52,6 +52,8 @@ export class CircuitBreaker {
   private consecutiveFailures = 0;
   /** Failures of the current run that were the upstream's own (5xx, connection): not timeouts. */
   private hardFailures = 0;
+  /** Which run of failures this is (a success starts the next): a verdict on an earlier run decides nothing. */
+  private run = 0;
   private readonly attribution = new FailureAttribution();
   /** The health probe asked whether the run of failures is an outage (see `decide`); calls wait for its verdict. */
   private confirming?: Promise<void>;
@@ -340,6 +342,7 @@ export class CircuitBreaker {
   private resetRun(): void {
     this.consecutiveFailures = 0;
     this.hardFailures = 0;
+    this.run++;
   }
 
   private onFailure(error: unknown): void {
@@ -439,12 +442,13 @@ export class CircuitBreaker {
       return;
     }
     if (this.confirming) return;
+    const run = this.run;
     const last = this.lastVerdict;
-    if (last && Date.now() - last.at < VERDICT_TTL_MS) return this.decide(last.up);
+    if (last && Date.now() - last.at < VERDICT_TTL_MS) return this.decide(last.up, run);
     this.confirming = this.probeOnce(probe).then((up) => {
       this.lastVerdict = { up, at: Date.now() };
       this.confirming = undefined;
-      this.decide(up);
+      this.decide(up, run);
     });
   }
 
@@ -455,15 +459,18 @@ export class CircuitBreaker {
    * outage: the health route works, the model calls do not); then only the half-open request can close it.
    * Otherwise these are some callers' own failures, or long generations, and the breaker stays closed.
    */
-  private decide(up: boolean): void {
-    if (!this.breaker.closed || this.consecutiveFailures < this.options.failureThreshold) return;
+  private decide(up: boolean, run: number): void {
+    // Opened meanwhile (by another replica), or somebody was answered while the probe ran: nothing to decide.
+    if (!this.breaker.closed || run !== this.run) return;
     if (!up) {
       this.upstreamKnownDown = true;
       this.breaker.open();
       return;
     }
     const lastAnswered = Math.max(this.attribution.lastSuccess, this.bornAt);
-    if (this.hardFailures >= this.options.failureThreshold && Date.now() - lastAnswered >= this.options.unansweredMs) {
+    // In a fleet the run is counted across replicas: this one has seen its own part of it.
+    const upstreamFailed = this.fleet ? this.hardFailures > 0 : this.hardFailures >= this.options.failureThreshold;
+    if (upstreamFailed && Date.now() - lastAnswered >= this.options.unansweredMs) {
       this.probeBlind = true;
       this.breaker.open();
     } else this.resetRun();
