@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, jest } from '@jest/globals';
 import { CircuitOpenError, ClientClosedError, UpstreamTimeoutError } from '../errors.js';
+import type { BreakerCoordinator, SharedBreakerState } from '../cluster/coordination.js';
 import { CircuitBreaker, type CircuitBreakerOptions } from './circuit-breaker.js';
 import { isUpstreamFailure } from './failure-classifier.js';
 
@@ -660,6 +661,36 @@ describe('CircuitBreaker', () => {
         await jest.advanceTimersByTimeAsync(1_000);
         for (let j = 0; j < 5; j++) await fail(breaker, httpError(503));
         expect(breaker.state).toBe('open');
+      });
+
+      it('in a fleet, a partial outage is announced as one the probe cannot see: no replica closes it on its probe', async () => {
+        const healthProbe = jest.fn(async () => true);
+        const announced: SharedBreakerState[] = [];
+        const watchers: Array<(state: SharedBreakerState) => void> = [];
+        const fleet = (): BreakerCoordinator => ({
+          countFailure: async () => undefined,
+          resetFailures: async () => undefined,
+          announce: async (_name, state) => void announced.push(state),
+          watch: async (_name, onChange) => {
+            watchers.push(onChange);
+            return undefined;
+          },
+          isProber: async () => true,
+        });
+        const options = { failureThreshold: 5, openMs: 4_000, maxOpenMultiplier: 4, probeIntervalMs: 500, probeTimeoutMs: 2_000, unansweredMs: 10_000, isFailure: isUpstreamFailure, healthProbe };
+        const here = new CircuitBreaker('upstream', options, fleet());
+        const there = new CircuitBreaker('upstream', options, fleet());
+        breakers.push(here, there);
+        await jest.advanceTimersByTimeAsync(10_000);
+        for (let i = 0; i < 5; i++) await fail(here, httpError(503));
+        expect(here.state).toBe('open');
+        expect(announced).toEqual([{ state: 'open', openMs: 4_000, probeBlind: true }]);
+        watchers[1]!(announced[0]!);
+        expect(there.state).toBe('open');
+        healthProbe.mockClear();
+        await jest.advanceTimersByTimeAsync(3_999);
+        expect(healthProbe).not.toHaveBeenCalled();
+        expect(there.state).toBe('open');
       });
 
       it('timeouts never open it while the probe sees the upstream answering: long generations are not an outage', async () => {

@@ -116,7 +116,9 @@ export class CircuitBreaker {
     this.breaker.on('open', () => {
       this.openedAt = Date.now();
       if (!this.probeBlind) this.scheduleProbe();
-      if (this.fleet && !this.applyingRemote) this.announcing = this.fleet.announce(name, { state: 'open', openMs: this.opossumOptions.resetTimeout });
+      if (this.fleet && !this.applyingRemote) {
+        this.announcing = this.fleet.announce(name, { state: 'open', openMs: this.opossumOptions.resetTimeout, ...(this.probeBlind ? { probeBlind: true } : {}) });
+      }
     });
     this.breaker.on('close', () => {
       this.resetRun();
@@ -168,6 +170,7 @@ export class CircuitBreaker {
     try {
       if (state.state === 'open' && !this.breaker.opened) {
         if (state.openMs !== undefined) this.opossumOptions.resetTimeout = state.openMs;
+        this.probeBlind = state.probeBlind === true;
         this.breaker.open();
       } else if (state.state === 'closed' && !this.breaker.closed) this.breaker.close();
     } finally {
@@ -473,7 +476,10 @@ export class CircuitBreaker {
     if (upstreamFailed && Date.now() - lastAnswered >= this.options.unansweredMs) {
       this.probeBlind = true;
       this.breaker.open();
-    } else this.resetRun();
+    } else {
+      this.resetRun();
+      if (this.fleet) void this.fleet.resetFailures(this.name);
+    }
   }
 
   private stopProbe(): void {

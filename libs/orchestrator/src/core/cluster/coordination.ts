@@ -48,6 +48,11 @@ export interface SharedBreakerState {
   state: Extract<BreakerState, 'open' | 'closed'>;
   /** For `open`: how long the breaker stays open before its next probe. */
   openMs?: number;
+  /**
+   * For `open`: it opened on the upstream's own failures while its health route answered (a partial outage), so the
+   * health probe cannot close it; only the half-open request can.
+   */
+  probeBlind?: boolean;
 }
 
 export interface BreakerCoordinator {

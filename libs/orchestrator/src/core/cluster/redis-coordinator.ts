@@ -353,7 +353,7 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
       const current = await this.command(['GET', this.key('breaker', name)]);
       if (typeof current !== 'string') return undefined;
       const parsed = JSON.parse(current) as SharedBreakerState;
-      return { state: parsed.state, openMs: parsed.openMs };
+      return sharedState(parsed);
     } catch (error) {
       this.degrade(error);
       return undefined;
@@ -366,7 +366,7 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
         // Another replica counted a failure: a success here must end the fleet's run.
         if (message === 'fail') return void this.failing.add(name);
         const parsed = JSON.parse(message) as SharedBreakerState & { by: string };
-        if (parsed.by !== this.replicaId) watcher.onChange({ state: parsed.state, openMs: parsed.openMs });
+        if (parsed.by !== this.replicaId) watcher.onChange(sharedState(parsed));
       }),
     );
     watcher.subscribed = true;
@@ -461,3 +461,8 @@ function flightOf(holder: string): string {
 
 // Only a plain traceparent goes into a lease's value (it must never hold a `;` or `:` of its own).
 const TRACEPARENT = /^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$/;
+
+/** A breaker's state as another replica announced it, without the wire's own fields. */
+function sharedState(parsed: SharedBreakerState): SharedBreakerState {
+  return { state: parsed.state, openMs: parsed.openMs, ...(parsed.probeBlind === true ? { probeBlind: true } : {}) };
+}

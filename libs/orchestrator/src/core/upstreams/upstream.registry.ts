@@ -63,7 +63,7 @@ export class UpstreamRegistry {
   add(pool: string, member: UpstreamMemberOptions & { index?: number }, options: AddedMemberOptions = {}): Upstream {
     let found = this.get(pool);
     if (!found) {
-      found = new UpstreamPool(pool, [], options.shouldFailover ?? defaultShouldFailover, true);
+      found = new UpstreamPool(pool, [], options.shouldFailover ?? defaultShouldFailover, undefined, true);
       this.pools.set(pool, found);
     }
     const index = member.index ?? found.members.reduce((n, m) => Math.max(n, m.index + 1), 0);
