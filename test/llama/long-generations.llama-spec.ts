@@ -15,7 +15,7 @@ describe('generations longer than --timeout on two llama-servers', () => {
   let gateway: GatewayInFront | undefined;
 
   beforeAll(async () => {
-    // Four slots of 2,048 tokens each: room for a 1,000-token generation in every slot.
+    // Four slots of 2,048 tokens each: room for a 2,000-token generation in every slot.
     servers = await Promise.all([0, 1].map(() => startLlamaServer({ ctx: 8192, args: ['--parallel', '4'], allowExternal: false })));
   }, 60_000);
   afterEach(async () => {
@@ -26,15 +26,20 @@ describe('generations longer than --timeout on two llama-servers', () => {
     for (const server of servers) await server.close();
   });
 
-  it('40 distinct 1,000-token requests with --timeout 3: answers or 504s, never a refusal; both breakers stay closed', async () => {
-    gateway = await gatewayInFront(servers[0].url, ['--upstream', servers[1].url, '--timeout', '3']);
+  // 2,000 tokens take about twice the 1 s limit even alone in a server: every generation outlives its time limit.
+  it('40 distinct 2,000-token requests with --timeout 1: never a breaker refusal; both breakers stay closed', async () => {
+    gateway = await gatewayInFront(servers[0].url, ['--upstream', servers[1].url, '--timeout', '1']);
     const url = gateway.url;
-    const statuses: number[] = await Promise.all(
-      Array.from({ length: 40 }, (_, i) => observe(url, { path: '/completion', body: completion(`Long story number ${i}:`, 1000) }).then((r) => r.status)),
+    const answers = await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        observe(url, { path: '/completion', body: completion(`Long story number ${i}:`, 2000) }).then((r) => ({ status: r.status, text: r.text.slice(0, 300) })),
+      ),
     );
-    // Each request is answered, or runs out of its own time: no breaker refusal (503), no made-up upstream failure (502).
-    expect(statuses.filter((s) => s !== 200 && s !== 504)).toEqual([]);
-    // Most run four to a server, where 1,000 tokens take longer than 3 s: the time limit is what this exercises.
+    const statuses = answers.map((a) => a.status);
+    // Each request is answered, or runs out of its own time, or (on a busy machine, where slots turn over slowly) waits
+    // past the queue's limit (429, retryable): never a breaker refusal (503) or a made-up upstream failure (502).
+    expect(answers.filter((a) => a.status !== 200 && a.status !== 504 && a.status !== 429)).toEqual([]);
+    // The time limit is what this exercises.
     expect(statuses.filter((s) => s === 504).length).toBeGreaterThan(0);
     const health = JSON.parse((await observe(url, { path: '/health' })).text) as { upstreams: { name: string; breaker: string }[] };
     expect(health.upstreams).toHaveLength(2);
