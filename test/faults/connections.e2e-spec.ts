@@ -57,10 +57,10 @@ describe.each(PLATFORMS)('slow and abusive connections (%s)', (platform) => {
       const connection = rawConnection(g);
       const head =
         i % 2 === 0
-          ? `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer gk-1\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n`
+          ? `POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer gk-1\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n`
           : '';
       connection.socket.write(head);
-      const stop = drip(connection.socket, i % 2 === 0 ? body : 'GET /health HTTP/1.1\r\nhost: x\r\nx-slow: ' + 'z'.repeat(200), 100);
+      const stop = drip(connection.socket, i % 2 === 0 ? body : 'GET /health HTTP/1.1\r\nhost: localhost\r\nx-slow: ' + 'z'.repeat(200), 100);
       return { connection, stop };
     });
     // Meanwhile a real client is answered at once.
@@ -88,7 +88,7 @@ describe.each(PLATFORMS)('slow and abusive connections (%s)', (platform) => {
 
   it('a request with a wrong key gets its 401 and the connection is closed', async () => {
     const connection = rawConnection(g);
-    connection.socket.write('GET /v1/models HTTP/1.1\r\nhost: x\r\nauthorization: Bearer wrong\r\n\r\n');
+    connection.socket.write('GET /v1/models HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer wrong\r\n\r\n');
     await waitFor(() => connection.closedAt > 0, 5_000, 'the server to close the connection');
     expect(connection.received).toMatch(/^HTTP\/1\.1 401/);
     expect(connection.received.toLowerCase()).toContain('connection: close');

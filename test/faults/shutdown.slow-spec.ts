@@ -17,7 +17,7 @@ const chat = (prompt: string, stream = false) =>
   JSON.stringify({ model: 'mock-model', stream, messages: [{ role: 'user', content: prompt }] });
 
 function rawRequest(body: string): string {
-  return `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+  return `POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
 }
 
 /** A raw kept-alive connection: what it received, and when the server closed it. */

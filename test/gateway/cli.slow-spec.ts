@@ -115,6 +115,7 @@ describe('parseGatewayConfig', () => {
       host: '127.0.0.1',
       port: 18080,
       platform: 'fastify',
+      trustProxy: false,
       workers: 1,
       concurrency: 512,
       adaptiveConcurrency: true,

@@ -117,7 +117,7 @@ describe('idle event-stream watchers cannot starve the gateway', () => {
         });
         return new Promise<void>((resolve) => {
           socket.once('connect', () => {
-            socket.write('GET /orchestrator/events HTTP/1.1\r\nhost: x\r\n\r\n');
+            socket.write('GET /orchestrator/events HTTP/1.1\r\nhost: localhost\r\n\r\n');
             resolve();
           });
           socket.once('error', () => resolve());

@@ -34,6 +34,9 @@ export async function createGateway(config: GatewayConfig, options: CreateGatewa
   const module = GatewayModule.forRoot(config, log);
   // Nest's own warnings and errors go through the same logger: one format on stdout.
   const logger = options.logger ?? nestLoggerOf(log);
+  if (config.allowedHosts === '*') {
+    log.warn({ context: 'Gateway' }, '--allowed-hosts * answers any Host: a DNS-rebinding web page can reach this gateway and spend its provider key (docs/security.md)');
+  }
   let app: INestApplication;
   if (config.platform === 'fastify') {
     const fastify = await NestFactory.create<NestFastifyApplication>(
@@ -42,6 +45,8 @@ export async function createGateway(config: GatewayConfig, options: CreateGatewa
       new FastifyAdapter({
         bodyLimit: config.maxBodyBytes,
         multipart: false,
+        // request.ip, .hostname and .protocol believe X-Forwarded-* only with --trust-proxy (as the gateway's own reads do).
+        trustProxy: config.trustProxy,
         serverFactory: (handler: RequestListener) => createGatewayServer(config, handler),
       } as ConstructorParameters<typeof FastifyAdapter>[0]),
       // The body's bytes are kept and relayed unchanged where nothing is translated.
@@ -69,6 +74,8 @@ export async function createGateway(config: GatewayConfig, options: CreateGatewa
     // An upload (audio to transcribe) is kept as the bytes the client sent, boundary and all.
     express.useBodyParser('raw', { limit: config.maxBodyBytes, type: MULTIPART });
     express.disable('x-powered-by');
+    // req.ip, .hostname and .protocol believe X-Forwarded-* only with --trust-proxy (as the gateway's own reads do).
+    express.set('trust proxy', config.trustProxy);
     express.set('etag', false);
     app = express;
   }

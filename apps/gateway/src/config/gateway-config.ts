@@ -3,6 +3,7 @@ import { parseArgs } from 'node:util';
 import { ConfigError } from './config-error.js';
 import { BUDGET_FLAGS, parseBudgetConfig, type BudgetConfig } from '../budgets/budget-config.js';
 import { UpstreamsFileError, readUpstreamsFile, type UpstreamsFile } from '../upstreams/upstreams-file.js';
+import { parseHost, type AllowedHost } from '../http/allowed-hosts.js';
 
 export type ProviderKind = 'openai' | 'llama' | 'anthropic';
 export type PlatformKind = 'express' | 'fastify';
@@ -19,6 +20,10 @@ export interface GatewayConfig {
   host: string;
   port: number;
   platform: PlatformKind;
+  /** `--allowed-hosts`: the `Host` values served besides the defaults (see http/allowed-hosts.ts); `'*'`: any; undefined: the defaults. */
+  allowedHosts?: AllowedHost[] | '*';
+  /** `--trust-proxy`: X-Forwarded-Host and X-Forwarded-For are believed (a proxy in front writes them). */
+  trustProxy: boolean;
   /** Gateway processes on one port (node:cluster). */
   workers: number;
   /** Most upstream calls in flight at once, per upstream: the ceiling of the adaptive limit (or the fixed limit). */
@@ -142,6 +147,16 @@ const FLAGS: Record<string, FlagSpec> = {
   },
   host: { env: 'ORCHESTRATOR_HOST', value: 'HOST', help: 'address to listen on (default 127.0.0.1)' },
   port: { env: 'ORCHESTRATOR_PORT', value: 'PORT', help: 'port to listen on (default 18080; llama-server uses 8080)' },
+  'allowed-hosts': {
+    env: 'ORCHESTRATOR_ALLOWED_HOSTS',
+    value: 'HOSTS',
+    help: 'Host names (optional :port) the gateway answers, a comma list; any other Host gets 421, so a DNS-rebinding page cannot use it. Default on loopback: localhost, 127.0.0.1, [::1]; beyond loopback: those, IP addresses, the bind address, and (without a list) the machine\'s host name and names no public DNS has (single-label, .svc, .cluster.local, .internal, .local). * answers any Host: unsafe (docs/security.md)',
+  },
+  'trust-proxy': {
+    env: 'ORCHESTRATOR_TRUST_PROXY',
+    boolean: true,
+    help: 'believe X-Forwarded-Host (checked instead of Host), X-Forwarded-Proto and X-Forwarded-For (the last address: the client as the proxy saw it) from a proxy in front; off by default, turn on only behind a proxy that overwrites them',
+  },
   workers: {
     env: 'ORCHESTRATOR_WORKERS',
     value: 'N',
@@ -394,6 +409,8 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     ...(upstreamsFile ? { upstreamsFile } : {}),
     host: raw('host') ?? '127.0.0.1',
     port,
+    allowedHosts: parseAllowedHosts(raw('allowed-hosts')),
+    trustProxy: values['trust-proxy'] === true || isTrue(env.ORCHESTRATOR_TRUST_PROXY),
     platform,
     workers: integer('workers', 1, 1),
     concurrency: integer('concurrency', 512, 1),
@@ -551,6 +568,29 @@ function parseUrl(name: string, raw: string, protocols = ['http:', 'https:']): s
     throw new ConfigError(`--${name} must use ${protocols.join(' or ')}, got "${url.protocol}"`);
   }
   return url.toString().replace(/\/+$/, '');
+}
+
+/** `*`, or a comma list of `name[:port]` (IPv6 addresses in brackets); undefined when not given. */
+function parseAllowedHosts(raw: string | undefined): AllowedHost[] | '*' | undefined {
+  if (raw === undefined) return undefined;
+  const items = raw
+    .split(',')
+    .map((h) => h.trim())
+    .filter(Boolean);
+  if (items.length === 0) throw new ConfigError('--allowed-hosts must be * or a comma list of host names, got nothing');
+  if (items.includes('*')) {
+    if (items.length > 1) throw new ConfigError('--allowed-hosts takes * alone, or a list of host names, not both');
+    return '*';
+  }
+  return items.map((item) => {
+    const host = parseHost(item);
+    if (host === undefined || (host.name.includes(':') && !host.name.startsWith('['))) {
+      throw new ConfigError(
+        `--allowed-hosts entries look like gateway.example.com, gateway.example.com:8443 or [fd00::1] (a host name, not a URL; port 1-65535), got "${item.slice(0, 200)}"`,
+      );
+    }
+    return host;
+  });
 }
 
 /** `*`, or a comma list of origins (`scheme://host[:port]`, as a browser sends them). */

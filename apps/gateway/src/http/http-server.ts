@@ -1,6 +1,11 @@
 import { ExpressAdapter } from '@nestjs/platform-express';
 import { createServer, type IncomingMessage, type RequestListener, type Server, type ServerOptions, type ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
+import { ROUTES, routeAt } from '../providers/provider.js';
+import { hostCheckOf } from './allowed-hosts.js';
+import { ApiError } from './api-error.js';
+import { errorReply } from './gateway-exception.filter.js';
+import { unroutedApi } from './request-context.middleware.js';
 
 /**
  * Node's own limits on what a client may take, set on the HTTP server of
@@ -29,17 +34,39 @@ const FRONTS = new WeakMap<Server, (front: FrontHandler) => void>();
 
 /**
  * A server made with `serverOptions`, and the connection cap (connections beyond it are closed at once). Each
- * request goes first to the front handler given by `serveAhead` (the data plane), then to the platform's.
+ * request's host is checked first (`--allowed-hosts`), on every route of either platform; then it goes to the
+ * front handler given by `serveAhead` (the data plane), then to the platform's.
  */
 export function createGatewayServer(config: GatewayConfig, handler?: RequestListener): Server {
   let front: FrontHandler | undefined;
+  const hosts = hostCheckOf(config);
   const server = createServer(serverOptions(config), (request, response) => {
+    if (!hosts.allows(request)) return misdirected(config, request, response);
     if (front !== undefined && front(request, response)) return;
     handler?.(request, response);
   });
   FRONTS.set(server, (next) => (front = next));
   server.maxConnections = config.maxConnections;
   return server;
+}
+
+/**
+ * A host this gateway does not serve (a DNS-rebinding page, most likely): 421, before any route ran, so no key is
+ * looked at and nothing reaches the provider. In the proxied route's API, else in the gateway's own JSON.
+ */
+function misdirected(config: GatewayConfig, request: IncomingMessage, response: ServerResponse): void {
+  const route = routeAt(request.url ?? '/');
+  const error = new ApiError(
+    421,
+    'This gateway does not serve that host: add it to --allowed-hosts if it is yours (see docs/security.md, "DNS rebinding and the Host header").',
+    'host_not_allowed',
+    null,
+    'invalid_request_error',
+  );
+  const reply = errorReply(error, { api: route ? ROUTES[route].api : unroutedApi(config) }, { warn: () => undefined });
+  // The connection was opened for a host that is not ours: nothing more is taken on it.
+  response.writeHead(reply.status, { ...reply.headers, connection: 'close' });
+  response.end(reply.body);
 }
 
 /** Puts `front` ahead of the platform on a server made by `createGatewayServer`. */

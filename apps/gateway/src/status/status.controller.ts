@@ -5,6 +5,7 @@ import { Budgets } from '../budgets/budgets.service.js';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { ApiError } from '../http/api-error.js';
+import { clientAddress, hostCheckOf, listensOnLoopback, type HostCheck } from '../http/allowed-hosts.js';
 import { clientKey, isOneOf, keyDigest } from '../http/credentials.js';
 import { StatusBoard } from './status-board.js';
 import { lockedPageHtml, loginPageHtml, statusPageHtml } from './status-page.js';
@@ -41,24 +42,17 @@ export function statusSignIn(config: GatewayConfig, budgets: Budgets): () => rea
   };
 }
 
-/** Whether the gateway listens on loopback only (then an open page shows nothing to the network). */
-export function listensOnLoopback(host: string): boolean {
-  return host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host);
-}
+// Whether the gateway listens on loopback only (then an open page shows nothing to the network).
+export { listensOnLoopback };
 
-function peerOf(request: IncomingMessage): string {
-  return request.socket.remoteAddress ?? 'unknown';
-}
-
-/** The status page's origin check: a browser's cross-site request says where it comes from, and that is not here. */
-function crossSite(request: IncomingMessage): boolean {
+/**
+ * The status page's origin check: a browser's cross-site request says where it comes from, and that must be a
+ * host this gateway serves (--allowed-hosts). Matching `Host` is never enough: a DNS-rebinding page sends its own
+ * name in both.
+ */
+function crossSite(request: IncomingMessage, hosts: HostCheck): boolean {
   const origin = request.headers.origin;
-  if (origin === undefined) return false;
-  try {
-    return new URL(origin).host !== request.headers.host;
-  } catch {
-    return true;
-  }
+  return origin !== undefined && !hosts.allowsOrigin(origin, request);
 }
 
 /** The status page's routes under `path`: the page, its login, its SSE stream and a JSON snapshot. */
@@ -70,12 +64,14 @@ export function statusController(path: string): Type<unknown> {
     /** Beyond loopback, with no key that may sign in and no --status-public: the page serves nobody. */
     private readonly locked: boolean;
     private readonly failures = new LRUCache<string, number>({ max: 10_000, ttl: 60_000 });
+    private readonly hosts: HostCheck;
 
     constructor(
       @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
       private readonly board: StatusBoard,
       budgets: Budgets,
     ) {
+      this.hosts = hostCheckOf(config);
       this.signIn = statusSignIn(config, budgets);
       this.sessions = new StatusSessions(this.signIn);
       this.locked = !this.sessions.possible && !listensOnLoopback(config.host) && !config.observability.statusPublic;
@@ -99,20 +95,20 @@ export function statusController(path: string): Type<unknown> {
     /**
      * Trades a key that may sign in (a gateway key, or an admin key of the keys
      * file) for an HttpOnly, SameSite=Strict session cookie valid on the status
-     * routes only. JSON only and same-origin only (a cross-site form cannot
-     * post here), and throttled per client address.
+     * routes only. JSON only and from a served origin only (a cross-site form
+     * cannot post here), and throttled per client address.
      */
     @Post(`${path}/login`)
     @SetMetadata(STATUS_ACCESS, 'public')
     @HttpCode(204)
     login(@Req() request: IncomingMessage, @Body() body: unknown, @Res({ passthrough: true }) response: AnyResponse): void {
       const raw = 'raw' in response ? response.raw : response;
-      if (crossSite(request)) throw new ApiError(403, 'Sign in from the status page itself: cross-site requests are refused.', 'cross_site_request');
+      if (crossSite(request, this.hosts)) throw new ApiError(403, 'Sign in from the status page itself: cross-site requests are refused.', 'cross_site_request');
       const type = request.headers['content-type'];
       if (type === undefined || !/^application\/json\b/i.test(type)) {
         throw new ApiError(415, `Content-Type must be application/json, got ${type ? `"${type.slice(0, 100)}"` : 'none'}.`, 'unsupported_media_type');
       }
-      const peer = peerOf(request);
+      const peer = clientAddress(request, this.config.trustProxy);
       if ((this.failures.get(peer) ?? 0) >= LOGIN_FAILURES_PER_MINUTE) {
         raw.setHeader('retry-after', '60');
         throw new ApiError(429, `Too many failed sign-ins from this address: wait a minute.`, 'too_many_sign_ins', null, 'rate_limit_error');
@@ -134,7 +130,7 @@ export function statusController(path: string): Type<unknown> {
     events(@Req() request: IncomingMessage, @Res() response: AnyResponse): void {
       const raw = 'raw' in response ? response.raw : response;
       this.requireAccess(request);
-      const peer = peerOf(request);
+      const peer = clientAddress(request, this.config.trustProxy);
       const refused = this.board.refuseStream(peer);
       if (refused) {
         // Closed after the answer: a refused watcher must not keep holding one of the gateway's connections.
