@@ -1,6 +1,7 @@
 import { ExpressAdapter } from '@nestjs/platform-express';
 import { createServer, type IncomingMessage, type RequestListener, type Server, type ServerOptions, type ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
+import { guardConnectionTable } from './slow-clients.js';
 
 /**
  * Node's own limits on what a client may take, set on the HTTP server of
@@ -28,17 +29,20 @@ export type FrontHandler = (request: IncomingMessage, response: ServerResponse) 
 const FRONTS = new WeakMap<Server, (front: FrontHandler) => void>();
 
 /**
- * A server made with `serverOptions`, and the connection cap (connections beyond it are closed at once). Each
+ * A server made with `serverOptions`, the connection cap (connections beyond it are closed at once) and the guards
+ * against slow clients (slow-clients.ts). Each
  * request goes first to the front handler given by `serveAhead` (the data plane), then to the platform's.
  */
 export function createGatewayServer(config: GatewayConfig, handler?: RequestListener): Server {
   let front: FrontHandler | undefined;
-  const server = createServer(serverOptions(config), (request, response) => {
+  const handle = (request: IncomingMessage, response: ServerResponse) => {
     if (front !== undefined && front(request, response)) return;
     handler?.(request, response);
-  });
+  };
+  const server = createServer(serverOptions(config), handle);
   FRONTS.set(server, (next) => (front = next));
   server.maxConnections = config.maxConnections;
+  guardConnectionTable(server, config, handle);
   return server;
 }
 
