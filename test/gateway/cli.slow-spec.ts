@@ -37,6 +37,8 @@ const FLAGS = [
   '--max-body',
   '--request-timeout',
   '--max-connections',
+  '--max-connections-per-address',
+  '--body-timeout',
   '--keep-alive-timeout',
   '--shutdown-grace',
   '--window-max-bytes',
@@ -137,6 +139,9 @@ describe('parseGatewayConfig', () => {
       maxBodyBytes: 10 * 1024 * 1024,
       requestTimeoutMs: 30_000,
       maxConnections: defaultMaxConnections(),
+      maxConnectionsPerAddress: Math.floor(defaultMaxConnections() / 2),
+      loopbackLimited: false,
+      bodyTimeoutMs: 10_000,
       shutdownGraceMs: 30_000,
       keepAliveTimeoutMs: 65_000,
       windowMaxBytes: 256 * 1024 * 1024,
@@ -160,6 +165,18 @@ describe('parseGatewayConfig', () => {
         serviceName: 'nest-prompt-orchestrator-gateway',
       },
     });
+  });
+
+  it('reads --max-connections-per-address (half the table by default, loopback bound only when given) and --body-timeout', () => {
+    expect(parseGatewayConfig(['--max-connections', '200'], {})).toMatchObject({ maxConnectionsPerAddress: 100, loopbackLimited: false, bodyTimeoutMs: 10_000 });
+    expect(parseGatewayConfig([], { ORCHESTRATOR_MAX_CONNECTIONS_PER_ADDRESS: '7', ORCHESTRATOR_BODY_TIMEOUT_SECS: '0.5' })).toMatchObject({
+      maxConnectionsPerAddress: 7,
+      loopbackLimited: true,
+      bodyTimeoutMs: 500,
+    });
+    expect(parseGatewayConfig(['--max-connections-per-address', '0', '--body-timeout', '0'], {})).toMatchObject({ maxConnectionsPerAddress: 0, bodyTimeoutMs: 0 });
+    expect(() => parseGatewayConfig(['--max-connections-per-address', '1.5'], {})).toThrow(/whole number/);
+    expect(() => parseGatewayConfig(['--body-timeout=-1'], {})).toThrow(/--body-timeout must be at least 0/);
   });
 
   it('reads --hold-unavailable (seconds, 0 refusing at once) and its variable, and refuses a negative one', () => {

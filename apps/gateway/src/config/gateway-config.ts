@@ -57,6 +57,14 @@ export interface GatewayConfig {
   requestTimeoutMs: number;
   /** Connections open at once; more are closed at once, so file descriptors are never exhausted. */
   maxConnections: number;
+  /**
+   * Connections one client address may hold at once (0: no limit); more from it are closed at once. Applies to
+   * loopback addresses only when given explicitly (`loopbackLimited`): on this host are benchmarks and local proxies.
+   */
+  maxConnectionsPerAddress: number;
+  loopbackLimited: boolean;
+  /** Longest time to receive a request's body once its headers are in (0: only --request-timeout applies). */
+  bodyTimeoutMs: number;
   /** After SIGTERM, how long requests and streams in flight may take to finish. */
   shutdownGraceMs: number;
   /** How long a client's idle keep-alive connection is kept open. */
@@ -239,6 +247,16 @@ const FLAGS: Record<string, FlagSpec> = {
     value: 'N',
     help: `client connections open at once; more are closed at once (default ${defaultMaxConnections()}: 16384, or the open-files limit less 512 when lower)`,
   },
+  'max-connections-per-address': {
+    env: 'ORCHESTRATOR_MAX_CONNECTIONS_PER_ADDRESS',
+    value: 'N',
+    help: 'client connections one address may hold at once; more from it are closed at once (default half of --max-connections, not applied to loopback clients unless given; 0: no limit). Behind a proxy this limits the proxy',
+  },
+  'body-timeout': {
+    env: 'ORCHESTRATOR_BODY_TIMEOUT_SECS',
+    value: 'SECS',
+    help: 'longest time to receive a request body once its headers are in; a slower body gets 408 and its connection is closed (default 10; 0: only --request-timeout)',
+  },
   'keep-alive-timeout': {
     env: 'ORCHESTRATOR_KEEP_ALIVE_TIMEOUT_SECS',
     value: 'SECS',
@@ -401,6 +419,10 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
   // than the plugin's: a gateway relays many long streams at once, and what they keep, V8 frees only after a
   // major collection, so their copies cost about twice their size in RSS (docs/architecture.md, "Streams").
   const inFlightMaxBytes = integer('in-flight-max-bytes', 4 * 1024 * 1024, 1024 * 1024);
+  const maxConnections = integer('max-connections', defaultMaxConnections(), 1);
+  // By default one address may not take more than half the table; given explicitly, the limit binds loopback too.
+  const perAddressGiven = raw('max-connections-per-address') !== undefined;
+  const maxConnectionsPerAddress = integer('max-connections-per-address', Math.max(1, Math.floor(maxConnections / 2)), 0);
 
   return {
     provider,
@@ -432,7 +454,10 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     retries: integer('retries', 1, 0),
     maxBodyBytes,
     requestTimeoutMs: seconds('request-timeout', 30),
-    maxConnections: integer('max-connections', defaultMaxConnections(), 1),
+    maxConnections,
+    maxConnectionsPerAddress,
+    loopbackLimited: perAddressGiven,
+    bodyTimeoutMs: Math.round(parseNumber('body-timeout', raw('body-timeout'), 10, 0) * 1000),
     shutdownGraceMs: seconds('shutdown-grace', 30),
     keepAliveTimeoutMs: seconds('keep-alive-timeout', 65),
     windowMaxBytes,

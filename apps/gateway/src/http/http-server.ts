@@ -6,6 +6,7 @@ import { hostCheckOf } from './allowed-hosts.js';
 import { ApiError } from './api-error.js';
 import { errorReply } from './gateway-exception.filter.js';
 import { unroutedApi } from './request-context.middleware.js';
+import { guardConnectionTable } from './slow-clients.js';
 
 /**
  * Node's own limits on what a client may take, set on the HTTP server of
@@ -33,20 +34,23 @@ export type FrontHandler = (request: IncomingMessage, response: ServerResponse) 
 const FRONTS = new WeakMap<Server, (front: FrontHandler) => void>();
 
 /**
- * A server made with `serverOptions`, and the connection cap (connections beyond it are closed at once). Each
- * request's host is checked first (`--allowed-hosts`), on every route of either platform; then it goes to the
- * front handler given by `serveAhead` (the data plane), then to the platform's.
+ * A server made with `serverOptions`, the connection cap (connections beyond it are closed at once) and the guards
+ * against slow clients (slow-clients.ts). Each request's host is checked first (`--allowed-hosts`), on every route
+ * of either platform; then it goes to the front handler given by `serveAhead` (the data plane), then to the
+ * platform's.
  */
 export function createGatewayServer(config: GatewayConfig, handler?: RequestListener): Server {
   let front: FrontHandler | undefined;
   const hosts = hostCheckOf(config);
-  const server = createServer(serverOptions(config), (request, response) => {
+  const handle = (request: IncomingMessage, response: ServerResponse) => {
     if (!hosts.allows(request)) return misdirected(config, request, response);
     if (front !== undefined && front(request, response)) return;
     handler?.(request, response);
-  });
+  };
+  const server = createServer(serverOptions(config), handle);
   FRONTS.set(server, (next) => (front = next));
   server.maxConnections = config.maxConnections;
+  guardConnectionTable(server, config, handle);
   return server;
 }
 
