@@ -69,6 +69,10 @@ export interface GatewayConfig {
   gatewayKeys: string[];
   /** Key the gateway sends upstream instead of the client's. */
   providerKey?: string;
+  /** `--session-secret`: signs status page sessions (absent: a random secret, shared through Redis with `--redis`). */
+  sessionSecret?: string;
+  /** `--trust-proxy`: the gateway sits behind a reverse proxy whose `X-Forwarded-Proto` is believed. */
+  trustProxy: boolean;
   /** Browser origins allowed by CORS: a list, `'*'` (any: each request's Origin is echoed), or undefined (off). */
   corsOrigins?: string[] | '*';
   /** Virtual keys, limits, spend caps and the request log (see budgets/budget-config.ts). */
@@ -126,6 +130,9 @@ const PROVIDER_KEY_ENV: Record<ProviderKind, string> = {
   llama: 'LLAMA_API_KEY',
   anthropic: 'ANTHROPIC_API_KEY',
 };
+
+/** Shortest `--session-secret` accepted: a short one could be guessed offline from one cookie. */
+export const MIN_SESSION_SECRET = 32;
 
 const FLAGS: Record<string, FlagSpec> = {
   provider: { env: 'ORCHESTRATOR_PROVIDER', value: 'NAME', help: 'openai | llama | anthropic (default openai)' },
@@ -260,6 +267,16 @@ const FLAGS: Record<string, FlagSpec> = {
     value: 'K1,K2',
     help: "keys clients must present; the provider key then comes from the environment",
   },
+  'session-secret': {
+    env: 'ORCHESTRATOR_SESSION_SECRET',
+    value: 'SECRET',
+    help: `signs status page sessions; at least ${MIN_SESSION_SECRET} characters, the same on every replica (default: random per start, shared through --redis when given); nothing in the keys file is used`,
+  },
+  'trust-proxy': {
+    env: 'ORCHESTRATOR_TRUST_PROXY',
+    boolean: true,
+    help: 'behind a reverse proxy: believe its X-Forwarded-Proto (a session cookie is then Secure when it says https); never set it when clients reach the gateway directly',
+  },
   cors: {
     env: 'ORCHESTRATOR_CORS_ORIGINS',
     value: 'ORIGINS',
@@ -379,6 +396,10 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
   if (port > 65535) throw new ConfigError(`--port must be at most 65535, got ${port}`);
   const redisUrl = raw('redis');
   if (redisUrl !== undefined) parseUrl('redis', redisUrl, ['redis:', 'rediss:']);
+  const sessionSecret = raw('session-secret');
+  if (sessionSecret !== undefined && sessionSecret.length < MIN_SESSION_SECRET) {
+    throw new ConfigError(`--session-secret must be at least ${MIN_SESSION_SECRET} characters, got ${sessionSecret.length}`);
+  }
   const noDedup = values['no-dedup'] === true || isTrue(env.ORCHESTRATOR_NO_DEDUP);
   const maxBodyBytes = integer('max-body', 10 * 1024 * 1024, 1024);
   const windowMaxBytes = integer('window-max-bytes', 256 * 1024 * 1024, 1024 * 1024);
@@ -428,6 +449,8 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
       .map((k) => k.trim())
       .filter(Boolean),
     providerKey: env[PROVIDER_KEY_ENV[provider]] || undefined,
+    ...(sessionSecret !== undefined ? { sessionSecret } : {}),
+    trustProxy: values['trust-proxy'] === true || isTrue(env.ORCHESTRATOR_TRUST_PROXY),
     corsOrigins: parseOrigins(raw('cors')),
     budgets: parseBudgetConfig(raw, (name) => values[name] === true || isTrue(raw(name)), env),
     observability: parseObservability(raw, (name) => values[name] === true || isTrue(env[FLAGS[name].env as string]), env),
