@@ -539,7 +539,7 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
   it('SIGHUP with --keys-file: the workers reload the keys, requests in flight are all answered', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'npo-workers-'));
     const keys = join(dir, 'keys.json');
-    writeFileSync(keys, JSON.stringify({ [KEY]: { name: 'suite' } }));
+    writeFileSync(keys, JSON.stringify({ [KEY]: { name: 'suite', admin: true } }));
     const { gateway, workerPids } = await start(['--keys-file', keys]);
     upstream.hold();
     const inFlight = Array.from({ length: 10 }, (_, i) => ask(gateway.url, chat(uniquePrompt(`reload ${i}`))));

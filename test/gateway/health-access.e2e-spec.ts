@@ -10,14 +10,15 @@ import { PLATFORMS } from '../support/platforms.js';
  * Load balancers and Kubernetes probe `/health/live` and `/health/ready`
  * without a key. With gateway keys or a keys file on, those two answer anyone
  * with their status code and `{ status }` alone; the details, `/health` and the
- * metrics stay behind a key.
+ * metrics stay behind an admin key.
  */
 
 const KEY = 'sk-health-access-0001';
 
 function keysFile(): string {
   const file = join(mkdtempSync(join(tmpdir(), 'health-keys-')), 'keys.json');
-  writeFileSync(file, JSON.stringify({ [KEY]: { name: 'team' } }));
+  // An admin key: the details are the whole gateway's (a tenant's own key gets the status only).
+  writeFileSync(file, JSON.stringify({ [KEY]: { name: 'ops', admin: true } }));
   return file;
 }
 

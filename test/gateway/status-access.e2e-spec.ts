@@ -11,7 +11,7 @@ import { PLATFORMS } from '../support/platforms.js';
 /**
  * The status page cannot be used against the gateway: its event streams are
  * few and bounded (idle watchers never take the callers' connections), its
- * sign-in is JSON-only, same-origin and throttled, admin keys of a keys file
+ * sign-in is JSON-only, same-origin and throttled (wrong keys only), admin keys of a keys file
  * can sign in, and beyond loopback it needs a sign-in unless told otherwise.
  */
 
@@ -41,13 +41,14 @@ describe.each(PLATFORMS)('status page access (%s)', (platform) => {
     expect(sameSite.status).toBe(204);
   });
 
-  it('wrong keys in a row from one address: after 10, even the right key waits (429, Retry-After)', async () => {
+  it('wrong keys in a row from one address: after 10, wrong keys wait (429, Retry-After); the right key still signs in', async () => {
     const base = await start(['--gateway-keys', 'page-key-1']);
     for (let i = 0; i < 10; i++) expect((await login(base, `{"key":"wrong-${i}"}`)).status).toBe(401);
-    const throttled = await login(base, '{"key":"page-key-1"}');
+    const throttled = await login(base, '{"key":"wrong-again"}');
     expect(throttled.status).toBe(429);
-    expect(throttled.headers.get('retry-after')).toBe('60');
+    expect(Number(throttled.headers.get('retry-after'))).toBeGreaterThan(0);
     expect(((await throttled.json()) as { error: { code: string } }).error.code).toBe('too_many_sign_ins');
+    expect((await login(base, '{"key":"page-key-1"}')).status).toBe(204);
   });
 
   it('with a keys file and no gateway keys, an "admin": true key signs in and watches; other keys cannot', async () => {

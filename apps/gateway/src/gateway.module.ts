@@ -10,6 +10,7 @@ import { GatewayTracing } from './observability/gateway-tracing.js';
 import { createLogger } from './observability/logger.js';
 import { UsageLedger } from './observability/usage-ledger.js';
 import { StatusBoard } from './status/status-board.js';
+import { SessionSecret } from './status/session-secret.js';
 import { FleetHeartbeat } from './status/fleet-heartbeat.js';
 import { statusController } from './status/status.controller.js';
 import { SharedState } from './shared-state/shared-state.js';
@@ -38,10 +39,11 @@ class GatewayCoreModule {
         WorkerCoordination,
         UsageLedger,
         Budgets,
+        SessionSecret,
         // The SDK is loaded only when traces are exported.
         { provide: GatewayTracing, useFactory: () => GatewayTracing.create(config) },
       ],
-      exports: [GATEWAY_CONFIG, GATEWAY_LOGGER, GatewayService, Lifecycle, SharedState, WorkerCoordination, UsageLedger, Budgets, GatewayTracing],
+      exports: [GATEWAY_CONFIG, GATEWAY_LOGGER, GatewayService, Lifecycle, SharedState, WorkerCoordination, UsageLedger, Budgets, SessionSecret, GatewayTracing],
     };
   }
 }

@@ -1,8 +1,10 @@
 import 'reflect-metadata';
 import cluster from 'node:cluster';
+import { randomBytes } from 'node:crypto';
 import { ConfigError, helpText, parseGatewayConfig, type GatewayConfig } from './config/gateway-config.js';
 import { createGateway, stopGateway } from './gateway.factory.js';
 import { PrimaryHub } from './cluster/primary-hub.js';
+import { WORKER_SESSION_SECRET_ENV } from './status/session-secret.js';
 
 async function main(): Promise<void> {
   let config;
@@ -70,6 +72,8 @@ async function serve(config: GatewayConfig): Promise<void> {
  */
 function supervise(config: GatewayConfig): void {
   new PrimaryHub().listen();
+  // One session secret for every worker (a session signed by one is accepted by the next), replaced workers too.
+  const workerEnv = { [WORKER_SESSION_SECRET_ENV]: randomBytes(32).toString('hex') };
   let stopping = false;
   const alive = new Set<number>();
   const listening = new Set<number>();
@@ -94,9 +98,9 @@ function supervise(config: GatewayConfig): void {
       process.exit(0);
     }
     console.error(`gateway: worker ${worker.process.pid} exited (${signal ?? code}); starting another`);
-    cluster.fork();
+    cluster.fork(workerEnv);
   });
-  for (let i = 0; i < config.workers; i++) cluster.fork();
+  for (let i = 0; i < config.workers; i++) cluster.fork(workerEnv);
   // Handled for as long as the primary lives: a signal it did not handle would end it, and its workers with it.
   const stop = (signal: NodeJS.Signals) => {
     if (stopping) {

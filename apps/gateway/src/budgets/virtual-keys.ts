@@ -35,7 +35,7 @@ export class KeysFileError extends Error {
 
 /**
  * Parses a keys document: `{ "<client key>" | "sha256:<hex of the key>": { "name", "requestsPerMinute"?,
- * "tokensPerMinute"?, "maxSpend"?: "20/day", "admin"?: true } }`. Throws `KeysFileError` naming the first problem by the
+ * "tokensPerMinute"?, "maxSpend"?: "20/day", "admin"?: true } }`; `{}` lists no keys (every one is refused). Throws `KeysFileError` naming the first problem by the
  * entry's position or name (never by its key).
  */
 export function parseKeys(text: string): Entry[] {
@@ -92,7 +92,7 @@ export function parseKeys(text: string): Entry[] {
     if (v.admin === true) key.admin = true;
     entries.push({ plain: hashed ? undefined : secret, digest, key });
   });
-  if (entries.length === 0) throw new KeysFileError('lists no keys');
+  // `{}` is a file that says "no keys": every virtual key is revoked (a file that cannot be read or parsed never is).
   return entries;
 }
 
@@ -161,7 +161,12 @@ export class VirtualKeys {
     try {
       this.entries = readKeysFile(this.file);
       redactor.add(this.entries.map((entry) => entry.plain));
-      this.log(`keys file reloaded (${reason}): ${this.entries.length} key(s)`, false);
+      this.log(
+        this.entries.length === 0
+          ? `keys file reloaded (${reason}): it lists no keys, so every virtual key is refused`
+          : `keys file reloaded (${reason}): ${this.entries.length} key(s)`,
+        this.entries.length === 0,
+      );
       return true;
     } catch (error) {
       this.log(`keys file not reloaded (${reason}), the previous ${this.entries.length} key(s) stay in force: ${(error as Error).message}`, true);

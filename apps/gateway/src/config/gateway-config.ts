@@ -82,6 +82,8 @@ export interface GatewayConfig {
   gatewayKeys: string[];
   /** Key the gateway sends upstream instead of the client's. */
   providerKey?: string;
+  /** `--session-secret`: signs status page sessions (absent: a random secret, shared through Redis with `--redis`). */
+  sessionSecret?: string;
   /** Browser origins allowed by CORS: a list, `'*'` (any: each request's Origin is echoed), or undefined (off). */
   corsOrigins?: string[] | '*';
   /** Virtual keys, limits, spend caps and the request log (see budgets/budget-config.ts). */
@@ -140,6 +142,9 @@ const PROVIDER_KEY_ENV: Record<ProviderKind, string> = {
   anthropic: 'ANTHROPIC_API_KEY',
 };
 
+/** Shortest `--session-secret` accepted: a short one could be guessed offline from one cookie. */
+export const MIN_SESSION_SECRET = 32;
+
 const FLAGS: Record<string, FlagSpec> = {
   provider: { env: 'ORCHESTRATOR_PROVIDER', value: 'NAME', help: 'openai | llama | anthropic (default openai)' },
   upstream: {
@@ -163,7 +168,7 @@ const FLAGS: Record<string, FlagSpec> = {
   'trust-proxy': {
     env: 'ORCHESTRATOR_TRUST_PROXY',
     boolean: true,
-    help: 'believe X-Forwarded-Host (checked instead of Host), X-Forwarded-Proto and X-Forwarded-For (the last address: the client as the proxy saw it) from a proxy in front; off by default, turn on only behind a proxy that overwrites them',
+    help: 'believe X-Forwarded-Host (checked instead of Host), X-Forwarded-Proto (a status session cookie is then Secure when it says https) and X-Forwarded-For (the last address: the client as the proxy saw it) from a proxy in front; off by default, turn on only behind a proxy that overwrites them',
   },
   workers: {
     env: 'ORCHESTRATOR_WORKERS',
@@ -293,6 +298,11 @@ const FLAGS: Record<string, FlagSpec> = {
     value: 'K1,K2',
     help: "keys clients must present; the provider key then comes from the environment",
   },
+  'session-secret': {
+    env: 'ORCHESTRATOR_SESSION_SECRET',
+    value: 'SECRET',
+    help: `signs status page sessions; at least ${MIN_SESSION_SECRET} characters, the same on every replica (default: random per start, shared through --redis when given); nothing in the keys file is used`,
+  },
   cors: {
     env: 'ORCHESTRATOR_CORS_ORIGINS',
     value: 'ORIGINS',
@@ -412,6 +422,10 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
   if (port > 65535) throw new ConfigError(`--port must be at most 65535, got ${port}`);
   const redisUrl = raw('redis');
   if (redisUrl !== undefined) parseUrl('redis', redisUrl, ['redis:', 'rediss:']);
+  const sessionSecret = raw('session-secret');
+  if (sessionSecret !== undefined && sessionSecret.length < MIN_SESSION_SECRET) {
+    throw new ConfigError(`--session-secret must be at least ${MIN_SESSION_SECRET} characters, got ${sessionSecret.length}`);
+  }
   const noDedup = values['no-dedup'] === true || isTrue(env.ORCHESTRATOR_NO_DEDUP);
   const maxBodyBytes = integer('max-body', 10 * 1024 * 1024, 1024);
   const windowMaxBytes = integer('window-max-bytes', 256 * 1024 * 1024, 1024 * 1024);
@@ -470,6 +484,7 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
       .map((k) => k.trim())
       .filter(Boolean),
     providerKey: env[PROVIDER_KEY_ENV[provider]] || undefined,
+    ...(sessionSecret !== undefined ? { sessionSecret } : {}),
     corsOrigins: parseOrigins(raw('cors')),
     budgets: parseBudgetConfig(raw, (name) => values[name] === true || isTrue(raw(name)), env),
     observability: parseObservability(raw, (name) => values[name] === true || isTrue(env[FLAGS[name].env as string]), env),

@@ -65,7 +65,12 @@ export class SharedState implements OnModuleInit, BeforeApplicationShutdown, OnA
    * otherwise miss the shared state and report an outage that is not one.
    */
   async onModuleInit(): Promise<void> {
-    await Promise.race([this.connecting, sleep(1_000)]);
+    await this.connected();
+  }
+
+  /** Resolves once Redis is connected, or a second has passed (for whoever needs Redis during start-up). */
+  connected(): Promise<void> {
+    return Promise.race([this.connecting, sleep(1_000)]).then(() => undefined);
   }
 
   /** Before the window's store closes the shared client: the calls still finishing are not an outage to report. */

@@ -1,6 +1,6 @@
 import { Body, Controller, Get, Header, HttpCode, Inject, Post, Req, Res, SetMetadata, type Type } from '@nestjs/common';
-import { LRUCache } from 'lru-cache';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { TLSSocket } from 'node:tls';
 import { Budgets } from '../budgets/budgets.service.js';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
@@ -10,6 +10,8 @@ import { clientKey, isOneOf, keyDigest } from '../http/credentials.js';
 import { StatusBoard } from './status-board.js';
 import { lockedPageHtml, loginPageHtml, statusPageHtml } from './status-page.js';
 import { SESSION_COOKIE, SESSION_SECONDS, StatusSessions } from './status-session.js';
+import { SessionSecret } from './session-secret.js';
+import { SignInThrottle } from './sign-in-throttle.js';
 
 /** Handler metadata read by the gateway guard: who may reach a status route when gateway keys are on. */
 export const STATUS_ACCESS = 'gateway:status-access';
@@ -19,9 +21,6 @@ export type StatusAccess = 'public' | 'session';
 const CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'";
 
 type AnyResponse = ServerResponse | { raw: ServerResponse; hijack(): void };
-
-/** Failed sign-ins one client address may make per minute; then it waits (a key cannot be guessed by trying). */
-export const LOGIN_FAILURES_PER_MINUTE = 10;
 
 /**
  * The keys that may sign in to the status page: the gateway keys, and the
@@ -46,6 +45,17 @@ export function statusSignIn(config: GatewayConfig, budgets: Budgets): () => rea
 export { listensOnLoopback };
 
 /**
+ * Whether the browser reached the gateway over TLS: the gateway's own socket, or (`--trust-proxy` only: anyone can
+ * send the header) the first proxy's `X-Forwarded-Proto`. The session cookie is then `Secure`.
+ */
+export function servedOverTls(request: IncomingMessage, trustProxy: boolean): boolean {
+  if ((request.socket as Partial<TLSSocket>).encrypted === true) return true;
+  if (!trustProxy) return false;
+  const proto = request.headers['x-forwarded-proto'];
+  return (Array.isArray(proto) ? proto[0] : proto)?.split(',')[0]?.trim().toLowerCase() === 'https';
+}
+
+/**
  * The status page's origin check: a browser's cross-site request says where it comes from, and that must be a
  * host this gateway serves (--allowed-hosts). Matching `Host` is never enough: a DNS-rebinding page sends its own
  * name in both.
@@ -63,17 +73,18 @@ export function statusController(path: string): Type<unknown> {
     private readonly signIn: () => readonly Buffer[];
     /** Beyond loopback, with no key that may sign in and no --status-public: the page serves nobody. */
     private readonly locked: boolean;
-    private readonly failures = new LRUCache<string, number>({ max: 10_000, ttl: 60_000 });
     private readonly hosts: HostCheck;
+    private readonly throttle = new SignInThrottle();
 
     constructor(
       @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
       private readonly board: StatusBoard,
       budgets: Budgets,
+      secret: SessionSecret,
     ) {
       this.hosts = hostCheckOf(config);
       this.signIn = statusSignIn(config, budgets);
-      this.sessions = new StatusSessions(this.signIn);
+      this.sessions = new StatusSessions(this.signIn, () => secret.current);
       this.locked = !this.sessions.possible && !listensOnLoopback(config.host) && !config.observability.statusPublic;
     }
 
@@ -96,7 +107,8 @@ export function statusController(path: string): Type<unknown> {
      * Trades a key that may sign in (a gateway key, or an admin key of the keys
      * file) for an HttpOnly, SameSite=Strict session cookie valid on the status
      * routes only. JSON only and from a served origin only (a cross-site form
-     * cannot post here), and throttled per client address.
+     * cannot post here); wrong keys are throttled per client address and in
+     * all (see `SignInThrottle`), the right one never is.
      */
     @Post(`${path}/login`)
     @SetMetadata(STATUS_ACCESS, 'public')
@@ -108,20 +120,21 @@ export function statusController(path: string): Type<unknown> {
       if (type === undefined || !/^application\/json\b/i.test(type)) {
         throw new ApiError(415, `Content-Type must be application/json, got ${type ? `"${type.slice(0, 100)}"` : 'none'}.`, 'unsupported_media_type');
       }
-      const peer = clientAddress(request, this.config.trustProxy);
-      if ((this.failures.get(peer) ?? 0) >= LOGIN_FAILURES_PER_MINUTE) {
-        raw.setHeader('retry-after', '60');
-        throw new ApiError(429, `Too many failed sign-ins from this address: wait a minute.`, 'too_many_sign_ins', null, 'rate_limit_error');
-      }
       if (!this.sessions.possible) {
         throw new ApiError(403, 'Nobody can sign in: this gateway has no --gateway-keys and no "admin": true key in its keys file.', 'status_login_unavailable');
       }
       const key = (body as { key?: unknown } | undefined)?.key;
+      // The key is judged first: the right one always signs in, however many wrong ones came from its address.
       if (typeof key !== 'string' || !this.isKey(key)) {
-        this.failures.set(peer, (this.failures.get(peer) ?? 0) + 1);
+        const wait = this.throttle.failed(clientAddress(request, this.config.trustProxy));
+        if (wait !== undefined) {
+          raw.setHeader('retry-after', String(wait));
+          throw new ApiError(429, `Too many failed sign-ins: wait ${wait} s.`, 'too_many_sign_ins', null, 'rate_limit_error');
+        }
         throw new ApiError(401, 'That key may not sign in here (a gateway key, or an "admin": true key of the keys file).', 'invalid_api_key', 'key', 'authentication_error');
       }
-      raw.setHeader('set-cookie', `${SESSION_COOKIE}=${this.sessions.issue()}; Path=${path}; Max-Age=${SESSION_SECONDS}; HttpOnly; SameSite=Strict`);
+      const secure = servedOverTls(request, this.config.trustProxy) ? '; Secure' : '';
+      raw.setHeader('set-cookie', `${SESSION_COOKIE}=${this.sessions.issue()}; Path=${path}; Max-Age=${SESSION_SECONDS}; HttpOnly; SameSite=Strict${secure}`);
     }
 
     /** Snapshots as server-sent events: one at once, then every second and at every breaker transition. */
