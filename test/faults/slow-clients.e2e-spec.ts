@@ -36,7 +36,7 @@ function rawConnection(g: GatewayUnderTest, localAddress = '127.0.0.1'): Raw {
 
 const BODY = JSON.stringify({ model: 'mock-model', messages: [{ role: 'user', content: 'x'.repeat(500) }] });
 const head = (length: number, extra = '') =>
-  `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer gk-1\r\ncontent-type: application/json\r\ncontent-length: ${length}\r\n${extra}\r\n`;
+  `POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer gk-1\r\ncontent-type: application/json\r\ncontent-length: ${length}\r\n${extra}\r\n`;
 
 /** Headers and the first bytes of a body, then nothing more: a slot held with almost no traffic. */
 function slowBody(g: GatewayUnderTest, localAddress?: string): Raw {
@@ -91,7 +91,7 @@ describe.each(PLATFORMS)('slow clients and the connection table (%s)', (platform
       // One more from the attacker is refused; one from a third address is not.
       const more = slowBody(g, ATTACKER);
       const other = rawConnection(g, '127.0.0.3');
-      other.socket.write('GET /health/live HTTP/1.1\r\nhost: x\r\n\r\n');
+      other.socket.write('GET /health/live HTTP/1.1\r\nhost: localhost\r\n\r\n');
       held.push(more, other);
       await waitFor(() => more.closed, 5_000, 'the attacker connection over its cap to be closed');
       await waitFor(() => other.received.includes('\r\n\r\n'), 5_000, 'the third address to be answered');
