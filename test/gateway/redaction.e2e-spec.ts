@@ -1,6 +1,8 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import type { LoggerService } from '@nestjs/common';
 import { escapeKey } from '../../apps/mock-provider/src/key-quotes.js';
+import { startMockProvider } from '../../apps/mock-provider/src/index.js';
+import { ensureBuilt, startGatewayProcess } from '../support/gateway-process.js';
 import { postJson, sseData, startGateway, type GatewayUnderTest } from '../support/gateway-harness.js';
 
 /**
@@ -108,4 +110,26 @@ describe('Provider keys in error shapes', () => {
     expect(answer.text).toContain('[redacted]');
     expectClean(answer.text);
   });
+
+  it("the built gateway's log (stdout, JSON lines at info, prompts included) never holds the key in any shape", async () => {
+    await ensureBuilt();
+    const provider = await startMockProvider({ latencyMs: 1 });
+    const gatewayProcess = await startGatewayProcess(['--upstream', provider.url, '--retries', '0', '--log-format', 'json', '--log-level', 'info', '--log-prompts'], {
+      OPENAI_API_KEY: PROVIDER_KEY,
+    });
+    try {
+      for (const escape of ESCAPES) {
+        for (const shape of ['body', 'chat', 'null', 'split'] as const) {
+          expectClean((await postJson(`${gatewayProcess.url}/v1/chat/completions`, chat(`mock:quote-key-${shape}-${escape}`, shape !== 'body'))).text);
+        }
+        expectClean((await postJson(`${gatewayProcess.url}/v1/responses`, { model: 'gpt-4o', stream: true, input: `mock:quote-key-responses-${escape}` })).text);
+      }
+      // The request lines are written in batches: the last one is waited for, not a fixed time.
+      for (let lines = 0; lines < 15; lines = gatewayProcess.output().split('"route"').length - 1) await new Promise((resolve) => setTimeout(resolve, 50));
+      for (const form of FORMS) expect(gatewayProcess.output()).not.toContain(form);
+    } finally {
+      gatewayProcess.kill();
+      await provider.close();
+    }
+  }, 240_000);
 });
