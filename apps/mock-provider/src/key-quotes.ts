@@ -1,5 +1,4 @@
 import type { Exchange } from './exchange.js';
-import type { RouteDefinition } from './route-definition.js';
 
 /**
  * `mock:quote-key-<shape>[-<escape>]` in a request's body: the mock answers with the key it was sent (Authorization
@@ -93,13 +92,3 @@ export async function quoteKey(exchange: Exchange, shape: QuoteShape, escape: Qu
   res.end();
 }
 
-/** The Responses API's route, served only for the marker above (its error shape is what the tests need of it). */
-export const QUOTE_ROUTES: readonly RouteDefinition[] = [
-  {
-    method: 'POST',
-    paths: ['/v1/responses'],
-    family: 'openai',
-    streams: true,
-    handle: (exchange) => exchange.sendError('invalid_request', 'The mock provider serves /v1/responses only with a mock:quote-key marker.'),
-  },
-];
