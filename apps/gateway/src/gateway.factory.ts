@@ -29,7 +29,9 @@ const MULTIPART = 'multipart/form-data';
 
 /** Builds the gateway app on the configured platform (not yet listening). */
 export async function createGateway(config: GatewayConfig, options: CreateGatewayOptions = {}): Promise<INestApplication> {
-  redactor.add([config.providerKey, ...config.gatewayKeys, ...upstreamKeys(config)]);
+  redactor.add(config.gatewayKeys);
+  // Provider keys are also looked for in a stream's ordinary events (a provider quoting one outside an error).
+  redactor.watch([config.providerKey, ...upstreamKeys(config)]);
   const log = createLogger(config.observability);
   const module = GatewayModule.forRoot(config, log);
   // Nest's own warnings and errors go through the same logger: one format on stdout.

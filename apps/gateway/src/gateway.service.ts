@@ -2,7 +2,7 @@ import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@ne
 import { RawResponse, StreamedResponse, isOrchestratorError, isTransientFailure, type Upstream } from 'nest-prompt-orchestrator';
 import { RemoteCallError } from 'nest-prompt-orchestrator/internal';
 import type { IncomingHttpHeaders } from 'node:http';
-import { map, type Observable } from 'rxjs';
+import { Observable } from 'rxjs';
 import type { GatewayConfig } from './config/gateway-config.js';
 import { GATEWAY_CONFIG } from './gateway.tokens.js';
 import { clientKey } from './http/credentials.js';
@@ -213,12 +213,45 @@ export function upstreamUrl(plan: UpstreamPlan, params: Record<string, string>, 
 }
 
 /**
- * A provider's error event in a stream may quote a key, as its error bodies do. Only chunks with an `"error"` key are
- * read (in a model's text the quotes are escaped), so a stream's ordinary chunks pass untouched.
+ * A provider's event in a stream may quote a key, as its error bodies do, in any JSON escaping. Lines go on whole (a
+ * key is never cut across two chunks, each searched on its own; a line longer than MAX_HELD_LINE goes on in pieces).
+ * An error-shaped chunk is decoded and redacted; an ordinary one only when it may quote a provider's key, and then only
+ * known keys go, so a stream's ordinary chunks pass untouched.
  */
 function redactErrors(presented: string | undefined) {
-  return map((chunk: string) => (chunk.includes('"error"') ? redactor.text(chunk, [presented]) : chunk));
+  return (source: Observable<string>) =>
+    new Observable<string>((subscriber) => {
+      let held = '';
+      const send = (text: string) => {
+        if (text.length === 0) return;
+        if (text.includes('"error"') || text.includes('event: error') || text.includes('event:error')) subscriber.next(redactor.json(text, [presented]));
+        else if (redactor.mayQuote(text, presented)) subscriber.next(redactor.json(text, [presented], false));
+        else subscriber.next(text);
+      };
+      const subscription = source.subscribe({
+        next(chunk) {
+          const text = held + chunk;
+          const nl = text.lastIndexOf('\n');
+          if (nl < 0 && text.length <= MAX_HELD_LINE) return void (held = text);
+          const cut = nl < 0 ? text.length : nl + 1;
+          held = text.slice(cut);
+          send(text.slice(0, cut));
+        },
+        error(error: unknown) {
+          send(held);
+          subscriber.error(error);
+        },
+        complete() {
+          send(held);
+          subscriber.complete();
+        },
+      });
+      return () => subscription.unsubscribe();
+    });
 }
+
+/** A line held for its end longer than this goes on in pieces: what a stream holds stays bounded. */
+const MAX_HELD_LINE = 256 * 1024;
 
 /** A body parsed as JSON, or undefined when it is not JSON. */
 export function parseJson(bytes: Buffer): unknown {

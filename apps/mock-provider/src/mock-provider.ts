@@ -27,6 +27,7 @@ import type {
 import type { RouteDefinition } from './route-definition.js';
 import { findRoute, HEALTH_PATHS } from './routes.js';
 import { FixedAnswers, readBytes } from './fixed-answers.js';
+import { QUOTE_KEY_MARKER, quoteKey, type QuoteEscape, type QuoteShape } from './key-quotes.js';
 
 export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
 
@@ -401,6 +402,8 @@ class MockProviderServer implements MockProvider {
       exchange.sendError('internal', 'The mock provider failed this request (mock:fail-500 in its body).');
       return;
     }
+    const quote = QUOTE_KEY_MARKER.exec(marked);
+    if (quote) return quoteKey(exchange, quote[1] as QuoteShape, (quote[2] ?? 'plain') as QuoteEscape);
     const slow = /mock:slow-(\d{1,6})/.exec(marked);
     if (slow) await exchange.wait(Number(slow[1]));
     if (mode === 'error200' && record?.stream !== true) {

@@ -142,3 +142,31 @@ describe('SseScan', () => {
     expect(scan.verdict).toBeUndefined();
   });
 });
+
+describe('SseScan: whole lines for redaction', () => {
+  it('holds a line cut across reads until its end, and passes it on whole', () => {
+    const scan = new SseScan('openai', false, false, true);
+    expect(scan.feed(Buffer.from('data: {"a":"sk-pro')).length).toBe(0);
+    const out = [scan.feed(Buffer.from('j-xyz"}\n\n'))].flat().map(String).join('');
+    expect(out).toBe('data: {"a":"sk-proj-xyz"}\n\n');
+  });
+
+  it('an `event: error` is an error in a chat stream too, read to the end of its data', () => {
+    const scan = new SseScan('openai', false, false, true);
+    scan.feed(Buffer.from('event: error\n'));
+    expect(scan.verdict).toBe('error');
+    expect(scan.errorRead).toBe(false);
+    scan.feed(Buffer.from('data: {"message":"bad key","type":"server_error"}\n\n'));
+    expect(scan.errorRead).toBe(true);
+  });
+
+  it('passes on a line too long to hold (memory stays bounded), and reads the lines after it', () => {
+    const scan = new SseScan('openai', false, false, true);
+    const long = 'data: {"content":"' + 'x'.repeat(300 * 1024);
+    const passed = [scan.feed(Buffer.from(long.slice(0, 200 * 1024))), scan.feed(Buffer.from(long.slice(200 * 1024)))].flat();
+    expect(passed.reduce((sum, piece) => sum + piece.length, 0)).toBe(long.length);
+    const rest = [scan.feed(Buffer.from('"}\n\ndata: [DONE]\n\n'))].flat().map(String).join('');
+    expect(rest).toBe('"}\n\ndata: [DONE]\n\n');
+    expect(scan.verdict).toBe('end');
+  });
+});

@@ -27,6 +27,8 @@ import type { StreamFormat } from '../upstream/stream-end.js';
 export class SseScan {
   /** `end` once the end marker passed; `error` once an error event did. */
   verdict: 'end' | 'error' | undefined;
+  /** The error event has been read to its end (its data, or the blank line after it): the stream may be cut there. */
+  errorRead = false;
   /** The error event's data, parsed. */
   errorEvent: unknown;
   usage: Usage | undefined;
@@ -37,13 +39,20 @@ export class SseScan {
   // llama.cpp's native streams: each prompt (`index`) ends with `"stop":true`.
   private readonly unfinished = new Set<number>();
   private llamaStopped = false;
+  /** Lines are passed on whole (a line cut across chunks waits for its end): stripping, or redacting line by line. */
+  private readonly whole: boolean;
+  /** Passing on the rest of a line too long to hold (see `MAX_HELD_LINE`). */
+  private overlong = false;
 
   constructor(
     /** How the stream ends (`false`: a format the route does not fix, only relayed). */
     private readonly format: StreamFormat | false,
     private readonly readUsage: boolean,
     private readonly stripUsage: boolean,
+    /** Pass on whole lines only, so that a key is never cut across two of the pieces passed on (see `Redactor`). */
+    wholeLines = false,
   ) {
+    this.whole = stripUsage || wholeLines;
     this.markers = format === false ? undefined : MARKER_PATTERNS[format][readUsage ? 1 : 0];
   }
 
@@ -54,20 +63,33 @@ export class SseScan {
    */
   feed(chunk: Buffer): Buffer | Buffer[] {
     if (this.format === false) return chunk;
+    if (this.overlong) {
+      // The rest of a line too long to hold is passed on as it comes; reading starts again after it.
+      const nl = chunk.indexOf(NL);
+      if (nl < 0) return chunk;
+      this.overlong = false;
+      const rest = this.read(chunk.subarray(nl + 1));
+      return rest.length === 0 ? chunk.subarray(0, nl + 1) : [chunk.subarray(0, nl + 1), rest];
+    }
     const partial = this.partial;
     if (partial === undefined) return this.read(chunk);
     this.partial = undefined;
     const nl = chunk.indexOf(NL);
     if (nl < 0) {
-      // Still the same line (longer than a socket read): kept until it ends.
-      this.partial = Buffer.concat([partial, chunk]);
-      return this.stripUsage ? EMPTY : chunk;
+      // Still the same line (longer than a socket read): kept until it ends, up to a bound (memory stays bounded).
+      const joined = Buffer.concat([partial, chunk]);
+      if (this.whole && joined.length > MAX_HELD_LINE) {
+        this.overlong = true;
+        return joined;
+      }
+      this.partial = joined;
+      return this.whole ? EMPTY : chunk;
     }
     // The line the last chunk cut is joined (one line, a small copy) and read on its own; then the rest of this
     // chunk, where it lies. A marker never spans the two: it lies within a line.
     const first = this.read(Buffer.concat([partial, chunk.subarray(0, nl + 1)]));
     const rest = this.read(chunk.subarray(nl + 1));
-    if (!this.stripUsage) return chunk;
+    if (!this.whole) return chunk;
     return first.length === 0 ? rest : rest.length === 0 ? first : [first, rest];
   }
 
@@ -79,11 +101,11 @@ export class SseScan {
     if (from < 0) {
       const last = data.lastIndexOf(NL);
       if (last < data.length - 1) this.partial = Buffer.from(data.subarray(last + 1));
-      if (!this.stripUsage) return data;
+      if (!this.whole) return data;
       return last === data.length - 1 ? data : data.subarray(0, last + 1);
     }
     // Lines are read from `from` on; the bytes passed on are runs of whole lines, cut only around a line left out.
-    const kept: Buffer[] | undefined = this.stripUsage ? [] : undefined;
+    const kept: Buffer[] | undefined = this.whole ? [] : undefined;
     let run = 0;
     let at = from;
     for (;;) {
@@ -109,7 +131,7 @@ export class SseScan {
     this.partial = undefined;
     if (!rest) return undefined;
     const keep = this.line(rest, 0, rest.length);
-    return this.stripUsage && keep ? rest : undefined;
+    return this.whole && keep ? rest : undefined;
   }
 
   /**
@@ -122,7 +144,8 @@ export class SseScan {
    * is `"usage":{`, compact or with the one space JSON writers put after a colon.
    */
   private markedFrom(data: Buffer): number {
-    if (this.format === 'llama') return 0;
+    // An error event's name came: the rest of that event is read, whatever it holds.
+    if (this.format === 'llama' || (this.verdict === 'error' && !this.errorRead)) return 0;
     let from = 0;
     if (this.format === 'openai') {
       from = startOfLastLines(data, TAIL_LINES);
@@ -136,11 +159,14 @@ export class SseScan {
     if (end > start && data[end - 1] === CR) end--;
     if (end === start) {
       this.eventName = undefined;
+      if (this.verdict === 'error') this.errorRead = true;
       return true;
     }
     if (startsWith(data, start, EVENT)) {
       const name = data.toString('utf8', start + EVENT.length, end).trim();
       this.eventName = name;
+      // An `event: error` is an error whatever its data says (an OpenAI chat stream has no other named events).
+      if (name === 'error') this.verdict = 'error';
       if (this.format === 'anthropic') {
         if (name === 'error') this.verdict = 'error';
         else if (name === 'message_stop') this.verdict ??= 'end';
@@ -157,6 +183,8 @@ export class SseScan {
       this.verdict ??= 'end';
       return true;
     }
+    // The data of an `event: error` (a provider's error may be nothing but its message).
+    if (this.verdict === 'error') this.errorRead = true;
     const payload = data.subarray(from, end);
     const errorLike = payload.indexOf(ERROR) >= 0;
     const usageLike = this.readUsage && USAGE.some((marker) => payload.indexOf(marker) >= 0);
@@ -170,15 +198,17 @@ export class SseScan {
     }
     if (typeof json !== 'object' || json === null) return true;
     const event = json as { error?: unknown; type?: unknown; index?: unknown; stop?: unknown };
-    if (this.eventName === 'error' && this.format === 'anthropic') this.errorEvent = json;
+    if (this.eventName === 'error') this.errorEvent = json;
     if (event.error !== undefined && event.error !== null) {
       this.verdict = 'error';
+      this.errorRead = true;
       this.errorEvent = json;
       return true;
     }
     if (this.format === 'responses') {
       if (event.type === 'error' || event.type === 'response.failed') {
         this.verdict = 'error';
+        this.errorRead = true;
         this.errorEvent = json;
       } else if (event.type === 'response.completed' || event.type === 'response.incomplete') this.verdict ??= 'end';
     } else if (this.format === 'anthropic' && event.type === 'message_stop') this.verdict ??= 'end';
@@ -208,6 +238,11 @@ const EVENT = Buffer.from('event:');
 const DATA = Buffer.from('data:');
 const DONE = Buffer.from('[DONE]');
 const ERROR = Buffer.from('"error"');
+/**
+ * A line held for its end longer than this is passed on in pieces (a model's output, not an error event, is that
+ * long): what a stream holds stays bounded.
+ */
+const MAX_HELD_LINE = 256 * 1024;
 // Chunks before OpenAI's usage event say `"usage":null`: only an object is worth reading.
 const USAGE = [Buffer.from('"usage":{'), Buffer.from('"usage": {'), Buffer.from('"tokens_predicted"')];
 // `data: [DONE]` and the blank lines after it, with room for a CR before each newline.
@@ -224,6 +259,9 @@ const END_MARKERS: Record<StreamFormat, readonly Buffer[]> = {
   anthropic: [Buffer.from('message_stop'), Buffer.from('event: error'), Buffer.from('event:error')],
   llama: [],
 };
+
+// Any format's `event: error` line (its data need not say "error").
+const EVENT_ERROR = [Buffer.from('event: error'), Buffer.from('event:error')];
 
 function startsWith(data: Buffer, at: number, prefix: Buffer): boolean {
   if (data.length - at < prefix.length) return false;
@@ -258,7 +296,7 @@ function markerPatterns(format: StreamFormat): readonly [RegExp, RegExp] {
 }
 
 function markerPattern(format: StreamFormat, readUsage: boolean): RegExp {
-  const literal = [...END_MARKERS[format], ERROR].map((marker) => marker.toString('latin1').replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
+  const literal = [...END_MARKERS[format], ERROR, ...EVENT_ERROR].map((marker) => marker.toString('latin1').replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
   if (readUsage) literal.push('"usage": ?\\{');
   return new RegExp(literal.join('|'));
 }

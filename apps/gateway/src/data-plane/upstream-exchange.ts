@@ -139,7 +139,8 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     if (this.contentType !== undefined && EVENT_STREAM.test(this.contentType)) {
       this.mode = 'stream';
       const { streamEnd, readUsage, stripUsage } = this.options;
-      this.scan = new SseScan(streamEnd, readUsage, stripUsage);
+      // Whole lines: a key the provider quotes is never cut across two pieces, each searched on its own.
+      this.scan = new SseScan(streamEnd, readUsage, stripUsage, true);
       this.subscriber.next({ kind: 'head', head: { contentType: this.contentType ?? SSE_TYPE }, formatError: this.options.formatError, flow: this });
       return;
     }
@@ -224,7 +225,8 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     if (Array.isArray(out)) for (const piece of out) this.pass(piece);
     else this.pass(out);
     this.flow();
-    if (scan.verdict === 'error') {
+    // Cut once the error event is whole (its data may come in the next read), so the client reads it (redacted).
+    if (scan.verdict === 'error' && scan.errorRead) {
       this.mode = 'done';
       this.hooks.onUpstreamUsage(scan.usage);
       this.cancelled = true;
@@ -235,8 +237,11 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
 
   /** Bytes of the stream, on to the callers. */
   private pass(bytes: Buffer): void {
-    // A provider's error event may quote a key, as its error bodies do: only such a chunk is decoded to look.
-    if (this.scan!.verdict === 'error') bytes = redactor.bytes(bytes, [this.options.presentedKey]);
+    // A provider's error event may quote a key, as its error bodies do, in any JSON escaping: such a chunk is decoded
+    // to look. An ordinary chunk is only searched for the provider's keys (and an escape), and only those keys go.
+    const presented = this.options.presentedKey;
+    if (this.scan!.verdict === 'error') bytes = redactor.jsonBytes(bytes, [presented]);
+    else if (redactor.mayQuote(bytes, presented)) bytes = redactor.jsonBytes(bytes, [presented], false);
     if (bytes.length === 0) return;
     this.emitted += bytes.length;
     this.subscriber.next(new ChunkEvent(bytes));
@@ -246,10 +251,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     this.mode = 'done';
     const scan = this.scan!;
     const rest = scan.end();
-    if (rest && rest.length > 0) {
-      this.emitted += rest.length;
-      this.subscriber.next(new ChunkEvent(rest));
-    }
+    if (rest && rest.length > 0) this.pass(rest);
     this.hooks.onUpstreamUsage(scan.usage);
     if (this.options.streamEnd === false || scan.verdict === 'end') return this.subscriber.complete();
     if (scan.verdict === 'error') return this.subscriber.error(new UpstreamStreamError('The provider sent an error in the stream.', true, scan.errorEvent));

@@ -104,7 +104,8 @@ export function errorReply(exception: unknown, target: ErrorTarget, logger: { wa
     // The provider already answered in the client's own format: its status and bytes, unchanged.
     if (exception.retryAfter) headers['retry-after'] = exception.retryAfter;
     headers['content-type'] = exception.contentType ?? 'application/json';
-    return { status: exception.status, headers, body: redactor.bytes(exception.body, presented) };
+    // Decoded to look: a key written with JSON escapes is the key again once the client parses the body.
+    return { status: exception.status, headers, body: redactor.jsonBytes(exception.body, presented) };
   }
 
   const info = describe(exception, target);

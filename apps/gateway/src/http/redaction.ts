@@ -30,6 +30,13 @@ const SHAPE = new RegExp(SHAPES.join('|'), 'g');
 const TOKEN = /[\w\-.~+/]{8,}/g;
 const EDGES = /^[.~+/-]+|[.~+/-]+$/g;
 const MIN_LENGTH = 8;
+// A JSON string literal; those with an escape in them are the only place a key can hide from a search of the bytes.
+const STRING = /"(?:[^"\\\n]|\\.)*"/g;
+// An escape that may stand for a character of a key (keys are ASCII; `\u00e9` or a surrogate cannot be one).
+const ASCII_ESCAPE = /\\u00[2-7][0-9a-fA-F]|\\\//;
+const BACKSLASH_U = Buffer.from('\\u00');
+const BACKSLASH_SLASH = Buffer.from('\\/');
+const PREFIX = 3;
 
 export const REDACTED = '[redacted]';
 
@@ -38,6 +45,13 @@ export class Redactor {
   private readonly known = new Set<string>();
   // Keys with characters a token cannot hold are searched for as they are (few, if any).
   private readonly odd: string[] = [];
+
+  /** The keys an ordinary (not error-shaped) chunk is searched for: the provider's keys, never a list of tenants' keys. */
+  private readonly watched = new Set<string>();
+  /** Their distinct first characters: one search per prefix decides that a chunk quotes none of them. */
+  private prefixes: Buffer[] = [];
+  private prefixTexts: string[] = [];
+  private watchesSlash = false;
 
   /** Grows whenever keys are added: what was found clean before may quote one now. */
   version = 0;
@@ -52,8 +66,65 @@ export class Redactor {
     }
   }
 
+  /** Provider keys: known (see `add`), and also looked for in a stream's ordinary events (see `mayQuote`). */
+  watch(keys: Iterable<string | undefined>): void {
+    const list = [...keys];
+    this.add(list);
+    for (const key of list) if (key !== undefined && key.length >= MIN_LENGTH) this.watched.add(key);
+    this.prefixTexts = [...new Set([...this.watched].map((key) => key.slice(0, PREFIX)))];
+    this.prefixes = this.prefixTexts.map((prefix) => Buffer.from(prefix));
+    this.watchesSlash = [...this.watched].some((key) => key.includes('/'));
+  }
+
+  /**
+   * Whether an ordinary chunk may quote a watched key or the presented one: a native search per distinct key prefix
+   * and one for an escape. False (nearly always) means the chunk is passed on untouched, never decoded.
+   */
+  mayQuote(chunk: Buffer | string, presented?: string): boolean {
+    if (typeof chunk === 'string') {
+      if (chunk.includes('\\u00') || (this.watchesSlash && chunk.includes('\\/'))) return true;
+      for (const prefix of this.prefixTexts) if (chunk.includes(prefix)) return true;
+      return presented !== undefined && presented.length >= MIN_LENGTH && chunk.includes(presented.slice(0, PREFIX));
+    }
+    if (chunk.indexOf(BACKSLASH_U) >= 0 || (this.watchesSlash && chunk.indexOf(BACKSLASH_SLASH) >= 0)) return true;
+    for (const prefix of this.prefixes) if (chunk.indexOf(prefix) >= 0) return true;
+    return presented !== undefined && presented.length >= MIN_LENGTH && chunk.indexOf(presented.slice(0, PREFIX)) >= 0;
+  }
+
+  /**
+   * Text that holds JSON (an error body, SSE events) without any key it quotes, however its JSON escapes write the
+   * key (`sk\u002d...` is the key again once a client parses it): each string literal with an escape is decoded,
+   * redacted and re-encoded, then the bytes are redacted as `text` does. `shapes: false` removes only keys the
+   * gateway knows (an ordinary event: a model's text may well hold something shaped like a key).
+   */
+  json(text: string, also: readonly (string | undefined)[] = [], shapes = true): string {
+    let out = text;
+    if (out.includes('\\') && ASCII_ESCAPE.test(out)) {
+      out = out.replace(STRING, (literal) => {
+        if (!literal.includes('\\')) return literal;
+        let decoded: unknown;
+        try {
+          decoded = JSON.parse(literal);
+        } catch {
+          return literal;
+        }
+        if (typeof decoded !== 'string') return literal;
+        const clean = this.text(decoded, also, shapes);
+        return clean === decoded ? literal : JSON.stringify(clean);
+      });
+    }
+    return this.text(out, also, shapes);
+  }
+
+  /** `json` on bytes: the very Buffer unless it quotes a key. */
+  jsonBytes(body: Buffer, also: readonly (string | undefined)[] = [], shapes = true): Buffer {
+    const text = body.toString('utf8');
+    const clean = this.json(text, also, shapes);
+    return clean === text ? body : Buffer.from(clean);
+  }
+
   /** The text without any key it quotes; `also` are keys known to this request (the one it presented). */
-  text(text: string, also: readonly (string | undefined)[] = []): string {
+  text(text: string, also: readonly (string | undefined)[] = [], shapes = true): string {
     let out = text;
     for (const key of also) if (key !== undefined && key.length >= MIN_LENGTH && out.includes(key)) out = out.split(key).join(REDACTED);
     for (const key of this.odd) if (out.includes(key)) out = out.split(key).join(REDACTED);
@@ -64,7 +135,7 @@ export class Redactor {
         return trimmed !== token && this.known.has(trimmed) ? token.replace(trimmed, REDACTED) : token;
       });
     }
-    return out.replace(SHAPE, REDACTED);
+    return shapes ? out.replace(SHAPE, REDACTED) : out;
   }
 
   /** The bytes as they are, unless they quote a key. */

@@ -126,7 +126,7 @@ function connect(url: string) {
 export const GATEWAY_ERROR_CODEC: ErrorCodec = {
   encode(error) {
     if (error instanceof UpstreamHttpError) {
-      const body = redactor.bytes(error.body.subarray(0, MAX_ERROR_BODY));
+      const body = redactor.jsonBytes(error.body.subarray(0, MAX_ERROR_BODY));
       return { t: 'upstream', status: error.status, body: body.toString('base64'), contentType: error.contentType, api: error.api, retryAfter: error.retryAfter };
     }
     if (error instanceof ApiError) {

@@ -81,7 +81,7 @@ export class LiveUpstreams {
     const { registry, checks, settingsOf, shouldFailover } = this.options;
     const changes = diffUpstreams(this.file, next);
     // Before any call can send them: no key ever reaches a log line or an error.
-    redactor.add([...poolsOf(next).values()].flat().flatMap((entry) => (entry.key ? [entry.key.reveal()] : [])));
+    redactor.watch([...poolsOf(next).values()].flat().flatMap((entry) => (entry.key ? [entry.key.reveal()] : [])));
     // Removed first: a member replaced under its own name drains with its old breaker while the new one is checked.
     for (const { pool, name } of changes.removed) {
       const member = registry.get(pool)?.member(name);
