@@ -86,7 +86,10 @@ function bodyDeadlines(config: GatewayConfig): (request: IncomingMessage, respon
     const headers = request.headers;
     const length = headers['content-length'];
     if (request.complete || ((length === undefined || length === '0') && headers['transfer-encoding'] === undefined)) return;
-    pending.add({ request, response, deadline: performance.now() + config.bodyTimeoutMs });
+    const entry = { request, response, deadline: performance.now() + config.bodyTimeoutMs };
+    pending.add(entry);
+    // Let go as soon as the body is in: a request held until the next sweep would outlive the young generation.
+    request.once('end', () => pending.delete(entry));
     if (sweep === undefined) {
       sweep = setInterval(check, period);
       sweep.unref();
