@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { connect, type Socket } from 'node:net';
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { PLATFORMS, waitFor } from '../support/platforms.js';
 import { postJson, startGateway, type GatewayUnderTest } from '../support/gateway-harness.js';
+import { drip, rawConnection } from '../support/raw-connection.js';
 
 const run = promisify(execFile);
 const CLIENT = fileURLToPath(new URL('../support/oversized-client.mjs', import.meta.url));
@@ -16,28 +16,6 @@ const CLIENT = fileURLToPath(new URL('../support/oversized-client.mjs', import.m
  * 413 the client can read (not a reset it would retry).
  */
 
-const port = (g: GatewayUnderTest) => Number(new URL(g.gatewayUrl).port);
-
-/** A raw connection that records when the server closed it, and what it sent back. */
-function rawConnection(g: GatewayUnderTest) {
-  const socket = connect(port(g), '127.0.0.1');
-  const state = { closedAt: 0, received: '', socket };
-  socket.setNoDelay(true);
-  socket.on('data', (chunk: Buffer) => (state.received += chunk.toString('latin1')));
-  socket.on('close', () => (state.closedAt = performance.now()));
-  socket.on('error', () => undefined);
-  return state;
-}
-
-/** Writes `text` one byte every `gapMs`, for as long as the socket is open. */
-function drip(socket: Socket, text: string, gapMs: number): () => void {
-  let i = 0;
-  const timer = setInterval(() => {
-    if (socket.destroyed || i >= text.length) return clearInterval(timer);
-    socket.write(text[i++]);
-  }, gapMs);
-  return () => clearInterval(timer);
-}
 
 describe.each(PLATFORMS)('slow and abusive connections (%s)', (platform) => {
   let g: GatewayUnderTest;
@@ -54,7 +32,7 @@ describe.each(PLATFORMS)('slow and abusive connections (%s)', (platform) => {
     const body = JSON.stringify({ model: 'mock-model', messages: [{ role: 'user', content: 'x'.repeat(500) }] });
     const started = performance.now();
     const drippers = Array.from({ length: 20 }, (_, i) => {
-      const connection = rawConnection(g);
+      const connection = rawConnection(g.gatewayUrl);
       const head =
         i % 2 === 0
           ? `POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer gk-1\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n`
@@ -76,7 +54,7 @@ describe.each(PLATFORMS)('slow and abusive connections (%s)', (platform) => {
   }, 20_000);
 
   it('connections beyond --max-connections are closed at once; the rest keep working', async () => {
-    const idle = Array.from({ length: 80 }, () => rawConnection(g));
+    const idle = Array.from({ length: 80 }, () => rawConnection(g.gatewayUrl));
     await waitFor(() => idle.filter((c) => c.closedAt > 0).length >= 20, 5_000, 'the connections over the cap to be closed');
     const open = idle.filter((c) => c.closedAt === 0).length;
     expect(open).toBeLessThanOrEqual(60);
@@ -87,7 +65,7 @@ describe.each(PLATFORMS)('slow and abusive connections (%s)', (platform) => {
   });
 
   it('a request with a wrong key gets its 401 and the connection is closed', async () => {
-    const connection = rawConnection(g);
+    const connection = rawConnection(g.gatewayUrl);
     connection.socket.write('GET /v1/models HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer wrong\r\n\r\n');
     await waitFor(() => connection.closedAt > 0, 5_000, 'the server to close the connection');
     expect(connection.received).toMatch(/^HTTP\/1\.1 401/);

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { connect, type Socket } from 'node:net';
 import { PLATFORMS, waitFor } from '../support/platforms.js';
 import { postJson, startGateway, type GatewayUnderTest } from '../support/gateway-harness.js';
+import { drip, rawConnection, type RawConnection } from '../support/raw-connection.js';
 
 /**
  * Slow clients and the connection table (docs/security.md): one address may
@@ -13,46 +13,16 @@ import { postJson, startGateway, type GatewayUnderTest } from '../support/gatewa
  */
 
 const ATTACKER = '127.0.0.2';
-const port = (g: GatewayUnderTest) => Number(new URL(g.gatewayUrl).port);
-
-interface Raw {
-  socket: Socket;
-  connected: boolean;
-  closed: boolean;
-  received: string;
-}
-
-/** A raw connection from `localAddress` that records what the server sent and whether it closed. */
-function rawConnection(g: GatewayUnderTest, localAddress = '127.0.0.1'): Raw {
-  const socket = connect({ port: port(g), host: '127.0.0.1', localAddress });
-  const state: Raw = { socket, connected: false, closed: false, received: '' };
-  socket.setNoDelay(true);
-  socket.on('connect', () => (state.connected = true));
-  socket.on('data', (chunk: Buffer) => (state.received += chunk.toString('latin1')));
-  socket.on('close', () => (state.closed = true));
-  socket.on('error', () => undefined);
-  return state;
-}
 
 const BODY = JSON.stringify({ model: 'mock-model', messages: [{ role: 'user', content: 'x'.repeat(500) }] });
 const head = (length: number, extra = '') =>
   `POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer gk-1\r\ncontent-type: application/json\r\ncontent-length: ${length}\r\n${extra}\r\n`;
 
 /** Headers and the first bytes of a body, then nothing more: a slot held with almost no traffic. */
-function slowBody(g: GatewayUnderTest, localAddress?: string): Raw {
-  const c = rawConnection(g, localAddress);
+function slowBody(g: GatewayUnderTest, localAddress?: string): RawConnection {
+  const c = rawConnection(g.gatewayUrl, localAddress);
   c.socket.write(head(BODY.length) + BODY.slice(0, 10));
   return c;
-}
-
-/** Writes `text` one byte every `gapMs`, for as long as the socket is open. */
-function drip(socket: Socket, text: string, gapMs: number): () => void {
-  let i = 0;
-  const timer = setInterval(() => {
-    if (socket.destroyed || i >= text.length) return clearInterval(timer);
-    socket.write(text[i++]);
-  }, gapMs);
-  return () => clearInterval(timer);
 }
 
 async function liveProbe(g: GatewayUnderTest): Promise<number> {
@@ -62,7 +32,7 @@ async function liveProbe(g: GatewayUnderTest): Promise<number> {
 describe.each(PLATFORMS)('slow clients and the connection table (%s)', (platform) => {
   describe('--max-connections-per-address', () => {
     let g: GatewayUnderTest;
-    const held: Raw[] = [];
+    const held: RawConnection[] = [];
     beforeAll(async () => {
       // No body deadline here: the attacker's connections stay open for the whole test, only the address cap acts.
       g = await startGateway({
@@ -90,7 +60,7 @@ describe.each(PLATFORMS)('slow clients and the connection table (%s)', (platform
 
       // One more from the attacker is refused; one from a third address is not.
       const more = slowBody(g, ATTACKER);
-      const other = rawConnection(g, '127.0.0.3');
+      const other = rawConnection(g.gatewayUrl, '127.0.0.3');
       other.socket.write('GET /health/live HTTP/1.1\r\nhost: localhost\r\n\r\n');
       held.push(more, other);
       await waitFor(() => more.closed, 5_000, 'the attacker connection over its cap to be closed');
@@ -143,7 +113,7 @@ describe.each(PLATFORMS)('slow clients and the connection table (%s)', (platform
     afterAll(() => g?.close());
 
     it('a declared body over --max-body is answered 413 at once, without 100 Continue; an acceptable one gets 100, then its answer', async () => {
-      const over = rawConnection(g);
+      const over = rawConnection(g.gatewayUrl);
       over.socket.write(head(20_000_000, 'expect: 100-continue\r\n'));
       try {
         await waitFor(() => over.closed, 10_000, 'the server to answer and close');
@@ -154,7 +124,7 @@ describe.each(PLATFORMS)('slow clients and the connection table (%s)', (platform
         over.socket.destroy();
       }
 
-      const under = rawConnection(g);
+      const under = rawConnection(g.gatewayUrl);
       try {
         under.socket.write(head(BODY.length, 'expect: 100-continue\r\n'));
         await waitFor(() => under.received.includes('\r\n\r\n'), 10_000, 'an interim answer');
