@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { startLlamaServer, type LlamaServer } from '../support/llama-server.js';
-import { gatewayInFront, observe, type GatewayInFront } from './support.js';
+import { gatewayInFront, observe, sleep, until, type GatewayInFront } from './support.js';
 
 /**
  * Capacity against two real llama-servers of two slots each, behind one
@@ -19,7 +19,6 @@ const long = (i: number, n: number, stream = false) => ({
   temperature: 0,
   stream,
 });
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 interface UpstreamHealth {
   name: string;
@@ -29,14 +28,6 @@ interface UpstreamHealth {
 }
 const upstreamsOf = async (gateway: GatewayInFront): Promise<UpstreamHealth[]> => JSON.parse((await observe(gateway.url, { path: '/health' })).text).upstreams;
 
-async function until(what: string, check: () => Promise<boolean>, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await check()) return;
-    await sleep(100);
-  }
-  throw new Error(`timed out waiting until ${what}`);
-}
 
 describe('capacity: two llama-servers of two slots each behind one gateway', () => {
   let a: LlamaServer;

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { startLlamaServer, type LlamaServer, type LlamaServerOptions } from '../support/llama-server.js';
-import { gatewayInFront, observe, type GatewayInFront } from './support.js';
+import { gatewayInFront, observe, sleep, until, type GatewayInFront } from './support.js';
 
 /**
  * Free slots as the server reports them, against real llama-servers: slots busy with requests that did not come
@@ -15,16 +15,8 @@ import { gatewayInFront, observe, type GatewayInFront } from './support.js';
 // slots run side by side; a short request takes a few milliseconds.
 const long = (label: string, stream = false) => ({ prompt: `Story ${label}:`, n_predict: 2000, ignore_eos: true, temperature: 0, stream });
 const short = (label: string) => ({ prompt: `Hi ${label}`, n_predict: 8, temperature: 0 });
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-async function until(what: string, check: () => Promise<boolean>, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await check()) return;
-    await sleep(25);
-  }
-  throw new Error(`timed out waiting until ${what}`);
-}
+/** `until`, asking every 25 ms: slot counts change within a generation's first tokens. */
+const untilSoon = (what: string, check: () => Promise<boolean>, timeoutMs?: number) => until(what, check, timeoutMs, 25);
 
 interface UpstreamHealth {
   health: string;
@@ -86,7 +78,7 @@ describe('slots as the server reports them', () => {
     server = await startLlamaServer({ ctx: 2048 * parallel, metrics: true, allowExternal: false, ...options, args: ['--parallel', String(parallel)] });
     gateway = await gatewayInFront(server.url, flags);
     const g = gateway;
-    await until('the gateway has read the server\'s slots and load', async () => {
+    await untilSoon('the gateway has read the server\'s slots and load', async () => {
       const upstream = await upstreamOf(g);
       return upstream.health === 'up' && upstream.slots === parallel && upstream.slotsBusyElsewhere === 0;
     });
@@ -102,7 +94,7 @@ describe('slots as the server reports them', () => {
       const { server: s, gateway: g } = await start(2, options, ['--timeout', '1']);
       // Another client fills both slots with generations of several seconds.
       const others = [direct(s, long('elsewhere 1')), direct(s, long('elsewhere 2'))];
-      await until('the gateway sees both slots busy elsewhere', async () => (await upstreamOf(g)).slotsBusyElsewhere === 2);
+      await untilSoon('the gateway sees both slots busy elsewhere', async () => (await upstreamOf(g)).slotsBusyElsewhere === 2);
 
       const stop = watchQueues(s, g);
       const answer = await observe(g.url, { path: '/completion', body: short('through the gateway') });

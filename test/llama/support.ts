@@ -159,3 +159,15 @@ export function comparable(observed: Observed, extraMask: readonly string[] = []
   else if (type.startsWith('application/json') && observed.text !== '') body = mask(JSON.parse(observed.text), extraMask);
   return { status: observed.status, contentType: type, body };
 }
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Waits until `check` holds, asking every `pollMs`; fails naming `what` after `timeoutMs`. */
+export async function until(what: string, check: () => Promise<boolean>, timeoutMs = 15_000, pollMs = 100): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return;
+    await sleep(pollMs);
+  }
+  throw new Error(`timed out waiting until ${what}`);
+}
