@@ -610,18 +610,23 @@ function parseUrl(name: string, raw: string, protocols = ['http:', 'https:']): s
   return url.toString().replace(/\/+$/, '');
 }
 
-/** `*`, or a comma list of `name[:port]` (IPv6 addresses in brackets); undefined when not given. */
-function parseAllowedHosts(raw: string | undefined): AllowedHost[] | '*' | undefined {
+/** A flag that is `*` alone or a comma list of `what` (its items trimmed); undefined when not given. */
+function starOrList(flag: string, raw: string | undefined, what: string): string[] | '*' | undefined {
   if (raw === undefined) return undefined;
   const items = raw
     .split(',')
-    .map((h) => h.trim())
+    .map((item) => item.trim())
     .filter(Boolean);
-  if (items.length === 0) throw new ConfigError('--allowed-hosts must be * or a comma list of host names, got nothing');
-  if (items.includes('*')) {
-    if (items.length > 1) throw new ConfigError('--allowed-hosts takes * alone, or a list of host names, not both');
-    return '*';
-  }
+  if (items.length === 0) throw new ConfigError(`--${flag} must be * or a comma list of ${what}, got nothing`);
+  if (!items.includes('*')) return items;
+  if (items.length > 1) throw new ConfigError(`--${flag} takes * alone, or a list of ${what}, not both`);
+  return '*';
+}
+
+/** `*`, or a comma list of `name[:port]` (IPv6 addresses in brackets); undefined when not given. */
+function parseAllowedHosts(raw: string | undefined): AllowedHost[] | '*' | undefined {
+  const items = starOrList('allowed-hosts', raw, 'host names');
+  if (items === undefined || items === '*') return items;
   return items.map((item) => {
     const host = parseHost(item);
     if (host === undefined || (host.name.includes(':') && !host.name.startsWith('['))) {
@@ -635,16 +640,8 @@ function parseAllowedHosts(raw: string | undefined): AllowedHost[] | '*' | undef
 
 /** `*`, or a comma list of origins (`scheme://host[:port]`, as a browser sends them). */
 function parseOrigins(raw: string | undefined): string[] | '*' | undefined {
-  if (raw === undefined) return undefined;
-  const items = raw
-    .split(',')
-    .map((o) => o.trim())
-    .filter(Boolean);
-  if (items.length === 0) throw new ConfigError('--cors must be * or a comma list of origins, got nothing');
-  if (items.includes('*')) {
-    if (items.length > 1) throw new ConfigError('--cors takes * alone, or a list of origins, not both');
-    return '*';
-  }
+  const items = starOrList('cors', raw, 'origins');
+  if (items === undefined || items === '*') return items;
   for (const origin of items) {
     let url: URL | undefined;
     try {
