@@ -3,6 +3,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { OrchestratorService } from 'nest-prompt-orchestrator';
 import { startMockProvider } from '../../apps/mock-provider/src/index.js';
+import { GatewayTracing } from '../../apps/gateway/src/observability/gateway-tracing.js';
 import { PLATFORMS, waitFor } from '../support/platforms.js';
 import { postJson, startGateway, uniquePrompt, type GatewayUnderTest } from '../support/gateway-harness.js';
 
@@ -112,7 +113,7 @@ describe.each(PLATFORMS)('OpenTelemetry traces from the gateway on %s', (platfor
 
     const leaderAttributes = attributesOf(leader.attributes);
     expect(leaderAttributes).toMatchObject({
-      'gen_ai.system': 'openai',
+      'gen_ai.provider.name': 'openai',
       'gen_ai.operation.name': 'chat',
       'gen_ai.request.model': 'mock-model',
       'http.request.method': 'POST',
@@ -121,14 +122,16 @@ describe.each(PLATFORMS)('OpenTelemetry traces from the gateway on %s', (platfor
       'orchestrator.upstream': 'upstream',
       'orchestrator.breaker.state': 'closed',
     });
-    expect(leaderAttributes['gen_ai.usage.input_tokens']).toEqual(expect.any(Number));
-    expect(leaderAttributes['gen_ai.usage.output_tokens']).toEqual(expect.any(Number));
+    expect(leaderAttributes['gen_ai.system']).toBeUndefined();
+    // Usage is the call's: on its client span, not on any server span (a dashboard summing usage counts it once).
+    expect(leaderAttributes['gen_ai.usage.input_tokens']).toBeUndefined();
     expect(leaderAttributes['orchestrator.queue.wait_ms']).toEqual(expect.any(Number));
+    const callAttributes = attributesOf(client[0].attributes);
     for (const span of joined) {
       const a = attributesOf(span.attributes);
       // What a joined request got for free is saved, never usage (a dashboard summing usage counts the call once).
       expect(a['gen_ai.usage.input_tokens']).toBeUndefined();
-      expect(a['orchestrator.saved.input_tokens']).toBe(leaderAttributes['gen_ai.usage.input_tokens']);
+      expect(a['orchestrator.saved.input_tokens']).toBe(callAttributes['gen_ai.usage.input_tokens']);
       expect(a['orchestrator.dedup.leader_trace_id']).toBe(leader.traceId);
     }
     const [call] = client;
@@ -136,15 +139,102 @@ describe.each(PLATFORMS)('OpenTelemetry traces from the gateway on %s', (platfor
     expect(call.traceId).toBe(leader.traceId);
     expect(call.name).toBe('chat mock-model');
     expect(attributesOf(call.attributes)).toMatchObject({
-      'gen_ai.system': 'openai',
+      'gen_ai.provider.name': 'openai',
+      'gen_ai.operation.name': 'chat',
       'gen_ai.request.model': 'mock-model',
       'server.address': '127.0.0.1',
       'orchestrator.upstream': 'upstream',
       'orchestrator.attempt': 1,
       'orchestrator.upstream.result': 'ok',
     });
+    expect(callAttributes['gen_ai.usage.input_tokens']).toEqual(expect.any(Number));
+    expect(callAttributes['gen_ai.usage.output_tokens']).toEqual(expect.any(Number));
     expect(receiver.resources[0]).toMatchObject({ 'service.name': 'nest-prompt-orchestrator-gateway' });
   }, 30_000);
+
+  it('the provider is called with the client span as its parent (traceparent, tracestate); the answer is on that span', async () => {
+    receiver = await startReceiver();
+    g = await startGateway({ flags: ['--platform', platform, '--otlp-endpoint', receiver.url] });
+    const caller = { traceId: 'c'.repeat(32), spanId: 'd'.repeat(16) };
+    const answer = await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'mock-model', messages: [{ role: 'user', content: uniquePrompt('propagated') }] }, {
+      traceparent: `00-${caller.traceId}-${caller.spanId}-01`,
+      tracestate: 'vendor=opaque',
+    });
+    expect(answer.status).toBe(200);
+    const body = JSON.parse(answer.text) as { id: string; model: string };
+    await g.close();
+
+    const [call] = receiver.spans.filter((s) => s.kind === CLIENT);
+    expect(call.traceId).toBe(caller.traceId);
+    const [received] = g.provider.calls().filter((c) => c.route === '/v1/chat/completions');
+    expect(received.headers?.traceparent).toBe(`00-${call.traceId}-${call.spanId}-01`);
+    expect(received.headers?.tracestate).toBe('vendor=opaque');
+    expect(attributesOf(call.attributes)).toMatchObject({
+      'gen_ai.response.id': body.id,
+      'gen_ai.response.model': body.model,
+      'gen_ai.usage.input_tokens': expect.any(Number),
+      'gen_ai.usage.output_tokens': expect.any(Number),
+    });
+    const reasons = call.attributes?.find((a) => a.key === 'gen_ai.response.finish_reasons')?.value as { arrayValue?: { values: Array<{ stringValue: string }> } };
+    expect(reasons?.arrayValue?.values.map((v) => v.stringValue)).toEqual(['stop']);
+  }, 30_000);
+
+  it('scrapes, probes and the status page make no spans; only the model API does', async () => {
+    receiver = await startReceiver();
+    g = await startGateway({ flags: ['--platform', platform, '--otlp-endpoint', receiver.url] });
+    for (const path of ['/health', '/orchestrator/metrics', '/orchestrator', '/nowhere']) await fetch(`${g.gatewayUrl}${path}`).then((r) => r.arrayBuffer());
+    expect((await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'mock-model', messages: [{ role: 'user', content: uniquePrompt('only') }] })).status).toBe(200);
+    await g.close();
+    expect(receiver.spans.filter((s) => s.kind === SERVER).map((s) => s.name)).toEqual(['POST /v1/chat/completions']);
+  }, 30_000);
+
+  it('the resource: OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, a service.version, and a service.instance.id of each process', async () => {
+    receiver = await startReceiver();
+    const saved = { name: process.env.OTEL_SERVICE_NAME, attributes: process.env.OTEL_RESOURCE_ATTRIBUTES };
+    const replicas: GatewayUnderTest[] = [];
+    try {
+      // What the operator's environment says (the SDK's environment detector reads the process's own).
+      process.env.OTEL_SERVICE_NAME = 'llm-gateway-eu';
+      process.env.OTEL_RESOURCE_ATTRIBUTES = 'deployment.environment.name=staging,service.namespace=llm';
+      for (let i = 0; i < 2; i++) replicas.push(await startGateway({ flags: ['--platform', platform, '--otlp-endpoint', receiver.url], env: { OTEL_SERVICE_NAME: 'llm-gateway-eu' } }));
+    } finally {
+      for (const [key, value] of [['OTEL_SERVICE_NAME', saved.name], ['OTEL_RESOURCE_ATTRIBUTES', saved.attributes]] as const) {
+        if (value === undefined) delete process.env[key];
+        else process.env[key] = value;
+      }
+    }
+    try {
+      for (const replica of replicas) {
+        expect((await postJson(`${replica.gatewayUrl}/v1/chat/completions`, { model: 'mock-model', messages: [{ role: 'user', content: uniquePrompt('replica') }] })).status).toBe(200);
+      }
+    } finally {
+      for (const replica of replicas) await replica.close();
+    }
+    expect(receiver.resources.length).toBeGreaterThanOrEqual(2);
+    for (const resource of receiver.resources) {
+      expect(resource).toMatchObject({ 'service.name': 'llm-gateway-eu', 'deployment.environment.name': 'staging', 'service.namespace': 'llm', 'service.version': '0.1.0' });
+      expect(resource['service.instance.id']).toMatch(/^[\da-f-]{36}$/);
+    }
+    expect(new Set(receiver.resources.map((r) => r['service.instance.id'])).size).toBe(2);
+  }, 30_000);
+
+  it('a collector that is down: each failed export counted in gateway_trace_export_failures_total', async () => {
+    // A port that was just let go: nothing listens on it.
+    const gone = await startReceiver();
+    await gone.close();
+    g = await startGateway({ flags: ['--platform', platform, '--otlp-endpoint', gone.url] });
+    const metrics = async () => (await fetch(`${g!.gatewayUrl}/orchestrator/metrics`)).text();
+    expect(await metrics()).toMatch(/^gateway_trace_export_failures_total 0$/m);
+    expect((await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'mock-model', messages: [{ role: 'user', content: uniquePrompt('collector down') }] })).status).toBe(200);
+    await g.app.get(GatewayTracing).flush();
+    // The exporter gives up on a refused connection after its own retries: counted once that export is over.
+    let text = await metrics();
+    for (let tries = 0; tries < 400 && !/^gateway_trace_export_failures_total 1$/m.test(text); tries++) {
+      await new Promise((resolve) => setTimeout(resolve, 50)); // polling interval
+      text = await metrics();
+    }
+    expect(text).toMatch(/^gateway_trace_export_failures_total 1$/m);
+  }, 40_000);
 
   it('an outage: the provider\'s 503 is on the client span and on the server span as a failure', async () => {
     receiver = await startReceiver();

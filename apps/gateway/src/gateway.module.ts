@@ -41,7 +41,7 @@ class GatewayCoreModule {
         Budgets,
         SessionSecret,
         // The SDK is loaded only when traces are exported.
-        { provide: GatewayTracing, useFactory: () => GatewayTracing.create(config) },
+        { provide: GatewayTracing, useFactory: () => GatewayTracing.create(config, logger) },
       ],
       exports: [GATEWAY_CONFIG, GATEWAY_LOGGER, GatewayService, Lifecycle, SharedState, WorkerCoordination, UsageLedger, Budgets, SessionSecret, GatewayTracing],
     };

@@ -18,6 +18,7 @@ import { urlFor, urlOn, type UpstreamTarget } from './upstreams/upstream-set.js'
 import { Budgets } from './budgets/budgets.service.js';
 import { tapUsage, usageOfJson } from './budgets/usage.js';
 import { UsageLedger } from './observability/usage-ledger.js';
+import { GatewayTracing } from './observability/gateway-tracing.js';
 import type { RequestContext } from './http/request-context.js';
 
 type Json = Record<string, unknown>;
@@ -92,6 +93,7 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     // A translation reads the body, so it needs one: what it cannot translate is a 400 naming the field.
     const translated = translation.request ? translation.request(requireObject(body)) : undefined;
     const settle = (usage: Parameters<Budgets['settle']>[2]) => {
+      if (usage && context.span) GatewayTracing.recordUsage(context.span, usage);
       this.usage.record(context, usage);
       return this.budgets.settle(context, body, usage);
     };
@@ -114,6 +116,8 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
       signal: caller.signal,
       api: plan.api,
     };
+    // The provider sees this attempt's client span as its caller (W3C trace context).
+    context.span?.injectUpstream(call.headers);
     // Only the call that reaches the provider holds money against a cap: joined and cached requests never get here.
     await this.budgets.reserve(context, body, caller.rawBody?.length);
     try {

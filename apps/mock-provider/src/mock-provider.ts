@@ -67,7 +67,7 @@ function initialOutcome(mode: MockMode): MockOutcome {
 }
 
 /** Request headers kept in the call log: the ones that change an answer or its billing; never a credential. */
-export const RECORDED_HEADERS = ['openai-organization', 'openai-project', 'anthropic-version', 'anthropic-beta', 'x-request-id', 'x-conversation-id'];
+export const RECORDED_HEADERS = ['openai-organization', 'openai-project', 'anthropic-version', 'anthropic-beta', 'x-request-id', 'x-conversation-id', 'traceparent', 'tracestate'];
 
 function recordedHeaders(req: IncomingMessage): { headers?: Record<string, string> } {
   let headers: Record<string, string> | undefined;

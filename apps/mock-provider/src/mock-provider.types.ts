@@ -103,7 +103,7 @@ export interface MockCall {
   model?: string;
   /** First 12 hex chars of sha256 of the credential (Authorization without its `Bearer ` prefix, else x-api-key). */
   authHash?: string;
-  /** Request headers that change an answer or its billing, as received (never credentials): see `RECORDED_HEADERS`. */
+  /** Request headers that change an answer or its billing, and the trace context, as received (never credentials): see `RECORDED_HEADERS`. */
   headers?: Record<string, string>;
 }
 

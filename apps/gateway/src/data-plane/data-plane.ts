@@ -465,6 +465,8 @@ class ProxiedCall implements PendingReply {
         provider.authHeaders({ clientKey: this.presented, headers: this.request.headers, upstream: upstream?.target as UpstreamTarget | undefined }),
         provider.forwardedHeaders(this.request.headers),
       );
+      // The provider sees this attempt's client span as its caller (W3C trace context).
+      context.span?.injectUpstream(headers);
       const exchange = new UpstreamExchange(
         subscriber,
         {
@@ -504,6 +506,7 @@ class ProxiedCall implements PendingReply {
   onUpstreamUsage(found: Usage | undefined): Promise<void> | undefined {
     const { usage, budgets } = this.plane.parts;
     const context = this.context;
+    if (found && context.span) GatewayTracing.recordUsage(context.span, found);
     usage.record(context, found);
     const counted = budgets.settle(context, context.body, found);
     return context.caps ? counted : undefined;
@@ -511,6 +514,8 @@ class ProxiedCall implements PendingReply {
 
   onUpstreamBody(bytes: Buffer): void {
     if (this.route === 'props') this.plane.parts.gateway.identity.observe(parseJson(bytes));
+    // Read only for a span that is recorded: tracing off, the answer is never parsed here.
+    else if (this.context.span?.recording) this.context.span.setUpstreamAttributes(GatewayTracing.responseAttributes(parseJson(bytes)));
   }
 
   onUpstreamConnectionLost(): void {

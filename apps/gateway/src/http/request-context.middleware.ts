@@ -33,13 +33,14 @@ export class RequestContextMiddleware implements NestMiddleware {
     const context = newContext(id, given, route ? ROUTES[route].api : this.defaultApi, undefined);
     attachContext(request, context);
     const tracing = this.tracing.tracing;
-    if (tracing) {
+    // Only the model API is traced: scrapes, probes and the status page are the control plane.
+    if (tracing && route) {
       const path = pathOfUrl(request.originalUrl ?? request.url);
-      const spec = route && ROUTES[route];
+      const spec = ROUTES[route];
       // A span's name stays low in cardinality: the route's path, never a path a client made up.
-      context.span = tracing.startServerSpan(spec ? `${request.method ?? 'GET'} ${spec.path}` : (request.method ?? 'GET'), request.headers, {
+      context.span = tracing.startServerSpan(`${request.method ?? 'GET'} ${spec.path}`, request.headers, {
         ...GatewayTracing.requestAttributes(this.config, route, request.method ?? 'GET', path),
-        'http.route': spec ? spec.path : undefined,
+        'http.route': spec.path,
         'gateway.request_id': id,
       });
       // The orchestrator's interceptor takes this span instead of starting one; the telemetry ends it.

@@ -89,6 +89,7 @@ export class GatewayTelemetry {
         labelNames: ['direction', 'model'],
         registers,
       });
+      tracing?.registerMetrics(metrics.registry as Registry);
     }
     this.enabled = this.requestLog || this.tokens !== undefined || board.enabled || tracing?.tracing !== undefined;
   }
@@ -153,10 +154,8 @@ export class GatewayTelemetry {
     }
     const span = context.span;
     if (span) {
-      // Only the call that was made is usage; what a joined or cached request got for free is saved.
+      // Usage is on the client span of the call that was made; what a joined or cached request got for free is saved.
       span.setAttributes({
-        [TRACE_ATTRIBUTES.genAiInputTokens]: own?.input,
-        [TRACE_ATTRIBUTES.genAiOutputTokens]: own?.output,
         [TRACE_ATTRIBUTES.savedInputTokens]: reused?.input,
         [TRACE_ATTRIBUTES.savedOutputTokens]: reused?.output,
         'gateway.tenant': context.tenantHash,

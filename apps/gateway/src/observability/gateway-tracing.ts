@@ -1,12 +1,19 @@
 import type { OnApplicationShutdown } from '@nestjs/common';
-import { RequestTracing, TRACE_ATTRIBUTES, type SpanAttributes } from 'nest-prompt-orchestrator';
+import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
+import { RequestTracing, TRACE_ATTRIBUTES, type RequestSpan, type SpanAttributes } from 'nest-prompt-orchestrator';
+import type { Usage } from '../budgets/prices.js';
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import type { Logger } from 'pino';
+import * as promClient from 'prom-client';
+import type { Registry } from 'prom-client';
 import type { GatewayConfig, ProviderKind } from '../config/gateway-config.js';
 import type { GatewayRoute } from '../providers/provider.js';
 import { everyMember } from '../upstreams/upstream-set.js';
 import type { UpstreamsFile } from '../upstreams/upstreams-file.js';
 
-/** `gen_ai.system` of each provider kind (the OpenTelemetry GenAI conventions' names where they have one). */
-const GEN_AI_SYSTEM: Record<ProviderKind, string> = { openai: 'openai', anthropic: 'anthropic', llama: 'llama.cpp' };
+/** `gen_ai.provider.name` of each provider kind (the OpenTelemetry GenAI conventions' names where they have one). */
+const GEN_AI_PROVIDER: Record<ProviderKind, string> = { openai: 'openai', anthropic: 'anthropic', llama: 'llama.cpp' };
 
 /** `gen_ai.operation.name` of the routes that call a model. */
 const OPERATION: Partial<Record<GatewayRoute, string>> = {
@@ -33,7 +40,24 @@ export class GatewayTracing implements OnApplicationShutdown {
     private readonly provider?: { forceFlush(): Promise<void>; shutdown(): Promise<void> },
     /** Each upstream's address, by name (what its attempts' spans say). */
     private readonly addresses = new Map<string, URL>(),
+    /** How the exports to the collector fare (absent: tracing off). */
+    readonly exports?: ExportWatch,
   ) {}
+
+  /** `gateway_trace_export_failures_total` in the gateway's metrics (with tracing on). */
+  registerMetrics(registry: Registry): void {
+    const exports = this.exports;
+    if (!exports) return;
+    new promClient.Counter({
+      name: 'gateway_trace_export_failures_total',
+      help: 'Exports of spans to the OTLP collector that failed (the spans of a failed export are lost).',
+      registers: [registry],
+      collect() {
+        this.reset();
+        this.inc(exports.failures);
+      },
+    });
+  }
 
   /** The upstreams file was reloaded: the addresses of its upstreams from now on. */
   noteUpstreams(file: UpstreamsFile): void {
@@ -42,7 +66,7 @@ export class GatewayTracing implements OnApplicationShutdown {
     for (const m of everyMember({ upstreams: [], upstreamsFile: file })) this.addresses.set(m.name, new URL(m.target.url));
   }
 
-  static async create(config: GatewayConfig): Promise<GatewayTracing> {
+  static async create(config: GatewayConfig, logger?: Logger): Promise<GatewayTracing> {
     const url = config.observability.otlpTracesUrl;
     if (!url) return new GatewayTracing(undefined);
     const [api, sdk, exporter, resources] = await Promise.all([
@@ -51,10 +75,20 @@ export class GatewayTracing implements OnApplicationShutdown {
       import('@opentelemetry/exporter-trace-otlp-http'),
       import('@opentelemetry/resources'),
     ]);
+    // The gateway's own defaults, then what the environment says (OTEL_RESOURCE_ATTRIBUTES, then OTEL_SERVICE_NAME)
+    // over them; a fresh `service.instance.id` per gateway tells replicas (and cluster workers) apart.
+    const resource = resources
+      .resourceFromAttributes({
+        'service.name': config.observability.serviceName,
+        'service.version': gatewayVersion(),
+        'service.instance.id': randomUUID(),
+      })
+      .merge(resources.detectResources({ detectors: [resources.envDetector] }));
+    const exports = new ExportWatch(url, logger);
     const provider = new sdk.BasicTracerProvider({
-      resource: resources.resourceFromAttributes({ 'service.name': config.observability.serviceName }),
+      resource,
       // Batched off the request path; the exporter's own OTEL_EXPORTER_OTLP_HEADERS / _TIMEOUT still apply.
-      spanProcessors: [new sdk.BatchSpanProcessor(new exporter.OTLPTraceExporter({ url }))],
+      spanProcessors: [new sdk.BatchSpanProcessor(exports.wrap(new exporter.OTLPTraceExporter({ url })))],
     });
     // Attempts are named by the pool member they go to (its breaker's name): each has its own address.
     const addresses = new Map(everyMember(config).map((m) => [m.name, new URL(m.target.url)]));
@@ -65,13 +99,13 @@ export class GatewayTracing implements OnApplicationShutdown {
       upstreamAttributes: (name) => {
         const upstream = addresses.get(name) ?? first;
         return {
-          [TRACE_ATTRIBUTES.genAiSystem]: GEN_AI_SYSTEM[config.provider],
+          [TRACE_ATTRIBUTES.genAiProviderName]: GEN_AI_PROVIDER[config.provider],
           'server.address': upstream.hostname,
           'server.port': Number(upstream.port) || (upstream.protocol === 'https:' ? 443 : 80),
         };
       },
     });
-    return new GatewayTracing(tracing, provider, addresses);
+    return new GatewayTracing(tracing, provider, addresses, exports);
   }
 
   /** The attributes a request's server span starts with: what the route is and which model system answers it. */
@@ -80,18 +114,105 @@ export class GatewayTracing implements OnApplicationShutdown {
     return {
       'http.request.method': method,
       'url.path': path,
-      [TRACE_ATTRIBUTES.genAiSystem]: operation ? GEN_AI_SYSTEM[config.provider] : undefined,
+      [TRACE_ATTRIBUTES.genAiProviderName]: operation ? GEN_AI_PROVIDER[config.provider] : undefined,
       [TRACE_ATTRIBUTES.genAiOperation]: operation,
     };
   }
 
-  /** Sends the spans still batched (tests, and a stop). */
+  /**
+   * What an answer says of itself on the client span of the call that got it: `gen_ai.response.id`, `.model`,
+   * `.finish_reasons` (OpenAI's `choices[].finish_reason`, Anthropic's `stop_reason`, llama.cpp's `stop_type`).
+   */
+  static responseAttributes(answer: unknown): SpanAttributes {
+    if (typeof answer !== 'object' || answer === null || Array.isArray(answer)) return {};
+    const a = answer as { id?: unknown; model?: unknown; choices?: unknown; stop_reason?: unknown; stop_type?: unknown };
+    const reasons: string[] = [];
+    if (Array.isArray(a.choices)) {
+      for (const choice of a.choices.slice(0, 16)) {
+        const reason = (choice as { finish_reason?: unknown } | null)?.finish_reason;
+        if (typeof reason === 'string') reasons.push(reason.slice(0, 64));
+      }
+    }
+    const single = typeof a.stop_reason === 'string' ? a.stop_reason : typeof a.stop_type === 'string' ? a.stop_type : undefined;
+    if (single !== undefined) reasons.push(single.slice(0, 64));
+    return {
+      [TRACE_ATTRIBUTES.genAiResponseId]: typeof a.id === 'string' ? a.id.slice(0, 200) : undefined,
+      [TRACE_ATTRIBUTES.genAiResponseModel]: typeof a.model === 'string' ? a.model.slice(0, 200) : undefined,
+      [TRACE_ATTRIBUTES.genAiResponseFinishReasons]: reasons.length > 0 ? reasons : undefined,
+    };
+  }
+
+  /** The usage the provider reported, on the client span of the call it billed (never on the server span). */
+  static recordUsage(span: RequestSpan, usage: Usage): void {
+    span.setUpstreamAttributes({ [TRACE_ATTRIBUTES.genAiInputTokens]: usage.input, [TRACE_ATTRIBUTES.genAiOutputTokens]: usage.output });
+  }
+
+  /** Sends the spans still batched (tests, and a stop); a failed export is counted and logged, not thrown. */
   async flush(): Promise<void> {
-    await this.provider?.forceFlush();
+    await this.provider?.forceFlush().catch(() => undefined);
   }
 
   /** The spans of the last requests go out before the process ends. */
   async onApplicationShutdown(): Promise<void> {
     await this.provider?.shutdown().catch(() => undefined);
   }
+}
+
+/**
+ * Counts the exports that fail and says so in the log once per outage (and
+ * once when the collector takes spans again): the SDK itself drops them
+ * without a word.
+ */
+export class ExportWatch {
+  /** Exports that failed since the start. */
+  failures = 0;
+  /** Exports that failed since the last one that went through (0: no outage). */
+  private failing = 0;
+
+  constructor(
+    private readonly url: string,
+    private readonly logger?: Pick<Logger, 'warn' | 'info'>,
+  ) {}
+
+  /** The exporter, reporting each export's result here. */
+  wrap(exporter: SpanExporter): SpanExporter {
+    return {
+      export: (spans, done) =>
+        exporter.export(spans, (result) => {
+          this.exported(result.code === 0, spans.length, result.error);
+          done(result);
+        }),
+      shutdown: () => exporter.shutdown(),
+      forceFlush: () => exporter.forceFlush?.() ?? Promise.resolve(),
+    };
+  }
+
+  exported(ok: boolean, spans: number, error?: Error): void {
+    if (ok) {
+      if (this.failing > 0) {
+        this.logger?.info({ context: 'Tracing', failedExports: this.failing }, `trace export to ${this.url} is back`);
+      }
+      this.failing = 0;
+      return;
+    }
+    this.failures++;
+    if (this.failing++ === 0) {
+      const reason = error?.message?.slice(0, 200) ?? 'unknown error';
+      this.logger?.warn({ context: 'Tracing', spans }, `trace export to ${this.url} failed (${reason}): spans are dropped until the collector takes them again`);
+    }
+  }
+}
+
+/** The gateway's version (`service.version`): its package's, read once when tracing starts. */
+function gatewayVersion(): string {
+  // The package file sits a few folders up from this module, in the sources as in the build.
+  for (const up of ['../../../package.json', '../../../../package.json', '../../../../../package.json']) {
+    try {
+      const manifest = JSON.parse(readFileSync(new URL(up, import.meta.url), 'utf8')) as { name?: unknown; version?: unknown };
+      if (typeof manifest.version === 'string' && typeof manifest.name === 'string' && manifest.name.startsWith('nest-prompt-orchestrator')) return manifest.version;
+    } catch {
+      // Not there: one folder further up.
+    }
+  }
+  return 'unknown';
 }

@@ -55,7 +55,7 @@ describe('RequestTracing: a herd in one process', () => {
     const callers = Array.from({ length: 10 }, (_, i) => callerTrace(i + 1));
     const requests = callers.map((caller) => {
       const span = tracing.startServerSpan('POST /v1/chat/completions', { traceparent: caller.traceparent }, {
-        [A.genAiSystem]: 'openai',
+        [A.genAiProviderName]: 'openai',
         [A.genAiOperation]: 'chat',
         [A.genAiRequestModel]: 'gpt-test',
       });
@@ -92,7 +92,7 @@ describe('RequestTracing: a herd in one process', () => {
     expect(call.parentSpanContext?.spanId).toBe(leader.spanContext().spanId);
     expect(call.spanContext().traceId).toBe(leader.spanContext().traceId);
     expect(call.attributes).toMatchObject({
-      [A.genAiSystem]: 'openai',
+      [A.genAiProviderName]: 'openai',
       [A.genAiRequestModel]: 'gpt-test',
       [A.upstream]: 'llm',
       [A.breakerState]: 'closed',
@@ -122,6 +122,31 @@ describe('RequestTracing: a herd in one process', () => {
     const server = spans().filter((s) => s.kind === SERVER);
     expect(server.map((s) => s.attributes[A.breakerState])).toEqual(['closed', 'open']);
     expect(server[1].attributes['error.type']).toBe('circuit_open');
+  });
+
+  it('the upstream request carries the attempt\'s client span (traceparent, tracestate); answer attributes land on it', async () => {
+    const { tracing, spans } = traced();
+    const orchestrator = new Orchestrator({ tracing });
+    const policy = orchestrator.policy({ breaker: 'llm' });
+    const caller = callerTrace(7);
+    const span = tracing.startServerSpan('POST /x', { traceparent: caller.traceparent, tracestate: 'vendor=opaque' });
+    const sent: Array<Record<string, string>> = [];
+    await orchestrator.run(policy, async () => {
+      const headers: Record<string, string> = {};
+      span.injectUpstream(headers);
+      sent.push(headers);
+      span.setUpstreamAttributes({ [A.genAiResponseId]: 'resp-1', [A.genAiResponseFinishReasons]: ['stop'], [A.genAiInputTokens]: 12 });
+      return 'answer';
+    }, { trace: span });
+    span.end(200);
+    await orchestrator.close();
+    const [call] = spans().filter((s) => s.kind === CLIENT);
+    expect(sent).toEqual([{ traceparent: `00-${caller.traceId}-${call.spanContext().spanId}-01`, tracestate: 'vendor=opaque' }]);
+    expect(call.attributes).toMatchObject({ [A.genAiResponseId]: 'resp-1', [A.genAiResponseFinishReasons]: ['stop'], [A.genAiInputTokens]: 12 });
+    expect(spans().find((s) => s.kind === SERVER)!.attributes[A.genAiInputTokens]).toBeUndefined();
+    const none: Record<string, string> = {};
+    NOOP_REQUEST_SPAN.injectUpstream(none);
+    expect(none).toEqual({});
   });
 
   it('without an SDK, spans are the shared no-op: nothing recorded, nothing published', async () => {

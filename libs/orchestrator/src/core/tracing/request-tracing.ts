@@ -5,7 +5,7 @@ import { OrchestratorConfigError } from '../options.js';
 import { formatTraceParent, parseTraceParent } from './traceparent.js';
 
 /** A value OpenTelemetry keeps as a span attribute (`undefined` entries are skipped). */
-export type SpanAttributeValue = string | number | boolean;
+export type SpanAttributeValue = string | number | boolean | string[];
 export type SpanAttributes = Record<string, SpanAttributeValue | undefined>;
 
 /** Request headers as Node gives them (lower-case names). */
@@ -21,10 +21,16 @@ export type UpstreamSpanResult = UpstreamResult | 'cancelled';
  * so that dashboards find one name.
  */
 export const TRACE_ATTRIBUTES = {
+  /** Who serves the model (`openai`, `anthropic`, ...): the conventions' successor of `gen_ai.system`. */
+  genAiProviderName: 'gen_ai.provider.name',
+  /** @deprecated The GenAI conventions replaced it with `gen_ai.provider.name` (`genAiProviderName`). */
   genAiSystem: 'gen_ai.system',
   genAiOperation: 'gen_ai.operation.name',
   genAiRequestModel: 'gen_ai.request.model',
   genAiResponseModel: 'gen_ai.response.model',
+  genAiResponseId: 'gen_ai.response.id',
+  /** An array of strings: why each choice of the answer ended (`stop`, `length`, `tool_calls`, ...). */
+  genAiResponseFinishReasons: 'gen_ai.response.finish_reasons',
   genAiInputTokens: 'gen_ai.usage.input_tokens',
   genAiOutputTokens: 'gen_ai.usage.output_tokens',
   /** `miss` (this request made the call), `joined`, `cached`, or `none` (not deduplicated). */
@@ -61,6 +67,13 @@ export interface RequestSpan {
   link(traceparent: string | undefined): void;
   /** A span around one attempt at the upstream, child of this one (the orchestrator's guarded call starts it). */
   startUpstreamSpan(upstream: string, attributes: SpanAttributes): UpstreamSpan;
+  /**
+   * Writes the trace context of the attempt in progress (its client span) into the headers of the request to the
+   * upstream: `traceparent` and `tracestate`, or the registered propagator's headers. Nothing when no attempt runs.
+   */
+  injectUpstream(headers: Record<string, string>): void;
+  /** Adds attributes to the client span of the attempt in progress (the answer's `gen_ai.response.*`, its usage). */
+  setUpstreamAttributes(attributes: SpanAttributes): void;
   /** Ends the span with the response's status (>= 500 marks it failed); later calls do nothing. */
   end(status?: number, errorType?: string): void;
 }
@@ -95,6 +108,8 @@ export const NOOP_REQUEST_SPAN: RequestSpan = Object.freeze({
   setOutcome() {},
   link() {},
   startUpstreamSpan: () => NOOP_UPSTREAM_SPAN,
+  injectUpstream() {},
+  setUpstreamAttributes() {},
   end() {},
 });
 
@@ -204,6 +219,20 @@ class Backend {
     });
   }
 
+  /**
+   * The context of `span` in outgoing headers: through the registered propagator, else as W3C trace context
+   * (the API's default propagator writes nothing).
+   */
+  inject(span: Otel.Span, headers: Record<string, string>): void {
+    const api = this.api;
+    api.propagation.inject(api.trace.setSpan(api.ROOT_CONTEXT, span), headers, api.defaultTextMapSetter);
+    if (headers.traceparent !== undefined) return;
+    const context = span.spanContext();
+    headers.traceparent = formatTraceParent(context);
+    const state = context.traceState?.serialize();
+    if (state) headers.tracestate = state;
+  }
+
   /** The client span of an attempt, child of `parent`, named as the GenAI conventions say (`chat gpt-4o`). */
   startClient(parent: Otel.Span, upstream: string, attributes: Otel.Attributes): Otel.Span {
     const api = this.api;
@@ -230,6 +259,8 @@ class TracedRequest implements RequestSpan {
   private ended = false;
   /** What the request asks of the model (`gen_ai.*` request attributes): its client spans carry them too. */
   private readonly request: Otel.Attributes = {};
+  /** The client span of the latest attempt (attempts of one call follow each other). */
+  private attempt?: TracedUpstream;
 
   constructor(
     private readonly tracing: Backend,
@@ -266,7 +297,17 @@ class TracedRequest implements RequestSpan {
   }
 
   startUpstreamSpan(upstream: string, attributes: SpanAttributes): UpstreamSpan {
-    return new TracedUpstream(this.tracing, this.tracing.startClient(this.span, upstream, { ...this.request, ...clean(attributes) }));
+    const attempt = new TracedUpstream(this.tracing, this.tracing.startClient(this.span, upstream, { ...this.request, ...clean(attributes) }));
+    this.attempt = attempt;
+    return attempt;
+  }
+
+  injectUpstream(headers: Record<string, string>): void {
+    if (this.attempt) this.tracing.inject(this.attempt.span, headers);
+  }
+
+  setUpstreamAttributes(attributes: SpanAttributes): void {
+    this.attempt?.setAttributes(attributes);
   }
 
   end(status?: number, errorType?: string): void {
@@ -283,20 +324,24 @@ class TracedRequest implements RequestSpan {
   private keepRequestAttributes(attributes: SpanAttributes): void {
     for (const key in attributes) {
       const value = attributes[key];
-      if (value !== undefined && (key === A.genAiSystem || key === A.genAiOperation || key === A.genAiRequestModel)) this.request[key] = value;
+      if (value !== undefined && REQUEST_KEYS.has(key)) this.request[key] = value;
     }
   }
 }
+
+/** The request attributes a server span hands on to its client spans. */
+const REQUEST_KEYS = new Set<string>([A.genAiProviderName, A.genAiSystem, A.genAiOperation, A.genAiRequestModel]);
 
 class TracedUpstream implements UpstreamSpan {
   private ended = false;
 
   constructor(
     private readonly tracing: Backend,
-    private readonly span: Otel.Span,
+    readonly span: Otel.Span,
   ) {}
 
   setAttributes(attributes: SpanAttributes): void {
+    if (this.ended) return;
     const cleaned = clean(attributes);
     if (cleaned) this.span.setAttributes(cleaned);
   }
