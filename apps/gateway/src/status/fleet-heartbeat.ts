@@ -1,6 +1,6 @@
 import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { OrchestratorService, type FlightSnapshot } from 'nest-prompt-orchestrator';
+import { OrchestratorService, type FlightSnapshot, type OrchestratorHealth } from 'nest-prompt-orchestrator';
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { GatewayConfig } from '../config/gateway-config.js';
@@ -48,10 +48,23 @@ export interface Heartbeat {
 
 /** A process of the fleet as the page shows it. */
 export interface FleetMember extends Heartbeat {
-  /** `silent`: no heartbeat for a few seconds (busy, frozen or gone). */
-  state: 'ok' | 'silent';
+  /**
+   * `silent`: no heartbeat for a few seconds (busy, frozen or gone); `unknown`: the store the heartbeats go
+   * through (Redis) does not answer this process, so nothing can be said of the others.
+   */
+  state: 'ok' | 'silent' | 'unknown';
   /** This process. */
   self: boolean;
+}
+
+/** Whether this process reaches the store the fleet's heartbeats go through. */
+export interface FleetStore {
+  /** `off`: no --redis (no fleet beyond this process); `unreachable`: the last heartbeat could not be written or read. */
+  state: 'off' | 'ok' | 'unreachable';
+  /** Since when it is in that state (epoch ms; `ok` since the first beat that went through after an outage). */
+  since: number;
+  /** What the last failed operation said (`unreachable` only). */
+  error?: string;
 }
 
 /**
@@ -73,6 +86,7 @@ export class FleetHeartbeat implements OnModuleInit, OnApplicationShutdown {
   private timer?: ReturnType<typeof setInterval>;
   private figures?: () => BoardFigures;
   private beating = false;
+  private storeState: FleetStore = { state: 'ok', since: Date.now() };
 
   constructor(
     @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
@@ -103,15 +117,26 @@ export class FleetHeartbeat implements OnModuleInit, OnApplicationShutdown {
     this.figures = figures;
   }
 
-  /** The fleet as last read (this process first, then by host and pid); without --redis, this process alone. */
-  view(now = Date.now()): FleetMember[] {
-    if (!this.enabled) return [{ ...this.own(), state: 'ok', self: true }];
-    return this.members.map((m) => ({ ...m, state: m.self || now - m.at < SILENT_AFTER_MS ? 'ok' : 'silent' }));
+  /**
+   * The fleet as last read (this process first, then by host and pid); without --redis, this process alone. This
+   * process is described as it is now (from `health`, the very state the rest of a snapshot shows), never from its
+   * last heartbeat. While the store does not answer, the others are `unknown`, not silent.
+   */
+  view(now = Date.now(), health?: OrchestratorHealth): FleetMember[] {
+    const self: FleetMember = { ...this.own(health), state: 'ok', self: true };
+    if (!this.enabled) return [self];
+    const unreachable = this.storeState.state === 'unreachable';
+    const others = this.members.filter((m) => !m.self);
+    return [self, ...others.map((m): FleetMember => ({ ...m, state: unreachable ? 'unknown' : now - m.at < SILENT_AFTER_MS ? 'ok' : 'silent' }))];
+  }
+
+  /** Whether the fleet's store answers this process (see `FleetStore`). */
+  store(): FleetStore {
+    return this.enabled ? { ...this.storeState } : { state: 'off', since: this.startedAt };
   }
 
   /** This process's heartbeat now. */
-  own(): Heartbeat {
-    const health = this.orchestrator.health();
+  own(health: OrchestratorHealth = this.orchestrator.health()): Heartbeat {
     const pool = poolState(health);
     const address = this.adapterHost.httpAdapter?.getHttpServer()?.address?.();
     return {
@@ -152,10 +177,12 @@ export class FleetHeartbeat implements OnModuleInit, OnApplicationShutdown {
       }
       members.sort((a, b) => a.host.localeCompare(b.host) || a.pid - b.pid || (a.port ?? 0) - (b.port ?? 0));
       this.members = [{ ...own, state: 'ok', self: true }, ...members];
+      if (this.storeState.state !== 'ok') this.storeState = { state: 'ok', since: now };
       if (stale.length > 0) await this.command(['HDEL', this.key, ...stale]);
-    } catch {
-      // Redis away: the others are shown as last heard of (they turn silent), and this process as it is now.
-      this.members = [{ ...this.own(), state: 'ok', self: true }, ...this.members.filter((m) => !m.self)];
+    } catch (error) {
+      // Redis away: the others are kept as last heard of, shown `unknown` (their silence says nothing now).
+      const message = error instanceof Error ? error.message.slice(0, 200) : 'unknown error';
+      this.storeState = this.storeState.state === 'unreachable' ? { ...this.storeState, error: message } : { state: 'unreachable', since: Date.now(), error: message };
     } finally {
       this.beating = false;
     }

@@ -19,6 +19,8 @@ const MAX_MODELS = 50;
 const MAX_KEYS = 200;
 /** Rows of the spend tables and calls in flight a snapshot carries. */
 const TOP_ROWS = 10;
+/** The route of a request no model API route served: probes, scrapes, this page and its streams, unknown paths. */
+const CONTROL_PLANE = 'unrouted';
 
 /** What one finished request tells the board. */
 export interface FinishedRequest {
@@ -161,6 +163,8 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
   }
 
   record(request: FinishedRequest): void {
+    // Only the model API is the gateway's traffic: scrapes, probes, this page and its streams are not counted.
+    if (request.route === CONTROL_PLANE) return;
     if (request.outcome) {
       this.totals[request.outcome]++;
       this.second[request.outcome]++;
@@ -288,9 +292,11 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
       hour: this.hour.summary(),
       spendByModel: this.byModel.top(TOP_ROWS),
       spendByKey: this.byKey.top(TOP_ROWS),
-      fleet: this.fleet.view(),
+      fleet: this.fleet.view(undefined, health),
       /** Whether the fleet is read from Redis (else it is this process alone). */
       fleetShared: this.fleet.enabled,
+      /** The shared store (Redis) as this process sees it: the fleet's heartbeats, call coordination, the answer window. */
+      store: { fleet: this.fleet.store(), coordination: health.coordination ?? null, window: health.window.store ?? null },
     };
   }
 
