@@ -179,6 +179,19 @@ describe.each(PLATFORMS)('OpenTelemetry traces from the gateway on %s', (platfor
     expect(reasons?.arrayValue?.values.map((v) => v.stringValue)).toEqual(['stop']);
   }, 30_000);
 
+  it('a streamed answer: its id, model and finish reason on the client span, read as the stream passes', async () => {
+    receiver = await startReceiver();
+    g = await startGateway({ flags: ['--platform', platform, '--otlp-endpoint', receiver.url] });
+    const answer = await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'mock-model', stream: true, messages: [{ role: 'user', content: uniquePrompt('streamed') }] });
+    expect(answer.status).toBe(200);
+    const first = JSON.parse(answer.text.split('\n').find((line) => line.startsWith('data: {'))!.slice(6)) as { id: string; model: string };
+    await g.close();
+    const [call] = receiver.spans.filter((s) => s.kind === CLIENT);
+    expect(attributesOf(call.attributes)).toMatchObject({ 'gen_ai.response.id': first.id, 'gen_ai.response.model': first.model });
+    const reasons = call.attributes?.find((a) => a.key === 'gen_ai.response.finish_reasons')?.value as { arrayValue?: { values: Array<{ stringValue: string }> } };
+    expect(reasons?.arrayValue?.values.map((v) => v.stringValue)).toEqual(['stop']);
+  }, 30_000);
+
   it('scrapes, probes and the status page make no spans; only the model API does', async () => {
     receiver = await startReceiver();
     g = await startGateway({ flags: ['--platform', platform, '--otlp-endpoint', receiver.url] });

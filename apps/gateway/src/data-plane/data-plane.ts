@@ -27,7 +27,7 @@ import { modelOf, type Budgets } from '../budgets/budgets.service.js';
 import type { VirtualKey } from '../budgets/virtual-keys.js';
 import type { UsageLedger } from '../observability/usage-ledger.js';
 import { statusOf, type GatewayTelemetry } from '../observability/gateway-telemetry.js';
-import { GatewayTracing } from '../observability/gateway-tracing.js';
+import { GatewayTracing, StreamFacts } from '../observability/gateway-tracing.js';
 import { ApiError, invalidRequest, keyRequired } from '../http/api-error.js';
 import { clientKey, identityOf, isOneOf, keyDigest } from '../http/credentials.js';
 import { drainBound, drainRequest, errorReply } from '../http/gateway-exception.filter.js';
@@ -225,6 +225,9 @@ class ProxiedCall implements PendingReply {
   private ageSeconds?: number;
   /** Its place among the responses in flight (`Lifecycle.enter`). */
   private inFlightSlot = -1;
+  /** With a recorded span, what the attempt's event stream says of its answer (see `ExchangeHooks.streamReader`). */
+  private streamFacts?: StreamFacts;
+  streamReader?: (bytes: Buffer) => void;
   /** Lets go of the stored stream this request replays (see `ByteArena.hold`), once its response has closed. */
   private bytesHeld?: () => void;
   /** A whole answer waiting in the plane's `ReplyBatch` to be written (`respond`, then `writeReply`). */
@@ -466,7 +469,11 @@ class ProxiedCall implements PendingReply {
         provider.forwardedHeaders(this.request.headers),
       );
       // The provider sees this attempt's client span as its caller (W3C trace context).
-      context.span?.injectUpstream(headers);
+      if (context.span?.recording) {
+        context.span.injectUpstream(headers);
+        const facts = (this.streamFacts = new StreamFacts());
+        this.streamReader = (bytes) => facts.read(bytes);
+      }
       const exchange = new UpstreamExchange(
         subscriber,
         {
@@ -506,7 +513,10 @@ class ProxiedCall implements PendingReply {
   onUpstreamUsage(found: Usage | undefined): Promise<void> | undefined {
     const { usage, budgets } = this.plane.parts;
     const context = this.context;
-    if (found && context.span) GatewayTracing.recordUsage(context.span, found);
+    if (context.span?.recording) {
+      if (found) GatewayTracing.recordUsage(context.span, found);
+      if (this.streamFacts) context.span.setUpstreamAttributes(this.streamFacts.attributes());
+    }
     usage.record(context, found);
     const counted = budgets.settle(context, context.body, found);
     return context.caps ? counted : undefined;

@@ -50,6 +50,8 @@ export interface ExchangeHooks {
   onUpstreamBody(bytes: Buffer): void;
   /** The call failed before any answer (refused, reset): told once. */
   onUpstreamConnectionLost(): void;
+  /** Set when something reads a 2xx event stream as it passes (a recorded span): each piece passed on, in order. */
+  readonly streamReader?: (bytes: Buffer) => void;
 }
 
 /**
@@ -243,6 +245,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     if (this.scan!.verdict === 'error') bytes = redactor.jsonBytes(bytes, [presented]);
     else if (redactor.mayQuote(bytes, presented)) bytes = redactor.jsonBytes(bytes, [presented], false);
     if (bytes.length === 0) return;
+    this.hooks.streamReader?.(bytes);
     this.emitted += bytes.length;
     this.subscriber.next(new ChunkEvent(bytes));
   }

@@ -216,3 +216,43 @@ function gatewayVersion(): string {
   }
   return 'unknown';
 }
+
+const STREAM_ID = /"id":\s*"([^"\\]{1,200})"/;
+const STREAM_MODEL = /"model":\s*"([^"\\]{1,200})"/;
+const STREAM_REASON = /"(?:finish_reason|stop_reason|stop_type)":\s*"([^"\\]{1,64})"/g;
+const REASON_MARKS = ['_reason"', '"stop_type"'];
+/** The first pieces of a stream are looked at for its id and model; later ones only for its end. */
+const HEAD_PIECES = 3;
+const MAX_REASONS = 16;
+
+/**
+ * What an event stream says of its answer, read as it passes (only for a
+ * recorded span): the id and model of its first events, and the finish
+ * reasons of its last ones (OpenAI's `finish_reason`, Anthropic's
+ * `stop_reason`, llama.cpp's `stop_type`). A piece without a reason in it
+ * is searched as bytes, never decoded.
+ */
+export class StreamFacts {
+  private id?: string;
+  private model?: string;
+  private readonly reasons: string[] = [];
+  private pieces = 0;
+
+  read(bytes: Buffer): void {
+    if (this.pieces++ < HEAD_PIECES && (this.id === undefined || this.model === undefined)) {
+      const head = bytes.toString('utf8', 0, Math.min(bytes.length, 4096));
+      this.id ??= STREAM_ID.exec(head)?.[1];
+      this.model ??= STREAM_MODEL.exec(head)?.[1];
+    }
+    if (this.reasons.length >= MAX_REASONS || !REASON_MARKS.some((mark) => bytes.includes(mark))) return;
+    for (const match of bytes.toString('utf8').matchAll(STREAM_REASON)) if (this.reasons.length < MAX_REASONS) this.reasons.push(match[1]);
+  }
+
+  attributes(): SpanAttributes {
+    return {
+      [TRACE_ATTRIBUTES.genAiResponseId]: this.id,
+      [TRACE_ATTRIBUTES.genAiResponseModel]: this.model,
+      [TRACE_ATTRIBUTES.genAiResponseFinishReasons]: this.reasons.length > 0 ? [...this.reasons] : undefined,
+    };
+  }
+}
