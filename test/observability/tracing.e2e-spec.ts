@@ -192,6 +192,22 @@ describe.each(PLATFORMS)('OpenTelemetry traces from the gateway on %s', (platfor
     expect(reasons?.arrayValue?.values.map((v) => v.stringValue)).toEqual(['stop']);
   }, 30_000);
 
+  it('a translated call (OpenAI client, Anthropic provider): the provider gets the traceparent, the client span its answer', async () => {
+    receiver = await startReceiver();
+    g = await startGateway({ flags: ['--platform', platform, '--provider', 'anthropic', '--otlp-endpoint', receiver.url] });
+    const answer = await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'claude-mock', max_tokens: 50, messages: [{ role: 'user', content: uniquePrompt('translated') }] }, { 'x-api-key': 'sk-ant-test' });
+    expect(answer.status).toBe(200);
+    await g.close();
+    const [call] = receiver.spans.filter((s) => s.kind === CLIENT);
+    const [received] = g.provider.calls().filter((c) => c.route === '/v1/messages');
+    expect(received.headers?.traceparent).toBe(`00-${call.traceId}-${call.spanId}-01`);
+    const attributes = attributesOf(call.attributes);
+    expect(attributes).toMatchObject({ 'gen_ai.provider.name': 'anthropic', 'gen_ai.response.model': expect.any(String), 'gen_ai.usage.input_tokens': expect.any(Number) });
+    expect(attributes['gen_ai.response.id']).toMatch(/^msg_/);
+    const reasons = call.attributes?.find((a) => a.key === 'gen_ai.response.finish_reasons')?.value as { arrayValue?: { values: Array<{ stringValue: string }> } };
+    expect(reasons?.arrayValue?.values.map((v) => v.stringValue)).toEqual(['end_turn']);
+  }, 30_000);
+
   it('scrapes, probes and the status page make no spans; only the model API does', async () => {
     receiver = await startReceiver();
     g = await startGateway({ flags: ['--platform', platform, '--otlp-endpoint', receiver.url] });

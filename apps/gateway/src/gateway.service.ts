@@ -177,6 +177,8 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     else this.budgets.release(context);
     const json = parseJson(bytes);
     if (typeof json !== 'object' || json === null) throw new UpstreamProtocolError('The provider sent a body that is not a JSON object.');
+    // The provider's own answer, before translation: its id, model and finish reasons on the call's client span.
+    if (context.span?.recording) context.span.setUpstreamAttributes(GatewayTracing.responseAttributes(json));
     return new RawResponse(Buffer.from(JSON.stringify(translation.response(json as Json))));
   }
 
