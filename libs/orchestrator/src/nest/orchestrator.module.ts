@@ -4,6 +4,7 @@ import { scopeOf } from './app-scope.js';
 import { ConfigurableModuleClass, type OPTIONS_TYPE } from './orchestrator.module-definition.js';
 import { OrchestratorService } from './orchestrator.service.js';
 import { checkRoutes } from './route-check.js';
+import { serveProviderMethods } from './contexts/provider-methods.js';
 
 /**
  * `OrchestratorModule.forRoot()` (zero config) or
@@ -30,11 +31,16 @@ export class OrchestratorModule extends ConfigurableModuleClass implements OnMod
     return super.forRoot(options);
   }
 
-  /** Checks every decorated route of the app once, at start-up (see `checkRoutes`). */
+  /**
+   * Once per app, at start-up: checks every decorated route (see
+   * `checkRoutes`), and wraps the decorated methods of providers so that their
+   * decorators take effect (see `serveProviderMethods`).
+   */
   onModuleInit(): void {
     const scope = this.orchestrator && scopeOf(this.orchestrator);
     if (!scope || scope.routesChecked || !this.modules) return;
     scope.routesChecked = true;
     checkRoutes(this.modules, scope.names);
+    serveProviderMethods(this.modules, scope.service, scope.names);
   }
 }
