@@ -45,3 +45,13 @@ export class Backend {
     return new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason), { once: true }));
   }
 }
+
+interface HealthSource {
+  health(): { callersWaiting: number; limiters: Array<{ name: string; queued: number; inFlight: number }> };
+}
+
+/** Callers waiting on the calls in flight (a herd of 100 on one call is 100). */
+export const callersWaiting = (orchestrator: HealthSource) => orchestrator.health().callersWaiting;
+
+/** Calls queued behind a concurrency limiter, over all of them. */
+export const queued = (orchestrator: HealthSource) => orchestrator.health().limiters.reduce((sum, l) => sum + l.queued, 0);
