@@ -74,8 +74,9 @@ describe.each(transports)('decorators on microservice handlers over %s', (name, 
     const transport = await options(redis);
     app = await NestFactory.createMicroservice(MicroserviceModule, { ...transport, logger: false } as never);
     await app.listen();
-    client = ClientProxyFactory.create(transport as never);
-    await client.connect();
+    const made = ClientProxyFactory.create(transport as never) as unknown as ClientProxy;
+    client = made;
+    await made.connect();
   });
   afterAll(async () => {
     backend.gate.resolve();
