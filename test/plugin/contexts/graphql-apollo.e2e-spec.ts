@@ -5,7 +5,7 @@ import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { Args, Field, Int, Mutation, ObjectType, Query, Resolver, GraphQLModule } from '@nestjs/graphql';
 import { CallSignal, CallTimeout, CircuitBreaker, Concurrency, Dedup, Fallback, OrchestratorModule, OrchestratorService } from 'nest-prompt-orchestrator';
 import { waitFor } from '../../support/platforms.js';
-import { Backend, callersWaiting, queued } from './backend.js';
+import { Backend, callersWaiting, queued, pending } from './backend.js';
 
 const backend = new Backend();
 
@@ -89,7 +89,7 @@ describe('decorators on GraphQL resolvers (Apollo)', () => {
   it('answers 100 identical concurrent queries with one resolver call, and not a caller with other credentials', async () => {
     backend.mode = 'held';
     const query = '{ summarize(doc: "d1") { call echo } }';
-    const answers = Array.from({ length: 100 }, () => post(query, { authorization: 'Bearer alice' }));
+    const answers = pending(Array.from({ length: 100 }, () => post(query, { authorization: 'Bearer alice' })));
     await waitFor(() => backend.calls === 1 && callersWaiting(orchestrator()) === 100, 10_000, '100 queries on one call');
     backend.gate.resolve();
     const all = await Promise.all(answers);
@@ -112,7 +112,7 @@ describe('decorators on GraphQL resolvers (Apollo)', () => {
 
   it('holds the concurrency limit', async () => {
     backend.mode = 'held';
-    const calls = Array.from({ length: 10 }, (_, i) => post(`{ limited(n: ${i}) { call } }`));
+    const calls = pending(Array.from({ length: 10 }, (_, i) => post(`{ limited(n: ${i}) { call } }`)));
     await waitFor(() => backend.calls === 2 && queued(orchestrator()) === 8, 10_000, 'two calls running, eight queued');
     backend.gate.resolve();
     const all = await Promise.all(calls);
