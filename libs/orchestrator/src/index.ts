@@ -14,8 +14,18 @@ export {
   CallSignal,
   callSignalOf,
   callUpstreamOf,
+  Fallback,
+  type OrchestrateDecoratorOptions,
 } from './nest/orchestrate.decorators.js';
 export { orchestratorHttpException } from './nest/http-errors.js';
+
+// Beyond HTTP: GraphQL resolvers, microservice and WebSocket handlers, provider methods.
+/** The AbortSignal of the orchestrated call running now (provider methods, resolvers, message handlers). */
+export { currentCallSignal } from './nest/contexts/call-scope.js';
+/** A fallback answer: a value, or `(cause, ...args) => value`. */
+export type { FallbackAnswer } from './nest/contexts/fallback.js';
+/** What GraphQL, microservice and WebSocket callers get for an orchestrator error. */
+export { OrchestratorGraphQLError, errorPayload as orchestratorErrorPayload, type OrchestratorErrorPayload } from './nest/contexts/context-errors.js';
 
 // The framework-free engine and its types, as `nest-prompt-orchestrator/core` has them.
 export * from './core/index.js';

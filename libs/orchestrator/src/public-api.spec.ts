@@ -61,13 +61,13 @@ const CORE = [
   'isTransientFailure', 'isUpstreamFailure',
 ];
 const NEST = [
-  'CallSignal', 'CallTimeout', 'CircuitBreaker', 'Concurrency', 'Dedup', 'HealthIndicatorResult', 'HealthReport',
-  'MetricsRegistry', 'Orchestrate', 'OrchestratorHealthOptions', 'OrchestratorInterceptor', 'OrchestratorMetrics',
+  'CallSignal', 'CallTimeout', 'CircuitBreaker', 'Concurrency', 'Dedup', 'Fallback', 'FallbackAnswer', 'HealthIndicatorResult', 'HealthReport',
+  'MetricsRegistry', 'Orchestrate', 'OrchestrateDecoratorOptions', 'OrchestratorErrorPayload', 'OrchestratorGraphQLError', 'OrchestratorHealthOptions', 'OrchestratorInterceptor', 'OrchestratorMetrics',
   'OrchestratorMetricsOptions', 'OrchestratorModule', 'OrchestratorModuleExtras', 'OrchestratorModuleOptions',
   'OrchestratorObservabilityModule', 'OrchestratorObservabilityOptions', 'OrchestratorService', 'ReadinessOptions',
   'RequestSpan', 'RequestTracing', 'RequestTracingOptions', 'Retry', 'SpanAttributeValue', 'SpanAttributes',
   'StructuredLogger', 'TRACE_ATTRIBUTES', 'Timeout', 'TraceHeaders', 'UpstreamSpan', 'attachRequestSpan', 'callSignalOf',
-  'callUpstreamOf', 'livenessReport', 'logOrchestratorEvents', 'orchestratorHttpException', 'readinessReport',
+  'callUpstreamOf', 'currentCallSignal', 'livenessReport', 'logOrchestratorEvents', 'orchestratorErrorPayload', 'orchestratorHttpException', 'readinessReport',
 ];
 
 describe('the public API', () => {

@@ -1,4 +1,4 @@
-import type { Type } from '@nestjs/common';
+import type { ExecutionContext, Type } from '@nestjs/common';
 import type { ErrorShape } from '../core/http/errors.js';
 import { RouteNames, sameSettings } from '../core/http/route.js';
 import type { OrchestratorOptions } from '../core/orchestrator.js';
@@ -9,6 +9,8 @@ import { OrchestratorService } from './orchestrator.service.js';
 export interface ModuleSettings {
   interceptor: Type<unknown>;
   errorShape: ErrorShape;
+  /** Who the caller of a route, resolver or message handler is (see `OrchestratorModuleExtras.identify`). */
+  identify?: (context: ExecutionContext) => string | undefined;
 }
 
 /** The orchestrator of one Nest app: whichever import came first made it; the others share it. */

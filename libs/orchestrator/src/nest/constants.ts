@@ -19,3 +19,6 @@ export { DEDUP_HEADER } from '../core/http/answer-headers.js';
 
 /** DI token of the module's options (`OrchestratorModuleOptions`). */
 export const ORCHESTRATOR_OPTIONS = Symbol.for('nest-prompt-orchestrator.options');
+
+/** Reflect metadata key of a route's, method's or class's `@Fallback` answer. */
+export const FALLBACK_METADATA = 'nest-prompt-orchestrator:fallback';

@@ -14,8 +14,10 @@ import {
 } from '../core/policy.js';
 import type { RetryOptions } from '../core/retry/retry.options.js';
 import type { TimeoutOptions } from '../core/timeout/timeout.options.js';
-import { CALL_SIGNAL, CALL_UPSTREAM, METADATA } from './constants.js';
+import { CALL_SIGNAL, CALL_UPSTREAM, FALLBACK_METADATA, METADATA } from './constants.js';
 import { OrchestratorModuleCheck } from './route-check.js';
+import { currentCallSignal } from './contexts/call-scope.js';
+import { normalizeFallback, type FallbackAnswer } from './contexts/fallback.js';
 import type { Upstream } from '../core/upstreams/upstream-pool.js';
 
 /**
@@ -88,22 +90,51 @@ export const Timeout = CallTimeout;
 export const Retry = (retriesOrOptions: boolean | number | RetryOptions = true) =>
   setting(METADATA.retry, normalizeRetry(retriesOrOptions, '@Retry()'));
 
+/** What `@Orchestrate` takes: the capabilities, and the answer when the call cannot give one (see `@Fallback`). */
+export interface OrchestrateDecoratorOptions extends OrchestrateOptions {
+  fallback?: FallbackAnswer;
+}
+
 /**
  * All in one decorator. Their order of effect is fixed whatever the order
  * written: dedup, breaker refusal, concurrency slot, timed call.
  *
  * @example
  * ```ts
- * @Orchestrate({ dedup: true, breaker: 'openai', concurrency: 16, timeout: 30_000 })
+ * @Orchestrate({ dedup: true, breaker: 'openai', concurrency: 16, timeout: 30_000, fallback: { answer: null } })
  * ```
  */
-export const Orchestrate = (options: OrchestrateOptions) => {
-  const settings = normalizeOrchestrate(options, '@Orchestrate()');
+export const Orchestrate = (options: OrchestrateDecoratorOptions) => {
+  const { fallback, ...capabilities } = (options ?? {}) as OrchestrateDecoratorOptions;
+  const settings = normalizeOrchestrate(options === null || typeof options !== 'object' ? options : capabilities, '@Orchestrate()');
   return applyDecorators(
     ...CAPABILITIES.filter((c) => settings[c] !== undefined).map((c) => SetMetadata(METADATA[c], settings[c])),
+    ...('fallback' in (options ?? {}) ? [SetMetadata(FALLBACK_METADATA, normalizeFallback(fallback, '@Orchestrate() fallback'))] : []),
     UseFilters(OrchestratorModuleCheck),
   );
 };
+
+/**
+ * What the call answers when it cannot answer itself: the breaker is open,
+ * the time limit passed, the concurrency queue refused it, or the call failed
+ * with a server-side error (5xx-class, or an error without a status). Never for
+ * the caller's own mistakes: a 4xx `HttpException` (validation errors
+ * included), an `RpcException` or `WsException` the handler threw, or a
+ * GraphQL error whose code says the input is wrong propagate as they are.
+ *
+ * The handler gets the cause and the arguments: a provider method's own
+ * arguments, and for a route, resolver or message handler the arguments Nest
+ * gives interceptors (`context.getArgs()`: `[request, response, next]` over
+ * HTTP, `[data, context]` for microservices, `[client, data, pattern]` for
+ * WebSockets, `[root, args, context, info]` for GraphQL).
+ *
+ * @example
+ * ```ts
+ * @CircuitBreaker('openai') @Fallback((cause, docId: string) => ({ docId, summary: null, degraded: true }))
+ * async summarize(docId: string) { ... }
+ * ```
+ */
+export const Fallback = (answer: FallbackAnswer) => setting(FALLBACK_METADATA, normalizeFallback(answer, '@Fallback()'));
 
 /**
  * Injects the AbortSignal of the current upstream call: pass it to `fetch` so
@@ -112,10 +143,12 @@ export const Orchestrate = (options: OrchestrateOptions) => {
  *
  * The interceptor puts the signal on the request just before it subscribes to
  * the handler, and Nest resolves handler parameters at that subscription
- * (`next.handle()` defers the handler call), so the parameter sees it.
+ * (`next.handle()` defers the handler call), so the parameter sees it. In a
+ * GraphQL resolver, a microservice or a WebSocket handler it is the call's
+ * `currentCallSignal()`.
  */
 export const CallSignal = createParamDecorator((_: unknown, ctx: ExecutionContext): AbortSignal | undefined =>
-  callSignalOf(ctx.switchToHttp().getRequest<object>()),
+  ctx.getType() === 'http' ? callSignalOf(ctx.switchToHttp().getRequest<object>()) : currentCallSignal(),
 );
 
 /** What `@CallSignal()` injects, for code that has the request at hand (e.g. a parameter decorator of its own). */

@@ -1,4 +1,4 @@
-import { ConfigurableModuleBuilder, type Provider, type Type } from '@nestjs/common';
+import { ConfigurableModuleBuilder, type ExecutionContext, type Provider, type Type } from '@nestjs/common';
 import { APP_INTERCEPTOR, ModulesContainer } from '@nestjs/core';
 import type { ErrorShape } from '../core/http/errors.js';
 import type { OrchestratorOptions } from '../core/orchestrator.js';
@@ -23,13 +23,29 @@ export interface OrchestratorModuleExtras {
    * APIs that OpenAI SDKs call. Either way with `x-should-retry` and `Retry-After`.
    */
   errorShape?: ErrorShape;
+  /**
+   * Who the caller is, in any context (like @nestjs/throttler's `getTracker`):
+   * part of every dedup key, so that callers never share answers, and their
+   * line in the concurrency queue. The string is hashed before use. Return
+   * `undefined` to keep the context's default: over HTTP the `tenant` option
+   * (else the `authorization`, `x-api-key` and `cookie` headers); for GraphQL
+   * the same, read from the HTTP request in the GraphQL context (`req` or
+   * `request`); for WebSockets the client's socket id; for microservices none.
+   * Not called for provider methods (their arguments are their key).
+   *
+   * @example
+   * ```ts
+   * identify: (context) => context.getType() === 'rpc' ? context.switchToRpc().getData<{ tenantId?: string }>().tenantId : undefined
+   * ```
+   */
+  identify?: (context: ExecutionContext) => string | undefined;
 }
 
 export const { ConfigurableModuleClass, MODULE_OPTIONS_TOKEN, OPTIONS_TYPE, ASYNC_OPTIONS_TYPE } =
   new ConfigurableModuleBuilder<OrchestratorModuleOptions>({ moduleName: 'Orchestrator', optionsInjectionToken: ORCHESTRATOR_OPTIONS })
     .setClassMethodName('forRoot')
-    .setExtras<OrchestratorModuleExtras>({ isGlobal: true, interceptor: undefined, errorShape: undefined }, (definition, extras) => {
-      const settings = { interceptor: extras.interceptor ?? OrchestratorInterceptor, errorShape: extras.errorShape ?? 'nest' };
+    .setExtras<OrchestratorModuleExtras>({ isGlobal: true, interceptor: undefined, errorShape: undefined, identify: undefined }, (definition, extras) => {
+      const settings = { interceptor: extras.interceptor ?? OrchestratorInterceptor, errorShape: extras.errorShape ?? 'nest', identify: extras.identify };
       const providers: Provider[] = [
         // One engine per app, however many modules import forRoot(): each import gets the same instance (or a
         // start-up error if it asks for other options), so there is one set of breakers, limiters and windows.

@@ -4,13 +4,17 @@ import { scopeOf } from './app-scope.js';
 import { ConfigurableModuleClass, type OPTIONS_TYPE } from './orchestrator.module-definition.js';
 import { OrchestratorService } from './orchestrator.service.js';
 import { checkRoutes } from './route-check.js';
+import { serveProviderMethods } from './contexts/provider-methods.js';
 
 /**
  * `OrchestratorModule.forRoot()` (zero config) or
  * `forRoot({ dedup: { windowMs: 60_000 }, breakers: { openai: { healthProbe } } })`,
  * or `forRootAsync({ useFactory, inject, imports })`. It is global by default and
  * registers the interceptor that serves `@Dedup`, `@CircuitBreaker`,
- * `@Concurrency`, `@CallTimeout` and `@Orchestrate` on every controller.
+ * `@Concurrency`, `@CallTimeout`, `@Retry`, `@Fallback` and `@Orchestrate` on
+ * every HTTP route, GraphQL resolver, microservice handler and WebSocket
+ * gateway message, and at start-up wraps the decorated methods of singleton
+ * providers so that they apply there too.
  *
  * Import it once, in the root module. Importing it from several modules is
  * safe: they share one interceptor and one set of breakers, limiters and
@@ -30,11 +34,16 @@ export class OrchestratorModule extends ConfigurableModuleClass implements OnMod
     return super.forRoot(options);
   }
 
-  /** Checks every decorated route of the app once, at start-up (see `checkRoutes`). */
+  /**
+   * Once per app, at start-up: checks every decorated route (see
+   * `checkRoutes`), and wraps the decorated methods of providers so that their
+   * decorators take effect (see `serveProviderMethods`).
+   */
   onModuleInit(): void {
     const scope = this.orchestrator && scopeOf(this.orchestrator);
     if (!scope || scope.routesChecked || !this.modules) return;
     scope.routesChecked = true;
     checkRoutes(this.modules, scope.names);
+    serveProviderMethods(this.modules, scope.service, scope.names);
   }
 }
