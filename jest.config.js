@@ -22,4 +22,6 @@ export default {
     '^.+\\.ts$': ['ts-jest', { useESM: true, tsconfig: '<rootDir>/tsconfig.spec.json' }],
   },
   testTimeout: 30000,
+  // The suites that start the built gateway need dist/: built here once, never inside a test.
+  globalSetup: '<rootDir>/test/support/global-setup.mjs',
 };

@@ -1,8 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { execFileSync } from 'node:child_process';
 import type { RunMetrics } from './metrics.js';
 import { closeControlConnections } from './mock-control.js';
-import { repoRoot, requireBuild, stopAllChildren } from './processes.js';
+import { requireBuild, stopAllChildren } from './processes.js';
 import type { TargetCheck } from './targets.js';
 import { runTimeline, type TimelineOutcome } from './timeline.js';
 
@@ -25,10 +24,9 @@ function missedCounts(checks: TargetCheck[]): string[] {
 
 describe('benchmark scenarios at scale 0.1 (count targets)', () => {
   beforeAll(() => {
-    // The scenarios start dist/apps/* as child processes: build once, as `npm run bench` does.
-    execFileSync('npm', ['run', 'build', '--silent'], { cwd: repoRoot(), stdio: 'inherit' });
+    // The scenarios start dist/apps/*, built by Jest's global setup (test/support/global-setup.mjs).
     requireBuild();
-  }, 180_000);
+  });
 
   afterAll(async () => {
     await stopAllChildren();

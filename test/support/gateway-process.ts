@@ -1,6 +1,6 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { GATEWAY_NODE_FLAGS } from '../../apps/gateway/src/runtime-flags.js';
-import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 /**
@@ -10,30 +10,14 @@ import { join } from 'node:path';
 
 export const ROOT = process.cwd();
 export const GATEWAY_MAIN = join(ROOT, 'dist/apps/gateway/src/main.js');
-const SOURCES = ['apps/gateway/src', 'apps/mock-provider/src', 'libs/orchestrator/src'];
-const BUILT = [GATEWAY_MAIN, join(ROOT, 'libs/orchestrator/dist/esm/index.js')];
 
-function newestSource(dir: string): number {
-  let newest = 0;
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const path = join(dir, entry.name);
-    if (entry.isDirectory()) newest = Math.max(newest, newestSource(path));
-    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.spec.ts')) newest = Math.max(newest, statSync(path).mtimeMs);
-  }
-  return newest;
-}
-
-function buildIsStale(): boolean {
-  if (!BUILT.every((file) => existsSync(file))) return true;
-  const built = Math.min(...BUILT.map((file) => statSync(file).mtimeMs));
-  return SOURCES.some((dir) => newestSource(join(ROOT, dir)) > built);
-}
-
-/** Builds the repository (once, when a source is newer than the build). Call it in a beforeAll with a long timeout. */
+/**
+ * Builds the repository when a source is newer than the build (scripts/build-if-stale.mjs). Jest's global setup
+ * already did so before any suite; in a suite's beforeAll this only checks, unless a source changed during the run.
+ */
 export async function ensureBuilt(): Promise<void> {
-  if (!buildIsStale()) return;
   await new Promise<void>((resolve, reject) => {
-    execFile('npm', ['run', 'build', '--silent'], { cwd: ROOT, timeout: 170_000 }, (error, stdout, stderr) =>
+    execFile(process.execPath, [join(ROOT, 'scripts/build-if-stale.mjs')], { cwd: ROOT }, (error, stdout, stderr) =>
       error ? reject(new Error(`npm run build failed:\n${stdout}\n${stderr}`)) : resolve(),
     );
   });
