@@ -48,14 +48,11 @@ interface Gathering {
   timer: ReturnType<typeof setTimeout>;
 }
 
-// With a worker's share of a scrape, figures whose sum would mean nothing: the port's breaker is as open as its most
-// open worker's, and its store is up only if every worker reaches it. Every worker follows the port's one breaker
-// (a worker's opening is told to all, and each applies it): the port's transitions are those of the worker that saw
-// the most, not their sum.
+// With a worker's share of a scrape, gauges whose sum would mean nothing: the port's breaker is as open as its most
+// open worker's, and its store is up only if every worker reaches it.
 const METRIC_AGGREGATORS: Record<string, 'max' | 'min'> = {
   orchestrator_breaker_state: 'max',
   orchestrator_breaker_consecutive_failures: 'max',
-  orchestrator_breaker_transitions_total: 'max',
   orchestrator_store_up: 'min',
 };
 

@@ -128,7 +128,7 @@ export class OrchestratorMetrics {
     });
     const transitions = new prom.Counter({
       name: `${p}breaker_transitions_total`,
-      help: 'Circuit breaker state changes (every possible change of every breaker is present from 0).',
+      help: 'Circuit breaker state changes made here (not those applied from another replica or worker: summed, each counts once); every possible change of every breaker is present from 0.',
       labelNames: ['name', 'from', 'to'],
       registers,
       collect() {
@@ -228,8 +228,10 @@ export class OrchestratorMetrics {
         requestChildren.get(route, upstream, outcome).inc();
         if (outcome === 'joined' || outcome === 'cached') savedChildren.get(upstream).inc();
       },
-      breakerTransition(name: string, from: BreakerState, to: BreakerState) {
-        transitions.labels(name, from, to).inc();
+      breakerTransition(name: string, from: BreakerState, to: BreakerState, _at: number, remote?: boolean) {
+        // A change applied from another replica's or worker's word is counted where it was made: summed over a
+        // fleet (or a port's workers), each change counts once.
+        if (!remote) transitions.labels(name, from, to).inc();
       },
       refused(upstream: string, reason: RefusalReason) {
         refusalChildren.get(upstream, reason).inc();
