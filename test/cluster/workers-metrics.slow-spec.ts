@@ -1,4 +1,5 @@
 import { afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import { spawnSync } from 'node:child_process';
 import { request } from 'node:http';
 import { startMockProvider, type MockProvider } from '../../apps/mock-provider/src/index.js';
 import { uniquePrompt } from '../support/gateway-harness.js';
@@ -79,6 +80,11 @@ describe('--workers 2: one port, one set of bounds and counts', () => {
     const models = new Set(samples.filter((s) => s.name === 'gateway_tokens_total').map((s) => s.labels.model));
     expect(models.size).toBe(51);
     expect(models.has('other')).toBe(true);
+    // The port's scrape (the workers' added up by the primary) is valid exposition too.
+    const text = await (await fetch(`${g.url}${METRICS}`)).text();
+    const checked = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
+    if (checked.error) throw new Error('promtool is not installed: run `npm run test:prerequisites` (Debian package prometheus)');
+    expect({ status: checked.status, problems: `${checked.stdout}${checked.stderr}` }).toEqual({ status: 0, problems: '' });
   });
 
   it("the breaker opened by one worker and applied by the other: one transition from 0, one line that says it opened", async () => {
