@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // What the tests need besides Node and node_modules, checked (and, where it can be, installed) before `npm test`:
 //   - `redis-server` on PATH: every test that uses Redis starts its own (test/support/redis-server.ts);
-//   - Debian's Chromium at /usr/bin/chromium: the two browser suites drive it (never a browser a tool downloads).
+//   - Debian's Chromium at /usr/bin/chromium: the two browser suites drive it (never a browser a tool downloads);
+//   - `promtool` on PATH (Debian package prometheus): the metrics suite checks the gateway's exposition with it.
 // All present: exits 0 at once, without calling apt. Something missing, as root with apt-get: `apt-get update` once,
 // then `apt-get install -y` of what is missing. Otherwise: ONE line on stderr naming what is missing and how to get
 // it, exit status 1.
@@ -17,6 +18,7 @@ const CHROMIUM = '/usr/bin/chromium';
 const REQUIREMENTS = [
   { name: 'redis-server', debianPackage: 'redis-server', where: 'on PATH', found: () => onPath('redis-server') },
   { name: 'chromium', debianPackage: 'chromium', where: `at ${CHROMIUM}`, found: () => executable(CHROMIUM) },
+  { name: 'promtool', debianPackage: 'prometheus', where: 'on PATH', found: () => onPath('promtool') },
 ];
 
 const pretendMissing = new Set(

@@ -1,5 +1,9 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import OpenAI from 'openai';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { startMockProvider, type MockProvider } from '../../apps/mock-provider/src/index.js';
 import { ensureBuilt, startGatewayProcess, type GatewayProcess } from '../support/gateway-process.js';
 
@@ -155,5 +159,122 @@ describe('gateway logs', () => {
     while (!/INFO.*request/.test(gateway.output()) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
     expect(gateway.output()).toMatch(/INFO.*request/);
     expect(jsonLines(gateway.output())).toHaveLength(0);
+  });
+});
+
+describe('request lines that join', () => {
+  let dir: string;
+  let collector: Server | undefined;
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'gateway-logs-'));
+  });
+  afterAll(async () => {
+    rmSync(dir, { recursive: true, force: true });
+    await new Promise((resolve) => (collector ? collector.close(resolve) : resolve(undefined)));
+  });
+  /** The request log file's lines so far. */
+  const fileLines = (file: string) =>
+    readFileSync(file, 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as Record<string, any>);
+  async function waitForFileLine(file: string, match: (line: Record<string, any>) => boolean): Promise<Record<string, any>> {
+    const deadline = Date.now() + 5_000;
+    for (;;) {
+      let found: Record<string, any> | undefined;
+      try {
+        found = fileLines(file).find(match);
+      } catch {
+        // not written yet
+      }
+      if (found) return found;
+      if (Date.now() > deadline) throw new Error(`no matching line in ${file}`);
+      await new Promise((resolve) => setTimeout(resolve, 20)); // polling interval
+    }
+  }
+
+  it('a stream: one line with its outcome, upstream, trace and span, TTFT and cost; the request log file has the same request id, trace and upstream', async () => {
+    // An OTLP/HTTP receiver that takes every export: tracing is on, and the line names the request's span.
+    collector = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'));
+    });
+    await new Promise<void>((resolve) => collector!.listen(0, '127.0.0.1', resolve));
+    const port = (collector.address() as { port: number }).port;
+    const file = join(dir, 'stream.jsonl');
+    gateway = await start(['--otlp-endpoint', `http://127.0.0.1:${port}`, '--request-log', file]);
+    const stream = await client(gateway).chat.completions.create({ model: 'gpt-4o-mini', stream: true, messages: [{ role: 'user', content: `${PROMPT} stream` }] }).withResponse();
+    for await (const _ of stream.data) void _;
+    const requestId = stream.response.headers.get('x-request-id');
+    const line = await waitForLine(gateway, (l) => l.msg === 'request' && l.reqId === requestId);
+    expect(line).toMatchObject({ level: 30, route: 'chat', status: 200, outcome: 'miss', upstream: 'upstream', model: 'gpt-4o-mini' });
+    expect(line.traceId).toMatch(/^[0-9a-f]{32}$/);
+    expect(line.spanId).toMatch(/^[0-9a-f]{16}$/);
+    expect(line.ttftMs).toBeGreaterThanOrEqual(20);
+    expect(line.ttftMs).toBeLessThanOrEqual(line.totalMs);
+    expect(line.costUsd).toBeGreaterThan(0);
+    expect(line.usage).toEqual({ in: expect.any(Number), out: expect.any(Number) });
+    const entry = await waitForFileLine(file, (l) => l.reqId === requestId);
+    expect(entry).toMatchObject({ traceId: line.traceId, spanId: line.spanId, upstream: 'upstream', status: 200, outcome: 'miss', cost: line.costUsd });
+  });
+
+  it("a refusal is its request's one line; a provider's 400 is upstream_rejected and its 503 upstream_error, each with what the provider said", async () => {
+    const file = join(dir, 'errors.jsonl');
+    gateway = await start(['--breaker-failures', '2', '--retries', '0', '--breaker-open', '60', '--request-log', file]);
+    const openai = client(gateway);
+    // The provider refuses a body it cannot read (messages not a list): the client gets its 400 as it was.
+    const rejected = await fetch(`${gateway.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${GATEWAY_KEY}`, 'content-type': 'application/json', 'x-request-id': 'rejected-1' },
+      body: JSON.stringify({ model: 'm', messages: 'not a list' }),
+    });
+    expect(rejected.status).toBe(400);
+    const rejectedLine = await waitForLine(gateway, (l) => l.msg === 'request' && l.reqId === 'rejected-1');
+    expect(rejectedLine).toMatchObject({ status: 400, outcome: 'error', error: 'upstream_rejected', upstream: 'upstream' });
+    expect(rejectedLine.upstreamError).toContain('invalid_request_error');
+
+    provider.setMode('error503');
+    for (let i = 0; i < 2; i++) {
+      await expect(openai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: `${PROMPT} ${i}` }] }, { headers: { 'x-request-id': `failed-${i}` } })).rejects.toMatchObject({ status: 503 });
+    }
+    const failed = await waitForLine(gateway, (l) => l.msg === 'request' && l.reqId === 'failed-0');
+    expect(failed).toMatchObject({ status: 503, outcome: 'error', error: 'upstream_error' });
+    expect(typeof failed.upstreamError).toBe('string');
+    expect(failed.upstreamError.length).toBeLessThanOrEqual(1025);
+
+    for (let i = 0; i < 3; i++) {
+      await expect(openai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: `${PROMPT} refused ${i}` }] }, { headers: { 'x-request-id': `refused-${i}` } })).rejects.toMatchObject({ code: 'circuit_open' });
+    }
+    const refused = await waitForLine(gateway, (l) => l.msg === 'request' && l.reqId === 'refused-2');
+    expect(refused).toMatchObject({ status: 503, outcome: 'refused', error: 'circuit_open', upstream: 'upstream' });
+    // Nothing else about a refusal: no warning per request (the breaker's opening is its own line, once).
+    const output = gateway.output();
+    for (let i = 0; i < 3; i++) expect(output.split('\n').filter((l) => l.includes(`refused-${i}`))).toHaveLength(1);
+    expect(jsonLines(output).filter((l) => l.level >= 40 && l.msg !== 'request' && l.event !== 'breaker_transition')).toEqual([]);
+    expect(jsonLines(output).filter((l) => l.event === 'breaker_transition' && l.to === 'open')).toHaveLength(1);
+    // The request log file joins on the same ids, with the same error codes.
+    expect(await waitForFileLine(file, (l) => l.reqId === 'refused-2')).toMatchObject({ error: 'circuit_open', upstream: 'upstream', status: 503 });
+    expect(await waitForFileLine(file, (l) => l.reqId === 'rejected-1')).toMatchObject({ error: 'upstream_rejected', status: 400 });
+  });
+
+  it('control-plane requests (health, metrics, the status page) are lines at debug: absent at info', async () => {
+    const auth = { authorization: `Bearer ${GATEWAY_KEY}` };
+    const controlTraffic = async (g: GatewayProcess) => {
+      for (const path of ['/health', '/health/live', '/orchestrator/metrics', '/orchestrator']) await (await fetch(`${g.url}${path}`, { headers: auth })).arrayBuffer();
+      // Written after them, in order: once this line is out, theirs would be too.
+      await client(g).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'after the probes' }] });
+      await waitForLine(g, (l) => l.msg === 'request' && l.route === 'chat');
+    };
+    gateway = await start();
+    await controlTraffic(gateway);
+    expect(jsonLines(gateway.output()).filter((l) => l.msg === 'request' && l.route !== 'chat')).toEqual([]);
+    gateway.kill();
+    await gateway.exited;
+
+    gateway = await start(['--log-level', 'debug']);
+    await controlTraffic(gateway);
+    const control = jsonLines(gateway.output()).filter((l) => l.msg === 'request' && l.route !== 'chat');
+    expect(control.map((l) => l.route).sort()).toEqual(['/health', '/health/live', '/orchestrator', '/orchestrator/metrics']);
+    for (const l of control) expect(l.level).toBe(20);
   });
 });

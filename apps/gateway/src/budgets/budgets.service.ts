@@ -1,5 +1,6 @@
 import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
 import { MemoryWindowCounters, RedisThrottlerStorage, type WindowCounters } from 'nest-prompt-orchestrator/throttler';
+import { parseTraceParent } from 'nest-prompt-orchestrator/internal';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { ApiError } from '../http/api-error.js';
@@ -201,8 +202,11 @@ export class Budgets implements OnApplicationShutdown {
     if (savedNano > 0) this.ledger.record(context.keyName, 0, savedNano);
     if (!this.requestLog) return;
     const usage = context.settled?.usage ?? original?.usage ?? context.reusedUsage;
+    const trace = context.span?.recording ? parseTraceParent(context.span.traceparent) : undefined;
     this.requestLog.write({
       time: new Date().toISOString(),
+      reqId: context.id,
+      ...(trace ? { traceId: trace.traceId, spanId: trace.spanId } : {}),
       tenant: context.tenantHash ?? null,
       key: context.requestHash ?? null,
       outcome,
@@ -211,6 +215,8 @@ export class Budgets implements OnApplicationShutdown {
       // A fallback asked for another model: the one whose price `cost` is.
       ...(context.servedModel === undefined ? {} : { servedModel: context.servedModel }),
       status,
+      ...(context.errorCode === undefined ? {} : { error: context.errorCode }),
+      ...(context.upstream === undefined ? {} : { upstream: context.upstream }),
       tokensIn: usage?.input ?? 0,
       tokensOut: usage?.output ?? 0,
       cost: (context.settled?.costNano ?? 0) / NANO,

@@ -186,6 +186,7 @@ describe('usage', () => {
 describe('the request log', () => {
   const entry = (i: number): RequestLogEntry => ({
     time: new Date(0).toISOString(),
+    reqId: `req-${i}`,
     tenant: 'abcd',
     key: `key-${i}`,
     outcome: 'miss',

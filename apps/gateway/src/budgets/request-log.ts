@@ -4,6 +4,11 @@ import { dirname } from 'node:path';
 /** One line of the request log. No prompt, no answer, no key: hashes and figures only. */
 export interface RequestLogEntry {
   time: string;
+  /** The request's id, as in its stdout line and its `x-request-id`: the two logs join on it. */
+  reqId: string;
+  /** Its trace and span, when tracing records it. */
+  traceId?: string;
+  spanId?: string;
   /** A short hash of the caller's identity, the same as in the request line and metrics: the same caller, the same hash. */
   tenant: string | null;
   /** The dedup key (itself a SHA-256): the same request, the same key. */
@@ -12,6 +17,10 @@ export interface RequestLogEntry {
   route: string | null;
   model: string | null;
   status: number;
+  /** The error code it was answered with (absent: none). */
+  error?: string;
+  /** The upstream (pool member or breaker) it went to. */
+  upstream?: string;
   tokensIn: number;
   tokensOut: number;
   /** USD paid for this answer (0 when joined or cached). */

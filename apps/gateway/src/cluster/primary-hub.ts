@@ -1,6 +1,7 @@
 import cluster from 'node:cluster';
 import type { SharedBreakerState } from 'nest-prompt-orchestrator/internal';
 import { AggregatorRegistry, Gauge } from 'prom-client';
+import { capPortLabels } from '../observability/label-bounds.js';
 import { GONE, isGatewayMessage, type ClaimReply, type Gathered, type GatherReply, type ToPrimary, type ToWorker, type WorkerAsk } from './messages.js';
 
 export interface PrimaryHubOptions {
@@ -291,10 +292,13 @@ export class PrimaryHub {
   }
 }
 
-/** Every worker's metrics as one registry's text: counters and histograms summed, a few gauges by max or min. */
+/**
+ * Every worker's metrics as one registry's text: counters and histograms summed, a few figures by max or min, and
+ * the labels a request names (model, tenant) capped for the whole port, not per worker.
+ */
 async function aggregateMetrics(parts: unknown[], silent: number): Promise<string> {
-  const lists = parts.filter(Array.isArray).map((metrics) =>
-    (metrics as Array<{ name: string; aggregator?: string }>).map((metric) => {
+  const lists = capPortLabels(parts.filter(Array.isArray) as Array<Array<{ name: string; aggregator?: string }>>).map((metrics) =>
+    metrics.map((metric) => {
       const aggregator = METRIC_AGGREGATORS[metric.name];
       return aggregator ? { ...metric, aggregator } : metric;
     }),

@@ -318,7 +318,7 @@ const FLAGS: Record<string, FlagSpec> = {
   'metrics-tenants': {
     env: 'ORCHESTRATOR_METRICS_TENANTS',
     boolean: true,
-    help: 'label token counters with a hashed tenant too (at most 50 tenants, then "other")',
+    help: 'label token and money counters with a hashed tenant too (at most 50 tenants per port, then "other")',
   },
   'log-level': { env: 'ORCHESTRATOR_LOG_LEVEL', value: 'LEVEL', help: 'fatal | error | warn | info | debug | trace | silent (default info)' },
   'log-format': {

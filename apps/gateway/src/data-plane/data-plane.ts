@@ -734,6 +734,7 @@ class ProxiedCall implements PendingReply {
       if (!kept.first) kept.first = bytes;
       else if (kept.last.push(bytes) > KEPT_LAST_CHUNKS) kept.last.shift();
     }
+    this.context.firstChunkAt ??= performance.now();
     const ok = response.write(chunk);
     flow?.progress(this.received - response.writableLength);
     if (!ok && !this.slow) {

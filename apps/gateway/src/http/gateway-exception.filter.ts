@@ -99,7 +99,11 @@ export function errorReply(exception: unknown, target: ErrorTarget, logger: { wa
       : exception instanceof UpstreamHttpError && exception.status === 429;
   const headers: Record<string, string> = { 'x-should-retry': String(retryable) };
 
-  if (context) context.errorCode = exception instanceof UpstreamHttpError ? 'upstream_error' : undefined;
+  if (context) {
+    context.errorCode = exception instanceof UpstreamHttpError ? upstreamErrorCode(exception.status) : undefined;
+    // The root cause, for the request's log line: what the provider said, without the keys it may quote.
+    if (exception instanceof UpstreamHttpError) context.upstreamErrorBody = upstreamErrorText(exception.body, presented);
+  }
   if (exception instanceof UpstreamHttpError && exception.api === api && exception.json !== undefined) {
     // The provider already answered in the client's own format: its status and bytes, unchanged.
     if (exception.retryAfter) headers['retry-after'] = exception.retryAfter;
@@ -110,7 +114,8 @@ export function errorReply(exception: unknown, target: ErrorTarget, logger: { wa
 
   const info = describe(exception, target);
   if (context && !context.errorCode) context.errorCode = String(info.code ?? info.type ?? info.status);
-  if (info.status >= 500 && !(exception instanceof ApiError) && !(exception instanceof HttpException)) {
+  // A refusal (circuit_open, overloaded, ...) is the request line's error code and a metric, not a line of its own.
+  if (info.status >= 500 && !(exception instanceof ApiError) && !(exception instanceof HttpException) && !isOrchestratorError(exception)) {
     const name = (exception as Error | undefined)?.name ?? 'Error';
     logger.warn(`request ${String(target.requestId)} failed with ${info.status} (${name}: ${redactor.text(info.message, presented)})`);
   }
@@ -120,6 +125,23 @@ export function errorReply(exception: unknown, target: ErrorTarget, logger: { wa
   headers['content-type'] = JSON_TYPE;
   const body = errorBody(api, { ...info, message: redactor.text(info.message, presented) }, target.requestId);
   return { status: info.status, headers, body: Buffer.from(JSON.stringify(body)) };
+}
+
+/**
+ * How the log, the metrics and the status page name a provider's error: `upstream_rejected` when it refused the
+ * request (4xx: the request's own fault, or its key's), `upstream_error` when it failed (5xx). What the client is
+ * sent does not change.
+ */
+export function upstreamErrorCode(status: number): 'upstream_rejected' | 'upstream_error' {
+  return status >= 400 && status < 500 ? 'upstream_rejected' : 'upstream_error';
+}
+
+/** A provider's error body kept for the log: redacted, one line, at most this many characters. */
+export const MAX_UPSTREAM_ERROR_CHARS = 1024;
+
+function upstreamErrorText(body: Buffer, presented: Array<string | undefined>): string {
+  const text = redactor.text(body.toString('utf8'), presented).replace(/\s+/g, ' ').trim();
+  return text.length > MAX_UPSTREAM_ERROR_CHARS ? `${text.slice(0, MAX_UPSTREAM_ERROR_CHARS)}…` : text;
 }
 
 /** The error a Nest route (health, metrics, status page) or a request no route serves is answered with. */

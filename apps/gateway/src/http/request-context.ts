@@ -73,6 +73,10 @@ export interface RequestContext {
   servedModel?: string;
   /** When the provider's response headers arrived. */
   upstreamAnsweredAt?: number;
+  /** When the first chunk of a streamed answer was written to this client (its time to first token). */
+  firstChunkAt?: number;
+  /** What the provider said when it refused or failed this request's call (redacted, bounded): the root cause, for the log. */
+  upstreamErrorBody?: string;
   /** The parsed request body (set by the guard): its model for metrics, and the prompt only if the operator asked. */
   body?: unknown;
   /** Tokens the provider reported for this request's own call. */
@@ -112,6 +116,8 @@ export function newContext(id: string, idGiven: boolean, api: ClientApi, route: 
     upstream: undefined,
     servedModel: undefined,
     upstreamAnsweredAt: undefined,
+    firstChunkAt: undefined,
+    upstreamErrorBody: undefined,
     body: undefined,
     usage: undefined,
     errorCode: undefined,

@@ -31,8 +31,11 @@ export type UpstreamResult = 'ok' | 'error' | 'timeout';
 export interface OrchestratorObserver {
   /** A request was started under a policy, and how it is answered. */
   request?(route: string, upstream: string, outcome: RequestOutcome): void;
-  /** A breaker changed state (`at`: epoch ms). */
-  breakerTransition?(name: string, from: BreakerState, to: BreakerState, at: number): void;
+  /**
+   * A breaker changed state (`at`: epoch ms). `remote`: this replica applied another's change (a shared breaker,
+   * `--workers` or a fleet): the change was made, counted and logged where it was decided.
+   */
+  breakerTransition?(name: string, from: BreakerState, to: BreakerState, at: number, remote?: boolean): void;
   /** A call was refused without reaching the upstream. */
   refused?(upstream: string, reason: RefusalReason): void;
   /** An attempt timed out (before its first byte, or a stream stalled). */
@@ -80,10 +83,10 @@ export class ObserverHub implements Required<OrchestratorObserver> {
     }
   }
 
-  breakerTransition(name: string, from: BreakerState, to: BreakerState, at: number): void {
+  breakerTransition(name: string, from: BreakerState, to: BreakerState, at: number, remote = false): void {
     for (const o of this.observers) {
       try {
-        o.breakerTransition?.(name, from, to, at);
+        o.breakerTransition?.(name, from, to, at, remote);
       } catch {
         // An observer's bug never breaks a call.
       }

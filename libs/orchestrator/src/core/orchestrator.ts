@@ -289,7 +289,7 @@ export class Orchestrator {
   observe(observer: OrchestratorObserver): () => void {
     const hub = (this.hub ??= new ObserverHub());
     hub.add(observer);
-    this.breakers.onTransition((name, from, to, at) => this.hub?.breakerTransition(name, from, to, at));
+    this.breakers.onTransition((name, from, to, at, remote) => this.hub?.breakerTransition(name, from, to, at, remote));
     return () => {
       hub.remove(observer);
       if (hub.size === 0 && this.hub === hub) {

@@ -11,7 +11,7 @@ import { isUpstreamFailure } from './failure-classifier.js';
  */
 export class BreakerRegistry {
   private readonly breakers = new Map<string, CircuitBreaker>();
-  private transitions?: (name: string, from: BreakerState, to: BreakerState, at: number) => void;
+  private transitions?: (name: string, from: BreakerState, to: BreakerState, at: number, remote: boolean) => void;
 
   constructor(
     private readonly defaults: BreakerOptions = {},
@@ -47,7 +47,7 @@ export class BreakerRegistry {
   }
 
   /** Tells `listener` of every breaker's changes of state, those created later included (`undefined`: nobody). */
-  onTransition(listener: ((name: string, from: BreakerState, to: BreakerState, at: number) => void) | undefined): void {
+  onTransition(listener: ((name: string, from: BreakerState, to: BreakerState, at: number, remote: boolean) => void) | undefined): void {
     this.transitions = listener;
     for (const breaker of this.breakers.values()) breaker.onTransition = listener;
   }

@@ -81,8 +81,11 @@ export class CircuitBreaker {
   /** The state last announced to `onTransition`. */
   private lastState: BreakerState = 'closed';
   private observed = false;
-  /** Told of every change of state (set by the registry when somebody observes the orchestrator). */
-  onTransition?: (name: string, from: BreakerState, to: BreakerState, at: number) => void;
+  /**
+   * Told of every change of state (set by the registry when somebody observes the orchestrator); `remote`: applied
+   * from another replica's (or worker's) announcement, not decided here.
+   */
+  onTransition?: (name: string, from: BreakerState, to: BreakerState, at: number, remote: boolean) => void;
 
   constructor(
     readonly name: string,
@@ -160,7 +163,7 @@ export class CircuitBreaker {
     const from = this.lastState;
     if (to === from) return;
     this.lastState = to;
-    this.onTransition?.(this.name, from, to, Date.now());
+    this.onTransition?.(this.name, from, to, Date.now(), this.applyingRemote);
   }
 
   /** Another replica opened or closed this breaker: the same here, without counting anything. */

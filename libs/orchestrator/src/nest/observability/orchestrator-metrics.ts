@@ -28,6 +28,21 @@ export interface OrchestratorMetricsOptions {
 }
 
 const BREAKER_VALUE: Record<BreakerState, number> = { closed: 0, half_open: 1, open: 2 };
+/** Every change a breaker can make: each is exposed at 0 from the start, so that `increase()` sees the first one. */
+const BREAKER_TRANSITIONS: ReadonlyArray<readonly [BreakerState, BreakerState]> = [
+  ['closed', 'open'],
+  ['open', 'half_open'],
+  ['open', 'closed'],
+  ['half_open', 'closed'],
+  ['half_open', 'open'],
+];
+const REFUSAL_REASONS: readonly RefusalReason[] = ['circuit_open', 'overloaded', 'queue_timeout', 'shutting_down', 'no_upstream_available'];
+/**
+ * prom-client's default gauges whose names end in `_total`, which the exposition format keeps for counters
+ * (`promtool check metrics` rejects them): the same figures are there by type, without the suffix
+ * (`nodejs_active_handles{type}` and kin).
+ */
+const MISNAMED_DEFAULT_METRICS = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'];
 
 /** Children of a labelled metric, bound once per label combination (label values here are few and fixed). */
 class Children<C> {
@@ -72,7 +87,18 @@ export class OrchestratorMetrics {
     this.registry = registry;
     const p = options.prefix ?? 'orchestrator_';
     const registers = [registry];
-    if (options.defaultMetrics ?? true) prom.collectDefaultMetrics({ register: registry });
+    if (options.defaultMetrics ?? true) {
+      prom.collectDefaultMetrics({ register: registry });
+      for (const name of MISNAMED_DEFAULT_METRICS) registry.removeSingleMetric(name);
+    }
+    // The upstreams known now (breakers, limiters, pools): their counters start at 0 (see `BREAKER_TRANSITIONS`).
+    const knownUpstreams = () => {
+      const health = orchestrator.health();
+      const names = new Set<string>(health.breakers.map((b) => b.name));
+      for (const l of health.limiters) names.add(l.name);
+      for (const pool of orchestrator.upstreams.all()) names.add(pool.name);
+      return names;
+    };
 
     // Counted on every request: tallied (see batched-metrics.ts); the rarer events below go to prom-client at once.
     const requests = new TalliedCounter(prom, {
@@ -102,15 +128,21 @@ export class OrchestratorMetrics {
     });
     const transitions = new prom.Counter({
       name: `${p}breaker_transitions_total`,
-      help: 'Circuit breaker state changes.',
+      help: 'Circuit breaker state changes made here (not those applied from another replica or worker: summed, each counts once); every possible change of every breaker is present from 0.',
       labelNames: ['name', 'from', 'to'],
       registers,
+      collect() {
+        for (const b of orchestrator.health().breakers) for (const [from, to] of BREAKER_TRANSITIONS) this.inc({ name: b.name, from, to }, 0);
+      },
     });
     const refusals = new prom.Counter({
       name: `${p}refusals_total`,
-      help: 'Calls answered without reaching the upstream: circuit_open, overloaded (queue full), queue_timeout, shutting_down, no_upstream_available (none in rotation).',
+      help: 'Calls answered without reaching the upstream: circuit_open, overloaded (queue full), queue_timeout, shutting_down, no_upstream_available (none in rotation). Every reason of every known upstream is present from 0.',
       labelNames: ['upstream', 'reason'],
       registers,
+      collect() {
+        for (const upstream of knownUpstreams()) for (const reason of REFUSAL_REASONS) this.inc({ upstream, reason }, 0);
+      },
     });
     const timeouts = new prom.Counter({
       name: `${p}timeouts_total`,
@@ -196,8 +228,10 @@ export class OrchestratorMetrics {
         requestChildren.get(route, upstream, outcome).inc();
         if (outcome === 'joined' || outcome === 'cached') savedChildren.get(upstream).inc();
       },
-      breakerTransition(name: string, from: BreakerState, to: BreakerState) {
-        transitions.labels(name, from, to).inc();
+      breakerTransition(name: string, from: BreakerState, to: BreakerState, _at: number, remote?: boolean) {
+        // A change applied from another replica's or worker's word is counted where it was made: summed over a
+        // fleet (or a port's workers), each change counts once.
+        if (!remote) transitions.labels(name, from, to).inc();
       },
       refused(upstream: string, reason: RefusalReason) {
         refusalChildren.get(upstream, reason).inc();
