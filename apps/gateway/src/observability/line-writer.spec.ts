@@ -18,8 +18,9 @@ function tempFile(): { path: string; fd: number } {
   return { path, fd: openSync(path, 'w') };
 }
 
+/** Until `check` holds, turn by turn: a write goes through libuv's thread pool, slow to come back on a busy machine. */
 async function until(check: () => boolean): Promise<void> {
-  for (let i = 0; i < 500 && !check(); i++) await new Promise((resolve) => setImmediate(resolve));
+  for (let i = 0; i < 1_000_000 && !check(); i++) await new Promise((resolve) => setImmediate(resolve));
   expect(check()).toBe(true);
 }
 
