@@ -73,14 +73,15 @@ describe('a pool of two failing upstreams, as /health, the fleet, the request li
       expect(member.member).toMatchObject({ health: 'up', available: false, limitMode: 'adaptive' });
     }
 
-    // A request line names the breaker of the member its call went to.
-    const lines = gateway
-      .output()
-      .split('\n')
-      .filter((line) => line.startsWith('{'))
-      .map((line) => JSON.parse(line) as { msg?: string; error?: string; breaker?: string | null });
-    const failed = lines.filter((l) => l.msg === 'request' && l.error === 'upstream_error');
-    expect(failed.length).toBeGreaterThan(0);
+    // A request line names the breaker of the member its call went to (lines reach stdout in batches: wait for them).
+    const failedLines = async () =>
+      gateway
+        .output()
+        .split('\n')
+        .filter((line) => line.startsWith('{'))
+        .map((line) => JSON.parse(line) as { msg?: string; error?: string; breaker?: string | null })
+        .filter((l) => l.msg === 'request' && l.error === 'upstream_error');
+    const failed = await waitFor(failedLines, (lines) => lines.length > 0, 'the failed requests\' lines');
     for (const line of failed) expect(['closed', 'open', 'half_open']).toContain(line.breaker);
   }, 60_000);
 });
