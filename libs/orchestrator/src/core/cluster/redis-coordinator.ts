@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { describeError, withTimeout } from '../bounded.js';
 import { Observable, type Subscription } from 'rxjs';
 import type { CallEvent } from '../events.js';
+import { FlightOutgrownError } from '../dedup/single-flight.js';
 import {
   DEFAULT_ERROR_CODEC,
   WireReader,
@@ -57,14 +58,17 @@ export interface RedisCoordinatorOptions {
   onState?: (state: 'ok' | 'degraded', error?: unknown) => void;
 }
 
-// XADD then PUBLISH, atomically: a follower that subscribed and then read the stream misses nothing. Each event
+// XADDs then PUBLISH, atomically: a follower that subscribed and then read the stream misses nothing. Each event
 // carries its number (`n`), so a follower tells a gap (events trimmed or evicted) from the next event; the oldest
-// events are trimmed (`MINID`) to keep the stream within its backlog.
-const APPEND = `local id = redis.call('XADD', KEYS[1], '*', 'e', ARGV[1], 'n', ARGV[3])
-if ARGV[4] ~= '' then redis.call('XTRIM', KEYS[1], 'MINID', ARGV[4]) end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('PUBLISH', KEYS[2], id)
-return id`;
+// events are trimmed (`MINID`) to keep the stream within its backlog. Events that waited are appended together.
+const APPEND = `local ids = {}
+for i = 3, #ARGV, 2 do ids[#ids + 1] = redis.call('XADD', KEYS[1], '*', 'e', ARGV[i], 'n', ARGV[i + 1]) end
+if ARGV[2] ~= '' then redis.call('XTRIM', KEYS[1], 'MINID', ARGV[2]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('PUBLISH', KEYS[2], ids[#ids])
+return ids`;
+/** Most bytes of events one append carries (events that waited for Redis go together, up to this or a quarter of the backlog). */
+const APPEND_BATCH_BYTES = 64 * 1024;
 // Renew or release a lease only while it is still ours.
 const RENEW = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`;
 // A leader renews its lease, and takes it again if Redis evicted it (never from another holder).
@@ -180,6 +184,8 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
       let failingSince: number | undefined;
       let queuedAt = Date.now();
       const ttl = String(this.streamTtlMs);
+      // A part of the backlog at most: a follower reading behind has the time of a few appends before its events go.
+      const batchBytes = Math.min(APPEND_BATCH_BYTES, Math.floor(this.maxBacklogBytes / 4));
       const renew = setInterval(() => {
         void this.eval(REASSERT, [lease], [holder, String(this.leaseMs)]).catch(() => undefined);
         if (!ended && Date.now() - queuedAt >= this.leaseMs / 6) append({ k: 'hb' });
@@ -197,14 +203,20 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
         if (sending) return;
         sending = true;
         while (waiting.length > 0 && !broken) {
-          const next = waiting[0];
+          let count = 0;
+          let bytes = 0;
+          const args: string[] = [];
+          for (; count < waiting.length && (count === 0 || bytes + waiting[count].text.length <= batchBytes); count++) {
+            bytes += waiting[count].text.length;
+            args.push(waiting[count].text, String(waiting[count].n));
+          }
           try {
-            const trimTo = backlog.trimFor(next.text.length);
-            const id = String(await this.eval(APPEND, [stream, channel], [next.text, ttl, String(next.n), trimTo]));
-            backlog.add(id, next.text.length);
+            const trimTo = backlog.trimFor(bytes);
+            const ids = (await this.eval(APPEND, [stream, channel], [ttl, trimTo, ...args])) as unknown[];
+            for (let i = 0; i < count; i++) backlog.add(String(ids[i]), waiting[i].text.length);
             failingSince = undefined;
-            waiting.shift();
-            waitingBytes -= next.text.length;
+            waiting.splice(0, count);
+            waitingBytes -= bytes;
           } catch (error) {
             failingSince ??= Date.now();
             if (Date.now() - failingSince >= this.leaseMs || waitingBytes > this.maxBacklogBytes) giveUp(error);
@@ -258,8 +270,8 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
    * lease Redis evicted, or another replica took meanwhile, does not cut its followers. Once it is gone (lease lost
    * and silent for a lease), this replica takes the call over, or fails if its callers already have part of the
    * answer. A follower never passes on events of two calls: events it cannot read in order (trimmed from the
-   * backlog, or evicted) end its answer with an error once part of it was delivered; before that, this replica
-   * makes the call alone (its late callers were refused the stream, not given a part of it).
+   * backlog, or evicted) end its answer with `leader_lost` once part of it was delivered; before that, its callers
+   * are refused (`FlightOutgrownError`), never given a part of the answer or a second call's.
    */
   private follow<T>(key: string, initialHolder: string, lead: () => Observable<CallEvent<T>>): Observable<CallEvent<T>> {
     return new Observable<CallEvent<T>>((subscriber) => {
@@ -306,10 +318,12 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
         }
       };
       // Events missing before the next one this follower can read: never skipped, never taken from another call.
+      // A joiner that has nothing yet is refused as a local late joiner is (503, try again: the answer is then
+      // likely in the window), rather than given a second call's answer while its herd gets the first.
       const missed = () => {
         finish();
         if (delivered) subscriber.error(leaderLost('This replica fell behind the call it followed: the events it still needed were no longer kept.'));
-        else takeover = lead().subscribe(subscriber);
+        else subscriber.error(new FlightOutgrownError());
       };
       // One read at a time; a notification during a read asks for one more.
       const read = async (): Promise<void> => {

@@ -3,6 +3,7 @@ import { createClient } from '@keyv/redis';
 import { Observable, Subject } from 'rxjs';
 import { startOwnedRedis, type OwnedRedis } from '../../../../../test/support/redis-server.js';
 import type { CallEvent } from '../events.js';
+import { FlightOutgrownError } from '../dedup/single-flight.js';
 import { RemoteCallError, type FollowClaim, type LeadClaim } from './coordination.js';
 import { RedisCoordinator, type RedisCoordinatorOptions } from './redis-coordinator.js';
 
@@ -140,7 +141,7 @@ describe('RedisCoordinator: following a live leader, and what Redis keeps of its
     expect(followed.chunks).toEqual(call.leaderSaw);
   }, 20_000);
 
-  it('a late joiner whose stream lost its start (evicted) makes its own call: never the tail of another answer', async () => {
+  it('a late joiner whose stream lost its start (evicted) is refused (try again): never the tail of the answer, nor a second call', async () => {
     const timing = { leaseMs: 2_000, pollMs: 50 };
     const prefix = 'late-evicted';
     const leader = await replica(prefix, timing);
@@ -155,8 +156,8 @@ describe('RedisCoordinator: following a live leader, and what Redis keeps of its
     call.upstream.next({ kind: 'chunk', chunk: 'c2 ' });
     call.upstream.complete();
     const { error } = await late.ended;
-    expect(error).toBeUndefined();
-    expect(late.chunks).toEqual(['alone']);
+    expect(error).toBeInstanceOf(FlightOutgrownError);
+    expect(late.chunks).toEqual([]);
   }, 20_000);
 
   it('a long stream keeps a bounded backlog in Redis; a follower that keeps up gets all of it, one that falls behind ends with an error, never with a gap', async () => {
