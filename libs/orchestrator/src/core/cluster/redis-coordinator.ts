@@ -224,7 +224,12 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
           }
         }
         sending = false;
-        if (ended && waiting.length === 0) void this.eval(RELEASE, [lease], [holder]).catch(() => undefined);
+        if (ended && waiting.length === 0) release();
+      };
+      // Renewed until the end is in Redis (however long Redis takes): followers must not take over meanwhile.
+      const release = () => {
+        clearInterval(renew);
+        void this.eval(RELEASE, [lease], [holder]).catch(() => undefined);
       };
       const append = (wire: Wire) => {
         if (broken) return;
@@ -237,8 +242,7 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
       let formatError: ((error: unknown) => string) | undefined;
       const end = (wire: Wire) => {
         ended = true;
-        clearInterval(renew);
-        if (broken) void this.eval(RELEASE, [lease], [holder]).catch(() => undefined);
+        if (broken) release();
         else append(wire);
       };
       const subscription = events.subscribe({
