@@ -68,8 +68,8 @@ export function echoReply(input: string, limit: unknown): EchoReply {
 }
 
 /**
- * `mock:long-<KiB>` in the last message: a chat answer of about that many KiB (at most 16 MiB) in pieces of 512 bytes (an event each),
- * for streams too long to keep whole (a stream's callers, late joiners and the window each bound what they keep).
+ * `mock:long-<KiB>` in the last message: a chat answer of about that many KiB (at most 16 MiB) in numbered pieces of
+ * 512 bytes (an event each), for streams too long to keep whole; a missing or repeated piece shows in the text.
  */
 export const LONG_MARKER = /mock:long-(\d{1,5})/;
 const LONG_PIECE = 512;
