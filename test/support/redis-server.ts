@@ -25,6 +25,8 @@ export interface OwnedRedis {
 export interface OwnedRedisOptions {
   /** Makes the server refuse clients that do not authenticate with it. */
   requirePassword?: string;
+  /** More `redis-server` arguments (e.g. `--maxmemory 4mb --maxmemory-policy allkeys-lru`). */
+  args?: readonly string[];
 }
 
 /** Why `redis-server` cannot be started here, if it cannot (tests fail with this reason rather than hang). */
@@ -52,6 +54,7 @@ export async function startOwnedRedis(options: OwnedRedisOptions = {}): Promise<
   const start = async () => {
     const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'];
     if (options.requirePassword) args.push('--requirepass', options.requirePassword);
+    args.push(...(options.args ?? []));
     output = '';
     const started = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] });
     child = started;

@@ -67,6 +67,23 @@ export function echoReply(input: string, limit: unknown): EchoReply {
   return { text: pieces.join(''), pieces, truncated: pieces.length < all.length };
 }
 
+/**
+ * `mock:long-<KiB>` in the last message: a chat answer of about that many KiB (at most 16 MiB) in numbered pieces of
+ * 512 bytes (an event each), for streams too long to keep whole; a missing or repeated piece shows in the text.
+ */
+export const LONG_MARKER = /mock:long-(\d{1,5})/;
+const LONG_PIECE = 512;
+
+export function longReply(kib: number): EchoReply {
+  const total = Math.min(kib, 16 * 1024) * 1024;
+  const pieces: string[] = [];
+  for (let at = 0; at < total; at += LONG_PIECE) {
+    const size = Math.min(LONG_PIECE, total - at);
+    pieces.push(`${String(pieces.length).padStart(6, '0')} ${'x'.repeat(Math.max(0, size - 8))} `);
+  }
+  return { text: pieces.join(''), pieces, truncated: false };
+}
+
 /** Unit-length vector derived from sha256 of the input, so equal inputs embed equally. */
 export const EMBEDDING_DIMS = 8;
 

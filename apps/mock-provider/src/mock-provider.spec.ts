@@ -200,6 +200,17 @@ describe('mock provider', () => {
       expect(chunks.every((c) => (c.choices as unknown[]).length === 1 && !('usage' in c))).toBe(true);
     });
 
+    it('answers mock:long-K with about K KiB, one numbered piece of 512 bytes per event', async () => {
+      const body = { model: 'gpt-test', stream: true, messages: [{ role: 'user', content: 'a long one mock:long-8' }] };
+      const { text } = await readAll(await post('/v1/chat/completions', body));
+      const payloads = dataPayloads(text);
+      expect(payloads[payloads.length - 1]).toBe('[DONE]');
+      const pieces = payloads.slice(0, -1).map((p) => ((parse(p).choices as Array<{ delta: { content?: string } }>)[0]?.delta.content ?? ''));
+      const content = pieces.filter((piece) => piece !== '');
+      expect(content).toHaveLength(16);
+      expect(content.every((piece, i) => piece.length === 512 && piece.startsWith(String(i).padStart(6, '0')))).toBe(true);
+    });
+
     it('cuts the answer at max_tokens words with finish_reason length', async () => {
       const body = (await (await post('/v1/chat/completions', { ...CHAT_BODY, max_tokens: 2 })).json()) as Json;
       expect(body.choices).toMatchObject([{ message: { content: 'Echo: hello ' }, finish_reason: 'length' }]);

@@ -7,6 +7,8 @@ import {
   embeddingToBase64,
   isRecord,
   lastUserText,
+  LONG_MARKER,
+  longReply,
   promptToText,
 } from './content.js';
 import type { Exchange } from './exchange.js';
@@ -62,8 +64,10 @@ async function chatCompletions(exchange: Exchange, body: Record<string, unknown>
     toolResult === undefined ? chooseTool(openAITools(body), openAIChoice(body.tool_choice), userText) : undefined;
   const schema = responseSchema(body);
   const answerText = toolResult ?? userText;
-  const reply =
-    schema === undefined
+  const long = call === undefined && schema === undefined ? LONG_MARKER.exec(answerText) : null;
+  const reply = long
+    ? longReply(Number(long[1]))
+    : schema === undefined
       ? echoReply(answerText, body.max_completion_tokens ?? body.max_tokens)
       : { text: JSON.stringify(valueForSchema(schema, answerText)), pieces: [JSON.stringify(valueForSchema(schema, answerText))], truncated: false };
   const callId = `call_mock_${exchange.seq}`;

@@ -36,6 +36,8 @@ export {
 } from './core/cluster/coordination.js';
 // Building blocks of a coordinator (the gateway's workers use one over IPC): a call's events as they cross the wire.
 export { toWire, fromWire, WireReader, errorToWire, leaderLost, type WireEvent } from './core/cluster/coordination.js';
+// A late joiner refused a stream no longer kept for joiners (here, or in the fleet): the gateway answers it as a 503 to retry.
+export { FlightOutgrownError } from './core/dedup/single-flight.js';
 // Metrics counted on every request without prom-client's per-call label hashing (read by the registry at scrape time).
 export { TalliedCounter, Tally, BatchedHistogram, BucketTally } from './nest/observability/batched-metrics.js';
 // Collections for entries that come and go with every request (a churned Map or Set keeps them alive across scavenges).

@@ -280,7 +280,7 @@ const FLAGS: Record<string, FlagSpec> = {
   'in-flight-max-bytes': {
     env: 'ORCHESTRATOR_IN_FLIGHT_MAX_BYTES',
     value: 'BYTES',
-    help: 'bytes the streams in flight keep together for late joiners and the window; past it a growing stream is neither joined nor kept (default 4194304, 4 MiB: some 40 streams of 100 KB)',
+    help: 'bytes the streams in flight on this replica keep of their start together, for late joiners here and the window; past it the stream that grows lets its copy go: every caller already on it (here, and followers on other replicas or workers) still gets it to the end, but a later identical request here is not joined to that copy (it follows the call through Redis or the primary while they hold its start, else gets a 503 to retry, or calls alone) and the answer is not kept (default 4194304, 4 MiB: some 40 streams of 100 KB)',
   },
   redis: { env: 'ORCHESTRATOR_REDIS_URL', value: 'URL', help: 'share calls in flight, breakers and the answer window with other replicas through Redis (docs/scaling.md)' },
   'redis-prefix': {

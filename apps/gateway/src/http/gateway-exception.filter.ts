@@ -1,6 +1,7 @@
 import { Catch, HttpException, Logger, type ArgumentsHost, type ExceptionFilter } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrator';
+import { FlightOutgrownError } from 'nest-prompt-orchestrator/internal';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
 import { UpstreamHttpError, UpstreamProtocolError, upstreamMessage } from '../upstream/upstream-client.js';
@@ -96,7 +97,7 @@ export function errorReply(exception: unknown, target: ErrorTarget, logger: { wa
     ? exception.retryable
     : exception instanceof ApiError
       ? exception.retryable === true
-      : exception instanceof UpstreamHttpError && exception.status === 429;
+      : (exception instanceof UpstreamHttpError && exception.status === 429) || exception instanceof FlightOutgrownError;
   const headers: Record<string, string> = { 'x-should-retry': String(retryable) };
 
   if (context) {
@@ -269,6 +270,11 @@ function describe(exception: unknown, request: Pick<ErrorTarget, 'method' | 'url
   }
   if (exception instanceof UpstreamProtocolError) {
     return { status: 502, message: exception.message, param: null, code: null };
+  }
+  // A stream this request joined too late (its start no longer kept, here or in Redis): the answer is likely in the
+  // window by the time the client tries again.
+  if (exception instanceof FlightOutgrownError) {
+    return { status: 503, message: exception.message, type: 'server_error', param: null, code: 'stream_not_joinable', retryAfter: '1' };
   }
   if (exception instanceof HttpException) {
     const status = exception.getStatus();
