@@ -1,0 +1,9 @@
+/** Jest in ESM mode: the @nestjs/* 12 packages are ESM-only. */
+export default {
+  testEnvironment: 'node',
+  rootDir: '.',
+  testRegex: '.e2e-spec.ts$',
+  extensionsToTreatAsEsm: ['.ts'],
+  moduleNameMapper: { '^(\\.{1,2}/.*)\\.js$': '$1' },
+  transform: { '^.+\\.ts$': ['ts-jest', { useESM: true, tsconfig: '<rootDir>/tsconfig.spec.json' }] },
+};
