@@ -7,7 +7,7 @@ import { firstValueFrom } from 'rxjs';
 import { CallSignal, CallTimeout, CircuitBreaker, Concurrency, Dedup, Fallback, OrchestratorModule, OrchestratorService } from 'nest-prompt-orchestrator';
 import { waitFor } from '../../support/platforms.js';
 import { startOwnedRedis, type OwnedRedis } from '../../support/redis-server.js';
-import { Backend, callersWaiting, queued } from './backend.js';
+import { Backend, callersWaiting, queued, pending } from './backend.js';
 
 const backend = new Backend();
 
@@ -74,8 +74,9 @@ describe.each(transports)('decorators on microservice handlers over %s', (name, 
     const transport = await options(redis);
     app = await NestFactory.createMicroservice(MicroserviceModule, { ...transport, logger: false } as never);
     await app.listen();
-    client = ClientProxyFactory.create(transport as never);
-    await client.connect();
+    const made = ClientProxyFactory.create(transport as never) as unknown as ClientProxy;
+    client = made;
+    await made.connect();
   });
   afterAll(async () => {
     backend.gate.resolve();
@@ -87,7 +88,7 @@ describe.each(transports)('decorators on microservice handlers over %s', (name, 
 
   it('answers 100 identical concurrent messages with one handler call', async () => {
     backend.mode = 'held';
-    const answers = Array.from({ length: 100 }, () => send<{ call: number }>('summarize', { doc: 1 }));
+    const answers = pending(Array.from({ length: 100 }, () => send<{ call: number }>('summarize', { doc: 1 })));
     await waitFor(() => backend.calls === 1, 5_000, 'the first call');
     // Every message has arrived and joined the call before it ends.
     await waitFor(() => callersWaiting(orchestrator()) === 100, 5_000, '100 callers on the call');
@@ -110,7 +111,7 @@ describe.each(transports)('decorators on microservice handlers over %s', (name, 
 
   it('holds the concurrency limit', async () => {
     backend.mode = 'held';
-    const calls = Array.from({ length: 10 }, (_, i) => send('limited', i));
+    const calls = pending(Array.from({ length: 10 }, (_, i) => send('limited', i)));
     await waitFor(() => backend.calls === 2 && queued(orchestrator()) === 8, 5_000, 'two calls running, eight queued');
     expect(backend.calls).toBe(2);
     backend.gate.resolve();

@@ -14,7 +14,7 @@ import {
   isOrchestratorError,
 } from 'nest-prompt-orchestrator';
 import { waitFor } from '../../support/platforms.js';
-import { Backend } from './backend.js';
+import { Backend, pending } from './backend.js';
 
 const backend = new Backend();
 
@@ -77,7 +77,7 @@ describe('decorators on plain provider methods', () => {
 
   it('runs 100 identical concurrent calls as one', async () => {
     backend.mode = 'held';
-    const answers = Array.from({ length: 100 }, () => summaries.summarize('doc-1'));
+    const answers = pending(Array.from({ length: 100 }, () => summaries.summarize('doc-1')));
     await waitFor(() => backend.calls === 1, 5_000, 'the first call');
     backend.gate.resolve();
     const all = await Promise.all(answers);
@@ -99,7 +99,7 @@ describe('decorators on plain provider methods', () => {
 
   it('holds the concurrency limit', async () => {
     backend.mode = 'held';
-    const calls = Array.from({ length: 10 }, (_, i) => summaries.limited(i));
+    const calls = pending(Array.from({ length: 10 }, (_, i) => summaries.limited(i)));
     await waitFor(() => backend.calls === 2, 5_000, 'two calls running');
     backend.gate.resolve();
     await Promise.all(calls);

@@ -5,7 +5,7 @@ import { MessageBody, SubscribeMessage, WebSocketGateway } from '@nestjs/websock
 import { io, type Socket } from 'socket.io-client';
 import { CallSignal, CallTimeout, CircuitBreaker, Concurrency, Dedup, Fallback, OrchestratorModule, OrchestratorService } from 'nest-prompt-orchestrator';
 import { waitFor } from '../../support/platforms.js';
-import { Backend, callersWaiting, queued } from './backend.js';
+import { Backend, callersWaiting, queued, pending } from './backend.js';
 
 const backend = new Backend();
 
@@ -83,7 +83,7 @@ describe('decorators on WebSocket gateway messages (socket.io)', () => {
   it('answers 100 identical concurrent messages of a client with one handler call, and not another client', async () => {
     const socket = await connect();
     backend.mode = 'held';
-    const answers = Array.from({ length: 100 }, () => socket.emitWithAck('summarize', { doc: 1 }) as Promise<{ call: number }>);
+    const answers = pending(Array.from({ length: 100 }, () => socket.emitWithAck('summarize', { doc: 1 }) as Promise<{ call: number }>));
     await waitFor(() => backend.calls === 1 && callersWaiting(orchestrator()) === 100, 5_000, '100 messages on one call');
     backend.gate.resolve();
     const all = await Promise.all(answers);
@@ -111,7 +111,7 @@ describe('decorators on WebSocket gateway messages (socket.io)', () => {
   it('holds the concurrency limit', async () => {
     const socket = await connect();
     backend.mode = 'held';
-    const calls = Array.from({ length: 10 }, (_, i) => socket.emitWithAck('limited', i));
+    const calls = pending(Array.from({ length: 10 }, (_, i) => socket.emitWithAck('limited', i)));
     await waitFor(() => backend.calls === 2 && queued(orchestrator()) === 8, 5_000, 'two calls running, eight queued');
     backend.gate.resolve();
     await Promise.all(calls);
@@ -134,6 +134,58 @@ describe('decorators on WebSocket gateway messages (socket.io)', () => {
     expect(await socket.emitWithAck('with-fallback', 1)).toEqual({ fallback: true, data: 1 });
     expect(await socket.emitWithAck('with-fallback', 2)).toEqual({ fallback: true, data: 2 });
     expect(await socket.emitWithAck('with-fallback', 3)).toEqual({ fallback: true, data: 3 });
+    expect(backend.calls).toBe(2);
+  });
+});
+
+describe("the module's identify option on WebSocket messages", () => {
+  let app: INestApplication;
+  let url: string;
+  const sockets: Socket[] = [];
+
+  @Module({
+    imports: [
+      OrchestratorModule.forRoot({
+        // The user the client said it is at the handshake, instead of the connection.
+        identify: (context) =>
+          context.getType() === 'ws' ? String(context.switchToWs().getClient<{ handshake: { auth: { user?: string } } }>().handshake.auth.user) : undefined,
+      }),
+    ],
+    providers: [SummaryGateway],
+  })
+  class IdentifiedModule {}
+
+  async function connect(user: string): Promise<Socket> {
+    const socket = io(url, { transports: ['websocket'], forceNew: true, auth: { user } });
+    sockets.push(socket);
+    await new Promise<void>((resolve, reject) => {
+      socket.once('connect', () => resolve());
+      socket.once('connect_error', reject);
+    });
+    return socket;
+  }
+
+  beforeAll(async () => {
+    app = await NestFactory.create(IdentifiedModule, { logger: false });
+    await app.listen(0, '127.0.0.1');
+    url = `http://127.0.0.1:${(app.getHttpServer().address() as { port: number }).port}`;
+  });
+  afterAll(async () => {
+    for (const socket of sockets.splice(0)) socket.disconnect();
+    backend.gate.resolve();
+    await app?.close();
+  });
+  beforeEach(() => backend.reset());
+
+  it("keys by the identity it returns: one user's connections share a call, another user's do not", async () => {
+    const [first, second, other] = [await connect('alice'), await connect('alice'), await connect('bob')];
+    backend.mode = 'held';
+    const answers = pending([first, second, other].map((socket) => socket.emitWithAck('summarize', { doc: 7 }) as Promise<{ call: number }>));
+    await waitFor(() => backend.calls === 2 && callersWaiting(app.get(OrchestratorService)) === 3, 5_000, 'two calls, three callers');
+    backend.gate.resolve();
+    const [a, b, c] = await Promise.all(answers);
+    expect(a.call).toBe(b.call);
+    expect(c.call).not.toBe(a.call);
     expect(backend.calls).toBe(2);
   });
 });

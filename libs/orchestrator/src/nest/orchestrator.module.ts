@@ -11,7 +11,10 @@ import { serveProviderMethods } from './contexts/provider-methods.js';
  * `forRoot({ dedup: { windowMs: 60_000 }, breakers: { openai: { healthProbe } } })`,
  * or `forRootAsync({ useFactory, inject, imports })`. It is global by default and
  * registers the interceptor that serves `@Dedup`, `@CircuitBreaker`,
- * `@Concurrency`, `@CallTimeout` and `@Orchestrate` on every controller.
+ * `@Concurrency`, `@CallTimeout`, `@Retry`, `@Fallback` and `@Orchestrate` on
+ * every HTTP route, GraphQL resolver, microservice handler and WebSocket
+ * gateway message, and at start-up wraps the decorated methods of singleton
+ * providers so that they apply there too.
  *
  * Import it once, in the root module. Importing it from several modules is
  * safe: they share one interceptor and one set of breakers, limiters and

@@ -1,11 +1,14 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, jest } from '@jest/globals';
 import { Module, type INestApplication } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
+import type { MercuriusDriverConfig } from '@nestjs/mercurius';
+import { createRequire } from 'node:module';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { Args, Field, Int, Mutation, ObjectType, Query, Resolver, GraphQLModule } from '@nestjs/graphql';
 import { CallSignal, CallTimeout, CircuitBreaker, Concurrency, Dedup, Fallback, OrchestratorModule, OrchestratorService } from 'nest-prompt-orchestrator';
 import { waitFor } from '../../support/platforms.js';
-import { Backend, callersWaiting, queued } from './backend.js';
+import { Backend, callersWaiting, queued, pending } from './backend.js';
 
 const backend = new Backend();
 
@@ -59,14 +62,36 @@ class SummaryResolver {
   imports: [OrchestratorModule.forRoot(), GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true })],
   providers: [SummaryResolver],
 })
-class GraphQLAppModule {}
+class ApolloAppModule {}
+
+// Mercurius loads @fastify/static at once, which requires the ESM-only content-disposition 3: Jest's CommonJS loader
+// cannot on Node 20 (Node itself can). It serves no file here, so that one module is stood in for, and Mercurius is
+// loaded after that.
+jest.mock(createRequire(createRequire(import.meta.url).resolve('@fastify/static')).resolve('content-disposition'), () => ({
+  create: (filename: string) => `attachment; filename="${filename}"`,
+}));
+
+async function mercuriusApp(): Promise<INestApplication> {
+  const { MercuriusDriver } = await import('@nestjs/mercurius');
+  @Module({
+    imports: [OrchestratorModule.forRoot(), GraphQLModule.forRoot<MercuriusDriverConfig>({ driver: MercuriusDriver, autoSchemaFile: true })],
+    providers: [SummaryResolver],
+  })
+  class MercuriusAppModule {}
+  return NestFactory.create(MercuriusAppModule, new FastifyAdapter(), { logger: false });
+}
+
+const DRIVERS = [
+  ['Apollo on Express', () => NestFactory.create(ApolloAppModule, { logger: false })],
+  ['Mercurius on Fastify', mercuriusApp],
+] as const;
 
 interface GraphQLAnswer {
   data?: Record<string, { call: number; echo: string; fallback?: boolean } | null> | null;
   errors?: Array<{ message: string; extensions?: Record<string, unknown> }>;
 }
 
-describe('decorators on GraphQL resolvers (Apollo)', () => {
+describe.each(DRIVERS)('decorators on GraphQL resolvers (%s)', (_driver, create) => {
   let app: INestApplication;
   let url: string;
   const orchestrator = () => app.get(OrchestratorService);
@@ -76,7 +101,7 @@ describe('decorators on GraphQL resolvers (Apollo)', () => {
   };
 
   beforeAll(async () => {
-    app = await NestFactory.create(GraphQLAppModule, { logger: false });
+    app = await create();
     await app.listen(0, '127.0.0.1');
     url = `http://127.0.0.1:${(app.getHttpServer().address() as { port: number }).port}/graphql`;
   });
@@ -89,7 +114,7 @@ describe('decorators on GraphQL resolvers (Apollo)', () => {
   it('answers 100 identical concurrent queries with one resolver call, and not a caller with other credentials', async () => {
     backend.mode = 'held';
     const query = '{ summarize(doc: "d1") { call echo } }';
-    const answers = Array.from({ length: 100 }, () => post(query, { authorization: 'Bearer alice' }));
+    const answers = pending(Array.from({ length: 100 }, () => post(query, { authorization: 'Bearer alice' })));
     await waitFor(() => backend.calls === 1 && callersWaiting(orchestrator()) === 100, 10_000, '100 queries on one call');
     backend.gate.resolve();
     const all = await Promise.all(answers);
@@ -112,7 +137,7 @@ describe('decorators on GraphQL resolvers (Apollo)', () => {
 
   it('holds the concurrency limit', async () => {
     backend.mode = 'held';
-    const calls = Array.from({ length: 10 }, (_, i) => post(`{ limited(n: ${i}) { call } }`));
+    const calls = pending(Array.from({ length: 10 }, (_, i) => post(`{ limited(n: ${i}) { call } }`)));
     await waitFor(() => backend.calls === 2 && queued(orchestrator()) === 8, 10_000, 'two calls running, eight queued');
     backend.gate.resolve();
     const all = await Promise.all(calls);
