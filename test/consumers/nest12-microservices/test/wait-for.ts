@@ -1,5 +1,5 @@
 /** Polls `condition` until it holds, failing after `timeoutMs` with what was awaited. */
-export async function waitFor(condition: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+export async function waitFor(condition: () => boolean, what: string, timeoutMs = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!condition()) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
