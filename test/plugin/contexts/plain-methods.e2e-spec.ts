@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
-import { BadRequestException, Controller, Get, Injectable, Module, type INestApplicationContext } from '@nestjs/common';
+import { BadRequestException, Controller, Get, Injectable, Module, type INestApplicationContext, type OnModuleInit } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import {
   CallTimeout,
@@ -55,9 +55,30 @@ class Summaries {
   badRequest() {
     throw new BadRequestException('docId is required');
   }
+
+  @CallTimeout(1_000)
+  inCall() {
+    return currentCallSignal() !== undefined;
+  }
 }
 
-@Module({ imports: [OrchestratorModule.forRoot()], providers: [Summaries] })
+/** Calls a decorated method from its own start-up hook, as a warm-up or a first scheduled run would. */
+@Injectable()
+class Warmup implements OnModuleInit {
+  ranInCall?: boolean;
+
+  constructor(private readonly summaries: Summaries) {}
+
+  async onModuleInit() {
+    this.ranInCall = await this.summaries.inCall();
+  }
+}
+
+@Module({ providers: [Summaries, Warmup], exports: [Summaries] })
+class SummariesModule {}
+
+// The feature module is listed first: the wrap must not depend on the order of imports.
+@Module({ imports: [SummariesModule, OrchestratorModule.forRoot()] })
 class AppModule {}
 
 describe('decorators on plain provider methods', () => {
@@ -123,6 +144,10 @@ describe('decorators on plain provider methods', () => {
     expect(backend.calls).toBe(2);
     expect(await summaries.slowWithFallback()).toBe('too slow');
     expect(backend.signals[0].aborted).toBe(true);
+  });
+
+  it("is wrapped before other modules' start-up hooks run", () => {
+    expect(app.get(Warmup).ranInCall).toBe(true);
   });
 
   it('never answers a bad request with the fallback', async () => {

@@ -83,7 +83,7 @@ export class OrchestratorModuleCheck implements ExceptionFilter, OnModuleInit {
     const routes = decoratedRoutes(this.modules, new RouteNames()).map((r) => r.name);
     const listed = routes.slice(0, 5).join(', ') + (routes.length > 5 ? `, and ${routes.length - 5} more` : '');
     this.logger.warn(
-      `orchestrator decorators are used (${listed}) but OrchestratorModule is not imported, so they do nothing: ` +
+      `orchestrator decorators are used${listed ? ` (${listed})` : ''} but OrchestratorModule is not imported, so they do nothing: ` +
         'add OrchestratorModule.forRoot() to the imports of the root module',
     );
   }

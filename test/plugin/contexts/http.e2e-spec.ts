@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
-import { BadRequestException, Body, Controller, HttpCode, Post } from '@nestjs/common';
-import { CallSignal, CallTimeout, CircuitBreaker, Fallback, Orchestrate, OrchestratorModule } from 'nest-prompt-orchestrator';
-import { PLATFORMS, postJson, startApp, type RunningApp } from '../../support/platforms.js';
-import { Backend } from './backend.js';
+import { BadRequestException, Body, Controller, Get, HttpCode, Post } from '@nestjs/common';
+import { CallSignal, CallTimeout, CircuitBreaker, Dedup, Fallback, Orchestrate, OrchestratorModule, OrchestratorService } from 'nest-prompt-orchestrator';
+import { PLATFORMS, postJson, send, startApp, waitFor, type RunningApp } from '../../support/platforms.js';
+import { Backend, callersWaiting, pending } from './backend.js';
 
 const backend = new Backend();
 
@@ -60,5 +60,44 @@ describe.each(PLATFORMS)('@Fallback on HTTP routes (%s)', (platform) => {
     const answer = await postJson(`${running.url}/fallback/invalid`, {});
     expect(answer.status).toBe(400);
     expect(answer.text).toContain('name is required');
+  });
+});
+
+@Controller('identified')
+class IdentifiedController {
+  @Get()
+  @Dedup()
+  answer() {
+    return backend.call('same question');
+  }
+}
+
+describe.each(PLATFORMS)("the module's identify option over HTTP (%s)", (platform) => {
+  let running: RunningApp;
+  beforeAll(async () => {
+    running = await startApp(platform, {
+      imports: [
+        OrchestratorModule.forRoot({
+          identify: (context) => context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>().headers['x-user'],
+        }),
+      ],
+      controllers: [IdentifiedController],
+    });
+  });
+  afterAll(async () => {
+    backend.gate.resolve();
+    await running?.close();
+  });
+  beforeEach(() => backend.reset());
+
+  it('keys by the identity it returns instead of the credential headers', async () => {
+    backend.mode = 'held';
+    const ask = (user: string, token: string) => send(`${running.url}/identified`, { headers: { 'x-user': user, authorization: `Bearer ${token}` } });
+    const answers = pending([ask('u1', 'a'), ask('u1', 'b'), ask('u2', 'a')]);
+    await waitFor(() => backend.calls === 2 && callersWaiting(running.app.get(OrchestratorService)) === 3, 5_000, 'two calls, three callers');
+    backend.gate.resolve();
+    const [first, second, other] = (await Promise.all(answers)).map((a) => (a.json as { call: number }).call);
+    expect(first).toBe(second);
+    expect(other).not.toBe(first);
   });
 });
