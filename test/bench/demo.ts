@@ -1,3 +1,4 @@
+import { exampleSection } from './demo-example.js';
 import { closeControlConnections } from './mock-control.js';
 import type { RunMetrics } from './metrics.js';
 import { requireBuild, stopAllChildren, stopChildrenOnSignals } from './processes.js';
@@ -96,6 +97,11 @@ async function main(): Promise<number> {
     say('   (npm run bench -- outage503 measures both side by side).');
     failedCounts.push(...outcome.checks.filter((c) => c.kind === 'count' && !c.pass).map((c) => `${c.scenario}: ${c.name}`));
   }
+
+  say();
+  say('4) The plugin in a Nest app of your own: the exchange-rates example (apps/example) as one hybrid app, with an HTTP route,');
+  say("   a GraphQL resolver (Apollo) and a TCP microservice handler over one slow rates feed, all under the one breaker 'rates-feed'.");
+  failedCounts.push(...(await exampleSection(say)));
 
   say();
   if (failedCounts.length) say(`Note: these expected counts were not met: ${failedCounts.join('; ')}.`);

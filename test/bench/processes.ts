@@ -29,6 +29,7 @@ export const ENTRY = {
   windowMemory: 'dist/test/bench/window-memory.js',
   loopDelay: 'dist/test/bench/loop-delay.js',
   healthProbe: 'dist/test/bench/health-probe.js',
+  example: 'dist/apps/example/src/main.js',
 } as const;
 
 export function requireBuild(): void {
@@ -173,12 +174,12 @@ export class ChildOutput {
 }
 
 /** `node [nodeArgs] <script> <args>` from the repository root, tracked so that it is stopped on exit. */
-function spawnNode(script: string, args: string[], nodeArgs: string[] = []): ChildProcess {
+function spawnNode(script: string, args: string[], nodeArgs: string[] = [], env: NodeJS.ProcessEnv = {}): ChildProcess {
   installExitHandlers();
   const root = repoRoot();
   const child = spawn(process.execPath, [...nodeArgs, resolve(root, script), ...args], {
     cwd: root,
-    env: childEnv(),
+    env: { ...childEnv(), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   live.add(child);
@@ -194,9 +195,9 @@ export function startNodeChild(
   script: string,
   args: string[],
   ready: RegExp,
-  options: { timeoutMs?: number; nodeArgs?: string[] } = {},
+  options: { timeoutMs?: number; nodeArgs?: string[]; env?: NodeJS.ProcessEnv } = {},
 ): Promise<ChildHandle> {
-  const child = spawnNode(script, args, options.nodeArgs);
+  const child = spawnNode(script, args, options.nodeArgs, options.env);
   const kept = new ChildOutput();
 
   return new Promise<ChildHandle>((resolve, reject) => {

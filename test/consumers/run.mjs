@@ -129,7 +129,7 @@ async function testFixture(name) {
   const ok = install.code === 0 && test?.code === 0;
   const passed = test?.output.match(/^Tests:.*$/m)?.[0] ?? '';
   console.log(
-    `${name.padEnd(18)} ${ok ? 'ok  ' : 'FAIL'}  install ${seconds(t1 - t0).padStart(7)}  test ${seconds(t2 - t1).padStart(7)}  ${passed}`,
+    `${name.padEnd(24)} ${ok ? 'ok  ' : 'FAIL'}  install ${seconds(t1 - t0).padStart(7)}  test ${seconds(t2 - t1).padStart(7)}  ${passed}`,
   );
   if (!ok) console.log(tail(test ? test.output : install.output));
   return { name, ok };
