@@ -1,0 +1,56 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import { rmSync } from 'node:fs';
+import { ensureBuilt, startGatewayProcess, type AppProcess } from '../support/gateway-process.js';
+import { makeTlsFiles, redisServerMissing, startOwnedRedis, type OwnedRedis, type TlsFiles } from '../support/redis-server.js';
+import { expectExactRateLimit, expectExactSpendCap, expectOneCallPerHerd, startFleet, type Fleet } from './fleet.js';
+
+/**
+ * Four replicas sharing a Redis that speaks TLS only and wants a client
+ * certificate, all signed by a CA made here with openssl (nothing from the
+ * system's trust store): with --redis-ca, --redis-cert and --redis-key a herd
+ * makes one upstream call and a rate limit and a spend cap are exact; without
+ * the client certificate Redis refuses the replica, which says so.
+ */
+describe('replicas sharing a Redis over TLS', () => {
+  let tls: TlsFiles;
+  let redis: OwnedRedis | undefined;
+  let fleet: Fleet | undefined;
+  let gateway: AppProcess | undefined;
+
+  beforeAll(async () => {
+    const missing = redisServerMissing();
+    if (missing) throw new Error(missing);
+    await ensureBuilt();
+    tls = await makeTlsFiles();
+  }, 180_000);
+  afterEach(async () => {
+    gateway?.kill();
+    gateway = undefined;
+    await fleet?.stop();
+    fleet = undefined;
+    await redis?.close();
+    redis = undefined;
+  });
+  afterAll(() => rmSync(tls.dir, { recursive: true, force: true }));
+
+  it('rediss:// with --redis-ca, --redis-cert, --redis-key: a herd over 4 replicas makes 1 call; a rate limit and a spend cap are exact', async () => {
+    redis = await startOwnedRedis({ tls });
+    expect(redis.url).toMatch(/^rediss:/);
+    fleet = await startFleet(['--redis', redis.url, '--redis-ca', tls.ca, '--redis-cert', tls.clientCert, '--redis-key', tls.clientKey]);
+    await expectOneCallPerHerd(fleet, 'tls herd');
+    await expectExactRateLimit(fleet);
+    await expectExactSpendCap(fleet);
+  }, 240_000);
+
+  it('without a client certificate Redis refuses the replica: /health says coordination is degraded', async () => {
+    redis = await startOwnedRedis({ tls });
+    gateway = await startGatewayProcess(['--upstream', 'http://127.0.0.1:9', '--redis', redis.url, '--redis-ca', tls.ca]);
+    for (const deadline = Date.now() + 20_000; ; ) {
+      const health = (await (await fetch(`${gateway.url}/health`)).json()) as { coordination: { state: string } | null };
+      if (health.coordination?.state === 'degraded') break;
+      if (Date.now() > deadline) throw new Error(`coordination never reported degraded:\n${gateway.output()}`);
+      await new Promise((resolve) => setTimeout(resolve, 100)); // polling interval
+    }
+    expect(gateway.output()).not.toContain('PRIVATE KEY');
+  }, 120_000);
+});
