@@ -1,11 +1,11 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { rmSync } from 'node:fs';
 import { ensureBuilt, startGatewayProcess, type AppProcess } from '../support/gateway-process.js';
-import { makeTlsFiles, redisServerMissing, startOwnedRedis, type OwnedRedis, type TlsFiles } from '../support/redis-server.js';
+import { makeTlsFiles, redisServerMissing, startOwnedRedis, startRedisCluster, type OwnedRedis, type OwnedRedisCluster, type TlsFiles } from '../support/redis-server.js';
 import { expectExactRateLimit, expectExactSpendCap, expectOneCallPerHerd, startFleet, type Fleet } from './fleet.js';
 
 /**
- * Four replicas sharing a Redis that speaks TLS only and wants a client
+ * Four replicas sharing a Redis (one node, or a cluster) that speaks TLS only and wants a client
  * certificate, all signed by a CA made here with openssl (nothing from the
  * system's trust store): with --redis-ca, --redis-cert and --redis-key a herd
  * makes one upstream call and a rate limit and a spend cap are exact; without
@@ -14,6 +14,7 @@ import { expectExactRateLimit, expectExactSpendCap, expectOneCallPerHerd, startF
 describe('replicas sharing a Redis over TLS', () => {
   let tls: TlsFiles;
   let redis: OwnedRedis | undefined;
+  let cluster: OwnedRedisCluster | undefined;
   let fleet: Fleet | undefined;
   let gateway: AppProcess | undefined;
 
@@ -30,6 +31,8 @@ describe('replicas sharing a Redis over TLS', () => {
     fleet = undefined;
     await redis?.close();
     redis = undefined;
+    await cluster?.close();
+    cluster = undefined;
   });
   afterAll(() => rmSync(tls.dir, { recursive: true, force: true }));
 
@@ -40,6 +43,15 @@ describe('replicas sharing a Redis over TLS', () => {
     await expectOneCallPerHerd(fleet, 'tls herd');
     await expectExactRateLimit(fleet);
     await expectExactSpendCap(fleet);
+  }, 240_000);
+
+  it('a Redis Cluster over TLS (tls-cluster yes), given one node and the same flags: a herd over 4 replicas makes 1 call; a spend cap is exact', async () => {
+    cluster = await startRedisCluster({ masters: 3, tls });
+    expect(cluster.url).toMatch(/^rediss:/);
+    fleet = await startFleet(['--redis', cluster.nodes[1].url, '--redis-ca', tls.ca, '--redis-cert', tls.clientCert, '--redis-key', tls.clientKey]);
+    await expectOneCallPerHerd(fleet, 'tls cluster herd');
+    await expectExactSpendCap(fleet);
+    for (const replica of fleet.replicas) expect(replica.output()).not.toMatch(/CROSSSLOT|MOVED/);
   }, 240_000);
 
   it('without a client certificate Redis refuses the replica: /health says coordination is degraded', async () => {

@@ -202,7 +202,8 @@ export interface OwnedRedisCluster {
  * `redis-cli --cluster create`. A node unreachable for a second is failed
  * over (`cluster-node-timeout 1000`).
  */
-export async function startRedisCluster(options: { masters?: number; replicasPerMaster?: number } = {}): Promise<OwnedRedisCluster> {
+export async function startRedisCluster(options: { masters?: number; replicasPerMaster?: number; tls?: TlsFiles } = {}): Promise<OwnedRedisCluster> {
+  const tls = options.tls;
   const masters = options.masters ?? 3;
   const replicas = options.replicasPerMaster ?? 0;
   const dir = mkdtempSync(join(tmpdir(), 'npo-redis-cluster-'));
@@ -215,22 +216,26 @@ export async function startRedisCluster(options: { masters?: number; replicasPer
     for (let i = 0; i < masters * (1 + replicas); i++) {
       nodes.push(
         await startOwnedRedis({
-          args: (port) => ['--cluster-enabled', 'yes', '--cluster-config-file', join(dir, `nodes-${port}.conf`), '--cluster-node-timeout', '1000', '--dir', dir],
+          tls,
+          args: (port) => [
+            ...['--cluster-enabled', 'yes', '--cluster-config-file', join(dir, `nodes-${port}.conf`), '--cluster-node-timeout', '1000', '--dir', dir],
+            ...(tls ? ['--tls-cluster', 'yes', '--tls-replication', 'yes'] : []),
+          ],
         }),
       );
     }
-    await redisCli(nodes[0].port, ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', String(replicas), '--cluster-yes']);
+    await redisCli(nodes[0].port, ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', String(replicas), '--cluster-yes'], tls);
     const healthy = () =>
       until('the cluster to serve every slot', async () => {
         const alive = nodes.filter((n) => n.pid !== undefined);
-        const infos = await Promise.all(alive.map((n) => redisCli(n.port, ['cluster', 'info'])));
+        const infos = await Promise.all(alive.map((n) => redisCli(n.port, ['cluster', 'info'], tls)));
         return infos.every((info) => /cluster_state:ok/.test(info) && /cluster_slots_ok:16384/.test(info));
       });
     await healthy();
     const masterOf = async (key: string) => {
       const alive = nodes.find((n) => n.pid !== undefined)!;
-      const slot = Number((await redisCli(alive.port, ['cluster', 'keyslot', key])).trim());
-      const lines = (await redisCli(alive.port, ['cluster', 'nodes'])).trim().split('\n');
+      const slot = Number((await redisCli(alive.port, ['cluster', 'keyslot', key], tls)).trim());
+      const lines = (await redisCli(alive.port, ['cluster', 'nodes'], tls)).trim().split('\n');
       for (const line of lines) {
         const [, address, flags, , , , , , ...ranges] = line.split(' ');
         if (!flags.includes('master') || flags.includes('fail')) continue;
