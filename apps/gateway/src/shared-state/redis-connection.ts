@@ -1,4 +1,6 @@
 import { createClient, createCluster, createSentinel } from '@keyv/redis';
+import { isIP } from 'node:net';
+import { connect as tlsConnect } from 'node:tls';
 import type { RedisCommands, RedisSubscriber } from 'nest-prompt-orchestrator';
 
 /** Injection token of the gateway's Redis connection (`RedisLink`), opened before anything that shares through it. */
@@ -84,7 +86,8 @@ function socketOptions(target: RedisTarget, tls: boolean) {
 export async function openRedisLink(target: RedisTarget, log: { warn(line: string): void; error(line: string): void }, waitMs = 1_000): Promise<RedisLink> {
   const sentinel = parseSentinelUrl(target.url);
   if (sentinel) return openSentinel(target, sentinel, waitMs);
-  const tls = target.url.startsWith('rediss:');
+  const tls = target.url.startsWith('rediss:') || target.tls !== undefined;
+  if (tls) await checkTls(target, waitMs);
   const client = createClient({ url: target.url, disableOfflineQueue: true, socket: socketOptions(target, tls) });
   // node-redis throws an unhandled 'error' event; the window and the coordinator report the outage once instead.
   client.on('error', () => undefined);
@@ -118,6 +121,42 @@ export async function openRedisLink(target: RedisTarget, log: { warn(line: strin
     connecting,
     close: () => closeAll([client, subscriber]).then(() => undefined),
   };
+}
+
+/**
+ * One TLS handshake and a PING before any client is made: a certificate
+ * refused either way stops the start with the reason, naming the flags (a
+ * Redis that is not reachable yet is no such error: the gateway starts and
+ * acts alone until it is). Also, node-redis can meet a refusal that comes
+ * right after the handshake (TLS 1.3 asks for the client certificate then)
+ * with no error listener on its socket, which would end the process.
+ */
+async function checkTls(target: RedisTarget, waitMs: number): Promise<void> {
+  const url = new URL(target.url.replace(/^rediss?:/, 'redis:'));
+  const host = url.hostname.replace(/^\[|\]$/g, '');
+  const files = target.tls ?? {};
+  const refusal = await new Promise<string | undefined>((resolve) => {
+    let handshaken = false;
+    const socket = tlsConnect({ host, port: Number(url.port || 6379), ca: files.ca, cert: files.cert, key: files.key, servername: isIP(host) ? undefined : host });
+    const done = (reason: string | undefined) => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(reason);
+    };
+    const timer = setTimeout(() => done(undefined), Math.max(waitMs, 2_000));
+    socket.on('secureConnect', () => {
+      handshaken = true;
+      socket.write('PING\r\n');
+    });
+    // Any answer (+PONG, or -NOAUTH when a password is due) means TLS is accepted.
+    socket.once('data', () => done(undefined));
+    socket.on('error', (error: NodeJS.ErrnoException) => {
+      const tlsError = /^ERR_(SSL|TLS)_/.test(error.code ?? '') || /certificate|alert|self.signed|verify|handshake/i.test(error.message);
+      done(tlsError || handshaken ? error.message.split('\n')[0].slice(0, 200) : undefined);
+    });
+    socket.on('close', () => done(handshaken ? 'the connection was closed after the TLS handshake' : undefined));
+  });
+  if (refusal) throw new Error(`Redis refused the TLS connection (${refusal}): check --redis-ca, --redis-cert and --redis-key`);
 }
 
 /** A cluster client rooted at the node `--redis` names; every node is reached with the same credentials and TLS. */
