@@ -98,14 +98,32 @@ export async function ask(url: string, content: string, options: { key?: string;
   return { status: response.status, text, code };
 }
 
-/** `count` identical requests round-robin over the replicas: one upstream call, one answer for all. */
-export async function expectOneCallPerHerd(fleet: Fleet, label: string, count = 40): Promise<void> {
+/** `count` identical requests round-robin over the replicas at once: every one answered; how many upstream calls and answers. */
+async function herd(fleet: Fleet, label: string, count: number): Promise<{ calls: number; answers: number }> {
   const before = fleet.provider.stats().total;
   const prompt = uniquePrompt(label);
   const answers = await Promise.all(Array.from({ length: count }, (_, i) => ask(fleet.urls[i % fleet.urls.length], prompt)));
   expect(answers.map((a) => a.status)).toEqual(answers.map(() => 200));
-  expect(new Set(answers.map((a) => (JSON.parse(a.text) as { id: string }).id)).size).toBe(1);
-  expect(fleet.provider.stats().total - before).toBe(1);
+  return { calls: fleet.provider.stats().total - before, answers: new Set(answers.map((a) => (JSON.parse(a.text) as { id: string }).id)).size };
+}
+
+/** `count` identical requests round-robin over the replicas: one upstream call, one answer for all. */
+export async function expectOneCallPerHerd(fleet: Fleet, label: string, count = 40): Promise<void> {
+  expect(await herd(fleet, label, count)).toEqual({ calls: 1, answers: 1 });
+}
+
+/**
+ * After a failover: herds until one makes a single call (a replica whose
+ * last Redis operation failed acts alone for a second, and learns the new
+ * master on its next try), then `herds` more in a row must each make one.
+ */
+export async function expectCoordinatedAgain(fleet: Fleet, label: string, herds = 3, timeoutMs = 30_000): Promise<void> {
+  for (let i = 0, deadline = Date.now() + timeoutMs; ; i++) {
+    const { calls } = await herd(fleet, `${label} settling ${i}`, 20);
+    if (calls === 1) break;
+    if (Date.now() > deadline) throw new Error(`herds still made ${calls} calls:\n${fleet.replicas.map((r) => r.output().slice(-1_500)).join('\n---\n')}`);
+  }
+  for (let i = 0; i < herds; i++) await expectOneCallPerHerd(fleet, `${label} ${i}`, 20);
 }
 
 /** 4 x RATE different requests at once, spread over the replicas: exactly RATE are let in. */

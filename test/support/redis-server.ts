@@ -218,19 +218,26 @@ export async function startRedisCluster(options: { masters?: number; replicasPer
         await startOwnedRedis({
           tls,
           args: (port) => [
-            ...['--cluster-enabled', 'yes', '--cluster-config-file', join(dir, `nodes-${port}.conf`), '--cluster-node-timeout', '1000', '--dir', dir],
+            ...['--cluster-enabled', 'yes', '--cluster-config-file', join(dir, `nodes-${port}.conf`), '--cluster-node-timeout', '1000'],
+            // Each node its own file for the copies replication makes; a replica may take over however long ago it
+            // last heard from its master (an idle test cluster pings rarely).
+            ...['--dir', dir, '--dbfilename', `dump-${port}.rdb`, '--cluster-replica-validity-factor', '0'],
             ...(tls ? ['--tls-cluster', 'yes', '--tls-replication', 'yes'] : []),
           ],
         }),
       );
     }
     await redisCli(nodes[0].port, ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', String(replicas), '--cluster-yes'], tls);
-    const healthy = () =>
-      until('the cluster to serve every slot', async () => {
-        const alive = nodes.filter((n) => n.pid !== undefined);
-        const infos = await Promise.all(alive.map((n) => redisCli(n.port, ['cluster', 'info'], tls)));
+    const healthy = async () => {
+      const alive = () => nodes.filter((n) => n.pid !== undefined);
+      await until('the cluster to serve every slot', async () => {
+        const infos = await Promise.all(alive().map((n) => redisCli(n.port, ['cluster', 'info'], tls)));
         return infos.every((info) => /cluster_state:ok/.test(info) && /cluster_slots_ok:16384/.test(info));
+      }, 60_000).catch(async (error: Error) => {
+        const views = await Promise.all(alive().map((n) => redisCli(n.port, ['cluster', 'nodes'], tls).catch((e: Error) => e.message)));
+        throw new Error(`${error.message}; the nodes say:\n${views.join('\n')}`);
       });
+    };
     await healthy();
     const masterOf = async (key: string) => {
       const alive = nodes.find((n) => n.pid !== undefined)!;
@@ -278,9 +285,11 @@ export async function startSentinelSet(name = 'mymaster'): Promise<OwnedSentinel
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    const primary = await startOwnedRedis();
+    // Replication writes a copy: in this set's own directory, one file per node.
+    const files = (port: number) => ['--dir', dir, '--dbfilename', `dump-${port}.rdb`];
+    const primary = await startOwnedRedis({ args: files });
     started.push(primary);
-    const replica = await startOwnedRedis({ args: () => ['--replicaof', '127.0.0.1', String(primary.port), '--replica-announce-ip', '127.0.0.1'] });
+    const replica = await startOwnedRedis({ args: (port) => [...files(port), '--replicaof', '127.0.0.1', String(primary.port), '--replica-announce-ip', '127.0.0.1'] });
     started.push(replica);
     await until('the replica to be in sync', async () => /master_link_status:up/.test(await redisCli(replica.port, ['info', 'replication'])));
     const sentinel = await startOwnedRedis({
