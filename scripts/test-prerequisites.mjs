@@ -1,8 +1,10 @@
 #!/usr/bin/env node
 // What the tests need besides Node and node_modules, checked (and, where it can be, installed) before `npm test`:
-//   - `redis-server` on PATH: every test that uses Redis starts its own (test/support/redis-server.ts);
+//   - `redis-server` on PATH: every test that uses Redis starts its own (test/support/redis-server.ts); `redis-cli`
+//     and `openssl` for the Redis topology suites (a cluster joined with redis-cli, TLS certificates made with openssl);
 //   - Debian's Chromium at /usr/bin/chromium: the two browser suites drive it (never a browser a tool downloads);
 //   - `promtool` on PATH (Debian package prometheus): the metrics suite checks the gateway's exposition with it.
+
 // All present: exits 0 at once, without calling apt. Something missing, as root with apt-get: `apt-get update` once,
 // then `apt-get install -y` of what is missing. Otherwise: ONE line on stderr naming what is missing and how to get
 // it, exit status 1.
@@ -17,6 +19,9 @@ import { delimiter, join } from 'node:path';
 const CHROMIUM = '/usr/bin/chromium';
 const REQUIREMENTS = [
   { name: 'redis-server', debianPackage: 'redis-server', where: 'on PATH', found: () => onPath('redis-server') },
+  // The Redis topology suites join a cluster with redis-cli and make TLS certificates with openssl.
+  { name: 'redis-cli', debianPackage: 'redis-tools', where: 'on PATH', found: () => onPath('redis-cli') },
+  { name: 'openssl', debianPackage: 'openssl', where: 'on PATH', found: () => onPath('openssl') },
   { name: 'chromium', debianPackage: 'chromium', where: `at ${CHROMIUM}`, found: () => executable(CHROMIUM) },
   { name: 'promtool', debianPackage: 'prometheus', where: 'on PATH', found: () => onPath('promtool') },
 ];

@@ -117,7 +117,7 @@ describe('streams longer than a replica keeps in flight, across replicas sharing
   });
 
   const fleet = async (count: number, redisArgs: string[] = []) => {
-    redis = await startOwnedRedis({ args: redisArgs });
+    redis = await startOwnedRedis({ args: () => redisArgs });
     // Events back to back, 1 ms apart: each stream runs a few seconds, while its herd arrives.
     provider = await startMockProvider({ latencyMs: 300, streamChunkDelayMs: 1 });
     const url = redis.url;

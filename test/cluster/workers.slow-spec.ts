@@ -514,7 +514,7 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     const client = createClient({ url: redis.url });
     await client.connect();
     try {
-      expect(await client.keys('npo:flight:*')).toHaveLength(1);
+      expect(await client.keys('npo:{f:*}:stream')).toHaveLength(1);
     } finally {
       await client.quit();
     }

@@ -1,4 +1,4 @@
-import { Global, Module, type DynamicModule, type MiddlewareConsumer, type NestModule } from '@nestjs/common';
+import { Global, Logger as NestLogger, Module, type DynamicModule, type MiddlewareConsumer, type NestModule } from '@nestjs/common';
 import { APP_GUARD } from '@nestjs/core';
 import type { Logger } from 'pino';
 import { OrchestratorModule, OrchestratorObservabilityModule, type OrchestratorModuleOptions } from 'nest-prompt-orchestrator';
@@ -14,6 +14,7 @@ import { SessionSecret } from './status/session-secret.js';
 import { FleetHeartbeat } from './status/fleet-heartbeat.js';
 import { statusController } from './status/status.controller.js';
 import { SharedState } from './shared-state/shared-state.js';
+import { REDIS_LINK, openRedisLink } from './shared-state/redis-connection.js';
 import { WorkerCoordination, metricsRegistry } from './cluster/worker-coordination.js';
 import { Budgets } from './budgets/budgets.service.js';
 import { GatewayGuard } from './http/gateway.guard.js';
@@ -35,6 +36,11 @@ class GatewayCoreModule {
         { provide: GATEWAY_LOGGER, useValue: logger },
         GatewayService,
         Lifecycle,
+        // Opened (and its topology found) before anything that shares through it is made.
+        {
+          provide: REDIS_LINK,
+          useFactory: () => (config.redisUrl ? openRedisLink({ url: config.redisUrl, tls: config.redisTls }, new NestLogger('Gateway')) : null),
+        },
         SharedState,
         WorkerCoordination,
         UsageLedger,

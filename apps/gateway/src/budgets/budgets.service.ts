@@ -61,7 +61,7 @@ export class Budgets implements OnApplicationShutdown {
               : this.logger.log('rate limits through Redis are back'),
         })
       : new MemoryWindowCounters();
-    this.ledger = new SpendLedger({ redis, prefix: config.redisPrefix, opTimeoutMs, file: redis ? undefined : budgets.spendFile, log });
+    this.ledger = new SpendLedger({ redis, slotPerScope: shared.topology === 'cluster', prefix: config.redisPrefix, opTimeoutMs, file: redis ? undefined : budgets.spendFile, log });
     if (budgets.requestLog) this.requestLog = new RequestLog(budgets.requestLog, budgets.requestLogMaxBytes, budgets.requestLogFiles, log);
   }
 

@@ -78,6 +78,27 @@ for i = m + 1, #KEYS do redis.call('HDEL', KEYS[i], ARGV[3]) end
 return 1
 `;
 
+/** `day:2026-11-30` of `day:2026-11-30:<scope>` (the scope may hold `:`). */
+function periodOf(id: string): string {
+  return id.slice(0, id.indexOf(':', id.indexOf(':') + 1));
+}
+
+/** The scope of `day:2026-11-30:<scope>`. */
+function scopeOf(id: string): string {
+  return id.slice(periodOf(id).length + 1);
+}
+
+function groupBy<T>(items: T[], by: (item: T) => string): T[][] {
+  const groups = new Map<string, T[]>();
+  for (const item of items) {
+    const key = by(item);
+    const group = groups.get(key);
+    if (group) group.push(item);
+    else groups.set(key, [item]);
+  }
+  return [...groups.values()];
+}
+
 /** `day:2026-11-30` or `month:2026-11` (UTC). */
 export function periodKey(period: SpendCap['period'], now: number): string {
   return periodKeys(now).keys[period];
@@ -126,6 +147,11 @@ export class SpendLedger {
   constructor(
     private readonly options: {
       redis?: LedgerRedis;
+      /**
+       * Redis is a cluster: each scope's keys (every period, spent, saved and held) carry the scope as hash tag, and a
+       * step across scopes is one script per scope (see `reserve`). Otherwise the key names are as they always were.
+       */
+      slotPerScope?: boolean;
       prefix?: string;
       opTimeoutMs?: number;
       file?: string;
@@ -176,18 +202,51 @@ export class SpendLedger {
     this.expireHolds(now);
     let refused: Refusal | undefined;
     if (this.options.redis) {
-      const keys = totals.flatMap((id) => [this.redisKey(id, 'spent'), this.redisKey(id, 'held')]);
-      const args = [String(now), hold.id, String(amount), String(hold.expiresAt), String(Math.ceil(holdMs / 1000) + 60), ...caps.map(({ cap }) => String(Math.round(cap.usd * NANO)))];
-      const answer = await this.command(['EVAL', RESERVE, String(keys.length), ...keys, ...args]);
-      if (Array.isArray(answer)) {
-        const [index, spent, held] = answer.map(Number);
-        if (index > 0) refused = { index: index - 1, spentNano: spent, heldNano: held };
-      } else refused = this.localRefusal(caps, totals);
+      const answer = await this.reserveShared(caps, totals, hold, holdMs);
+      refused = answer === undefined ? this.localRefusal(caps, totals) : answer === 'held' ? undefined : answer;
     } else refused = this.localRefusal(caps, totals);
     if (refused) return { refused };
     this.holds.set(hold.id, hold);
     for (const id of totals) this.held.set(id, (this.held.get(id) ?? 0) + amount);
     return { hold };
+  }
+
+  /**
+   * The hold, made in Redis against every cap, or the first cap (by index) that refused it; undefined when Redis did
+   * not answer. In a cluster, the caps of each scope are checked and held by one script on that scope's slot; should
+   * one scope refuse, what the others held is released. Each cap's check and hold stay one atomic step, so no cap is
+   * passed by more than it would be on one node; a request refused by one scope may briefly hold room in another.
+   */
+  private async reserveShared(caps: ScopedCap[], totals: string[], hold: Hold, holdMs: number): Promise<Refusal | 'held' | undefined> {
+    const groups = this.options.slotPerScope ? groupBy(caps.map((c, index) => ({ index, scope: c.scope })), (c) => c.scope) : [caps.map((_, index) => ({ index }))];
+    const answers = await Promise.all(
+      groups.map((group) => {
+        const keys = group.flatMap(({ index }) => [this.redisKey(totals[index], 'spent'), this.redisKey(totals[index], 'held')]);
+        const limits = group.map(({ index }) => String(Math.round(caps[index].cap.usd * NANO)));
+        const args = [String(hold.expiresAt - holdMs), hold.id, String(hold.amountNano), String(hold.expiresAt), String(Math.ceil(holdMs / 1000) + 60), ...limits];
+        return this.command(['EVAL', RESERVE, String(keys.length), ...keys, ...args]);
+      }),
+    );
+    let refused: Refusal | undefined;
+    let unanswered = false;
+    answers.forEach((answer, g) => {
+      if (!Array.isArray(answer)) return void (unanswered = true);
+      const [index, spent, held] = answer.map(Number);
+      const global = index > 0 ? groups[g][index - 1].index : -1;
+      if (global >= 0 && (!refused || global < refused.index)) refused = { index: global, spentNano: spent, heldNano: held };
+    });
+    if (groups.length > 1 && (refused || unanswered)) {
+      // Released where it was held: the request does not go ahead.
+      await Promise.all(
+        answers.map((answer, g) => {
+          if (!Array.isArray(answer) || Number(answer[0]) !== 0) return undefined;
+          const keys = groups[g].map(({ index }) => this.redisKey(totals[index], 'held'));
+          return this.command(['EVAL', SETTLE, String(keys.length), ...keys, '0', '0', hold.id]);
+        }),
+      );
+    }
+    if (unanswered) return undefined;
+    return refused ?? 'held';
   }
 
   /**
@@ -218,10 +277,19 @@ export class SpendLedger {
       this.scheduleFlush();
     }
     if (!this.options.redis || (cost === 0 && !hold)) return Promise.resolve();
-    const keys = [...spentIds.map((id) => this.redisKey(id, 'spent')), ...(hold?.totals ?? []).map((id) => this.redisKey(id, 'held'))];
-    const ttls = spentIds.map((id) => String(EXPIRE_SECONDS[id.startsWith('day:') ? 'day' : 'month']));
+    const held = hold?.totals ?? [];
+    // In a cluster, one script per scope (each on its scope's slot); else one for all, as always.
+    const scopes = this.options.slotPerScope ? [...new Set([...spentIds, ...held].map(scopeOf))] : [undefined];
     // Never rejects: a failure is reported once by `command`, and the hold expires in Redis.
-    return this.command(['EVAL', SETTLE, String(keys.length), ...keys, String(spentIds.length), String(cost), hold?.id ?? '-', ...ttls]).then(() => undefined);
+    return Promise.all(
+      scopes.map((scopeName) => {
+        const mine = (id: string) => scopeName === undefined || scopeOf(id) === scopeName;
+        const spentHere = spentIds.filter(mine);
+        const keys = [...spentHere.map((id) => this.redisKey(id, 'spent')), ...held.filter(mine).map((id) => this.redisKey(id, 'held'))];
+        const ttls = spentHere.map((id) => String(EXPIRE_SECONDS[id.startsWith('day:') ? 'day' : 'month']));
+        return this.command(['EVAL', SETTLE, String(keys.length), ...keys, String(spentHere.length), String(cost), hold?.id ?? '-', ...ttls]);
+      }),
+    ).then(() => undefined);
   }
 
   /** Money this replica holds for its requests in flight under `scope`'s cap (USD in billionths). */
@@ -267,8 +335,15 @@ export class SpendLedger {
     }
   }
 
+  /**
+   * `<prefix>:spend:<what>:<period>:<scope>` (one node, or Sentinel: the names spend always had), or in a cluster
+   * `<prefix>:spend:{s:<scope>}:<what>:<period>`: every key of a scope in that scope's slot.
+   */
   private redisKey(id: string, what: 'spent' | 'saved' | 'held'): string {
-    return `${this.options.prefix ?? 'npo'}:spend:${what}:${id}`;
+    const prefix = this.options.prefix ?? 'npo';
+    if (!this.options.slotPerScope) return `${prefix}:spend:${what}:${id}`;
+    const period = periodOf(id);
+    return `${prefix}:spend:{s:${id.slice(period.length + 1)}}:${what}:${period}`;
   }
 
   private async command(args: string[], period?: SpendCap['period']): Promise<unknown> {

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { parseSentinelUrl } from '../shared-state/redis-connection.js';
 import { parseArgs } from 'node:util';
 import { ConfigError } from './config-error.js';
 import { BUDGET_FLAGS, parseBudgetConfig, type BudgetConfig } from '../budgets/budget-config.js';
@@ -73,7 +74,10 @@ export interface GatewayConfig {
   windowMaxBytes: number;
   /** `--in-flight-max-bytes`: what the streams in flight keep together, for late joiners and the window. */
   inFlightMaxBytes: number;
+  /** `--redis`: a node (of a single Redis or any node of a cluster), or `redis+sentinel://` naming a Sentinel set. */
   redisUrl?: string;
+  /** `--redis-ca`, `--redis-cert`, `--redis-key`: PEM files for TLS to Redis, read at start. */
+  redisTls?: { ca?: Buffer; cert?: Buffer; key?: Buffer };
   /** Longest one Redis operation may take before it counts as a failure (and a miss). */
   redisTimeoutMs: number;
   /** Namespace of every Redis key and channel. */
@@ -282,7 +286,26 @@ const FLAGS: Record<string, FlagSpec> = {
     value: 'BYTES',
     help: 'bytes the streams in flight on this replica keep of their start together, for late joiners here and the window; past it the stream that grows lets its copy go: every caller already on it (here, and followers on other replicas or workers) still gets it to the end, but a later identical request here is not joined to that copy (it follows the call through Redis or the primary while they hold its start, else gets a 503 to retry, or calls alone) and the answer is not kept (default 4194304, 4 MiB: some 40 streams of 100 KB)',
   },
-  redis: { env: 'ORCHESTRATOR_REDIS_URL', value: 'URL', help: 'share calls in flight, breakers and the answer window with other replicas through Redis (docs/scaling.md)' },
+  redis: {
+    env: 'ORCHESTRATOR_REDIS_URL',
+    value: 'URL',
+    help: 'share calls in flight, breakers, the answer window, rate limits and spend with other replicas through Redis: redis:// or rediss:// (TLS) to a single node or any node of a Redis Cluster (found by itself), or redis+sentinel://host:26379[,host:port...]/master-name for Sentinel (docs/scaling.md)',
+  },
+  'redis-ca': {
+    env: 'ORCHESTRATOR_REDIS_CA',
+    value: 'FILE',
+    help: 'PEM file of the certificate authorities that sign Redis\'s TLS certificate (turns TLS on; default: the system\'s)',
+  },
+  'redis-cert': {
+    env: 'ORCHESTRATOR_REDIS_CERT',
+    value: 'FILE',
+    help: 'PEM file of the client certificate shown to Redis over TLS (with --redis-key)',
+  },
+  'redis-key': {
+    env: 'ORCHESTRATOR_REDIS_KEY',
+    value: 'FILE',
+    help: 'PEM file of the private key of --redis-cert',
+  },
   'redis-prefix': {
     env: 'ORCHESTRATOR_REDIS_PREFIX',
     value: 'NAME',
@@ -421,7 +444,19 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
   const port = integer('port', 18080, 0);
   if (port > 65535) throw new ConfigError(`--port must be at most 65535, got ${port}`);
   const redisUrl = raw('redis');
-  if (redisUrl !== undefined) parseUrl('redis', redisUrl, ['redis:', 'rediss:']);
+  if (redisUrl !== undefined) {
+    // A Sentinel URL lists several hosts, which URL cannot parse; nothing of it is echoed (it may hold a password).
+    try {
+      if (!parseSentinelUrl(redisUrl)) parseRedisUrl(redisUrl);
+    } catch (error) {
+      throw new ConfigError((error as Error).message);
+    }
+  }
+  const redisTls = readRedisTls(raw, redisUrl);
+  const redisPrefixRaw = raw('redis-prefix');
+  if (redisPrefixRaw !== undefined && /[{}]/.test(redisPrefixRaw)) {
+    throw new ConfigError('--redis-prefix must not hold { or }: they would decide which Redis Cluster slot a key is in');
+  }
   const sessionSecret = raw('session-secret');
   if (sessionSecret !== undefined && sessionSecret.length < MIN_SESSION_SECRET) {
     throw new ConfigError(`--session-secret must be at least ${MIN_SESSION_SECRET} characters, got ${sessionSecret.length}`);
@@ -477,8 +512,9 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     windowMaxBytes,
     inFlightMaxBytes,
     redisUrl,
+    redisTls,
     redisTimeoutMs: seconds('redis-timeout', 0.5),
-    redisPrefix: raw('redis-prefix') ?? 'npo',
+    redisPrefix: redisPrefixRaw ?? 'npo',
     gatewayKeys: (raw('gateway-keys') ?? '')
       .split(',')
       .map((k) => k.trim())
@@ -595,6 +631,36 @@ function parseNumber(name: string, raw: string | undefined, fallback: number, mi
   if (raw.trim() === '' || !Number.isFinite(n)) throw new ConfigError(`--${name} must be a number, got "${raw}"`);
   if (n < min) throw new ConfigError(`--${name} must be at least ${min}, got ${raw}`);
   return n;
+}
+
+/** A redis:// or rediss:// URL; the message never repeats it (it may hold a password). */
+function parseRedisUrl(raw: string): void {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new Error('--redis must be a redis://, rediss:// or redis+sentinel:// URL');
+  }
+  if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
+    throw new Error(`--redis must use redis:, rediss: or redis+sentinel:, got "${url.protocol}"`);
+  }
+}
+
+/** `--redis-ca`, `--redis-cert`, `--redis-key`, read now: a missing or unreadable file stops the start, naming its flag. */
+function readRedisTls(raw: (name: string) => string | undefined, redisUrl: string | undefined): GatewayConfig['redisTls'] {
+  const read = (flag: 'redis-ca' | 'redis-cert' | 'redis-key') => {
+    const path = raw(flag);
+    if (path === undefined) return undefined;
+    if (redisUrl === undefined) throw new ConfigError(`--${flag} needs --redis`);
+    try {
+      return readFileSync(path);
+    } catch (error) {
+      throw new ConfigError(`--${flag} ${path}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`);
+    }
+  };
+  const tls = { ca: read('redis-ca'), cert: read('redis-cert'), key: read('redis-key') };
+  if ((tls.cert === undefined) !== (tls.key === undefined)) throw new ConfigError('--redis-cert and --redis-key go together');
+  return tls.ca || tls.cert ? tls : undefined;
 }
 
 function parseUrl(name: string, raw: string, protocols = ['http:', 'https:']): string {

@@ -1,17 +1,17 @@
-import { Inject, Injectable, Logger, type BeforeApplicationShutdown, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
-import KeyvRedis, { createClient } from '@keyv/redis';
+import { Inject, Injectable, Optional, Logger, type BeforeApplicationShutdown, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
+import KeyvRedis from '@keyv/redis';
 import { Keyv } from 'keyv';
 import { RedisCoordinator } from 'nest-prompt-orchestrator';
 import { DEFAULT_ERROR_CODEC, type ErrorCodec } from 'nest-prompt-orchestrator/internal';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
+import { REDIS_LINK, type RedisLink, type RedisTopology } from './redis-connection.js';
 import { ApiError } from '../http/api-error.js';
 import { redactor } from '../http/redaction.js';
 import type { ClientApi } from '../providers/provider.js';
 import { UpstreamStreamError } from '../upstream/stream-end.js';
 import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError } from '../upstream/upstream-client.js';
 
-type RedisClient = ReturnType<typeof connect>;
 
 /**
  * What replicas share through one Redis (`--redis`): the answer window, and a
@@ -26,29 +26,29 @@ export class SharedState implements OnModuleInit, BeforeApplicationShutdown, OnA
   readonly coordinator?: RedisCoordinator;
   /** The commands connection, for other shared counts (rate limits, spend). */
   readonly redis?: { sendCommand(args: string[]): Promise<unknown> };
-  private readonly clients: RedisClient[] = [];
-  private connecting?: Promise<unknown>;
+  /** `single`, `cluster` or `sentinel`: what `--redis` turned out to be. */
+  readonly topology?: RedisTopology;
+  private readonly link?: RedisLink;
+  private readonly connecting?: Promise<unknown>;
   private readonly logger = new Logger('Gateway');
 
-  constructor(@Inject(GATEWAY_CONFIG) config: GatewayConfig) {
-    if (!config.redisUrl) return;
-    const client = connect(config.redisUrl);
-    const subscriber = client.duplicate();
-    subscriber.on('error', () => undefined);
-    this.clients.push(client, subscriber);
-    this.redis = client;
-    this.connecting = Promise.all(this.clients.map((c) => c.connect().catch(() => undefined)));
+  constructor(@Inject(GATEWAY_CONFIG) config: GatewayConfig, @Optional() @Inject(REDIS_LINK) link?: RedisLink | null) {
+    if (!config.redisUrl || !link) return;
+    this.link = link;
+    this.topology = link.topology;
+    this.redis = link.commands;
+    this.connecting = link.connecting;
     // Every entry under `<prefix>:window::` (so `--redis-prefix` isolates answers too): Keyv hands its namespace to
     // the Redis adapter, which prefixes the keys; Keyv's own key prefix would repeat it. Its errors must reach the
     // window (a failure is a miss and an outage), not turn into "not found".
     this.windowStore = new Keyv({
-      store: new KeyvRedis(client, { throwOnErrors: true, throwOnConnectError: true }),
+      store: new KeyvRedis(link.store, { throwOnErrors: true, throwOnConnectError: true }),
       namespace: `${config.redisPrefix}:window`,
       useKeyPrefix: false,
     });
     this.coordinator = new RedisCoordinator({
-      client,
-      subscriber,
+      client: link.commands,
+      subscriber: link.subscriber,
       prefix: config.redisPrefix,
       opTimeoutMs: Math.max(config.redisTimeoutMs, 50),
       errorCodec: GATEWAY_ERROR_CODEC,
@@ -79,39 +79,8 @@ export class SharedState implements OnModuleInit, BeforeApplicationShutdown, OnA
   }
 
   async onApplicationShutdown(): Promise<void> {
-    await Promise.all(this.clients.map(closeClient));
+    await this.link?.close();
   }
-}
-
-/**
- * Quits politely, within a second (a frozen Redis never holds shutdown up),
- * else drops the connection. A client already closed (the window's store
- * closes the shared one) is left alone: closing it again throws.
- */
-async function closeClient(client: RedisClient): Promise<void> {
-  if (!client.isOpen) return;
-  const quit = client.quit().then(
-    () => true,
-    () => false,
-  );
-  if (await Promise.race([quit, sleep(1_000).then(() => false)])) return;
-  try {
-    if (client.isOpen) client.destroy();
-  } catch {
-    // Closed meanwhile: nothing left to drop.
-  }
-}
-
-/** A Redis client that fails commands at once while disconnected (no offline queue) and reconnects backing off to 2 s. */
-function connect(url: string) {
-  const client = createClient({
-    url,
-    disableOfflineQueue: true,
-    socket: { connectTimeout: 1_000, reconnectStrategy: (retries) => Math.min(100 * 2 ** retries, 2_000) },
-  });
-  // node-redis throws an unhandled 'error' event; the window and the coordinator report the outage once instead.
-  client.on('error', () => undefined);
-  return client;
 }
 
 /**

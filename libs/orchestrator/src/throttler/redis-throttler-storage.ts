@@ -65,7 +65,8 @@ export class RedisThrottlerStorage implements WindowCounters {
   }
 
   async increment(key: string, ttl: number, limit: number, blockDuration: number, throttlerName: string): Promise<ThrottlerStorageRecord> {
-    const id = `${this.prefix}:throttle:${throttlerName}:${key}`;
+    // The count and its block share a hash tag (one Redis Cluster slot for the script).
+    const id = `${this.prefix}:throttle:{t:${throttlerName}:${key}}`;
     if (!this.available()) return this.local.incrementNow(`${throttlerName}:${key}`, ttl, limit, blockDuration);
     try {
       const [hits, ttlMs, blocked, blockMs] = (await this.eval(INCREMENT, [id, `${id}:block`], [String(Math.max(1, Math.round(ttl))), String(limit), String(Math.round(blockDuration))])) as number[];

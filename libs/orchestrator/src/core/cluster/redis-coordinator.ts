@@ -171,8 +171,8 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
    */
   private publishing<T>(key: string, holder: string, events: Observable<CallEvent<T>>): Observable<CallEvent<T>> {
     const lease = this.key('lease', key);
-    const stream = this.key('flight', flightOf(holder));
-    const channel = this.key('flight-events', flightOf(holder));
+    const stream = this.flightKey(flightOf(holder), 'stream');
+    const channel = this.flightKey(flightOf(holder), 'events');
     return new Observable<CallEvent<T>>((subscriber) => {
       const backlog = new Backlog(this.maxBacklogBytes);
       const waiting: Array<{ text: string; n: number }> = [];
@@ -340,7 +340,7 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
           do {
             again = false;
             for (;;) {
-              const stream = this.key('flight', flightOf(holder));
+              const stream = this.flightKey(flightOf(holder), 'stream');
               const entries = (await this.command(['XRANGE', stream, lastId === '-' ? '-' : `(${lastId}`, '+', 'COUNT', String(READ_BATCH)])) as Array<
                 [string, string[]]
               > | null;
@@ -369,7 +369,7 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
         if (channel) await this.options.subscriber.unsubscribe(channel, listener).catch(() => undefined);
         holder = next;
         lastId = '-';
-        channel = this.key('flight-events', flightOf(holder));
+        channel = this.flightKey(flightOf(holder), 'events');
         // Subscribed before reading: whatever is appended after the read is announced to us (and polled for anyway).
         await this.timed(this.options.subscriber.subscribe(channel, listener)).catch(() => undefined);
         await read();
@@ -439,7 +439,7 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
     if (!this.available()) return undefined;
     try {
       this.failing.add(name);
-      return Number(await this.eval(COUNT, [this.key('breaker-failures', name), this.key('breaker-events', name)], []));
+      return Number(await this.eval(COUNT, [this.breakerKey(name, 'failures'), this.breakerKey(name, 'events')], []));
     } catch (error) {
       this.degrade(error);
       return undefined;
@@ -449,7 +449,7 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
   async resetFailures(name: string): Promise<void> {
     if (!this.failing.has(name) || !this.available()) return;
     this.failing.delete(name);
-    await this.command(['DEL', this.key('breaker-failures', name)]).catch((error: unknown) => this.degrade(error));
+    await this.command(['DEL', this.breakerKey(name, 'failures')]).catch((error: unknown) => this.degrade(error));
   }
 
   async announce(name: string, state: SharedBreakerState): Promise<void> {
@@ -457,9 +457,9 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
     const message = JSON.stringify({ ...state, by: this.replicaId });
     try {
       if (state.state === 'open') {
-        await this.command(['SET', this.key('breaker', name), message, 'PX', String(Math.max(1, state.openMs ?? 60_000) + this.leaseMs)]);
-      } else await this.command(['DEL', this.key('breaker', name), this.key('breaker-failures', name)]);
-      await this.command(['PUBLISH', this.key('breaker-events', name), message]);
+        await this.command(['SET', this.breakerKey(name, 'state'), message, 'PX', String(Math.max(1, state.openMs ?? 60_000) + this.leaseMs)]);
+      } else await this.command(['DEL', this.breakerKey(name, 'state'), this.breakerKey(name, 'failures')]);
+      await this.command(['PUBLISH', this.breakerKey(name, 'events'), message]);
     } catch (error) {
       this.degrade(error);
     }
@@ -470,7 +470,7 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
     this.watchers.set(name, watcher);
     try {
       await this.subscribeBreaker(name, watcher);
-      const current = await this.command(['GET', this.key('breaker', name)]);
+      const current = await this.command(['GET', this.breakerKey(name, 'state')]);
       if (typeof current !== 'string') return undefined;
       const parsed = JSON.parse(current) as SharedBreakerState;
       return sharedState(parsed);
@@ -482,7 +482,7 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
 
   private async subscribeBreaker(name: string, watcher: { onChange: (state: SharedBreakerState) => void; subscribed: boolean }): Promise<void> {
     await this.timed(
-      this.options.subscriber.subscribe(this.key('breaker-events', name), (message) => {
+      this.options.subscriber.subscribe(this.breakerKey(name, 'events'), (message) => {
         // Another replica counted a failure: a success here must end the fleet's run.
         if (message === 'fail') return void this.failing.add(name);
         const parsed = JSON.parse(message) as SharedBreakerState & { by: string };
@@ -494,7 +494,7 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
 
   async isProber(name: string): Promise<boolean> {
     if (!this.available()) return true; // alone: every replica probes for itself
-    const key = this.key('prober', name);
+    const key = this.breakerKey(name, 'prober');
     const ttl = String(this.leaseMs);
     try {
       const taken = await this.command(['SET', key, this.replicaId, 'NX', 'PX', ttl]);
@@ -510,6 +510,16 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
 
   private key(kind: string, id: string): string {
     return `${this.prefix}:${kind}:${id}`;
+  }
+
+  // A flight's stream and channel, and a breaker's keys and channel, share a hash tag: in a Redis Cluster each script
+  // and multi-key command then touches one slot (`{f:...}`/`{b:...}` are never empty, so the tag always applies).
+  private flightKey(flight: string, what: 'stream' | 'events'): string {
+    return `${this.prefix}:{f:${flight}}:${what}`;
+  }
+
+  private breakerKey(name: string, what: 'state' | 'failures' | 'events' | 'prober'): string {
+    return `${this.prefix}:{b:${name}}:${what}`;
   }
 
   private available(): boolean {

@@ -68,7 +68,7 @@ describe('RedisCoordinator: following a live leader, and what Redis keeps of its
     lead.publish(upstream).subscribe({ next: (e) => e.kind === 'chunk' && leaderSaw.push(String(e.chunk)), error: () => undefined });
     const holder = String(await raw.get(`${prefix}:lease:${key}`));
     const flight = holder.slice(holder.indexOf(':') + 1);
-    return { upstream, leaderSaw, stream: `${prefix}:flight:${flight}`, lease: `${prefix}:lease:${key}` };
+    return { upstream, leaderSaw, stream: `${prefix}:{f:${flight}}:stream`, lease: `${prefix}:lease:${key}` };
   }
 
   /** Follows `key` on `follower`: the chunks it passes on, and how it ended. */
