@@ -53,6 +53,9 @@ const METRIC_AGGREGATORS: Record<string, 'max' | 'min'> = {
   orchestrator_breaker_state: 'max',
   orchestrator_breaker_consecutive_failures: 'max',
   orchestrator_store_up: 'min',
+  // The port is one fleet only while every worker coordinates.
+  gateway_redis_coordination_up: 'min',
+  gateway_redis_keys_evictable: 'max',
 };
 
 /**

@@ -9,6 +9,7 @@ import { ApiError } from '../http/api-error.js';
 import { redactor } from '../http/redaction.js';
 import type { ClientApi } from '../providers/provider.js';
 import { UpstreamStreamError } from '../upstream/stream-end.js';
+import { RedisHealth } from './redis-health.js';
 import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError } from '../upstream/upstream-client.js';
 
 type RedisClient = ReturnType<typeof connect>;
@@ -24,8 +25,10 @@ type RedisClient = ReturnType<typeof connect>;
 export class SharedState implements OnModuleInit, BeforeApplicationShutdown, OnApplicationShutdown {
   readonly windowStore?: Keyv;
   readonly coordinator?: RedisCoordinator;
-  /** The commands connection, for other shared counts (rate limits, spend). */
+  /** The commands connection, for other shared counts (rate limits, spend): fails at once while Redis is known down. */
   readonly redis?: { sendCommand(args: string[]): Promise<unknown> };
+  /** Whether coordination through Redis works, and why not (see `RedisHealth`). */
+  readonly health?: RedisHealth;
   private readonly clients: RedisClient[] = [];
   private connecting?: Promise<unknown>;
   private readonly logger = new Logger('Gateway');
@@ -36,8 +39,17 @@ export class SharedState implements OnModuleInit, BeforeApplicationShutdown, OnA
     const subscriber = client.duplicate();
     subscriber.on('error', () => undefined);
     this.clients.push(client, subscriber);
-    this.redis = client;
     this.connecting = Promise.all(this.clients.map((c) => c.connect().catch(() => undefined)));
+    const logger = this.logger;
+    this.health = new RedisHealth({
+      client,
+      prefix: config.redisPrefix,
+      periodMs: Math.max(config.redisTimeoutMs, 50),
+      connected: this.connected(),
+      log: { warn: (line) => logger.warn(line), info: (line) => logger.log(line) },
+    });
+    client.on('error', (error: unknown) => this.health?.connectionFailed(error));
+    this.redis = this.health.gate(client);
     // Every entry under `<prefix>:window::` (so `--redis-prefix` isolates answers too): Keyv hands its namespace to
     // the Redis adapter, which prefixes the keys; Keyv's own key prefix would repeat it. Its errors must reach the
     // window (a failure is a miss and an outage), not turn into "not found".
@@ -47,16 +59,14 @@ export class SharedState implements OnModuleInit, BeforeApplicationShutdown, OnA
       useKeyPrefix: false,
     });
     this.coordinator = new RedisCoordinator({
-      client,
-      subscriber,
+      client: this.redis,
+      subscriber: this.health.gateSubscriber(subscriber),
       prefix: config.redisPrefix,
       opTimeoutMs: Math.max(config.redisTimeoutMs, 50),
       errorCodec: GATEWAY_ERROR_CODEC,
-      onState: (state, error) =>
-        state === 'degraded'
-          ? this.logger.warn(`replica coordination through Redis unavailable (${describe(error)}); each replica acts alone until it is back`)
-          : this.logger.log('replica coordination through Redis is back'),
+      onState: (state, error) => this.health?.report('coordination', state, error),
     });
+    this.health.start();
   }
 
   /**
@@ -75,6 +85,7 @@ export class SharedState implements OnModuleInit, BeforeApplicationShutdown, OnA
 
   /** Before the window's store closes the shared client: the calls still finishing are not an outage to report. */
   beforeApplicationShutdown(): void {
+    this.health?.close();
     this.coordinator?.close();
   }
 
@@ -185,10 +196,6 @@ function statusOf(value: unknown, fallback: number): number {
 /** A header value or a code from the wire: a short string, or undefined. */
 function shortText(value: unknown): string | undefined {
   return typeof value === 'string' ? value.slice(0, 200) : undefined;
-}
-
-function describe(error: unknown): string {
-  return ((error as Error | undefined)?.message ?? String(error)).slice(0, 200);
 }
 
 function sleep(ms: number): Promise<void> {
