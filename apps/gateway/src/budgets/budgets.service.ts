@@ -62,6 +62,9 @@ export class Budgets implements OnApplicationShutdown {
           opTimeoutMs,
           // Whoever asks decides what a count that cannot be shared means (--limits-without-redis).
           whenUnavailable: 'throw',
+          // Never skipped on its own: while Redis is down its commands fail at once (RedisHealth), and once it is
+          // back the very next count is shared again (under `closed`, not refused a second longer).
+          retryMs: 0,
           onState: (state, error) => shared.health?.report('rate-limits', state, error),
         })
       : new MemoryWindowCounters();

@@ -50,8 +50,12 @@ async function settle(): Promise<void> {
 }
 
 describe('RedisHealth', () => {
-  beforeEach(() => jest.useFakeTimers());
-  afterEach(() => jest.useRealTimers());
+  beforeEach(() => {
+    jest.useFakeTimers();
+  });
+  afterEach(() => {
+    jest.useRealTimers();
+  });
 
   it('a frozen Redis is down within two probe periods (an unanswered probe at the next period), said once, and back once it answers', async () => {
     const redis = new FakeRedis();
@@ -116,6 +120,37 @@ describe('RedisHealth', () => {
     expect(answered).toBe('OK');
     expect(health.state).toBe('up');
     expect(out.warn).toEqual([]);
+    health.close();
+  });
+
+  it('a part that failed for want of an answer is back when Redis answers again, with its back line, even with no traffic to tell it', async () => {
+    const redis = new FakeRedis();
+    const out = lines();
+    const health = new RedisHealth({ client: redis, prefix: 'npo', periodMs: PERIOD, connected: Promise.resolve(), log: out.log });
+    health.start();
+    await settle();
+    redis.frozen = true;
+    health.report('spend-caps', 'degraded', new Error('no answer from Redis within 500 ms'));
+    await jest.advanceTimersByTimeAsync(2 * PERIOD + 1);
+    expect(health.state).toBe('down');
+    redis.thaw();
+    await settle();
+    expect(health.state).toBe('up');
+    expect(out.info.filter((l) => /spend caps through Redis is back/.test(l))).toHaveLength(1);
+    health.close();
+  });
+
+  it('a part that timed out while the probes never missed is back once a probe sent after its failure is answered', async () => {
+    const redis = new FakeRedis();
+    const out = lines();
+    const health = new RedisHealth({ client: redis, prefix: 'npo', periodMs: PERIOD, connected: Promise.resolve(), log: out.log });
+    health.start();
+    await settle();
+    health.report('rate-limits', 'degraded', new Error('no answer from Redis within 500 ms'));
+    expect(health.state).toBe('down');
+    await jest.advanceTimersByTimeAsync(PERIOD);
+    expect(health.state).toBe('up');
+    expect(out.info.filter((l) => /rate limits through Redis is back/.test(l))).toHaveLength(1);
     health.close();
   });
 

@@ -71,7 +71,8 @@ const PART_NAMES: Record<RedisPart, string> = {
 export class RedisHealth {
   private probeState: RedisState = 'starting';
   private probeProblem?: RedisProblem;
-  private readonly parts = new Map<RedisPart, RedisProblem>();
+  /** Parts reporting a failure, and the last probe sent before it (a later probe answered clears a want of answer). */
+  private readonly parts = new Map<RedisPart, RedisProblem & { probeBefore: number }>();
   private since = Date.now();
   private overall: RedisState = 'starting';
   private probing = false;
@@ -121,14 +122,14 @@ export class RedisHealth {
       return;
     }
     this.probing = true;
-    this.probeSeq++;
+    const seq = ++this.probeSeq;
     const sent = this.options.client.sendCommand(['EVAL', PROBE, '2', `${this.options.prefix}:probe`, `${this.options.prefix}:fleet`, String(Date.now())]);
     sent.then(
       (fleet) => {
         this.probing = false;
         const size = Number(fleet);
         if (Number.isInteger(size) && size > 0) this.fleetSeen = size;
-        this.probeSucceeded();
+        this.probeSucceeded(seq);
       },
       (error: unknown) => {
         this.probing = false;
@@ -143,7 +144,7 @@ export class RedisHealth {
     if (state === 'degraded') {
       const problem = this.problemOf(error);
       const first = !this.parts.has(part);
-      this.parts.set(part, problem);
+      this.parts.set(part, { ...problem, probeBefore: this.probeSeq });
       if (first) this.options.log.warn(`${PART_NAMES[part]} through Redis unavailable (${problem.cause}: ${problem.error}); ${consequence(part)} until it is back`);
     } else if (this.parts.delete(part)) {
       this.options.log.info(`${PART_NAMES[part]} through Redis is back`);
@@ -163,7 +164,9 @@ export class RedisHealth {
 
   /** The first problem in force: the probe's, else a part's. */
   get problem(): RedisProblem | undefined {
-    return this.probeProblem ?? this.parts.values().next().value;
+    if (this.probeProblem) return this.probeProblem;
+    const first = this.parts.values().next().value;
+    return first ? { cause: first.cause, error: first.error } : undefined;
   }
 
   /** For /health. */
@@ -206,12 +209,17 @@ export class RedisHealth {
     };
   }
 
-  private probeSucceeded(): void {
-    if (this.probeState === 'up') return;
+  private probeSucceeded(seq: number): void {
     const was = this.probeState;
     this.probeState = 'up';
     this.probeProblem = undefined;
     if (was === 'down') this.options.log.info('Redis answers again: the replicas coordinate as one fleet again');
+    // A part that failed only for want of an answer is back once a probe sent after its failure is answered (it may
+    // see no traffic to tell it); one that got an error from Redis (auth, cross-slot, topology, memory) stays down
+    // until its own next command succeeds.
+    for (const [part, problem] of this.parts) {
+      if ((problem.cause === 'timeout' || problem.cause === 'unreachable') && seq > problem.probeBefore) this.report(part, 'ok');
+    }
     this.settle();
   }
 
