@@ -37,7 +37,7 @@ async function ask(url: string, content: string, extra: Record<string, unknown> 
 async function health(url: string) {
   return (await (await fetch(`${url}/health`)).json()) as {
     status: string;
-    redis: { state: string; cause?: string; fleetSize: number; limitsWithoutRedis: string; eviction: { policy: string } } | null;
+    redis: { state: string; probe: string; cause?: string; fleetSize: number; limitsWithoutRedis: string; eviction: { policy: string } } | null;
   };
 }
 
@@ -77,7 +77,7 @@ describe('a frozen Redis under several replicas', () => {
     writeFileSync(join(dir, 'prices.json'), JSON.stringify({ 'priced-model': { input: 0, output: 1_000_000 } }));
     replicas = await Promise.all(
       Array.from({ length: REPLICAS }, () =>
-        startGatewayProcess(['--upstream', provider!.url, '--redis', redis!.url, '--prices', join(dir, 'prices.json'), '--log-level', 'warn', ...flags]),
+        startGatewayProcess(['--upstream', provider!.url, '--redis', redis!.url, '--prices', join(dir, 'prices.json'), ...flags]),
       ),
     );
     const urls = replicas.map((r) => r.url);
@@ -92,6 +92,8 @@ describe('a frozen Redis under several replicas', () => {
   it('closed: with Redis frozen, requests under a rate limit are refused with 503 limits_unavailable and Retry-After, none admitted; /health says why', async () => {
     const urls = await fleet(['--requests-per-minute', '6', '--limits-without-redis', 'closed']);
     expect((await health(urls[0])).redis).toMatchObject({ state: 'up', limitsWithoutRedis: 'closed', eviction: { policy: 'noeviction' } });
+    // A start with Redis up says no outage.
+    for (const replica of replicas) expect(replica.output()).not.toMatch(/unavailable|not usable/);
     redis!.freeze();
     const answers = await burst(urls, 30, 'closed');
     expect(answers.filter((a) => a.status === 200)).toHaveLength(0);
@@ -101,7 +103,9 @@ describe('a frozen Redis under several replicas', () => {
     }
     expect(provider!.stats().total).toBe(0);
     for (const url of urls) {
-      await until(async () => (await health(url)).status === 'degraded', `${url} to say degraded`);
+      // Its probe notices, however few requests this replica sees.
+      await until(async () => (await health(url)).redis?.probe === 'down', `${url}'s probe to notice`);
+      expect((await health(url)).status).toBe('degraded');
       expect((await health(url)).redis).toMatchObject({ state: 'down', cause: 'timeout' });
       const metrics = await (await fetch(`${url}/orchestrator/metrics`)).text();
       expect(metrics).toMatch(/^gateway_redis_coordination_up 0$/m);
@@ -112,6 +116,19 @@ describe('a frozen Redis under several replicas', () => {
     for (const url of urls) await until(async () => (await health(url)).redis?.state === 'up', `${url} to be up again`, 20_000, async () => (await health(url)).redis);
     expect((await ask(urls[0], `after ${Math.random()}`, {}, 'sk-another-caller')).status).toBe(200);
     expect(await (await fetch(`${urls[0]}/orchestrator/metrics`)).text()).toMatch(/^gateway_redis_coordination_up 1$/m);
+    // Each change said once, at the default level (info), the way back included, for the fleet and for each part.
+    const count = (text: string, pattern: RegExp) => text.split('\n').filter((line) => pattern.test(line)).length;
+    const parts = ['rate limits', 'replica coordination', 'spend caps'];
+    const balanced = (output: string) =>
+      count(output, /Redis answers again/) === 1 && parts.every((part) => count(output, new RegExp(`${part} through Redis is back`)) === count(output, new RegExp(`${part} through Redis unavailable`)));
+    for (const replica of replicas) {
+      // Lines reach stdout in batches: wait for the last ones.
+      await until(async () => balanced(replica.output()), 'every outage line to have its back line', 5_000, async () => replica.output().split('\n').filter((l) => /Redis/.test(l)));
+      const output = replica.output();
+      expect(count(output, /Redis is not usable \(timeout/)).toBe(1);
+      expect(count(output, /Redis answers again/)).toBe(1);
+      for (const part of parts) expect(count(output, new RegExp(`${part} through Redis unavailable`))).toBeLessThanOrEqual(1);
+    }
   }, 120_000);
 
   it('share: with Redis frozen, a limit of 6 requests over 3 replicas admits at most 6 in all (2 each), and a cap of 12 USD spends at most 12', async () => {

@@ -175,6 +175,8 @@ export class RedisHealth {
     return {
       state: this.overall,
       since: new Date(this.since).toISOString(),
+      // Redis's answer to the probe alone (`parts` say what failed for the parts that use it).
+      probe: this.probeState,
       ...(problem ? { cause: problem.cause, error: problem.error } : {}),
       parts: Object.fromEntries([...this.parts].map(([part, p]) => [part, { state: 'degraded', cause: p.cause, error: p.error }])),
       fleetSize: this.fleetSeen,
