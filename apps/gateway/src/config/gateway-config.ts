@@ -354,7 +354,7 @@ const FLAGS: Record<string, FlagSpec> = {
   'ready-requires-store': {
     env: 'ORCHESTRATOR_READY_REQUIRES_STORE',
     boolean: true,
-    help: 'with --redis: /health/ready fails while Redis is unreachable (default: ready, answering from memory)',
+    help: 'with --redis: /health/ready fails while Redis is unusable, whatever the cause (unreachable, frozen, auth, TLS, cross-slot or topology errors, out of memory) (default: ready, answering from memory)',
   },
   'otlp-endpoint': {
     env: 'OTEL_EXPORTER_OTLP_ENDPOINT',
