@@ -163,6 +163,24 @@ describe('a frozen Redis under several replicas', () => {
     expect(admitted).toBeGreaterThan(6);
   }, 120_000);
 
+  it('a Redis that refuses the password: the fleet says degraded with cause auth from the start, /health/ready fails with --ready-requires-store, requests are answered', async () => {
+    redis = await startOwnedRedis({ requirePassword: 'the-right-password' });
+    provider = await startMockProvider({ latencyMs: 5 });
+    const replica = await startGatewayProcess(['--upstream', provider.url, '--redis', `redis://:a-wrong-password@127.0.0.1:${redis.port}`, '--ready-requires-store']);
+    replicas.push(replica);
+    await until(async () => (await health(replica.url)).redis?.state === 'down', 'the replica to say Redis is down');
+    const seen = await health(replica.url);
+    expect(seen.status).toBe('degraded');
+    expect(seen.redis).toMatchObject({ state: 'down', cause: 'auth' });
+    const ready = await fetch(`${replica.url}/health/ready`);
+    expect(ready.status).toBe(503);
+    expect(((await ready.json()) as { details: Record<string, unknown> }).details.redis).toMatchObject({ status: 'down', cause: 'auth' });
+    expect((await ask(replica.url, `auth ${Math.random()}`)).status).toBe(200);
+    expect(await (await fetch(`${replica.url}/orchestrator/metrics`)).text()).toMatch(/^gateway_redis_coordination_up 0$/m);
+    // No password in what the gateway says.
+    expect(replica.output()).not.toContain('a-wrong-password');
+  }, 120_000);
+
   it('a herd against a slow provider while Redis is frozen: at most one call per replica, every caller answered', async () => {
     const urls = await fleet([], 1_500);
     redis!.freeze();
