@@ -466,6 +466,24 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     await until('a new worker to serve', () => health(gateway.url), (h) => h.workers?.reporting === 2 && !h.workers.list.some((w) => w.pid === leader.pid));
   }, 300_000);
 
+  it("a worker killed after a scrape: the port's counters keep what it had counted (an upstream call it made is still counted)", async () => {
+    const { gateway } = await start();
+    const url = gateway.url;
+    // Each on a connection of its own: node:cluster hands them to the workers in turn, so both make calls.
+    for (let i = 0; i < 6; i++) expect((await askOnNewConnection(url, chat(uniquePrompt('counted')))).status).toBe(200);
+    const calls = async () => valueOf(parseMetrics(await (await fetch(`${url}/orchestrator/metrics`)).text()), 'orchestrator_upstream_calls_total', { result: 'ok' });
+    expect(await calls()).toBe(6);
+    const h = await health(url);
+    const victim = h.workers!.list.find((w) => w.dedup.miss > 0)!;
+    process.kill(victim.pid, 'SIGKILL');
+    // (A kept-alive connection to the victim fails once: read again.)
+    await until('a new worker to serve', () => health(url).catch(() => undefined), (now) => now?.workers?.reporting === 2 && !now.workers.list.some((w) => w.pid === victim.pid), 120_000);
+    // The victim's calls stay counted, whichever worker answers the scrape.
+    for (let i = 0; i < 4; i++) expect(await calls()).toBe(6);
+    expect((await askOnNewConnection(url, chat(uniquePrompt('after the kill')))).status).toBe(200);
+    expect(await calls()).toBe(7);
+  }, 300_000);
+
   it('the leading worker killed in the middle of a stream: the other worker\'s callers get a leader_lost error event, never an answer stitched from a second call', async () => {
     const { gateway } = await start();
     const before = await health(gateway.url);

@@ -149,6 +149,7 @@ describe('parseGatewayConfig', () => {
       redisUrl: undefined,
       redisTimeoutMs: 500,
       redisPrefix: 'npo',
+      limitsWithoutRedis: 'share',
       gatewayKeys: [],
       providerKey: undefined,
       budgets: { rateWindowMs: 60_000, streamUsage: true, requestLogMaxBytes: 50 * 1024 * 1024, requestLogFiles: 5, reserveOutputTokens: 4096 },

@@ -1,3 +1,4 @@
+import { RedisHealthMetrics } from './shared-state/redis-health-metrics.js';
 import { Global, Logger as NestLogger, Module, type DynamicModule, type MiddlewareConsumer, type NestModule } from '@nestjs/common';
 import { APP_GUARD } from '@nestjs/core';
 import type { Logger } from 'pino';
@@ -125,7 +126,7 @@ export class GatewayModule implements NestModule {
         HealthController,
         ...(o.statusPath === undefined ? [] : [statusController(o.statusPath)]),
       ],
-      providers: [{ provide: APP_GUARD, useClass: GatewayGuard }, StatusBoard, GatewayTelemetry, UpstreamRotation, FleetHeartbeat],
+      providers: [{ provide: APP_GUARD, useClass: GatewayGuard }, StatusBoard, GatewayTelemetry, UpstreamRotation, FleetHeartbeat, RedisHealthMetrics],
     };
   }
 

@@ -1,5 +1,5 @@
 import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
-import { MemoryWindowCounters, RedisThrottlerStorage, type WindowCounters } from 'nest-prompt-orchestrator/throttler';
+import { CountersUnavailableError, MemoryWindowCounters, RedisThrottlerStorage, type WindowCounters } from 'nest-prompt-orchestrator/throttler';
 import { parseTraceParent } from 'nest-prompt-orchestrator/internal';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
@@ -25,6 +25,10 @@ export class Budgets implements OnApplicationShutdown {
   readonly prices: PriceTable;
   readonly ledger: SpendLedger;
   private readonly counters: WindowCounters;
+  /** Counts kept in this process while the shared ones (Redis) are unavailable (`--limits-without-redis` open or share). */
+  private readonly localCounters = new MemoryWindowCounters();
+  private readonly withoutRedis: GatewayConfig['limitsWithoutRedis'];
+  private readonly shared: SharedState;
   private readonly requestLog?: RequestLog;
   private readonly logger = new Logger('Gateway');
   private readonly window: number;
@@ -50,18 +54,31 @@ export class Budgets implements OnApplicationShutdown {
     this.holdMs = Math.max(10 * 60_000, 2 * config.timeoutMs);
     const redis = shared.redis;
     const opTimeoutMs = Math.max(config.redisTimeoutMs, 50);
+    this.shared = shared;
+    this.withoutRedis = config.limitsWithoutRedis;
     this.counters = redis
       ? new RedisThrottlerStorage({
           client: redis,
           prefix: config.redisPrefix,
           opTimeoutMs,
-          onState: (state, error) =>
-            state === 'degraded'
-              ? log(`rate limits through Redis unavailable (${((error as Error)?.message ?? '').slice(0, 120)}); each replica counts alone until it is back`)
-              : this.logger.log('rate limits through Redis are back'),
+          // Whoever asks decides what a count that cannot be shared means (--limits-without-redis).
+          whenUnavailable: 'throw',
+          // Never skipped on its own: while Redis is down its commands fail at once (RedisHealth), and once it is
+          // back the very next count is shared again (under `closed`, not refused a second longer).
+          retryMs: 0,
+          onState: (state, error) => shared.health?.report('rate-limits', state, error),
         })
       : new MemoryWindowCounters();
-    this.ledger = new SpendLedger({ redis, slotPerScope: shared.topology === 'cluster', prefix: config.redisPrefix, opTimeoutMs, file: redis ? undefined : budgets.spendFile, log });
+    this.ledger = new SpendLedger({
+      redis,
+      slotPerScope: shared.topology === 'cluster',
+      prefix: config.redisPrefix,
+      opTimeoutMs,
+      file: redis ? undefined : budgets.spendFile,
+      log,
+      withoutRedis: () => ({ mode: this.withoutRedis, replicas: this.replicas() }),
+      onState: shared.health ? (state, error) => shared.health?.report('spend-caps', state, error) : undefined,
+    });
     if (budgets.requestLog) this.requestLog = new RequestLog(budgets.requestLog, budgets.requestLogMaxBytes, budgets.requestLogFiles, log);
   }
 
@@ -87,13 +104,13 @@ export class Budgets implements OnApplicationShutdown {
     const requests = key?.requestsPerMinute ?? this.settings.requestsPerWindow;
     const tokens = key?.tokensPerMinute ?? this.settings.tokensPerWindow;
     if (tokens !== undefined) {
-      const used = await this.counters.add(`tokens:${rateKey}`, this.window, 0);
-      if (used.total >= tokens) {
+      const { value: used, limit } = await this.counted(tokens, (counters) => counters.add(`tokens:${rateKey}`, this.window, 0));
+      if (used.total >= limit) {
         throw rateLimited(`Token rate limit reached: ${used.total} of ${tokens} tokens used in this ${this.window / 1000} s window.`, used.timeToExpire);
       }
     }
     if (requests !== undefined) {
-      const hit = await this.counters.increment(rateKey, this.window, requests, 0, 'requests');
+      const { value: hit } = await this.counted(requests, (counters, limit) => counters.increment(rateKey, this.window, limit, 0, 'requests'));
       if (hit.isBlocked) {
         throw rateLimited(`Rate limit reached: ${requests} requests per ${this.window / 1000} s window.`, hit.timeToBlockExpire);
       }
@@ -127,6 +144,7 @@ export class Budgets implements OnApplicationShutdown {
       context.hold = result.hold;
       return;
     }
+    if ('unavailable' in result) throw limitsUnavailable('spend cap');
     const { scope, cap } = caps[result.refused.index];
     const usd = (nano: number) => Number((nano / NANO).toFixed(6));
     const message =
@@ -156,7 +174,11 @@ export class Budgets implements OnApplicationShutdown {
     const settled = this.priced(context.servedModel ?? modelOf(body), usage);
     const costNano = settled.costNano;
     context.settled = settled;
-    if (context.rateKey) void this.counters.add(`tokens:${context.rateKey}`, this.window, usage.input + usage.output);
+    if (context.rateKey) {
+      const rateKey = context.rateKey;
+      const tokens = usage.input + usage.output;
+      void this.counters.add(`tokens:${rateKey}`, this.window, tokens).catch(() => this.localCounters.add(`tokens:${rateKey}`, this.window, tokens));
+    }
     // What the requests that reuse this answer saved: they read it from the call's tag.
     if (context.tag) context.tag.settled = settled;
     const counted = this.ledger.settle(hold, context.keyName, costNano);
@@ -259,9 +281,30 @@ export class Budgets implements OnApplicationShutdown {
     await this.requestLog?.close();
   }
 
+  /**
+   * A count through the shared counters; while they are unavailable, as --limits-without-redis says: this
+   * replica's own count against the whole limit (`open`) or its share of it (`share`), or refused (`closed`).
+   */
+  private async counted<T>(limit: number, count: (counters: WindowCounters, limit: number) => Promise<T>): Promise<{ value: T; limit: number }> {
+    try {
+      return { value: await count(this.counters, limit), limit };
+    } catch (error) {
+      if (!(error instanceof CountersUnavailableError)) throw error;
+      if (this.withoutRedis === 'closed') throw limitsUnavailable('rate limit');
+      const share = this.withoutRedis === 'share' ? Math.max(0, Math.floor(limit / this.replicas())) : limit;
+      return { value: await count(this.localCounters, share), limit: share };
+    }
+  }
+
+  /** Gateway processes sharing this Redis, as last seen (at least 1). */
+  private replicas(): number {
+    return this.shared.health?.fleetSize ?? 1;
+  }
+
   private async checkCap(scope: string, cap: SpendCap, who: string): Promise<void> {
-    const spent = await this.ledger.spent(scope, cap);
-    if (spent < Math.round(cap.usd * NANO)) return;
+    const status = await this.ledger.capStatus(scope, cap);
+    if (status.spentNano === undefined) throw limitsUnavailable('spend cap');
+    if (!status.reached) return;
     throw quotaExceeded(`${who} has reached its spend cap of ${cap.usd} USD per ${cap.period} (UTC); requests resume next ${cap.period}.`);
   }
 }
@@ -292,6 +335,23 @@ function unpriced(model: string | undefined, fallback = false): ApiError {
     'model',
     'invalid_request_error',
   );
+}
+
+/**
+ * A limit or cap applies but its shared count (Redis) cannot be read, and --limits-without-redis closed says not to
+ * guess: a 503 the SDKs retry, after Redis has had time to come back.
+ */
+function limitsUnavailable(what: 'rate limit' | 'spend cap'): ApiError {
+  const error = new ApiError(
+    503,
+    `A ${what} applies to this request and its shared count cannot be checked (Redis is unavailable); the gateway refuses rather than pass it unchecked (--limits-without-redis closed). Retry shortly.`,
+    'limits_unavailable',
+    null,
+    'service_unavailable',
+  );
+  error.retryAfter = '2';
+  error.retryable = true;
+  return error;
 }
 
 function rateLimited(message: string, retryAfterSeconds: number): ApiError {

@@ -157,6 +157,14 @@ export class SpendLedger {
       file?: string;
       now?: () => number;
       log?: (line: string) => void;
+      /**
+       * What caps do while Redis does not answer (`--limits-without-redis`): `open`, this replica's own count
+       * against the whole cap; `closed`, no answer (the caller refuses); `share`, its own count against the cap
+       * divided by `replicas`. Default `open`.
+       */
+      withoutRedis?: () => { mode: 'open' | 'closed' | 'share'; replicas: number };
+      /** Redis failed (once per outage) or is back; without it, both are said through `log`. */
+      onState?: (state: 'ok' | 'degraded', error?: unknown) => void;
     } = {},
   ) {
     if (options.file) this.load(options.file);
@@ -194,7 +202,7 @@ export class SpendLedger {
    * request is let in while the cap has room, so concurrent requests pass a cap by at most one request's hold.
    * Across replicas through Redis (one Lua script); in this replica alone while Redis is away.
    */
-  async reserve(caps: ScopedCap[], amountNano: number, holdMs: number): Promise<{ hold: Hold } | { refused: Refusal }> {
+  async reserve(caps: ScopedCap[], amountNano: number, holdMs: number): Promise<{ hold: Hold } | { refused: Refusal } | { unavailable: true }> {
     const now = this.now;
     const totals = caps.map(({ scope, cap }) => `${periodKey(cap.period, now)}:${scope}`);
     const amount = Math.max(0, Math.round(amountNano));
@@ -203,7 +211,11 @@ export class SpendLedger {
     let refused: Refusal | undefined;
     if (this.options.redis) {
       const answer = await this.reserveShared(caps, totals, hold, holdMs);
-      refused = answer === undefined ? this.localRefusal(caps, totals) : answer === 'held' ? undefined : answer;
+      if (answer === undefined) {
+        const without = this.withoutRedis();
+        if (without.mode === 'closed') return { unavailable: true };
+        refused = this.localRefusal(caps, totals, without.mode === 'share' ? without.replicas : 1);
+      } else refused = answer === 'held' ? undefined : answer;
     } else refused = this.localRefusal(caps, totals);
     if (refused) return { refused };
     this.holds.set(hold.id, hold);
@@ -297,11 +309,16 @@ export class SpendLedger {
     return this.held.get(`${periodKey(cap.period, this.now)}:${scope}`) ?? 0;
   }
 
-  private localRefusal(caps: ScopedCap[], totals: string[]): Refusal | undefined {
+  private withoutRedis(): { mode: 'open' | 'closed' | 'share'; replicas: number } {
+    return this.options.withoutRedis?.() ?? { mode: 'open', replicas: 1 };
+  }
+
+  /** Refused by this replica's own count: against the whole cap, or (`replicas` > 1) against its share of it. */
+  private localRefusal(caps: ScopedCap[], totals: string[], replicas = 1): Refusal | undefined {
     for (let i = 0; i < caps.length; i++) {
       const spentNano = this.totals.get(totals[i])?.spentNano ?? 0;
       const heldNano = this.held.get(totals[i]) ?? 0;
-      if (spentNano + heldNano >= Math.round(caps[i].cap.usd * NANO)) return { index: i, spentNano, heldNano };
+      if (spentNano + heldNano >= Math.floor(Math.round(caps[i].cap.usd * NANO) / Math.max(1, replicas))) return { index: i, spentNano, heldNano };
     }
     return undefined;
   }
@@ -313,11 +330,27 @@ export class SpendLedger {
 
   /** USD (in billionths) spent by `scope` in the cap's current period; the fleet's total when shared through Redis. */
   async spent(scope: string, cap: SpendCap): Promise<number> {
+    const status = await this.capStatus(scope, cap);
+    return status.spentNano ?? 0;
+  }
+
+  /**
+   * What is spent under a cap, and whether it is reached: the fleet's total when Redis answers; while it does
+   * not, as `withoutRedis` says (`spentNano` undefined: nobody can tell, under `closed`).
+   */
+  async capStatus(scope: string, cap: SpendCap): Promise<{ spentNano?: number; reached: boolean }> {
     const id = `${periodKey(cap.period, this.now)}:${scope}`;
     const local = this.totals.get(id)?.spentNano ?? 0;
-    if (!this.options.redis) return local;
+    const capNano = Math.round(cap.usd * NANO);
+    if (!this.options.redis) return { spentNano: local, reached: local >= capNano };
     const shared = await this.command(['GET', this.redisKey(id, 'spent')]);
-    return shared === undefined ? local : Math.max(local, Number(shared ?? 0));
+    if (shared !== undefined) {
+      const spentNano = Math.max(local, Number(shared ?? 0));
+      return { spentNano, reached: spentNano >= capNano };
+    }
+    const without = this.withoutRedis();
+    if (without.mode === 'closed') return { reached: false };
+    return { spentNano: local, reached: local >= Math.floor(capNano / (without.mode === 'share' ? Math.max(1, without.replicas) : 1)) };
   }
 
   /** This process's view of the totals in the current day and month (for /health and the docs' examples). */
@@ -361,13 +394,15 @@ export class SpendLedger {
       if (period) void redis.sendCommand(['EXPIRE', args[1], String(EXPIRE_SECONDS[period])]).catch(() => undefined);
       if (this.redisDown) {
         this.redisDown = false;
-        this.options.log?.('spend totals: Redis is back');
+        if (this.options.onState) this.options.onState('ok');
+        else this.options.log?.('spend totals: Redis is back');
       }
       return result;
     } catch (error) {
       if (!this.redisDown) {
         this.redisDown = true;
-        this.options.log?.(`spend totals: Redis unavailable (${((error as Error).message ?? '').slice(0, 120)}); caps use this replica's own count until it is back`);
+        if (this.options.onState) this.options.onState('degraded', error);
+        else this.options.log?.(`spend totals: Redis unavailable (${((error as Error).message ?? '').slice(0, 120)}); caps use this replica's own count until it is back`);
       }
       return undefined;
     }

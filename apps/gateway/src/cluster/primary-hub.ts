@@ -54,6 +54,9 @@ const METRIC_AGGREGATORS: Record<string, 'max' | 'min'> = {
   orchestrator_breaker_state: 'max',
   orchestrator_breaker_consecutive_failures: 'max',
   orchestrator_store_up: 'min',
+  // The port is one fleet only while every worker coordinates.
+  gateway_redis_coordination_up: 'min',
+  gateway_redis_keys_evictable: 'max',
 };
 
 /**
@@ -86,6 +89,14 @@ export class PrimaryHub {
   private readonly serving = new Map<number, Worker>();
   /** Workers that have spoken or listened: the ones told of breaker changes. */
   private readonly known = new Map<number, Worker>();
+  /** Each live worker's counters as it last reported them in a scrape (a silent worker's stand in for it). */
+  private readonly lastCounters = new Map<number, MetricList>();
+  /**
+   * The last counters of workers that have exited, merged into one list: a counter never goes down on the port
+   * because a worker died (its replacement counts from zero on top of them).
+   */
+  private departed: MetricList = [];
+  private merging: Promise<void> = Promise.resolve();
 
   constructor(options: PrimaryHubOptions = {}) {
     this.maxFlightBytes = options.maxFlightBytes ?? 32 * 1024 * 1024;
@@ -227,6 +238,14 @@ export class PrimaryHub {
   gone(worker: Worker): void {
     this.serving.delete(worker.id);
     this.known.delete(worker.id);
+    const last = this.lastCounters.get(worker.id);
+    this.lastCounters.delete(worker.id);
+    if (last) {
+      this.merging = this.merging.then(async () => {
+        const merged = await AggregatorRegistry.aggregate([this.departed, last] as Parameters<typeof AggregatorRegistry.aggregate>[0]).getMetricsAsJSON();
+        this.departed = countersOf(merged as unknown as MetricList);
+      });
+    }
     for (const flight of [...this.flights.values()]) {
       if (flight.leader === worker.id) {
         // Its followers take the call over (or fail, if part of it had reached their callers).
@@ -269,6 +288,7 @@ export class PrimaryHub {
     const gathering = this.gatherings.get(g);
     if (!gathering || !gathering.waiting.delete(worker.id)) return;
     if (data !== null) gathering.parts.push({ pid: worker.process.pid ?? 0, data });
+    if (gathering.what === 'metrics' && Array.isArray(data)) this.lastCounters.set(worker.id, countersOf(data as MetricList));
     if (gathering.waiting.size === 0) void this.finish(g);
   }
 
@@ -280,7 +300,10 @@ export class PrimaryHub {
     const silent = [...gathering.waiting.values()];
     let reply: GatherReply;
     if (gathering.what === 'metrics') {
-      reply = { what: 'metrics', text: await aggregateMetrics(gathering.parts.map((p) => p.data), silent.length) };
+      await this.merging;
+      // Counters of the workers gone, and of those too busy to answer this time, as they last reported them.
+      const kept = [this.departed, ...[...gathering.waiting.keys()].map((id) => this.lastCounters.get(id) ?? [])].filter((list) => list.length > 0);
+      reply = { what: 'metrics', text: await aggregateMetrics(gathering.parts.map((p) => p.data), silent.length, kept) };
     } else reply = { what: gathering.what, parts: gathering.parts, silent };
     if (gathering.asker.isConnected()) send(gathering.asker, { gw: 're', c: gathering.c, v: reply });
   }
@@ -292,25 +315,35 @@ export class PrimaryHub {
   }
 }
 
+/** prom-client's metrics as JSON (what a worker sends for a scrape). */
+type MetricList = Array<{ name: string; type?: string; aggregator?: string }>;
+
+/** The metrics of a list that only ever grow (counters, histograms): what may stand for a worker no longer answering. */
+function countersOf(list: MetricList): MetricList {
+  return list.filter((metric) => metric.type === 'counter' || metric.type === 'histogram');
+}
+
 /**
- * Every worker's metrics as one registry's text: counters and histograms summed, a few figures by max or min, and
- * the labels a request names (model, tenant) capped for the whole port, not per worker.
+ * Every worker's metrics as one registry's text: counters and histograms summed, a few gauges by max or min, and
+ * the labels a request names (model, tenant) capped for the whole port, not per worker; `kept` adds counters of
+ * workers that did not answer (gone, or silent this time).
  */
-async function aggregateMetrics(parts: unknown[], silent: number): Promise<string> {
-  const lists = capPortLabels(parts.filter(Array.isArray) as Array<Array<{ name: string; aggregator?: string }>>).map((metrics) =>
+async function aggregateMetrics(parts: unknown[], silent: number, kept: MetricList[] = []): Promise<string> {
+  const answered = parts.filter(Array.isArray) as MetricList[];
+  const lists = capPortLabels([...answered, ...kept]).map((metrics) =>
     metrics.map((metric) => {
       const aggregator = METRIC_AGGREGATORS[metric.name];
       return aggregator ? { ...metric, aggregator } : metric;
     }),
   );
-  const registry = AggregatorRegistry.aggregate(lists);
+  const registry = AggregatorRegistry.aggregate(lists as Parameters<typeof AggregatorRegistry.aggregate>[0]);
   const workers = new Gauge({
     name: 'gateway_workers',
     help: 'Workers whose figures this scrape adds up (reporting), and those that did not answer in time (silent).',
     labelNames: ['state'],
     registers: [registry],
   });
-  workers.set({ state: 'reporting' }, lists.length);
+  workers.set({ state: 'reporting' }, answered.length);
   workers.set({ state: 'silent' }, silent);
   return registry.metrics();
 }

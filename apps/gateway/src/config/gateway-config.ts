@@ -82,6 +82,11 @@ export interface GatewayConfig {
   redisTimeoutMs: number;
   /** Namespace of every Redis key and channel. */
   redisPrefix: string;
+  /**
+   * `--limits-without-redis`: what rate limits and spend caps do while the Redis they are counted in is unusable:
+   * `open` (each replica counts alone), `closed` (refused with a 503), `share` (each replica enforces its share).
+   */
+  limitsWithoutRedis: LimitsWithoutRedis;
   /** Keys clients must present; empty = pass the client's own key through. */
   gatewayKeys: string[];
   /** Key the gateway sends upstream instead of the client's. */
@@ -97,6 +102,8 @@ export interface GatewayConfig {
 }
 
 export type LogFormat = 'json' | 'pretty';
+
+export type LimitsWithoutRedis = 'open' | 'closed' | 'share';
 
 export interface ObservabilityConfig {
   /** Route of the Prometheus metrics; undefined with --no-metrics. */
@@ -314,7 +321,12 @@ const FLAGS: Record<string, FlagSpec> = {
   'redis-timeout': {
     env: 'ORCHESTRATOR_REDIS_TIMEOUT_SECS',
     value: 'SECS',
-    help: 'longest one Redis operation may take; slower is a miss, and Redis is skipped until it answers (default 0.5)',
+    help: 'longest one Redis operation may take; slower is a miss, and Redis is skipped until it answers; Redis is also probed this often (default 0.5)',
+  },
+  'limits-without-redis': {
+    env: 'ORCHESTRATOR_LIMITS_WITHOUT_REDIS',
+    value: 'MODE',
+    help: 'with --redis, while Redis is unusable, rate limits and spend caps are: share (each replica enforces its share: limit / processes seen in the last minute), closed (requests they apply to are refused with 503 limits_unavailable and Retry-After), or open (each replica applies the whole limit alone: the fleet may admit replicas x limit) (default share; docs/scaling.md)',
   },
   'gateway-keys': {
     env: 'ORCHESTRATOR_GATEWAY_KEYS',
@@ -365,7 +377,7 @@ const FLAGS: Record<string, FlagSpec> = {
   'ready-requires-store': {
     env: 'ORCHESTRATOR_READY_REQUIRES_STORE',
     boolean: true,
-    help: 'with --redis: /health/ready fails while Redis is unreachable (default: ready, answering from memory)',
+    help: 'with --redis: /health/ready fails while Redis is unusable, whatever the cause (unreachable, frozen, auth, TLS, cross-slot or topology errors, out of memory) (default: ready, answering from memory)',
   },
   'otlp-endpoint': {
     env: 'OTEL_EXPORTER_OTLP_ENDPOINT',
@@ -515,6 +527,7 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     redisTls,
     redisTimeoutMs: seconds('redis-timeout', 0.5),
     redisPrefix: redisPrefixRaw ?? 'npo',
+    limitsWithoutRedis: parseLimitsWithoutRedis(raw('limits-without-redis')),
     gatewayKeys: (raw('gateway-keys') ?? '')
       .split(',')
       .map((k) => k.trim())
@@ -739,4 +752,10 @@ export function defaultMaxConnections(): number {
   } catch {
     return wanted;
   }
+}
+
+function parseLimitsWithoutRedis(value: string | undefined): LimitsWithoutRedis {
+  if (value === undefined) return 'share';
+  if (value === 'open' || value === 'closed' || value === 'share') return value;
+  throw new ConfigError(`--limits-without-redis must be share, closed or open, got "${value}"`);
 }

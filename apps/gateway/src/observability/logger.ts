@@ -55,12 +55,18 @@ function stdoutWriter(): LineWriter {
   return writer;
 }
 
-/** Nest's own messages (warnings, errors) as lines of the same logger, so that stdout stays one format. */
+/** Contexts whose `log` lines are news for the operator (an outage over, a reload that took), unlike Nest's start-up chatter. */
+const OWN_CONTEXTS = new Set(['Gateway', 'Orchestrator']);
+
+/**
+ * Nest's own messages (warnings, errors) as lines of the same logger, so that stdout stays one format; the
+ * gateway's and the orchestrator's own `log` lines too, at `info`.
+ */
 export function nestLoggerOf(logger: Logger, levels: LogLevel[] = ['error', 'warn']): LoggerService {
   const enabled = new Set(levels);
   const write = (level: 'info' | 'warn' | 'error' | 'debug' | 'trace', nestLevel: LogLevel) => (message: unknown, ...rest: unknown[]) => {
-    if (!enabled.has(nestLevel)) return;
     const context = typeof rest.at(-1) === 'string' ? (rest.at(-1) as string) : undefined;
+    if (!enabled.has(nestLevel) && !(nestLevel === 'log' && context !== undefined && OWN_CONTEXTS.has(context))) return;
     logger[level]({ context }, typeof message === 'string' ? message : String((message as Error)?.message ?? message));
   };
   return { log: write('info', 'log'), warn: write('warn', 'warn'), error: write('error', 'error'), debug: write('debug', 'debug'), verbose: write('trace', 'verbose') };

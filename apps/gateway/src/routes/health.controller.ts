@@ -10,6 +10,7 @@ import { ControlKeys, KEYLESS_PROBE } from '../http/gateway.guard.js';
 import { Lifecycle } from '../http/lifecycle.js';
 import { UPSTREAM } from './shaping.js';
 import { FleetHeartbeat } from '../status/fleet-heartbeat.js';
+import { SharedState } from '../shared-state/shared-state.js';
 import { UPSTREAM_POOL, poolState } from '../upstreams/upstream-set.js';
 import { UpstreamRotation } from '../upstreams/upstream-rotation.js';
 
@@ -60,6 +61,7 @@ export class HealthController {
     private readonly fleet: FleetHeartbeat,
     private readonly adapterHost: HttpAdapterHost,
     private readonly rotation: UpstreamRotation,
+    private readonly shared: SharedState,
   ) {
     this.keys = new ControlKeys(config, budgets);
     workers.channel?.provide('health', () => this.part());
@@ -78,7 +80,18 @@ export class HealthController {
   @SetMetadata(KEYLESS_PROBE, true)
   @Header('cache-control', 'no-store')
   ready(@Req() request: IncomingMessage, @Res({ passthrough: true }) response: unknown): HealthReport | ProbeStatus {
-    const report = readinessReport(this.orchestrator, { requireStore: this.config.observability.readyRequiresStore });
+    const requireStore = this.config.observability.readyRequiresStore;
+    const redis = this.shared.health;
+    // Every way coordination fails (down, frozen, auth, TLS, cross-slot, topology), not only the window's store.
+    const indicators = redis
+      ? {
+          redis: () => {
+            const problem = redis.problem;
+            return { status: redis.state === 'up' || !requireStore ? ('up' as const) : ('down' as const), state: redis.state, ...(problem ? { cause: problem.cause, error: problem.error } : {}) };
+          },
+        }
+      : undefined;
+    const report = readinessReport(this.orchestrator, { requireStore, indicators });
     if (report.status !== 'ok') this.adapterHost.httpAdapter.status(response, 503);
     return this.shown(request, report);
   }
@@ -101,9 +114,11 @@ export class HealthController {
     const fallbacks = this.rotation.file?.fallbacks;
     // Redis's, or the workers' own through their primary.
     const coordination = health.coordination;
+    // Whether coordination through Redis works, and why not (null without --redis).
+    const redis = this.shared.health ? { ...this.shared.health.view(), limitsWithoutRedis: this.config.limitsWithoutRedis } : null;
     const report = {
-      // Degraded: answers keep coming, but from memory only and per replica (Redis is unreachable).
-      status: store?.state === 'degraded' || coordination?.state === 'degraded' ? 'degraded' : 'ok',
+      // Degraded: answers keep coming, but from memory only and per replica (Redis is unusable).
+      status: store?.state === 'degraded' || coordination?.state === 'degraded' || redis?.state === 'down' ? 'degraded' : 'ok',
       upstream: {
         provider: this.config.provider,
         // Several upstreams: available while any of them is in rotation.
@@ -122,6 +137,7 @@ export class HealthController {
       window: { entries: health.window.entries, bytes: health.window.bytes, maxBytes: health.window.maxBytes },
       store: store ?? null,
       coordination: coordination ?? null,
+      redis,
       budgets: this.budgets.health(),
       // Every process sharing the Redis prefix (replicas, and each worker), as their heartbeats say.
       ...(this.fleet.enabled ? { fleet: this.fleet.view().map(fleetLine) } : {}),

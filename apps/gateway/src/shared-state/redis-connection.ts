@@ -64,7 +64,15 @@ export interface RedisLink {
   readonly store: KeyvRedisClient;
   /** Settles once every connection is up, or failed its first attempt. */
   readonly connecting: Promise<unknown>;
+  /** Hears every connection error (a refused password or certificate says why Redis is not shared). */
+  onError(listener: (error: unknown) => void): void;
   close(): Promise<void>;
+}
+
+/** The `onError` side of a link: node-redis's 'error' events, which must have a listener, passed on. */
+function connectionErrors(): { emit: (error: unknown) => void; onError: (listener: (error: unknown) => void) => void } {
+  const listeners: Array<(error: unknown) => void> = [];
+  return { emit: (error) => listeners.forEach((listener) => listener(error)), onError: (listener) => void listeners.push(listener) };
 }
 
 /** Fails commands at once while disconnected (no offline queue) and reconnects backing off to 2 s. */
@@ -89,8 +97,9 @@ export async function openRedisLink(target: RedisTarget, log: { warn(line: strin
   const tls = target.url.startsWith('rediss:') || target.tls !== undefined;
   if (tls) await checkTls(target, waitMs);
   const client = createClient({ url: target.url, disableOfflineQueue: true, socket: socketOptions(target, tls) });
-  // node-redis throws an unhandled 'error' event; the window and the coordinator report the outage once instead.
-  client.on('error', () => undefined);
+  // node-redis throws an unhandled 'error' event; Redis's health reports the outage once instead.
+  const errors = connectionErrors();
+  client.on('error', errors.emit);
   const ready = client.connect().then(
     () => true,
     () => false,
@@ -119,6 +128,7 @@ export async function openRedisLink(target: RedisTarget, log: { warn(line: strin
     subscriber,
     store: client,
     connecting,
+    onError: errors.onError,
     close: () => closeAll([client, subscriber]).then(() => undefined),
   };
 }
@@ -182,8 +192,12 @@ async function openCluster(target: RedisTarget, tls: boolean, waitMs: number): P
     const root = alive ?? createClient({ url: target.url, ...defaults });
     void cluster._slots.rediscover(root).catch(() => undefined);
   };
-  cluster.on('error', () => undefined);
-  cluster.on('node-error', rediscover);
+  const errors = connectionErrors();
+  cluster.on('error', errors.emit);
+  cluster.on('node-error', (error: unknown) => {
+    errors.emit(error);
+    rediscover();
+  });
   cluster.on('node-reconnecting', rediscover);
   // Slots known before anything subscribes (a subscription needs a node to subscribe on).
   const connecting = bounded(cluster.connect(), Math.max(waitMs, 5_000)).catch(() => undefined);
@@ -204,6 +218,7 @@ async function openCluster(target: RedisTarget, tls: boolean, waitMs: number): P
     subscriber: pubSub(cluster),
     store: cluster,
     connecting,
+    onError: errors.onError,
     close: () => closeAll([cluster]).then(() => undefined),
   };
 }
@@ -219,8 +234,9 @@ async function openSentinel(target: RedisTarget, sentinel: SentinelTarget, waitM
     // A failover is noticed from Sentinel's own announcements; the scan is a backstop.
     scanInterval: 2_000,
   });
-  set.on('error', () => undefined);
-  set.on('client-error', () => undefined);
+  const errors = connectionErrors();
+  set.on('error', errors.emit);
+  set.on('client-error', (event: { error?: unknown }) => errors.emit(event?.error ?? event));
   const connecting = set.connect().catch(() => undefined);
   await Promise.race([connecting, sleep(waitMs)]);
   return {
@@ -229,6 +245,7 @@ async function openSentinel(target: RedisTarget, sentinel: SentinelTarget, waitM
     subscriber: pubSub(set),
     store: set,
     connecting,
+    onError: errors.onError,
     close: () => closeAll([set]).then(() => undefined),
   };
 }
@@ -289,4 +306,12 @@ function bounded<T>(promise: Promise<T>, ms: number): Promise<T> {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms).unref());
+}
+
+/**
+ * The fleet heartbeat's hash, and Redis health's probe key beside it: one hash tag, so the probe's script (which
+ * writes the one and reads the other) touches one slot in a Redis Cluster.
+ */
+export function fleetKey(prefix: string, part?: 'probe'): string {
+  return part ? `${prefix}:{fleet}:${part}` : `${prefix}:{fleet}`;
 }

@@ -10,6 +10,7 @@ import { ApiError } from '../http/api-error.js';
 import { redactor } from '../http/redaction.js';
 import type { ClientApi } from '../providers/provider.js';
 import { UpstreamStreamError } from '../upstream/stream-end.js';
+import { RedisHealth } from './redis-health.js';
 import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError } from '../upstream/upstream-client.js';
 
 
@@ -24,10 +25,12 @@ import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError } from '../ups
 export class SharedState implements OnModuleInit, BeforeApplicationShutdown, OnApplicationShutdown {
   readonly windowStore?: Keyv;
   readonly coordinator?: RedisCoordinator;
-  /** The commands connection, for other shared counts (rate limits, spend). */
+  /** The commands connection, for other shared counts (rate limits, spend): fails at once while Redis is known down. */
   readonly redis?: { sendCommand(args: string[]): Promise<unknown> };
   /** `single`, `cluster` or `sentinel`: what `--redis` turned out to be. */
   readonly topology?: RedisTopology;
+  /** Whether coordination through Redis works, and why not (see `RedisHealth`). */
+  readonly health?: RedisHealth;
   private readonly link?: RedisLink;
   private readonly connecting?: Promise<unknown>;
   private readonly logger = new Logger('Gateway');
@@ -36,8 +39,17 @@ export class SharedState implements OnModuleInit, BeforeApplicationShutdown, OnA
     if (!config.redisUrl || !link) return;
     this.link = link;
     this.topology = link.topology;
-    this.redis = link.commands;
     this.connecting = link.connecting;
+    const logger = this.logger;
+    this.health = new RedisHealth({
+      client: link.commands,
+      prefix: config.redisPrefix,
+      periodMs: Math.max(config.redisTimeoutMs, 50),
+      connected: this.connected(),
+      log: { warn: (line) => logger.warn(line), info: (line) => logger.log(line) },
+    });
+    link.onError((error) => this.health?.connectionFailed(error));
+    this.redis = this.health.gate(link.commands);
     // Every entry under `<prefix>:window::` (so `--redis-prefix` isolates answers too): Keyv hands its namespace to
     // the Redis adapter, which prefixes the keys; Keyv's own key prefix would repeat it. Its errors must reach the
     // window (a failure is a miss and an outage), not turn into "not found".
@@ -47,16 +59,14 @@ export class SharedState implements OnModuleInit, BeforeApplicationShutdown, OnA
       useKeyPrefix: false,
     });
     this.coordinator = new RedisCoordinator({
-      client: link.commands,
-      subscriber: link.subscriber,
+      client: this.redis,
+      subscriber: this.health.gateSubscriber(link.subscriber),
       prefix: config.redisPrefix,
       opTimeoutMs: Math.max(config.redisTimeoutMs, 50),
       errorCodec: GATEWAY_ERROR_CODEC,
-      onState: (state, error) =>
-        state === 'degraded'
-          ? this.logger.warn(`replica coordination through Redis unavailable (${describe(error)}); each replica acts alone until it is back`)
-          : this.logger.log('replica coordination through Redis is back'),
+      onState: (state, error) => this.health?.report('coordination', state, error),
     });
+    this.health.start();
   }
 
   /**
@@ -75,6 +85,7 @@ export class SharedState implements OnModuleInit, BeforeApplicationShutdown, OnA
 
   /** Before the window's store closes the shared client: the calls still finishing are not an outage to report. */
   beforeApplicationShutdown(): void {
+    this.health?.close();
     this.coordinator?.close();
   }
 
@@ -154,10 +165,6 @@ function statusOf(value: unknown, fallback: number): number {
 /** A header value or a code from the wire: a short string, or undefined. */
 function shortText(value: unknown): string | undefined {
   return typeof value === 'string' ? value.slice(0, 200) : undefined;
-}
-
-function describe(error: unknown): string {
-  return ((error as Error | undefined)?.message ?? String(error)).slice(0, 200);
 }
 
 function sleep(ms: number): Promise<void> {

@@ -6,6 +6,7 @@ import { hostname } from 'node:os';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
 import { Lifecycle } from '../http/lifecycle.js';
+import { fleetKey } from '../shared-state/redis-connection.js';
 import { SharedState } from '../shared-state/shared-state.js';
 import { poolState } from '../upstreams/upstream-set.js';
 
@@ -96,7 +97,7 @@ export class FleetHeartbeat implements OnModuleInit, OnApplicationShutdown {
     private readonly adapterHost: HttpAdapterHost,
   ) {
     this.enabled = shared.redis !== undefined;
-    this.key = `${config.redisPrefix}:fleet`;
+    this.key = fleetKey(config.redisPrefix);
   }
 
   onModuleInit(): void {

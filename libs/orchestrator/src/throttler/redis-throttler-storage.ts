@@ -17,6 +17,18 @@ export interface RedisThrottlerStorageOptions {
   retryMs?: number;
   /** Redis failed (once per outage) or is back. */
   onState?: (state: 'ok' | 'degraded', error?: unknown) => void;
+  /**
+   * While Redis is away: `count-locally` (default) keeps counts in this process; `throw` rejects with a
+   * `CountersUnavailableError`, so that the caller decides (refuse, or enforce a share of the limit).
+   */
+  whenUnavailable?: 'count-locally' | 'throw';
+}
+
+/** The shared counts could not be read or written (Redis away), with `whenUnavailable: 'throw'`. */
+export class CountersUnavailableError extends Error {
+  constructor(cause?: unknown) {
+    super('rate limit counters in Redis are unavailable', { cause });
+  }
 }
 
 // One round trip, atomic: every replica sees the same count, and the window's expiry is set with its first hit.
@@ -67,25 +79,30 @@ export class RedisThrottlerStorage implements WindowCounters {
   async increment(key: string, ttl: number, limit: number, blockDuration: number, throttlerName: string): Promise<ThrottlerStorageRecord> {
     // The count and its block share a hash tag (one Redis Cluster slot for the script).
     const id = `${this.prefix}:throttle:{t:${throttlerName}:${key}}`;
-    if (!this.available()) return this.local.incrementNow(`${throttlerName}:${key}`, ttl, limit, blockDuration);
+    if (!this.available()) return this.unavailable(() => this.local.incrementNow(`${throttlerName}:${key}`, ttl, limit, blockDuration));
     try {
       const [hits, ttlMs, blocked, blockMs] = (await this.eval(INCREMENT, [id, `${id}:block`], [String(Math.max(1, Math.round(ttl))), String(limit), String(Math.round(blockDuration))])) as number[];
       return { totalHits: Number(hits), timeToExpire: seconds(Number(ttlMs)), isBlocked: Number(blocked) === 1, timeToBlockExpire: Number(blocked) === 1 ? seconds(Number(blockMs)) : 0 };
     } catch (error) {
       this.degrade(error);
-      return this.local.incrementNow(`${throttlerName}:${key}`, ttl, limit, blockDuration);
+      return this.unavailable(() => this.local.incrementNow(`${throttlerName}:${key}`, ttl, limit, blockDuration), error);
     }
   }
 
   async add(key: string, ttlMs: number, amount: number): Promise<WindowCount> {
-    if (!this.available()) return this.local.addNow(key, ttlMs, amount);
+    if (!this.available()) return this.unavailable(() => this.local.addNow(key, ttlMs, amount));
     try {
       const [total, ttl] = (await this.eval(ADD, [`${this.prefix}:count:${key}`], [String(Math.max(1, Math.round(ttlMs))), String(Math.round(amount))])) as number[];
       return { total: Number(total), timeToExpire: seconds(Number(ttl)) };
     } catch (error) {
       this.degrade(error);
-      return this.local.addNow(key, ttlMs, amount);
+      return this.unavailable(() => this.local.addNow(key, ttlMs, amount), error);
     }
+  }
+
+  private unavailable<T>(locally: () => T, error?: unknown): T {
+    if (this.options.whenUnavailable === 'throw') throw new CountersUnavailableError(error);
+    return locally();
   }
 
   private available(): boolean {
