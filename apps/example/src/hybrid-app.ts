@@ -15,7 +15,8 @@ export interface HybridAppOptions {
 /**
  * The example as one hybrid app: HTTP routes and GraphQL on `port`, the TCP microservice on `rpcPort`, all under one
  * orchestrator. `inheritAppConfig` matters: without it Nest gives a connected microservice none of the app's global
- * interceptors (`APP_INTERCEPTOR` ones included), so its handlers' decorators would do nothing.
+ * interceptors (`APP_INTERCEPTOR` ones included), and its decorated handlers would refuse every message with an
+ * `ORCHESTRATOR_NOT_APPLIED` error.
  */
 export async function startHybridApp(options: HybridAppOptions): Promise<INestApplication> {
   const app = await NestFactory.create(ExampleModule, { logger: options.logger ?? ['error', 'warn'] });

@@ -23,6 +23,8 @@ interface AppScope {
   /** Breaker and limiter names claimed by the app's routes (checked once, at start-up). */
   readonly names: RouteNames;
   routesChecked: boolean;
+  /** Whether the decorated message and WebSocket handlers are wrapped with their check (see `guardTransportHandlers`). */
+  handlersGuarded: boolean;
 }
 
 // Keyed by the app's module container: one process may hold several apps (tests do), each with its own engine.
@@ -39,7 +41,7 @@ export function orchestratorOfApp(app: object, options: OrchestratorOptions | un
   const scope = apps.get(app);
   if (!scope) {
     const service = new OrchestratorService(options);
-    const made: AppScope = { service, options, settings, names: new RouteNames(), routesChecked: false };
+    const made: AppScope = { service, options, settings, names: new RouteNames(), routesChecked: false, handlersGuarded: false };
     apps.set(app, made);
     scopes.set(service, made);
     return service;

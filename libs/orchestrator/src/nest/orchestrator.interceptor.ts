@@ -14,7 +14,7 @@ import type { CallEvent } from '../core/events.js';
 import { CAPABILITIES, type RoutePolicy, type RouteSettings } from '../core/policy.js';
 import { claimInterceptor, scopeOf } from './app-scope.js';
 import { CALL_SIGNAL, CALL_UPSTREAM, FALLBACK_METADATA, METADATA } from './constants.js';
-import { withCallSignal } from './contexts/call-scope.js';
+import { withCallSignal, withServedHandler } from './contexts/call-scope.js';
 import { describeContextCall, graphqlRequestOf, isOtherContextKind, wsClientIdentity, type OtherContextKind } from './contexts/context-calls.js';
 import { OrchestratorGraphQLError, errorPayload, transportException } from './contexts/context-errors.js';
 import { fallbackAnswers, type FallbackSetting } from './contexts/fallback.js';
@@ -173,7 +173,8 @@ export class OrchestratorInterceptor implements NestInterceptor {
     const described = describeContextCall(kind, context, route?.name ?? '');
     const policy = route && !described.passThrough ? this.policyOf(context, described.method) : null;
     const onError = catchError((error: unknown) => this.answerOther(error, kind, context, fallback));
-    if (!policy) return next.handle().pipe(onError);
+    // In scope even without a call of its own: the handler's guard (see `guardTransportHandlers`) looks for it.
+    if (!policy) return withServedHandler(() => next.handle()).pipe(onError);
 
     const call: CallRequest = { tenant: this.identityOf(context) ?? this.defaultIdentity(kind, context) };
     const dedup = policy.dedup;

@@ -5,6 +5,7 @@ import { ConfigurableModuleClass, type OPTIONS_TYPE } from './orchestrator.modul
 import { OrchestratorService } from './orchestrator.service.js';
 import { checkRoutes } from './route-check.js';
 import { serveProviderMethods } from './contexts/provider-methods.js';
+import { guardTransportHandlers } from './contexts/transport-guard.js';
 
 /**
  * `OrchestratorModule.forRoot()` (zero config) or
@@ -14,7 +15,9 @@ import { serveProviderMethods } from './contexts/provider-methods.js';
  * `@Concurrency`, `@CallTimeout`, `@Retry`, `@Fallback` and `@Orchestrate` on
  * every HTTP route, GraphQL resolver, microservice handler and WebSocket
  * gateway message, and at start-up wraps the decorated methods of singleton
- * providers so that they apply there too.
+ * providers so that they apply there too. A decorated message or WebSocket
+ * handler the interceptor does not reach (a microservice connected without
+ * `inheritAppConfig`) fails its calls with an error saying so.
  *
  * Import it once, in the root module. Importing it from several modules is
  * safe: they share one interceptor and one set of breakers, limiters and
@@ -27,6 +30,12 @@ export class OrchestratorModule extends ConfigurableModuleClass implements OnMod
     @Optional() private readonly modules?: ModulesContainer,
   ) {
     super();
+    // Here, not in onModuleInit: a hybrid app connects its microservices (and Nest reads their handlers) before init().
+    const scope = orchestrator && scopeOf(orchestrator);
+    if (scope && !scope.handlersGuarded && modules) {
+      scope.handlersGuarded = true;
+      guardTransportHandlers(modules);
+    }
   }
 
   // Nest's generated forRoot reads the keys of its argument: without this default, forRoot() throws.
