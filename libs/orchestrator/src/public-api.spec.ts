@@ -79,7 +79,7 @@ describe('the public API', () => {
       './express',
       ['ExpressMiddleware', 'ExpressOrchestratorOptions', 'ExpressRequestLike', 'ExpressResponseLike', 'Orchestrate', 'OrchestratedHandler', 'Orchestrator', 'RawResponse', 'StreamedResponse', 'orchestrated'],
     ],
-    ['./throttler', ['MemoryWindowCounters', 'RedisThrottlerStorage', 'RedisThrottlerStorageOptions', 'ThrottlerRedisClient', 'WindowCount', 'WindowCounters', 'rateLimitErrorBody']],
+    ['./throttler', ['CountersUnavailableError', 'MemoryWindowCounters', 'RedisThrottlerStorage', 'RedisThrottlerStorageOptions', 'ThrottlerRedisClient', 'WindowCount', 'WindowCounters', 'rateLimitErrorBody']],
   ] as const)('%s exports what users need and nothing of the gateway', (entry, expected) => {
     const names = exportsOf(ENTRIES[entry]).map((s) => s.name).sort();
     expect(names).toEqual([...expected].sort());

@@ -36,7 +36,9 @@ const BREAKER_TRANSITIONS: ReadonlyArray<readonly [BreakerState, BreakerState]> 
   ['half_open', 'closed'],
   ['half_open', 'open'],
 ];
+const TRANSITION_LABELS = BREAKER_TRANSITIONS.map(([from, to]) => ({ from, to }));
 const REFUSAL_REASONS: readonly RefusalReason[] = ['circuit_open', 'overloaded', 'queue_timeout', 'shutting_down', 'no_upstream_available'];
+const REFUSAL_LABELS = REFUSAL_REASONS.map((reason) => ({ reason }));
 /**
  * prom-client's default gauges whose names end in `_total`, which the exposition format keeps for counters
  * (`promtool check metrics` rejects them): the same figures are there by type, without the suffix
@@ -58,6 +60,36 @@ class Children<C> {
     let child = third.get(c);
     if (!child) third.set(c, (child = this.bind(a, b, c)));
     return child;
+  }
+
+  /** Drops the children of `a` (their series were removed: a later count binds new ones). */
+  forget(a: string): void {
+    this.byFirst.delete(a);
+  }
+}
+
+/**
+ * Keeps one series per known name and each of `rest` in `counter`, at 0 until counted (so that `increase()` sees
+ * the first count), and removes those of names no longer known (an upstream removed leaves no series behind).
+ */
+function seriesOfKnown(
+  counter: PromClient.Counter,
+  label: string,
+  known: Iterable<string>,
+  rest: ReadonlyArray<Record<string, string>>,
+  shown: Set<string>,
+  forget?: (name: string) => void,
+): void {
+  const now = new Set(known);
+  for (const name of shown) {
+    if (now.has(name)) continue;
+    for (const labels of rest) counter.remove({ [label]: name, ...labels });
+    shown.delete(name);
+    forget?.(name);
+  }
+  for (const name of now) {
+    shown.add(name);
+    for (const labels of rest) counter.inc({ [label]: name, ...labels }, 0);
   }
 }
 
@@ -126,13 +158,16 @@ export class OrchestratorMetrics {
       buckets: options.latencyBuckets ?? [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers,
     });
+    const transitionNames = new Set<string>();
+    const refusalNames = new Set<string>();
     const transitions = new prom.Counter({
       name: `${p}breaker_transitions_total`,
       help: 'Circuit breaker state changes made here (not those applied from another replica or worker: summed, each counts once); every possible change of every breaker is present from 0.',
       labelNames: ['name', 'from', 'to'],
       registers,
       collect() {
-        for (const b of orchestrator.health().breakers) for (const [from, to] of BREAKER_TRANSITIONS) this.inc({ name: b.name, from, to }, 0);
+        const breakers = orchestrator.health().breakers.map((b) => b.name);
+        seriesOfKnown(this, 'name', breakers, TRANSITION_LABELS, transitionNames);
       },
     });
     const refusals = new prom.Counter({
@@ -141,7 +176,7 @@ export class OrchestratorMetrics {
       labelNames: ['upstream', 'reason'],
       registers,
       collect() {
-        for (const upstream of knownUpstreams()) for (const reason of REFUSAL_REASONS) this.inc({ upstream, reason }, 0);
+        seriesOfKnown(this, 'upstream', knownUpstreams(), REFUSAL_LABELS, refusalNames, (name) => refusalChildren.forget(name));
       },
     });
     const timeouts = new prom.Counter({
