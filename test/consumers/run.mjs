@@ -25,7 +25,10 @@ const jobsAt = args.indexOf('--jobs');
 // each one's timings (a breaker refusal within 1 s, a 200 ms timeout) twice as tight.
 const jobs = jobsAt >= 0 ? Math.max(1, Number(args[jobsAt + 1]) || 1) : 1;
 const wanted = args.filter((arg, i) => !arg.startsWith('--') && !(jobsAt >= 0 && i === jobsAt + 1));
-const fixtures = readdirSync(here).filter((name) => statSync(join(here, name)).isDirectory() && !name.startsWith('.'));
+// `_shared/`: files several fixtures use alike, copied into each copy that names them in its package.json's
+// `consumerShared` (same path in both), so that one source serves them all.
+const SHARED = join(here, '_shared');
+const fixtures = readdirSync(here).filter((name) => statSync(join(here, name)).isDirectory() && !name.startsWith('.') && !name.startsWith('_'));
 for (const name of wanted) {
   if (!fixtures.includes(name)) fail(`unknown fixture ${name} (known: ${fixtures.join(', ')})`);
 }
@@ -120,6 +123,7 @@ async function testFixture(name) {
     recursive: true,
     filter: (source) => !['node_modules', 'dist', 'package-lock.json'].includes(basename(source)),
   });
+  for (const file of JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')).consumerShared ?? []) cpSync(join(SHARED, file), join(dir, file));
   cpSync(tarball, join(dir, 'nest-prompt-orchestrator.tgz'));
   const t0 = Date.now();
   const install = await run(npm, ['install', '--prefer-offline', '--no-audit', '--no-fund', ...cacheArgs], dir, join(work, `${name}.install.log`));
