@@ -1,19 +1,11 @@
 import { Catch, Injectable, Logger, type ExceptionFilter, type OnModuleInit } from '@nestjs/common';
 import { MetadataScanner, ModuleRef, ModulesContainer } from '@nestjs/core';
 import { RouteNames } from '../core/http/route.js';
-import { CAPABILITIES, type RouteSettings } from '../core/policy.js';
-import { METADATA, ORCHESTRATOR_OPTIONS } from './constants.js';
+import type { RouteSettings } from '../core/policy.js';
+import { ORCHESTRATOR_OPTIONS } from './constants.js';
+import { settingsOf } from './decorator-settings.js';
 
 type Controller = { name: string; prototype: object };
-
-function settingsOf(target: object): RouteSettings {
-  const settings: Record<string, unknown> = {};
-  for (const c of CAPABILITIES) {
-    const value: unknown = Reflect.getMetadata(METADATA[c], target);
-    if (value !== undefined) settings[c] = value;
-  }
-  return settings as RouteSettings;
-}
 
 /** Every controller method of the app that has orchestrator settings (its own or its class's). */
 function decoratedRoutes(modules: ModulesContainer, names: RouteNames): Array<{ name: string; route: RouteSettings; controller: RouteSettings }> {

@@ -6,11 +6,11 @@ import type { DedupRequest } from '../../core/dedup/dedup.options.js';
 import { HttpRoute, type RouteNames } from '../../core/http/route.js';
 import type { RunCall } from '../../core/orchestrator.js';
 import { OrchestratorConfigError } from '../../core/options.js';
-import { CAPABILITIES, type RouteSettings } from '../../core/policy.js';
-import { FALLBACK_METADATA, METADATA } from '../constants.js';
+import { FALLBACK_METADATA } from '../constants.js';
 import type { OrchestratorService } from '../orchestrator.service.js';
 import { withCallSignal } from './call-scope.js';
 import { fallbackAnswers, type FallbackSetting } from './fallback.js';
+import { asksOrchestrator, NEST_HANDLER_METADATA, settingsOf } from '../decorator-settings.js';
 
 type AnyMethod = (this: unknown, ...args: unknown[]) => unknown;
 
@@ -18,24 +18,14 @@ type AnyMethod = (this: unknown, ...args: unknown[]) => unknown;
 const LIFECYCLE = new Set(['constructor', 'onModuleInit', 'onApplicationBootstrap', 'onModuleDestroy', 'beforeApplicationShutdown', 'onApplicationShutdown']);
 const NO_HEADERS: DedupRequest['headers'] = Object.freeze({});
 
-function settingsOf(target: object): RouteSettings {
-  const settings: Record<string, unknown> = {};
-  for (const c of CAPABILITIES) {
-    const value: unknown = Reflect.getMetadata(METADATA[c], target);
-    if (value !== undefined) settings[c] = value;
-  }
-  return settings as RouteSettings;
-}
-
-const asks = (target: object) => Object.keys(settingsOf(target)).length > 0 || Reflect.getMetadata(FALLBACK_METADATA, target) !== undefined;
 
 /** Whether a method is a handler Nest calls through the interceptor (a route, a message pattern, a resolver field, a gateway message). */
 function isHandler(method: object): boolean {
   return (
-    Reflect.hasMetadata('path', method) ||
-    Reflect.hasMetadata('microservices:pattern', method) ||
-    Reflect.hasMetadata('graphql:resolver_name', method) ||
-    Reflect.hasMetadata('websockets:message_mapping', method)
+    Reflect.hasMetadata(NEST_HANDLER_METADATA.httpPath, method) ||
+    Reflect.hasMetadata(NEST_HANDLER_METADATA.pattern, method) ||
+    Reflect.hasMetadata(NEST_HANDLER_METADATA.resolverName, method) ||
+    Reflect.hasMetadata(NEST_HANDLER_METADATA.messageMapping, method)
   );
 }
 
@@ -44,7 +34,7 @@ function decoratedMethods(prototype: object, classAsks: boolean): Array<{ method
   for (const method of new MetadataScanner().getAllMethodNames(prototype)) {
     const fn = (prototype as Record<string, unknown>)[method];
     if (typeof fn !== 'function' || LIFECYCLE.has(method)) continue;
-    const own = asks(fn);
+    const own = asksOrchestrator(fn);
     if (own || classAsks) found.push({ method, fn: fn as AnyMethod, own });
   }
   return found;
@@ -71,7 +61,7 @@ export function serveProviderMethods(modules: ModulesContainer, service: Orchest
     }
     const moduleType = module.metatype as { name: string; prototype?: object } | undefined;
     if (moduleType?.prototype) {
-      const [first] = decoratedMethods(moduleType.prototype, asks(moduleType));
+      const [first] = decoratedMethods(moduleType.prototype, asksOrchestrator(moduleType));
       if (first) throw notServed(where(moduleType, first.method), 'it is a method of a module class');
     }
     for (const wrapper of module.providers.values()) {
@@ -80,7 +70,7 @@ export function serveProviderMethods(modules: ModulesContainer, service: Orchest
       seen.add(instance);
       const type = instance.constructor as { name: string; prototype: object };
       if (!type || type === Object) continue;
-      const classAsks = asks(type);
+      const classAsks = asksOrchestrator(type);
       const methods = decoratedMethods(Object.getPrototypeOf(instance) as object, classAsks);
       if (methods.length === 0) continue;
       if (Reflect.hasMetadata('graphql:resolver_type', type) || Reflect.hasMetadata('websockets:is_gateway', type)) {

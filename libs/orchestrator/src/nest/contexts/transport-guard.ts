@@ -1,26 +1,17 @@
 import { Logger } from '@nestjs/common';
 import type { ModulesContainer } from '@nestjs/core';
 import { MetadataScanner } from '@nestjs/core';
-import { CAPABILITIES } from '../../core/policy.js';
-import { FALLBACK_METADATA, METADATA } from '../constants.js';
 import { inOrchestratedCall } from './call-scope.js';
 import { transportException } from './context-errors.js';
+import { asksOrchestrator, NEST_HANDLER_METADATA } from '../decorator-settings.js';
 
 type AnyMethod = (this: unknown, ...args: unknown[]) => unknown;
 type HandlerKind = 'rpc' | 'ws';
 
-// Nest's metadata keys, read by name: this package does not import @nestjs/microservices or @nestjs/websockets.
-const PATTERN = 'microservices:pattern';
-const EVENT_HANDLER_TYPE = 'microservices:handler_type';
-const MESSAGE_MAPPING = 'websockets:message_mapping';
-const GATEWAY = 'websockets:is_gateway';
-const HTTP_PATH = 'path';
+const { pattern: PATTERN, eventHandlerType: EVENT_HANDLER_TYPE, messageMapping: MESSAGE_MAPPING, gateway: GATEWAY, httpPath: HTTP_PATH } = NEST_HANDLER_METADATA;
 
 /** What a caller of an unserved message handler gets as the error's `code`. */
 export const NOT_ORCHESTRATED_CODE = 'ORCHESTRATOR_NOT_APPLIED';
-
-const asks = (target: object) =>
-  CAPABILITIES.some((c) => Reflect.getMetadata(METADATA[c], target) !== undefined) || Reflect.getMetadata(FALLBACK_METADATA, target) !== undefined;
 
 const guards = new WeakSet<object>();
 
@@ -42,7 +33,7 @@ export function guardTransportHandlers(modules: ModulesContainer): void {
       // Classes only: a factory provider's metatype is its factory function, with no handlers.
       if (!isClass(type)) continue;
       const isGateway = Reflect.hasMetadata(GATEWAY, type);
-      const classAsks = asks(type);
+      const classAsks = asksOrchestrator(type);
       const prototype = type.prototype as Record<string, unknown>;
       for (const method of scanner.getAllMethodNames(type.prototype)) {
         const handler = prototype[method];
@@ -55,7 +46,7 @@ export function guardTransportHandlers(modules: ModulesContainer): void {
             : isGateway && Reflect.hasMetadata(MESSAGE_MAPPING, handler)
               ? 'ws'
               : undefined;
-        if (!kind || !(classAsks || asks(handler))) continue;
+        if (!kind || !(classAsks || asksOrchestrator(handler))) continue;
         prototype[method] = guarded(handler as AnyMethod, kind, `${type.name}.${method}`);
       }
     }
