@@ -1,8 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { Agent, request } from 'undici';
 import { startOwnedRedis, type OwnedRedis } from '../support/redis-server.js';
+import { untilCoordinated } from '../support/gateway-process.js';
 import { tally } from './cluster.js';
-import { MockControl, getJson } from './mock-control.js';
+import { MockControl } from './mock-control.js';
 import { startGateway, startMockProvider, type ChildHandle } from './processes.js';
 import { countsText, table } from './report.js';
 import { BENCH_API_KEY, BENCH_MODEL } from './sdk-client.js';
@@ -75,17 +76,6 @@ function startBurners(count: number, seconds: number): ChildProcess[] {
 
 const loadAverage = async () => Number((await import('node:os')).loadavg()[0].toFixed(1));
 
-async function waitCoordinated(replicas: readonly ChildHandle[]): Promise<void> {
-  for (const replica of replicas) {
-    for (const deadline = Date.now() + 20_000; ; ) {
-      const health = (await getJson(`${replica.url}/health`)) as { coordination?: { state?: string } | null };
-      if (health.coordination?.state === 'ok') break;
-      if (Date.now() > deadline) throw new Error(`${replica.url} never reached Redis`);
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-  }
-}
-
 export async function runClusterLoaded(log: (line: string) => void, burnerCount = 2): Promise<LoadedResult> {
   const mock = await startMockProvider(PROVIDER_LATENCY_MS);
   const control = new MockControl(mock.url);
@@ -112,7 +102,7 @@ export async function runClusterLoaded(log: (line: string) => void, burnerCount 
     log(`  cluster --loaded: ${burnerCount} busy processes beside 4 replicas + Redis (${redis.url}), provider at ${PROVIDER_LATENCY_MS} ms`);
     const prefix = `loaded-${Date.now()}`; // one fleet: one prefix
     replicas = await Promise.all(Array.from({ length: 4 }, () => startGateway(mock.url, ['--redis', redis.url, '--redis-prefix', prefix])));
-    await waitCoordinated(replicas);
+    await untilCoordinated(replicas, { timeoutMs: 20_000 });
     const urls = replicas.map((r) => r.url);
 
     for (let run = 1; run <= 3; run++) {
@@ -136,7 +126,7 @@ export async function runClusterLoaded(log: (line: string) => void, burnerCount 
     } finally {
       redis.thaw();
     }
-    await waitCoordinated(replicas);
+    await untilCoordinated(replicas, { timeoutMs: 20_000 });
 
     // A leader killed mid-stream: its followers on the other replicas get an error event within the lease time.
     await control.reset();

@@ -1,7 +1,8 @@
 import autocannon from 'autocannon';
 import { Agent, request } from 'undici';
 import { startOwnedRedis, type OwnedRedis } from '../support/redis-server.js';
-import { MockControl, getJson } from './mock-control.js';
+import { untilCoordinated } from '../support/gateway-process.js';
+import { MockControl } from './mock-control.js';
 import { percentile } from './metrics.js';
 import { startGateway, startMockProvider, type ChildHandle } from './processes.js';
 import { countsText, table } from './report.js';
@@ -108,14 +109,7 @@ async function startFleet(upstream: string, count: number, redisUrl: string | un
   const replicas: ChildHandle[] = await Promise.all(Array.from({ length: count }, () => startGateway(upstream, flags)));
   if (redisUrl) {
     // Traffic starts once every replica has reached Redis.
-    for (const replica of replicas) {
-      for (const deadline = Date.now() + 10_000; ; ) {
-        const health = (await getJson(`${replica.url}/health`)) as { coordination?: { state?: string } | null };
-        if (health.coordination?.state === 'ok') break;
-        if (Date.now() > deadline) throw new Error(`${replica.url} never reached Redis`);
-        await sleep(50);
-      }
-    }
+    await untilCoordinated(replicas);
   }
   return { urls: replicas.map((r) => r.url), stop: async () => void (await Promise.all(replicas.map((r) => r.stop()))) };
 }

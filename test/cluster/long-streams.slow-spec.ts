@@ -2,7 +2,7 @@ import { afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { startMockProvider, type MockProvider } from '../../apps/mock-provider/src/index.js';
 import { longReply } from '../../apps/mock-provider/src/content.js';
 import { sseData, uniquePrompt } from '../support/gateway-harness.js';
-import { ensureBuilt, startGatewayProcess, type AppProcess } from '../support/gateway-process.js';
+import { ensureBuilt, startGatewayProcess, untilCoordinated, type AppProcess } from '../support/gateway-process.js';
 import { redisServerMissing, startOwnedRedis, type OwnedRedis } from '../support/redis-server.js';
 
 /**
@@ -123,14 +123,7 @@ describe('streams longer than a replica keeps in flight, across replicas sharing
     const url = redis.url;
     const upstream = provider.url;
     replicas = await Promise.all(Array.from({ length: count }, () => startGatewayProcess(['--upstream', upstream, '--redis', url])));
-    for (const replica of replicas) {
-      for (const deadline = Date.now() + 10_000; ; ) {
-        const health = (await (await fetch(`${replica.url}/health`)).json()) as { coordination: { state: string } | null };
-        if (health.coordination?.state === 'ok') break;
-        if (Date.now() > deadline) throw new Error('a replica never reached Redis');
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
-    }
+    await untilCoordinated(replicas);
     return replicas.map((r) => r.url);
   };
 

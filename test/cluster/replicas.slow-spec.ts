@@ -2,7 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import { startMockProvider, type MockProvider, type MockProviderOptions } from '../../apps/mock-provider/src/index.js';
 import { sseData, uniquePrompt } from '../support/gateway-harness.js';
 import { GatedUpstream } from '../support/gated-upstream.js';
-import { ensureBuilt, startGatewayProcess, type AppProcess } from '../support/gateway-process.js';
+import { ensureBuilt, startGatewayProcess, untilCoordinated, type AppProcess } from '../support/gateway-process.js';
 import { waitFor } from '../support/platforms.js';
 import { redisServerMissing, startOwnedRedis, type OwnedRedis } from '../support/redis-server.js';
 
@@ -103,14 +103,7 @@ describe('replicas sharing one Redis', () => {
       ),
     );
     // Every replica has reached Redis (coordination ok) before traffic starts.
-    for (const replica of replicas) {
-      for (const deadline = Date.now() + 10_000; ; ) {
-        const health = (await (await fetch(`${replica.url}/health`)).json()) as { coordination: { state: string } | null };
-        if (health.coordination?.state === 'ok') break;
-        if (Date.now() > deadline) throw new Error('a replica never reached Redis');
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
-    }
+    await untilCoordinated(replicas);
     return replicas;
   };
 

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startMockProvider, type MockProvider, type MockProviderOptions } from '../../apps/mock-provider/src/index.js';
 import { uniquePrompt } from '../support/gateway-harness.js';
-import { startGatewayProcess, type AppProcess } from '../support/gateway-process.js';
+import { startGatewayProcess, untilCoordinated, type AppProcess } from '../support/gateway-process.js';
 
 /**
  * Four gateway replicas sharing one Redis, whatever its topology (the suites
@@ -71,15 +71,8 @@ export async function startFleet(redisFlags: string[], options: { count?: number
 }
 
 /** Until every replica says it coordinates through Redis. */
-export async function coordinated(replicas: AppProcess[], timeoutMs = 20_000): Promise<void> {
-  for (const replica of replicas) {
-    for (const deadline = Date.now() + timeoutMs; ; ) {
-      const health = (await (await fetch(`${replica.url}/health`, { headers: { authorization: `Bearer ${ADMIN_KEY}` } })).json()) as { coordination: { state: string } | null };
-      if (health.coordination?.state === 'ok') break;
-      if (Date.now() > deadline) throw new Error(`a replica never coordinated through Redis:\n${replica.output().slice(-2_000)}`);
-      await new Promise((resolve) => setTimeout(resolve, 50)); // polling interval
-    }
-  }
+export function coordinated(replicas: AppProcess[], timeoutMs = 20_000): Promise<void> {
+  return untilCoordinated(replicas, { timeoutMs, headers: { authorization: `Bearer ${ADMIN_KEY}` } });
 }
 
 export async function ask(url: string, content: string, options: { key?: string; maxTokens?: number } = {}) {

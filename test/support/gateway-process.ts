@@ -81,3 +81,15 @@ export function rssOf(pid: number): number {
   if (!kb) throw new Error(`no VmRSS for process ${pid}`);
   return Number(kb) * 1024;
 }
+
+/** Until every replica says it coordinates through Redis (`/health`'s `coordination`), within `timeoutMs` each. */
+export async function untilCoordinated(replicas: ReadonlyArray<{ url: string; output?: () => string }>, options: { timeoutMs?: number; headers?: Record<string, string> } = {}): Promise<void> {
+  for (const replica of replicas) {
+    for (const deadline = Date.now() + (options.timeoutMs ?? 10_000); ; ) {
+      const health = (await (await fetch(`${replica.url}/health`, { headers: options.headers })).json()) as { coordination: { state: string } | null };
+      if (health.coordination?.state === 'ok') break;
+      if (Date.now() > deadline) throw new Error(`${replica.url} never coordinated through Redis${replica.output ? `:\n${replica.output().slice(-2_000)}` : ''}`);
+      await new Promise((resolve) => setTimeout(resolve, 50)); // polling interval
+    }
+  }
+}
