@@ -101,8 +101,8 @@ const HERD_LATENCY_MS = 300;
 /**
  * An unmeasured stretch of the same load before each measured one, as long as a process takes to come back from the
  * minute or two it may sit idle between its rows (the Express gateway and the herd's gateway serve one row of the
- * round, the floor all of them): after two idle minutes a gateway answered successive seconds of load at 1.2, 0.52,
- * 0.24 and 0.2 ms of CPU per request (its steady cost), whatever the V8 flags tried (`docs/benchmarks.md`).
+ * round, the floor all of them): after idle minutes a gateway's first seconds of load cost several times its steady
+ * CPU per request, whatever the V8 flags tried (docs/benchmarks/2026-12-02-after-idleness.md).
  */
 const WARM_UP_SEC = 3;
 /** A joined caller's answer costs at most this much CPU: it never reaches the provider. */

@@ -132,9 +132,9 @@ const MAX_REPORTS = 64;
 /**
  * What a child wrote, kept for error messages (its last lines) and periodic reports (the last line that starts with
  * each short word and a space), at little cost to this process. The load generator runs here, and a gateway writes
- * a JSON line per request: cutting each of them into a string of its own cost this process about 5 us per request
- * on the gateway's stretches and none on the floor's, which logs nothing (the gateway's own CPU per request measured
- * the same either way). A line is looked at only as far as a report's word can reach, and only a chunk's last lines
+ * a JSON line per request: cutting each of them into a string of its own loaded this process on the gateway's
+ * stretches only (the floor logs nothing), an unfairness in the load, not in what is measured. A line is looked at
+ * only as far as a report's word can reach, and only a chunk's last lines
  * are cut out of it.
  */
 export class ChildOutput {

@@ -7,11 +7,10 @@ import { ensureBuilt, startGatewayProcess, startMockProcess, type AppProcess } f
  * A request's objects die young: they are gone by the next scavenge or the one after, and only what the window keeps of
  * an answer reaches the old generation. Also after a full GC under load: while a V8 `Map` held the calls in flight (and
  * a `Set` the responses), the first full GC under load made every later request's objects survive two scavenges and be
- * promoted (about 4 KB per request here instead of 0.3; 6.8 KB in a heap profile), until the next full GC, which
- * started it again: the GC took 30 us of each request instead of 5 (see `KeyTable`). The real gateway process, under
+ * promoted, until the next full GC, which started it again (see `KeyTable`). The real gateway process, under
  * load from 32 connections, with V8's own account of each scavenge (`--trace-gc-nvp`); a signal runs the full GC
- * mid-load. `npm run test:loaded` runs it beside two busy processes too: there, V8's pretenuring made 10.5 KB per
- * request promoted in 6 runs of 9, until the gateway ran without it (see `runtime-flags.ts`).
+ * mid-load. `npm run test:loaded` runs it beside two busy processes too, where V8's pretenuring promoted whole
+ * requests until the gateway ran without it (see `runtime-flags.ts`).
  */
 
 const CONNECTIONS = 32;

@@ -4,29 +4,26 @@
  * generation fixed at 16 MiB per semi-space. V8 otherwise starts it small and
  * resizes it as it goes; under the gateway's load (every request a few dozen
  * short-lived objects, every distinct answer kept in the window) its
- * scavenges then took 15-40 ms each (about 270 ms per 8,000 requests), and 5
- * ms each with the size fixed (about 75 ms): about a quarter of the
- * gateway's CPU per request. 8 and 32 MiB both did worse than 16 on the same
- * load (`docs/benchmarks.md`, "The gateway's own cost").
+ * scavenges then took several times longer than with the size fixed, and
+ * smaller and larger fixed sizes did worse than 16 MiB (figures:
+ * docs/benchmarks/2026-12-03-figures-behind-the-code.md).
  *
  * And an old generation that grows by 300% after a full collection instead of
  * V8's own factor (about 1.6 under load): the answers the window keeps are
  * memory V8 counts as new until a full collection frees those it dropped, so
  * keeping large answers (streams of 465 KB, 800 a second) starts a full
  * collection several times a second, and with V8's factor the old generation
- * was left so little room after each that the next began at once. On the
- * overhead's stream row this took the gateway's CPU per request from 1.99 to
- * 1.56 ms; small requests and hits cost the same with it as without.
+ * was left so little room after each that the next began at once. Streams
+ * cost less with it; small requests and hits the same.
  *
  * And no pretenuring by allocation site: once most objects made at one object
  * or array literal outlive a scavenge (requests held a little longer on a busy
  * machine), V8 makes every later one there in old space, where it keeps what it
- * points to through every scavenge until a full collection. On a machine with
- * two busy processes beside it, the gateway then promoted 10.5 KB per request
- * instead of 0.3 in 6 runs of 9 (`test/faults/young-requests.slow-spec.ts`),
- * and V8 keeps such a decision. Without it, 0.5 KB in 10 runs of 10 (what the
- * window keeps is copied once more before it is promoted), and the same CPU
- * per small request on an idle machine.
+ * points to through every scavenge until a full collection. On a busy
+ * machine the gateway then promoted whole requests, and V8 keeps such a
+ * decision (`test/faults/young-requests.slow-spec.ts`). Without it, what the
+ * window keeps is copied once more before it is promoted, at the same CPU per
+ * small request on an idle machine.
  *
  * Node does not accept `--min-semi-space-size` in `NODE_OPTIONS`, and V8 reads
  * it only at start, so these are command-line flags. Workers of `--workers`

@@ -6,7 +6,8 @@ import type { SharedBreakerState } from 'nest-prompt-orchestrator/internal';
  * it is told apart from Node's own cluster messages and prom-client's.
  *
  * A flight's events cross as `e`: the JSON text of one `WireEvent` (see
- * `wire.ts`). The primary never parses them: it buffers and relays text.
+ * `toWire` in libs/orchestrator/src/core/cluster/coordination.ts, and `gone` in
+ * ipc-coordinator.ts). The primary never parses them: it buffers and relays text.
  */
 
 /** What the primary gathers from every worker on one worker's behalf. */

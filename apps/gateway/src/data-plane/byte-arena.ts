@@ -19,9 +19,9 @@ class Kept {
 /**
  * The memory the answer window keeps streams in: slabs of 16 KiB, made once and used again, instead of the
  * Buffers each stream arrived in. V8 starts a full collection for every 64 MB of new memory outside its heap, and
- * every kept answer was such memory, freed only by a full collection: keeping 465 KB streams at a thousand a
- * second cost about 0.45 ms of CPU per stream in marking, more than relaying it. A stream copied into slabs costs
- * a copy (about 30 us for 465 KB), and the slabs of a stream the window let go are used again.
+ * every kept answer was such memory, freed only by a full collection: keeping large streams under load cost more
+ * CPU in marking than relaying them. A stream copied into slabs costs one copy, and the slabs of a stream the
+ * window let go are used again (docs/benchmarks/2026-12-03-figures-behind-the-code.md).
  *
  * A slab is used again only when nothing can still write it: every caller that replays a kept stream holds it
  * (`hold`, taken in the same turn of the event loop as the window's look-up) until its response has closed, and

@@ -11,9 +11,8 @@ export interface PendingReply {
  * the kernel delivers the bytes and wakes the reading process inside the writer's own `write`, and waking a
  * process on another core costs an interrupt between the cores (in a virtual machine, a paravirtual one). Under
  * load a client process whose requests (on any of its connections) were read in one turn is then woken once for
- * all of their answers, not once each. Measured on window hits (32 connections, 2 cores, loopback): the wake-ups
- * went from 5.8 to 0.9 us of the gateway's CPU per request, and a hit from 0.63x to 0.48x the CPU of the bench's
- * floor proxy (`docs/benchmarks.md`). An answer waits at most for the rest of its turn: the requests read in the
+ * all of their answers, not once each: on window hits that took most of the wake-ups' cost off each request
+ * (docs/benchmarks/2026-12-03-figures-behind-the-code.md). An answer waits at most for the rest of its turn: the requests read in the
  * same turn, each handled in microseconds; with one request in a turn, nothing but the phase boundary. The same
  * idea as uWebSockets' corking of every response until the end of its loop iteration. Hand-written: Node's `cork`
  * is per socket, and `end()` uncorks it.

@@ -15,9 +15,9 @@ import type { StreamFormat } from '../upstream/stream-end.js';
  * content chunk do so there too), and an error event is the last thing a
  * provider sends. So of each chunk only its last lines are searched (about a
  * kilobyte, whatever the chunk's size): a coalesced read of hundreds of events
- * costs what one event does. Searching every byte cost a stream of 2,000
- * events (465 KB) 150-290 us and as many bytes of short-lived strings, the most
- * expensive step of the gateway's own on its path (`docs/benchmarks.md`).
+ * costs what one event does. Searching every byte made as many bytes of
+ * short-lived strings and was the most expensive step of the gateway's own on
+ * a stream's path (docs/benchmarks/2026-12-03-figures-behind-the-code.md).
  *
  * With `stripUsage`, the usage-only event that the gateway asked for on the
  * client's behalf (`stream_options.include_usage`) is taken out, so the client

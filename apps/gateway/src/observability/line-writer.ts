@@ -20,8 +20,8 @@ export interface LineWriterOptions {
  * (sonic-boom) keeps the lines waiting to be written as one string, each line
  * concatenated onto it, and hands that string to `fs.write`, which encodes it
  * on a pool thread: per line a string made, encoded and collected. With a line
- * per request that was about 15% of the gateway's CPU on a small request
- * (measured against `--no-request-log`). Here each line is encoded once, into
+ * per request that was a large share of the gateway's CPU on a small request
+ * (docs/benchmarks/2026-12-03-figures-behind-the-code.md). Here each line is encoded once, into
  * a buffer kept for the purpose; a buffer is written whole, with one
  * `fs.write`, once it is half full or `flushMs` after its first line, while
  * the next fills. A request never waits on a write: when the reader is slower

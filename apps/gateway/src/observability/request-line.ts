@@ -49,7 +49,7 @@ const MAX_MODELS = 256;
 
 /**
  * Writes the request line, the one line the gateway writes per request.
- * Through pino's own `info` it costs about 15 µs (its serialiser walks the
+ * Through pino's own `info` each line costs more (its serialiser walks the
  * object, the redaction paths wrap it, the redaction hook scans the whole
  * line for key shapes); here the line is written in the same JSON shape
  * (`level`, `time`, `pid`, the fields, `msg`), straight to the logger's own

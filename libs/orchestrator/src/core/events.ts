@@ -35,10 +35,9 @@ export type CallEvent<T> =
  * A chunk of a stream as an event. Made by a constructor, not as an object literal: V8 tracks where literals are
  * made, and once most objects of one place outlive a scavenge (a stream's first chunks do, kept for late joiners),
  * it makes every later one there in old space (pretenuring). An old event keeps its young Buffer alive through every
- * scavenge: the Buffer reaches old space too, and is freed only by a full collection. With 40 streams written to
- * readers that had stopped reading, that left up to 64 MB of passed-on Buffers waiting for one, in 3 runs of 14
- * (`test/faults/stalled-readers.slow-spec.ts`: RSS +94-98 MB instead of +56-65). Objects made by `new` are not
- * pretenured so.
+ * scavenge: the Buffer reaches old space too, and is freed only by a full collection. With streams written to
+ * readers that had stopped reading, that left tens of MB of passed-on Buffers waiting for one
+ * (`test/faults/stalled-readers.slow-spec.ts`). Objects made by `new` are not pretenured so.
  */
 export class ChunkEvent {
   readonly kind = 'chunk';

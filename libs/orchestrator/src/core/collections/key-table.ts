@@ -7,8 +7,8 @@
  * moved a table to the old generation, that dead table keeps its successor alive through the next scavenges, which
  * then promote it, and it keeps its own successor alive: a chain that lasts until the next full GC, which moves the
  * live table to the old generation and starts it again. Every value each table held survives with it. In the gateway
- * that kept every request's objects alive across scavenges (2.3 MB per scavenge instead of 0.15; the GC took 30 us of
- * every request instead of 5), as soon as the first full GC under load had run. These tables keep their entries in
+ * that kept every request's objects alive across scavenges, as soon as the first full GC under load had run, and the
+ * GC's share of each request grew several-fold. These tables keep their entries in
  * plain arrays: one that is replaced (when it grows) points to nothing newer, and a deleted entry leaves no trace.
  */
 

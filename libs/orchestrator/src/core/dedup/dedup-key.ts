@@ -87,8 +87,7 @@ export function bytesKey(head: string, pieces: readonly Uint8Array[]): string {
 
 /**
  * Bodies up to this size are hashed in one call, head and body first copied into one buffer (taken from Node's pool
- * at this size): making, feeding and reading a `Hash` object costs more than that copy (about 1.2 us against 0.8 for
- * a small request's key).
+ * at this size): making, feeding and reading a `Hash` object costs more than that copy.
  */
 const ONE_SHOT_BYTES = 3 * 1024;
 

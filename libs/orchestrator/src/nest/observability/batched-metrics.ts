@@ -2,8 +2,8 @@ import type * as PromClient from 'prom-client';
 
 /**
  * Why these exist: prom-client's `inc` and `observe` hash their label values
- * into a key on every call, even through a child bound with `labels()` (about
- * 1-2 µs each), and a request of the gateway made four of them. Here a
+ * into a key on every call, even through a child bound with `labels()`, and a
+ * request of the gateway made four of them. Here a
  * request adds to plain numbers kept per label combination, and prom-client
  * learns the totals when the registry is read (a scrape), so the registry, its
  * text format and `AggregatorRegistry` (workers) see ordinary metrics.
