@@ -316,7 +316,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
         gateway: await start(startGateway(herdMock.url, ['--platform', 'fastify'])),
       };
       // Warm-up: a herd of the full size (the first herds a process answers run code the JIT has not compiled yet;
-      // one of 200 left the first measured round 0.1-0.2 ms per answer above the later ones).
+      // a smaller warm-up left the first measured round dearer per answer than the later ones).
       await herdShot(herdSetup, options.herd, -1);
     }
 
@@ -555,8 +555,8 @@ async function herdShot(setup: HerdSetup, count: number, round: number): Promise
   // The probe runs from its own process, starts a moment before the herd and outlasts it.
   let probe: Promise<string> | undefined;
   // Returns the gateway's background CPU (ms per ms) with the probe running: taken off the herd's CPU, which is
-  // measured while the probe goes on (a /health answered through Nest costs about 1 ms of CPU: 100 a second are
-  // 0.1 core, as much as the herd's answers themselves over its ~0.5 s).
+  // measured while the probe goes on (its /health answers, each through Nest, cost about as much CPU as the herd's
+  // own answers).
   const startProbe = async () => {
     callsBefore = await upstreamCalls(setup.mock.url);
     probe = runNodeScript(ENTRY.healthProbe, ['--url', setup.gateway.url, '--every', '10', '--for', String(HERD_LATENCY_MS * 3 + 4_000)], { timeoutMs: 60_000 });

@@ -176,7 +176,7 @@ export async function runVariant(plan: ScenarioPlan, variant: Variant, options: 
 
     // Warm-up, not counted (the provider's log is reset after it): first-request costs (JIT, connections) are
     // not part of the scenario. Three bursts of distinct prompts at latency 0, as large as the scenario's
-    // burst (20 for paced load): measured, a single burst still left the next one ~100 ms slower.
+    // burst (20 for paced load): after a single burst the next one was still slower.
     const nonce = randomBytes(4).toString('hex');
     const warmUp = plan.load.kind === 'burst' ? plan.load.count : 20;
     await control.configure({ latencyMs: 0 });

@@ -85,9 +85,9 @@ describe.each(PLATFORMS)('bodies over --max-body (%s)', (platform) => {
 
   it.each(['fetch', 'sdk'])('a %s client in its own process reads a 413 every time (no reset, no retry)', async (client) => {
     // 12 MiB against a 64 KiB limit, 20 times: a server that answers 413 and closes without reading the body resets
-    // most of them (14 of 20 with fetch, measured). The gateway reads and drops what is left up to a bound (16 MiB
+    // most of them. The gateway reads and drops what is left up to a bound (16 MiB
     // for this limit, docs/operations.md) before its 413: a body past that bound may still be cut mid-upload
-    // (EPIPE, about 1 in 200 at 20 MiB on Fastify), which is the bound doing its job, not what is tested here.
+    // (EPIPE, rarely), which is the bound doing its job, not what is tested here.
     const { stdout } = await run(process.execPath, [CLIENT, g.gatewayUrl, '12', '20', client]);
     const outcome = JSON.parse(stdout) as { statuses: Record<string, number>; errors: Record<string, number>; attempts: number };
     expect(outcome.errors).toEqual({});
