@@ -55,6 +55,12 @@ export class CircuitBreaker {
   /** Which run of failures this is (a success starts the next): a verdict on an earlier run decides nothing. */
   private run = 0;
   private readonly attribution = new FailureAttribution();
+  /**
+   * Errors of calls through `fire()` that are not failures of the upstream: not one by their kind (a 4xx, a
+   * refusal), or one request's or one tenant's own. Marked by the action, which knows the call's source; opossum's
+   * `errorFilter`, which is given the error alone, lets them pass as successes.
+   */
+  private readonly notFailures = new NotFailures();
   /** The health probe asked whether the run of failures is an outage (see `decide`); calls wait for its verdict. */
   private confirming?: Promise<void>;
   /** The last confirmation probe's verdict, reused for `VERDICT_TTL_MS`. */
@@ -103,14 +109,11 @@ export class CircuitBreaker {
       errorThresholdPercentage: rate?.thresholdPercent ?? 100,
       volumeThreshold: rate?.minimumCalls ?? 0,
       rollingCountTimeout: rate?.windowMs ?? 10_000,
-      // Not a failure of the upstream: not one by its kind (a 4xx, a refusal), or one request's or one tenant's own.
-      // opossum calls it with fire()'s arguments after the error (its typings show only the error).
-      errorFilter: ((error: unknown, _action: Action, source?: CallSource) => !options.isFailure(error) || !this.counts(source)) as (
-        error: unknown,
-      ) => boolean,
+      // Given the error only (as documented): the action below has already judged it.
+      errorFilter: (error: unknown) => this.notFailures.take(error),
     };
-    // The source rides along as fire()'s second argument so that errorFilter sees it; the action ignores it.
-    this.breaker = new OpossumBreaker((action: Action, _source?: CallSource) => action(), this.opossumOptions);
+    // The source rides along as fire()'s second argument; the action judges its own failure (see `notFailures`).
+    this.breaker = new OpossumBreaker((action: Action, source?: CallSource) => this.judged(action, source), this.opossumOptions);
     // opossum reports a filtered error as a success; a call its caller abandoned proves nothing either way.
     this.breaker.on('success', (result: unknown) => this.succeeded(result));
     // Registered before opossum decides to reopen after a failed probe, so the
@@ -325,6 +328,16 @@ export class CircuitBreaker {
     this.breaker.shutdown();
   }
 
+  /** Runs a call given to `fire()`, marking its rejection if it is not a failure of the upstream (see `notFailures`). */
+  private async judged(action: Action, source: CallSource | undefined): Promise<unknown> {
+    try {
+      return await action();
+    } catch (error) {
+      if (!this.options.isFailure(error) || !this.counts(source)) this.notFailures.add(error);
+      throw error;
+    }
+  }
+
   /**
    * Whether a failure counts at all. A newcomer's failure (see `FailureAttribution`) counts only where a health
    * probe confirms every opening; without one, only callers with standing can open the breaker.
@@ -499,4 +512,30 @@ function isTimeout(error: unknown): boolean {
 
 function isAbandoned(value: unknown): boolean {
   return isOrchestratorError(value) && value.code === 'client_closed_request';
+}
+
+/** The rejections an action judged not to be failures, until `errorFilter` takes them (see `CircuitBreaker.notFailures`). */
+class NotFailures {
+  private readonly objects = new WeakSet<object>();
+  /** A rejection that is not an object (a thrown string) cannot be held weakly: counted by value. */
+  private readonly values = new Map<unknown, number>();
+
+  add(error: unknown): void {
+    if (isObject(error)) this.objects.add(error);
+    else this.values.set(error, (this.values.get(error) ?? 0) + 1);
+  }
+
+  /** Whether `error` was marked; forgets it. */
+  take(error: unknown): boolean {
+    if (isObject(error)) return this.objects.delete(error);
+    const n = this.values.get(error);
+    if (n === undefined) return false;
+    if (n === 1) this.values.delete(error);
+    else this.values.set(error, n - 1);
+    return true;
+  }
+}
+
+function isObject(value: unknown): value is object {
+  return (typeof value === 'object' && value !== null) || typeof value === 'function';
 }
