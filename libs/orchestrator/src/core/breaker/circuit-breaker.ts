@@ -279,7 +279,8 @@ export class CircuitBreaker {
    * breaker is closed and opens on consecutive failures only. In that state
    * `fire()` does nothing but hand the outcome to the listeners this class
    * registers (its own statistics serve only the failure-rate mode), at the
-   * price of two promises and four events per call; the state machine (open,
+   * price of a few promises and events per call (measured in
+   * docs/benchmarks/2026-12-06-breaker-bypass.md); the state machine (open,
    * half-open with its single probe, the reset timer) stays opossum's.
    */
   get admitsDirect(): boolean {
