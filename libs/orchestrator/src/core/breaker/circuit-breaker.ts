@@ -221,9 +221,11 @@ export class CircuitBreaker {
       this.onFailure(error);
     }
     this.trialPending = false;
-    // A failed half-open trial: opossum reopens its breaker next, for the period it was made with. Opened here
-    // first when the period is another (the one reopened is then the replaced breaker, which changes nothing).
-    if (breaker === this.breaker && breaker.halfOpen && this.openPeriod !== this.breakerPeriod) this.openFor(this.openPeriod);
+    // A failure while half-open: opossum reopens the breaker the call went through next, for the period it was made
+    // with. Opened here first when that is not the current breaker's or its period (what opossum then reopens is a
+    // replaced breaker, which changes nothing).
+    const current = this.breaker;
+    if (current.halfOpen && (breaker !== current || this.openPeriod !== this.breakerPeriod)) this.openFor(this.openPeriod);
   }
 
   private wakeWaiters(): void {
