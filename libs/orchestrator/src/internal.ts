@@ -39,7 +39,7 @@ export { toWire, fromWire, WireReader, errorToWire, leaderLost, type WireEvent }
 // A late joiner refused a stream no longer kept for joiners (here, or in the fleet): the gateway answers it as a 503 to retry.
 export { FlightOutgrownError } from './core/dedup/single-flight.js';
 // Metrics counted on every request without prom-client's per-call label hashing (read by the registry at scrape time).
-export { TalliedCounter, Tally, BatchedHistogram, BucketTally } from './nest/observability/batched-metrics.js';
+export { TalliedCounter, Tally, BatchedHistogram, BucketTally } from './core/metrics/batched-metrics.js';
 // Collections for entries that come and go with every request (a churned Map or Set keeps them alive across scavenges).
 export { KeyTable } from './core/collections/key-table.js';
 export { SlotList } from './core/collections/slot-list.js';

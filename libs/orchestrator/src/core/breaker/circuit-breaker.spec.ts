@@ -465,6 +465,25 @@ describe('CircuitBreaker', () => {
       expect(breaker.state).toBe('open');
     });
 
+    it('judges the rate over the whole window, across a doubled open period', async () => {
+      const breaker = makeBreaker({
+        failureThreshold: 5,
+        openMs: 1_000,
+        failureRate: { thresholdPercent: 40, minimumCalls: 4, windowMs: 10_000 },
+      });
+      await alternate(breaker, 2); // 2 of 4 = 50% > 40%
+      expect(breaker.state).toBe('open');
+      await jest.advanceTimersByTimeAsync(1_000);
+      await fail(breaker); // the half-open probe fails: open again, for twice as long
+      expect(breaker.snapshot().openMs).toBe(2_000);
+      await jest.advanceTimersByTimeAsync(2_000);
+      await succeed(breaker);
+      expect(breaker.state).toBe('closed');
+      // Still within the window: 3 of 6 calls failed, and one more failure makes it 4 of 7.
+      await fail(breaker);
+      expect(breaker.state).toBe('open');
+    });
+
     it('does not open on the same calls when not configured', async () => {
       const breaker = makeBreaker({ failureThreshold: 5 });
       await alternate(breaker, 10);

@@ -26,6 +26,12 @@ export interface BreakerSnapshot {
 }
 
 type Action = () => Promise<unknown>;
+type Opossum = OpossumBreaker<[Action, CallSource?], unknown>;
+
+/** Half-open trials decided without a request (see `CircuitBreaker.trial`): the health probe sees the upstream down, */
+const KNOWN_DOWN = new Error('The health probe sees the upstream down');
+/** ... or, in a fleet, another replica probes it and this one waits for its word. */
+const PROBER_DECIDES = new Error('Another replica probes the upstream');
 
 /** How long one probe's verdict answers for further failures: an attack of failing requests costs one probe a second. */
 const VERDICT_TTL_MS = 1_000;
@@ -43,18 +49,36 @@ const VERDICT_TTL_MS = 1_000;
  * them, and a long generation that runs past its time limit is not an outage.
  */
 export class CircuitBreaker {
-  private readonly breaker: OpossumBreaker<[Action, CallSource?], unknown>;
   /**
-   * The options object given to opossum, which keeps it as `circuit.options` and reads `resetTimeout` from it
-   * each time it opens (its README documents both). The doubled open period is written here.
+   * opossum's breaker for the current open period. Its `resetTimeout` is set once, when it is made, so a breaker
+   * that opens for another period (doubled after a failed probe, or another replica's) is a new one made with it,
+   * sharing the old one's rolling statistics through the documented `status` option (see `useBreakerFor`).
    */
-  private readonly opossumOptions: OpossumBreaker.Options<[Action, CallSource?]> & { resetTimeout: number };
+  private breaker: Opossum;
+  /** The open period `breaker` was made with. */
+  private breakerPeriod: number;
+  /** The current open period: `openMs`, doubled after each failed probe up to the cap, back to `openMs` on closing. */
+  private openPeriod: number;
+  /** Settings of every opossum breaker made here, but the open period. */
+  private readonly opossumSettings: OpossumBreaker.Options<[Action, CallSource?]>;
+  /** Calls waiting in `waitUntilCallable`: woken when the breaker closes or half-opens. */
+  private readonly callableWaiters = new Set<() => void>();
+  /** A half-open trial stands in for the half-open request (see `trial`): the half-open state is not announced. */
+  private trialPending = false;
+  /** The next opening is this replica waiting for the prober's word: not announced to the fleet. */
+  private quietOpen = false;
   private consecutiveFailures = 0;
   /** Failures of the current run that were the upstream's own (5xx, connection): not timeouts. */
   private hardFailures = 0;
   /** Which run of failures this is (a success starts the next): a verdict on an earlier run decides nothing. */
   private run = 0;
   private readonly attribution = new FailureAttribution();
+  /**
+   * Errors of calls through `fire()` that are not failures of the upstream: not one by their kind (a 4xx, a
+   * refusal), or one request's or one tenant's own. Marked by the action, which knows the call's source; opossum's
+   * `errorFilter`, which is given the error alone, lets them pass as successes.
+   */
+  private readonly notFailures = new NotFailures();
   /** The health probe asked whether the run of failures is an outage (see `decide`); calls wait for its verdict. */
   private confirming?: Promise<void>;
   /** The last confirmation probe's verdict, reused for `VERDICT_TTL_MS`. */
@@ -94,63 +118,19 @@ export class CircuitBreaker {
     private readonly fleet?: BreakerCoordinator,
   ) {
     const rate = options.failureRate;
-    this.opossumOptions = {
+    this.opossumSettings = {
       name,
       // Timeouts are applied (and the call really cancelled) by the caller's pipeline.
       timeout: false,
-      resetTimeout: options.openMs,
       // opossum opens when the rate is strictly above the threshold: 100 turns the mode off.
       errorThresholdPercentage: rate?.thresholdPercent ?? 100,
       volumeThreshold: rate?.minimumCalls ?? 0,
       rollingCountTimeout: rate?.windowMs ?? 10_000,
-      // Not a failure of the upstream: not one by its kind (a 4xx, a refusal), or one request's or one tenant's own.
-      // opossum calls it with fire()'s arguments after the error (its typings show only the error).
-      errorFilter: ((error: unknown, _action: Action, source?: CallSource) => !options.isFailure(error) || !this.counts(source)) as (
-        error: unknown,
-      ) => boolean,
+      // Given the error only (as documented): the action below has already judged it.
+      errorFilter: (error: unknown) => this.notFailures.take(error),
     };
-    // The source rides along as fire()'s second argument so that errorFilter sees it; the action ignores it.
-    this.breaker = new OpossumBreaker((action: Action, _source?: CallSource) => action(), this.opossumOptions);
-    // opossum reports a filtered error as a success; a call its caller abandoned proves nothing either way.
-    this.breaker.on('success', (result: unknown) => this.succeeded(result));
-    // Registered before opossum decides to reopen after a failed probe, so the
-    // doubled period is in place when its reset timer starts.
-    this.breaker.on('failure', (error: unknown) => this.onFailure(error));
-    this.breaker.on('open', () => {
-      this.openedAt = Date.now();
-      if (!this.probeBlind) this.scheduleProbe();
-      if (this.fleet && !this.applyingRemote) {
-        this.announcing = this.fleet.announce(name, { state: 'open', openMs: this.opossumOptions.resetTimeout, ...(this.probeBlind ? { probeBlind: true } : {}) });
-      }
-    });
-    this.breaker.on('close', () => {
-      this.resetRun();
-      this.openedAt = undefined;
-      this.upstreamKnownDown = false;
-      this.probeBlind = false;
-      this.opossumOptions.resetTimeout = options.openMs;
-      this.stopProbe();
-      if (this.fleet && !this.applyingRemote) void this.fleet.announce(name, { state: 'closed' });
-    });
-    this.breaker.on('halfOpen', () => {
-      // The health probe has just seen the upstream down: a live request sent as the half-open probe would
-      // only fail too (and cost a paid call). Count it as a failed probe without sending it.
-      if (this.upstreamKnownDown) {
-        this.doubleOpenPeriod();
-        this.breaker.open();
-      } else if (!this.prober) {
-        // In a fleet, only the prober tries the upstream; this replica waits for its word, refusing meanwhile.
-        this.applyingRemote = true;
-        this.breaker.open();
-        this.applyingRemote = false;
-      }
-    });
-    // Registered last: a handler above may move on at once (a half-open breaker reopened without a probe),
-    // and only the state it settles in is announced.
-    this.breaker.on('open', () => this.noteState());
-    this.breaker.on('close', () => this.noteState());
-    this.breaker.on('halfOpen', () => this.noteState());
-    this.breaker.on('failure', () => (this.observed = true));
+    this.openPeriod = this.breakerPeriod = options.openMs;
+    this.breaker = this.makeBreaker(options.openMs);
     if (fleet) {
       void fleet.watch(name, (state) => this.applyRemote(state)).then((current) => {
         if (current?.state === 'open') this.applyRemote(current);
@@ -158,12 +138,107 @@ export class CircuitBreaker {
     }
   }
 
-  private noteState(): void {
+  /** An opossum breaker for open periods of `period` ms, with this class's listeners; `status`: the statistics so far. */
+  private makeBreaker(period: number, status?: OpossumBreaker.Status): Opossum {
+    // The source rides along as fire()'s second argument; the action judges its own failure (see `notFailures`).
+    const breaker: Opossum = new OpossumBreaker((action: Action, source?: CallSource) => this.judged(action, source), {
+      ...this.opossumSettings,
+      resetTimeout: period,
+      ...(status ? { status } : {}),
+    });
+    // opossum reports a filtered error as a success; a call its caller abandoned proves nothing either way.
+    breaker.on('success', (result: unknown) => this.succeeded(result));
+    breaker.on('failure', (error: unknown) => this.failed(breaker, error));
+    breaker.on('open', () => {
+      this.openedAt = Date.now();
+      if (!this.probeBlind) this.scheduleProbe();
+      const quiet = this.quietOpen;
+      this.quietOpen = false;
+      if (this.fleet && !this.applyingRemote && !quiet) {
+        this.announcing = this.fleet.announce(this.name, { state: 'open', openMs: this.openPeriod, ...(this.probeBlind ? { probeBlind: true } : {}) });
+      }
+      this.noteState(quiet);
+    });
+    breaker.on('close', () => {
+      this.resetRun();
+      this.openedAt = undefined;
+      this.upstreamKnownDown = false;
+      this.probeBlind = false;
+      this.openPeriod = this.options.openMs;
+      this.stopProbe();
+      if (this.fleet && !this.applyingRemote) void this.fleet.announce(this.name, { state: 'closed' });
+      // Closed for good: the next opening (opossum's own, in the failure-rate mode) is for the first period.
+      this.useBreakerFor(this.openPeriod);
+      this.noteState();
+      this.wakeWaiters();
+    });
+    breaker.on('halfOpen', () => {
+      // The health probe has just seen the upstream down: a live request sent as the half-open probe would
+      // only fail too (and cost a paid call). Its verdict is the half-open trial: a failed one.
+      if (this.upstreamKnownDown) this.trial(KNOWN_DOWN);
+      // In a fleet, only the prober tries the upstream; this replica waits for its word, refusing meanwhile.
+      else if (!this.prober) this.trial(PROBER_DECIDES);
+      else this.noteState();
+      this.wakeWaiters();
+    });
+    return breaker;
+  }
+
+  /**
+   * Makes `breaker` one whose open period is `period`, if it is not. The one it replaces changes state no more
+   * (nor times anything); calls still in flight through it report their outcome here as before.
+   */
+  private useBreakerFor(period: number): void {
+    if (period === this.breakerPeriod || this.breaker.isShutdown) return;
+    const old = this.breaker;
+    this.breakerPeriod = period;
+    this.breaker = this.makeBreaker(period, old.status);
+    for (const event of ['open', 'close', 'halfOpen'] as const) old.removeAllListeners(event);
+  }
+
+  /** Opens the breaker for `period` ms. */
+  private openFor(period: number): void {
+    this.openPeriod = period;
+    this.useBreakerFor(period);
+    this.breaker.open();
+  }
+
+  /**
+   * Hands opossum the half-open trial's outcome without a request to the upstream: a trial that fails (as the
+   * half-open request would have), after which opossum reopens the breaker.
+   */
+  private trial(verdict: Error): void {
+    this.trialPending = true;
+    void this.breaker.fire(() => Promise.reject(verdict)).catch(() => undefined);
+  }
+
+  /** A call through `breaker` failed (opossum's `failure` event). */
+  private failed(breaker: Opossum, error: unknown): void {
+    if (error === KNOWN_DOWN) this.doubleOpenPeriod();
+    else if (error === PROBER_DECIDES) this.quietOpen = true;
+    else {
+      this.observed = true;
+      this.onFailure(error);
+    }
+    this.trialPending = false;
+    // A failure while half-open: opossum reopens the breaker the call went through next, for the period it was made
+    // with. Opened here first when that is not the current breaker's or its period (what opossum then reopens is a
+    // replaced breaker, which changes nothing).
+    const current = this.breaker;
+    if (current.halfOpen && (breaker !== current || this.openPeriod !== this.breakerPeriod)) this.openFor(this.openPeriod);
+  }
+
+  private wakeWaiters(): void {
+    for (const wake of [...this.callableWaiters]) wake();
+  }
+
+  private noteState(quiet = false): void {
+    if (this.trialPending) return;
     const to = this.state;
     const from = this.lastState;
     if (to === from) return;
     this.lastState = to;
-    this.onTransition?.(this.name, from, to, Date.now(), this.applyingRemote);
+    this.onTransition?.(this.name, from, to, Date.now(), this.applyingRemote || quiet);
   }
 
   /** Another replica opened or closed this breaker: the same here, without counting anything. */
@@ -172,9 +247,8 @@ export class CircuitBreaker {
     this.applyingRemote = true;
     try {
       if (state.state === 'open' && !this.breaker.opened) {
-        if (state.openMs !== undefined) this.opossumOptions.resetTimeout = state.openMs;
         this.probeBlind = state.probeBlind === true;
-        this.breaker.open();
+        this.openFor(state.openMs ?? this.openPeriod);
       } else if (state.state === 'closed' && !this.breaker.closed) this.breaker.close();
     } finally {
       this.applyingRemote = false;
@@ -207,7 +281,8 @@ export class CircuitBreaker {
    * breaker is closed and opens on consecutive failures only. In that state
    * `fire()` does nothing but hand the outcome to the listeners this class
    * registers (its own statistics serve only the failure-rate mode), at the
-   * price of two promises and four events per call; the state machine (open,
+   * price of a few promises and events per call (measured in
+   * docs/benchmarks/2026-12-06-breaker-bypass.md); the state machine (open,
    * half-open with its single probe, the reset timer) stays opossum's.
    */
   get admitsDirect(): boolean {
@@ -256,14 +331,12 @@ export class CircuitBreaker {
     return new Promise<void>((resolve) => {
       const done = () => {
         clearTimeout(timer);
-        this.breaker.removeListener('close', done);
-        this.breaker.removeListener('halfOpen', done);
+        this.callableWaiters.delete(done);
         signal?.removeEventListener('abort', done);
         resolve();
       };
       const timer = setTimeout(done, maxWaitMs);
-      this.breaker.on('close', done);
-      this.breaker.on('halfOpen', done);
+      this.callableWaiters.add(done);
       signal?.addEventListener('abort', done, { once: true });
     });
   }
@@ -280,7 +353,7 @@ export class CircuitBreaker {
       ? action
       : () =>
           action().catch((error: unknown) => {
-            if (isAbandoned(error) && this.breaker.halfOpen) this.breaker.open();
+            if (isAbandoned(error) && this.breaker.halfOpen) this.openFor(this.openPeriod);
             throw error;
           });
     try {
@@ -314,7 +387,7 @@ export class CircuitBreaker {
       name: this.name,
       state: this.state,
       consecutiveFailures: this.consecutiveFailures,
-      openMs: this.opossumOptions.resetTimeout,
+      openMs: this.openPeriod,
       openedAt: this.openedAt,
       observed: this.observed,
     };
@@ -323,6 +396,16 @@ export class CircuitBreaker {
   shutdown(): void {
     this.stopProbe();
     this.breaker.shutdown();
+  }
+
+  /** Runs a call given to `fire()`, marking its rejection if it is not a failure of the upstream (see `notFailures`). */
+  private async judged(action: Action, source: CallSource | undefined): Promise<unknown> {
+    try {
+      return await action();
+    } catch (error) {
+      if (error !== KNOWN_DOWN && error !== PROBER_DECIDES && (!this.options.isFailure(error) || !this.counts(source))) this.notFailures.add(error);
+      throw error;
+    }
   }
 
   /**
@@ -376,13 +459,13 @@ export class CircuitBreaker {
   }
 
   private doubleOpenPeriod(): void {
-    this.opossumOptions.resetTimeout = Math.min(this.opossumOptions.resetTimeout * 2, this.options.openMs * this.options.maxOpenMultiplier);
+    this.openPeriod = Math.min(this.openPeriod * 2, this.options.openMs * this.options.maxOpenMultiplier);
   }
 
   /** The real remaining open time (the health probe may close it sooner, but cannot promise to). */
   private retryAfterSeconds(): number {
     const now = Date.now();
-    const reopensAt = (this.openedAt ?? now) + this.opossumOptions.resetTimeout;
+    const reopensAt = (this.openedAt ?? now) + this.openPeriod;
     return Math.max(1, Math.ceil((reopensAt - now) / 1000));
   }
 
@@ -444,7 +527,7 @@ export class CircuitBreaker {
   private openOrConfirm(): void {
     const probe = this.options.healthProbe;
     if (!probe) {
-      this.breaker.open();
+      this.openFor(this.openPeriod);
       return;
     }
     if (this.confirming) return;
@@ -470,7 +553,7 @@ export class CircuitBreaker {
     if (!this.breaker.closed || run !== this.run) return;
     if (!up) {
       this.upstreamKnownDown = true;
-      this.breaker.open();
+      this.openFor(this.openPeriod);
       return;
     }
     const lastAnswered = Math.max(this.attribution.lastSuccess, this.bornAt);
@@ -478,7 +561,7 @@ export class CircuitBreaker {
     const upstreamFailed = this.fleet ? this.hardFailures > 0 : this.hardFailures >= this.options.failureThreshold;
     if (upstreamFailed && Date.now() - lastAnswered >= this.options.unansweredMs) {
       this.probeBlind = true;
-      this.breaker.open();
+      this.openFor(this.openPeriod);
     } else {
       this.resetRun();
       if (this.fleet) void this.fleet.resetFailures(this.name);
@@ -499,4 +582,30 @@ function isTimeout(error: unknown): boolean {
 
 function isAbandoned(value: unknown): boolean {
   return isOrchestratorError(value) && value.code === 'client_closed_request';
+}
+
+/** The rejections an action judged not to be failures, until `errorFilter` takes them (see `CircuitBreaker.notFailures`). */
+class NotFailures {
+  private readonly objects = new WeakSet<object>();
+  /** A rejection that is not an object (a thrown string) cannot be held weakly: counted by value. */
+  private readonly values = new Map<unknown, number>();
+
+  add(error: unknown): void {
+    if (isObject(error)) this.objects.add(error);
+    else this.values.set(error, (this.values.get(error) ?? 0) + 1);
+  }
+
+  /** Whether `error` was marked; forgets it. */
+  take(error: unknown): boolean {
+    if (isObject(error)) return this.objects.delete(error);
+    const n = this.values.get(error);
+    if (n === undefined) return false;
+    if (n === 1) this.values.delete(error);
+    else this.values.set(error, n - 1);
+    return true;
+  }
+}
+
+function isObject(value: unknown): value is object {
+  return (typeof value === 'object' && value !== null) || typeof value === 'function';
 }

@@ -4,7 +4,7 @@ import type { HoldOutcome, RefusalReason, RequestOutcome, UpstreamResult } from 
 import type { LimiterSnapshot } from '../../core/concurrency/concurrency.registry.js';
 import type { Orchestrator } from '../../core/orchestrator.js';
 import { loadOptional } from './optional-dependency.js';
-import { BatchedHistogram, TalliedCounter } from './batched-metrics.js';
+import { BatchedHistogram, TalliedCounter } from '../../core/metrics/batched-metrics.js';
 
 /** A prom-client `Registry`, as far as this package uses it (its own types stay out of the public API). */
 export interface MetricsRegistry {
@@ -132,7 +132,7 @@ export class OrchestratorMetrics {
       return names;
     };
 
-    // Counted on every request: tallied (see batched-metrics.ts); the rarer events below go to prom-client at once.
+    // Counted on every request: tallied (see core/metrics/batched-metrics.ts); the rarer events below go to prom-client at once.
     const requests = new TalliedCounter(prom, {
       name: `${p}requests_total`,
       help: 'Requests under an orchestrator policy, by route, upstream and how they were answered (miss, joined, cached; none: not deduplicated).',
