@@ -1,8 +1,10 @@
 import OpossumBreaker from 'opossum';
+import type { EventEmitter } from 'node:events';
 import { CircuitOpenError, isOrchestratorError } from '../errors.js';
 import type { WithDefaults } from '../options.js';
 import type { BreakerCoordinator, SharedBreakerState } from '../cluster/coordination.js';
 import { FailureAttribution, type CallSource } from './failure-attribution.js';
+import { COUNTED_EVENTS, IdleRotation } from './idle-rotation.js';
 import type { BREAKER_FIELDS, BreakerOptions, FAILURE_RATE_FIELDS, FailureRateOptions } from './breaker.options.js';
 
 export type BreakerState = 'closed' | 'open' | 'half_open';
@@ -26,6 +28,9 @@ export interface BreakerSnapshot {
 }
 
 type Action = () => Promise<unknown>;
+
+/** opossum's default number of buckets in its rolling window. */
+const ROLLING_BUCKETS = 10;
 
 /** How long one probe's verdict answers for further failures: an attack of failing requests costs one probe a second. */
 const VERDICT_TTL_MS = 1_000;
@@ -87,6 +92,8 @@ export class CircuitBreaker {
    */
   onTransition?: (name: string, from: BreakerState, to: BreakerState, at: number, remote: boolean) => void;
 
+  private readonly rotation: IdleRotation;
+
   constructor(
     readonly name: string,
     private readonly options: CircuitBreakerOptions,
@@ -94,6 +101,7 @@ export class CircuitBreaker {
     private readonly fleet?: BreakerCoordinator,
   ) {
     const rate = options.failureRate;
+    this.rotation = new IdleRotation(Math.floor((rate?.windowMs ?? 10_000) / ROLLING_BUCKETS), ROLLING_BUCKETS);
     this.opossumOptions = {
       name,
       // Timeouts are applied (and the call really cancelled) by the caller's pipeline.
@@ -103,6 +111,11 @@ export class CircuitBreaker {
       errorThresholdPercentage: rate?.thresholdPercent ?? 100,
       volumeThreshold: rate?.minimumCalls ?? 0,
       rollingCountTimeout: rate?.windowMs ?? 10_000,
+      rollingCountBuckets: ROLLING_BUCKETS,
+      // The window's buckets rotate only while they hold something (opossum's own interval ticks forever), and nobody
+      // reads opossum's periodic snapshots, which it would compute every bucket period.
+      rotateBucketController: this.rotation,
+      enableSnapshots: false,
       // Not a failure of the upstream: not one by its kind (a 4xx, a refusal), or one request's or one tenant's own.
       // opossum calls it with fire()'s arguments after the error (its typings show only the error).
       errorFilter: ((error: unknown, _action: Action, source?: CallSource) => !options.isFailure(error) || !this.counts(source)) as (
@@ -111,6 +124,7 @@ export class CircuitBreaker {
     };
     // The source rides along as fire()'s second argument so that errorFilter sees it; the action ignores it.
     this.breaker = new OpossumBreaker((action: Action, _source?: CallSource) => action(), this.opossumOptions);
+    for (const event of COUNTED_EVENTS) (this.breaker as unknown as EventEmitter).on(event, this.rotation.wake);
     // opossum reports a filtered error as a success; a call its caller abandoned proves nothing either way.
     this.breaker.on('success', (result: unknown) => this.succeeded(result));
     // Registered before opossum decides to reopen after a failed probe, so the
@@ -323,6 +337,7 @@ export class CircuitBreaker {
   shutdown(): void {
     this.stopProbe();
     this.breaker.shutdown();
+    this.rotation.stop();
   }
 
   /**
