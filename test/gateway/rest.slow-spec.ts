@@ -5,11 +5,14 @@ import { join } from 'node:path';
 import { ensureBuilt, startGatewayProcess, startMockProcess, type AppProcess } from '../support/gateway-process.js';
 
 /**
- * A gateway at rest wakes for nothing: once its last request is done and
- * what that request set going has run out, no timer fires and no event-loop
- * monitor samples. Counted in the gateway process itself (a preload records
- * every timer callback and every enabled event-loop-delay monitor, with where
- * it was made), so that a busy machine changes nothing in the verdict.
+ * A gateway at rest wakes for nothing of its own: once its last request is
+ * done and what that request set going has run out, no timer of the gateway,
+ * the plugin or their libraries fires and no event-loop monitor samples.
+ * Counted in the gateway process itself (a preload records every
+ * setTimeout / setInterval callback and every enabled event-loop-delay
+ * monitor, with where it was made), so that a busy machine changes nothing in
+ * the verdict. Node's own timers (node:http's check for stalled connections,
+ * once a second) are not seen by the preload.
  */
 
 interface Wakeups {
