@@ -13,18 +13,21 @@ import { repoRoot, requireBuild, stopAllChildren, stopChildrenOnSignals } from '
 import { checksTable, scenarioTable } from './report.js';
 import { runScale, scaleTable } from './scale.js';
 import { runSoak, soakTable } from './soak.js';
+import { restTable, runRest } from './rest.js';
 import { runTenants, tenantsTable } from './tenants.js';
 import { TIMELINE_SCENARIOS, type TargetChoice, type TimelineScenario } from './scenarios.js';
 import { REFERENCE, describeGatewayDefaults, fmtMs, type TargetCheck } from './targets.js';
 import { runTimeline } from './timeline.js';
 import { runTracingCost, tracingCostTable } from './tracing-cost.js';
 
-const SCENARIOS = [...TIMELINE_SCENARIOS, 'overhead', 'scale', 'keycost', 'cluster', 'soak', 'tenants', 'capacity', 'tracing'] as const;
+const SCENARIOS = [...TIMELINE_SCENARIOS, 'overhead', 'scale', 'keycost', 'cluster', 'soak', 'tenants', 'capacity', 'tracing', 'rest'] as const;
 type Scenario = (typeof SCENARIOS)[number];
 
 const USAGE = `Usage: npm run bench -- <scenario> [options]
 
 Scenarios: ${SCENARIOS.join(', ')}, all
+  (rest: spawn to first proxied answer, idle RSS and idle CPU of the gateway against the floor, in the same rounds;
+  --rounds N, --duration S for the idle CPU window (default 10), --loaded beside two busy processes)
 
 Options:
   --scale F             compress every duration of the timeline by F (latencies, request interval, failure
@@ -45,7 +48,8 @@ Options:
                         kernel's included; needs perf and the right to record the gateway)
   --before FILE         overhead: a JSON result of an earlier run, shown as the "before" column
   --loaded              cluster: the fleet's promises with two busy processes taking the cores (herds of 300 over 4
-                        replicas, Redis frozen under a herd, a leader killed mid-stream)
+                        replicas, Redis frozen under a herd, a leader killed mid-stream); rest: the same rounds beside
+                        two busy processes
   --help                this text
 `;
 
@@ -60,6 +64,7 @@ interface Cli {
   strict: boolean;
   durationSec: number;
   soakSec: number;
+  restWindowSec: number;
   rounds: number;
   only: string[];
   herd: number;
@@ -120,6 +125,7 @@ function parseCli(argv: string[]): Cli | undefined {
     strict: values.strict ?? false,
     durationSec,
     soakSec: values.duration === undefined ? 120 : durationSec,
+    restWindowSec: values.duration === undefined ? 10 : durationSec,
     rounds,
     only,
     herd,
@@ -251,6 +257,9 @@ async function main(): Promise<number> {
     } else if (scenario === 'cluster') {
       const result = await runCluster(log);
       await report(result, clusterTable(result));
+    } else if (scenario === 'rest') {
+      const result = await runRest({ rounds: cli.rounds, windowSec: cli.restWindowSec, loaded: cli.loaded, log });
+      await report(result, restTable(result));
     } else if (scenario === 'tracing') {
       const result = await runTracingCost();
       log(tracingCostTable(result));

@@ -6,7 +6,7 @@ import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fa
 import type { GatewayConfig } from './config/gateway-config.js';
 import { GatewayModule } from './gateway.module.js';
 import { GatewayExceptionFilter } from './http/gateway-exception.filter.js';
-import { GatewayExpressAdapter, createGatewayServer, serveAhead } from './http/http-server.js';
+import { createGatewayServer, gatewayExpressAdapter, serveAhead } from './http/http-server.js';
 import { corsOptions } from './http/cors.js';
 import { DataPlane } from './data-plane/data-plane.js';
 import { GatewayService } from './gateway.service.js';
@@ -65,7 +65,7 @@ export async function createGateway(config: GatewayConfig, options: CreateGatewa
       });
     app = fastify;
   } else {
-    const express = await NestFactory.create<NestExpressApplication>(module, new GatewayExpressAdapter(config), {
+    const express = await NestFactory.create<NestExpressApplication>(module, await gatewayExpressAdapter(config), {
       bodyParser: false,
       rawBody: true,
       logger,

@@ -1,4 +1,4 @@
-import { ExpressAdapter } from '@nestjs/platform-express';
+import type { ExpressAdapter } from '@nestjs/platform-express';
 import { createServer, type IncomingMessage, type RequestListener, type Server, type ServerOptions, type ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { ROUTES, routeAt } from '../providers/provider.js';
@@ -80,13 +80,16 @@ export function serveAhead(server: Server, front: FrontHandler): void {
   set(front);
 }
 
-/** Nest's Express adapter, on a server made by `createGatewayServer` (Nest's own takes no server options). */
-export class GatewayExpressAdapter extends ExpressAdapter {
-  constructor(private readonly config: GatewayConfig) {
-    super();
+/**
+ * Nest's Express adapter, on a server made by `createGatewayServer` (Nest's own takes no server options). Express and
+ * its adapter are loaded only for `--platform express`.
+ */
+export async function gatewayExpressAdapter(config: GatewayConfig): Promise<ExpressAdapter> {
+  const { ExpressAdapter } = await import('@nestjs/platform-express');
+  class GatewayExpressAdapter extends ExpressAdapter {
+    override initHttpServer(): void {
+      this.httpServer = createGatewayServer(config, this.getInstance());
+    }
   }
-
-  override initHttpServer(): void {
-    this.httpServer = createGatewayServer(this.config, this.getInstance());
-  }
+  return new GatewayExpressAdapter();
 }

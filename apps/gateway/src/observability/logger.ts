@@ -1,6 +1,6 @@
 import type { LoggerService, LogLevel } from '@nestjs/common';
 import { pino, type Logger } from 'pino';
-import pretty from 'pino-pretty';
+import { createRequire } from 'node:module';
 import type { ObservabilityConfig } from '../config/gateway-config.js';
 import { redactor } from '../http/redaction.js';
 import { LineWriter } from './line-writer.js';
@@ -23,6 +23,8 @@ export function createLogger(config: ObservabilityConfig): Logger {
     hooks: { streamWrite: (line: string) => redactor.text(line) },
   };
   if (config.logFormat === 'pretty') {
+    // Loaded only for pretty output: JSON lines (the default off a terminal) do without it.
+    const pretty = createRequire(import.meta.url)('pino-pretty') as typeof import('pino-pretty');
     return pino(options, pretty({ colorize: Boolean(process.stdout.isTTY), sync: true, ignore: 'pid,hostname', translateTime: 'SYS:HH:MM:ss.l' }));
   }
   const destination = stdoutWriter();

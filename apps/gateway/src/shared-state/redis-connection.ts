@@ -1,4 +1,3 @@
-import { createClient, createCluster, createSentinel } from '@keyv/redis';
 import { isIP } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import type { RedisCommands, RedisSubscriber } from 'nest-prompt-orchestrator';
@@ -69,6 +68,20 @@ export interface RedisLink {
   close(): Promise<void>;
 }
 
+type RedisModule = typeof import('@keyv/redis');
+let redisModule: RedisModule | undefined;
+
+/** node-redis (through `@keyv/redis`), loaded by the first link opened: a gateway without `--redis` never loads it. */
+async function loadRedis(): Promise<RedisModule> {
+  return (redisModule ??= await import('@keyv/redis'));
+}
+
+/** The `@keyv/redis` module a link was opened with (for its Keyv store): only to be asked once a link exists. */
+export function redisModuleOfLinks(): RedisModule {
+  if (!redisModule) throw new Error('no Redis link has been opened');
+  return redisModule;
+}
+
 /** The `onError` side of a link: node-redis's 'error' events, which must have a listener, passed on. */
 function connectionErrors(): { emit: (error: unknown) => void; onError: (listener: (error: unknown) => void) => void } {
   const listeners: Array<(error: unknown) => void> = [];
@@ -92,6 +105,7 @@ function socketOptions(target: RedisTarget, tls: boolean) {
  * in the log if it turns out to be a cluster node once it answers).
  */
 export async function openRedisLink(target: RedisTarget, log: { warn(line: string): void; error(line: string): void }, waitMs = 1_000): Promise<RedisLink> {
+  const { createClient } = await loadRedis();
   const sentinel = parseSentinelUrl(target.url);
   if (sentinel) return openSentinel(target, sentinel, waitMs);
   const tls = target.url.startsWith('rediss:') || target.tls !== undefined;
@@ -171,6 +185,7 @@ async function checkTls(target: RedisTarget, waitMs: number): Promise<void> {
 
 /** A cluster client rooted at the node `--redis` names; every node is reached with the same credentials and TLS. */
 async function openCluster(target: RedisTarget, tls: boolean, waitMs: number): Promise<RedisLink> {
+  const { createClient, createCluster } = await loadRedis();
   const url = new URL(target.url);
   const defaults = {
     username: url.username ? decodeURIComponent(url.username) : undefined,
@@ -224,6 +239,7 @@ async function openCluster(target: RedisTarget, tls: boolean, waitMs: number): P
 }
 
 async function openSentinel(target: RedisTarget, sentinel: SentinelTarget, waitMs: number): Promise<RedisLink> {
+  const { createSentinel } = await loadRedis();
   const socket = socketOptions(target, sentinel.tls);
   const set = createSentinel({
     name: sentinel.name,

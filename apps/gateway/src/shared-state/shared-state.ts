@@ -1,11 +1,10 @@
 import { Inject, Injectable, Optional, Logger, type BeforeApplicationShutdown, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
-import KeyvRedis from '@keyv/redis';
 import { Keyv } from 'keyv';
 import { RedisCoordinator } from 'nest-prompt-orchestrator';
 import { DEFAULT_ERROR_CODEC, type ErrorCodec } from 'nest-prompt-orchestrator/internal';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
-import { REDIS_LINK, type RedisLink, type RedisTopology } from './redis-connection.js';
+import { REDIS_LINK, redisModuleOfLinks, type RedisLink, type RedisTopology } from './redis-connection.js';
 import { ApiError } from '../http/api-error.js';
 import { redactor } from '../http/redaction.js';
 import type { ClientApi } from '../providers/provider.js';
@@ -53,6 +52,7 @@ export class SharedState implements OnModuleInit, BeforeApplicationShutdown, OnA
     // Every entry under `<prefix>:window::` (so `--redis-prefix` isolates answers too): Keyv hands its namespace to
     // the Redis adapter, which prefixes the keys; Keyv's own key prefix would repeat it. Its errors must reach the
     // window (a failure is a miss and an outage), not turn into "not found".
+    const KeyvRedis = redisModuleOfLinks().default;
     this.windowStore = new Keyv({
       store: new KeyvRedis(link.store, { throwOnErrors: true, throwOnConnectError: true }),
       namespace: `${config.redisPrefix}:window`,

@@ -70,8 +70,9 @@ export const STREAM_LIMITS = {
 
 /**
  * The live status page's data: counts kept as requests finish and as the
- * orchestrator reports, folded into per-second history once a second, and
- * sent to every open page (SSE) then and at once on a breaker transition.
+ * orchestrator reports, folded into per-second history as each second ends
+ * (when next read or counted: nothing ticks while nobody looks), and sent to
+ * every open page (SSE) once a second and at once on a breaker transition.
  * Everything is bounded: 60 s of history, the last transitions and errors,
  * and at most 500 tenants (hashed; later ones are counted as "other").
  * Under `--workers`, a page is sent the sum of every worker's board.
@@ -104,8 +105,13 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
   private readonly waits = new Map<string, { seconds: WaitSecond[]; current: WaitSecond }>();
   private readonly clients = new Set<ServerResponse>();
   private readonly streamsByPeer = new Map<string, number>();
-  private timer?: ReturnType<typeof setInterval>;
+  /** Wakes the board once a second, only while a page is open (the seconds are otherwise folded when next read). */
+  private timer?: ReturnType<typeof setTimeout>;
   private stopObserving?: () => void;
+  /** When the seconds are counted from (monotonic and wall clock), and how many of them are folded into history. */
+  private origin = performance.now();
+  private originWall = Date.now();
+  private folded = 0;
   /** A broadcast is gathering the workers' boards; another asked meanwhile is sent once it is done. */
   private broadcasting = false;
   private broadcastAgain = false;
@@ -124,6 +130,7 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
     if (!this.enabled) return;
     this.workers.channel?.provide('status', () => this.snapshot());
     this.fleet.provideFigures(() => {
+      this.catchUp();
       const last = this.history[this.history.length - 1];
       return {
         requestsPerSecond: last ? last.miss + last.joined + last.cached + last.none : 0,
@@ -136,6 +143,7 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
     });
     this.stopObserving = this.orchestrator.observe({
       queueWait: (upstream: string, ms: number) => {
+        this.catchUp();
         let waits = this.waits.get(upstream);
         // Upstream names are the gateway's own (a few), never a client's.
         if (!waits) this.waits.set(upstream, (waits = { seconds: [], current: { count: 0, sumMs: 0, maxMs: 0 } }));
@@ -151,12 +159,14 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
         this.broadcast();
       },
     });
-    this.timer = setInterval(() => this.tick(), 1000);
-    this.timer.unref();
+    this.origin = performance.now();
+    this.originWall = Date.now();
+    this.folded = 0;
   }
 
   onModuleDestroy(): void {
-    clearInterval(this.timer);
+    clearTimeout(this.timer);
+    this.timer = undefined;
     this.stopObserving?.();
     for (const client of this.clients) client.end();
     this.clients.clear();
@@ -165,6 +175,7 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
   record(request: FinishedRequest): void {
     // Only the model API is the gateway's traffic: scrapes, probes, this page and its streams are not counted.
     if (request.route === CONTROL_PLANE) return;
+    this.catchUp();
     if (request.outcome) {
       this.totals[request.outcome]++;
       this.second[request.outcome]++;
@@ -215,6 +226,7 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
   /** Keeps `response` (an SSE stream) up to date until it closes, or its time is up (the browser then reconnects). */
   subscribe(response: ServerResponse, peer = 'unknown'): void {
     this.clients.add(response);
+    this.startTicking();
     this.streamsByPeer.set(peer, (this.streamsByPeer.get(peer) ?? 0) + 1);
     const timeUp = setTimeout(() => response.end(), STREAM_LIMITS.maxSeconds * 1000);
     timeUp.unref();
@@ -239,6 +251,7 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
   }
 
   snapshot() {
+    this.catchUp();
     const health = this.orchestrator.health();
     const names = new Set([...health.breakers.map((b) => b.name), ...health.limiters.map((l) => l.name)]);
     const upstreams = [...names].map((name) => {
@@ -315,15 +328,47 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
     return { count, avgMs: count === 0 ? 0 : round(sum / count), maxMs: round(max) };
   }
 
-  private tick(): void {
-    this.history.push({ at: Date.now(), ...this.second });
-    if (this.history.length > HISTORY_SECONDS) this.history.shift();
-    this.second = { miss: 0, joined: 0, cached: 0, none: 0 };
-    for (const waits of this.waits.values()) {
-      waits.seconds.push(waits.current);
-      if (waits.seconds.length > HISTORY_SECONDS) waits.seconds.shift();
-      waits.current = { count: 0, sumMs: 0, maxMs: 0 };
+  /**
+   * Folds every second that has ended since the last fold into history (the
+   * second being counted, then an empty one for each second nothing
+   * happened), as a timer ticking once a second would have: at rest nothing
+   * wakes the board, and whoever reads or counts next brings it up to date.
+   */
+  private catchUp(): void {
+    if (!this.enabled) return;
+    const due = Math.floor((performance.now() - this.origin) / 1000);
+    if (due <= this.folded) return;
+    // Seconds older than the history keeps would be shifted out again at once.
+    if (due - this.folded > HISTORY_SECONDS) {
+      this.second = { miss: 0, joined: 0, cached: 0, none: 0 };
+      for (const waits of this.waits.values()) waits.current = { count: 0, sumMs: 0, maxMs: 0 };
+      this.folded = due - HISTORY_SECONDS;
     }
+    while (this.folded < due) {
+      this.folded++;
+      this.history.push({ at: this.originWall + this.folded * 1000, ...this.second });
+      if (this.history.length > HISTORY_SECONDS) this.history.shift();
+      this.second = { miss: 0, joined: 0, cached: 0, none: 0 };
+      for (const waits of this.waits.values()) {
+        waits.seconds.push(waits.current);
+        if (waits.seconds.length > HISTORY_SECONDS) waits.seconds.shift();
+        waits.current = { count: 0, sumMs: 0, maxMs: 0 };
+      }
+    }
+  }
+
+  /** Once a second while a page is open, at the end of each second: fold it, and send the page the new snapshot. */
+  private startTicking(): void {
+    if (this.timer !== undefined || this.clients.size === 0) return;
+    this.catchUp();
+    const next = this.origin + (this.folded + 1) * 1000 - performance.now();
+    this.timer = setTimeout(() => this.tick(), Math.max(0, next));
+    this.timer.unref();
+  }
+
+  private tick(): void {
+    this.timer = undefined;
+    this.catchUp();
     // A page kept open must not hold a graceful shutdown for its whole grace period.
     if (this.lifecycle.isDraining) {
       for (const client of this.clients) client.end();
@@ -331,6 +376,7 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
       return;
     }
     this.broadcast();
+    this.startTicking();
   }
 
   private broadcast(): void {

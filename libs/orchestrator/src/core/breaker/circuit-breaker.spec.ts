@@ -484,6 +484,29 @@ describe('CircuitBreaker', () => {
       expect(breaker.state).toBe('open');
     });
 
+    it('forgets calls once they have left the window, and keeps no timer once every call has', async () => {
+      const breaker = makeBreaker({
+        failureThreshold: 5,
+        failureRate: { thresholdPercent: 40, minimumCalls: 4, windowMs: 10_000 },
+      });
+      await succeed(breaker);
+      await fail(breaker);
+      await succeed(breaker);
+      // Still in the window: the window's buckets are rotating.
+      expect(jest.getTimerCount()).toBeGreaterThan(0);
+      await jest.advanceTimersByTimeAsync(11_000);
+      // Every bucket is empty: nothing rotates any more.
+      expect(jest.getTimerCount()).toBe(0);
+      // 1 of 1 failed, but the 3 calls before have left the window: fewer than minimumCalls.
+      await fail(breaker);
+      expect(breaker.state).toBe('closed');
+      // And the window counts again from there: 2 of 4 = 50% > 40%.
+      await succeed(breaker);
+      await succeed(breaker);
+      await fail(breaker);
+      expect(breaker.state).toBe('open');
+    });
+
     it('does not open on the same calls when not configured', async () => {
       const breaker = makeBreaker({ failureThreshold: 5 });
       await alternate(breaker, 10);

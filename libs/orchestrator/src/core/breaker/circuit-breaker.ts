@@ -1,8 +1,10 @@
 import OpossumBreaker from 'opossum';
+import type { EventEmitter } from 'node:events';
 import { CircuitOpenError, isOrchestratorError } from '../errors.js';
 import type { WithDefaults } from '../options.js';
 import type { BreakerCoordinator, SharedBreakerState } from '../cluster/coordination.js';
 import { FailureAttribution, type CallSource } from './failure-attribution.js';
+import { COUNTED_EVENTS, IdleRotation } from './idle-rotation.js';
 import type { BREAKER_FIELDS, BreakerOptions, FAILURE_RATE_FIELDS, FailureRateOptions } from './breaker.options.js';
 
 export type BreakerState = 'closed' | 'open' | 'half_open';
@@ -33,6 +35,9 @@ const KNOWN_DOWN = new Error('The health probe sees the upstream down');
 /** ... or, in a fleet, another replica probes it and this one waits for its word. */
 const PROBER_DECIDES = new Error('Another replica probes the upstream');
 
+/** opossum's default number of buckets in its rolling window. */
+const ROLLING_BUCKETS = 10;
+
 /** How long one probe's verdict answers for further failures: an attack of failing requests costs one probe a second. */
 const VERDICT_TTL_MS = 1_000;
 
@@ -61,6 +66,7 @@ export class CircuitBreaker {
   private openPeriod: number;
   /** Settings of every opossum breaker made here, but the open period. */
   private readonly opossumSettings: OpossumBreaker.Options<[Action, CallSource?]>;
+  private readonly rotation: IdleRotation;
   /** Calls waiting in `waitUntilCallable`: woken when the breaker closes or half-opens. */
   private readonly callableWaiters = new Set<() => void>();
   /** A half-open trial stands in for the half-open request (see `trial`): the half-open state is not announced. */
@@ -118,6 +124,7 @@ export class CircuitBreaker {
     private readonly fleet?: BreakerCoordinator,
   ) {
     const rate = options.failureRate;
+    this.rotation = new IdleRotation(Math.floor((rate?.windowMs ?? 10_000) / ROLLING_BUCKETS), ROLLING_BUCKETS);
     this.opossumSettings = {
       name,
       // Timeouts are applied (and the call really cancelled) by the caller's pipeline.
@@ -126,6 +133,11 @@ export class CircuitBreaker {
       errorThresholdPercentage: rate?.thresholdPercent ?? 100,
       volumeThreshold: rate?.minimumCalls ?? 0,
       rollingCountTimeout: rate?.windowMs ?? 10_000,
+      rollingCountBuckets: ROLLING_BUCKETS,
+      // The window's buckets rotate only while they hold something (opossum's own interval ticks forever), and nobody
+      // reads opossum's periodic snapshots, which it would compute every bucket period.
+      rotateBucketController: this.rotation,
+      enableSnapshots: false,
       // Given the error only (as documented): the action below has already judged it.
       errorFilter: (error: unknown) => this.notFailures.take(error),
     };
@@ -146,6 +158,7 @@ export class CircuitBreaker {
       resetTimeout: period,
       ...(status ? { status } : {}),
     });
+    for (const event of COUNTED_EVENTS) (breaker as EventEmitter).on(event, this.rotation.wake);
     // opossum reports a filtered error as a success; a call its caller abandoned proves nothing either way.
     breaker.on('success', (result: unknown) => this.succeeded(result));
     breaker.on('failure', (error: unknown) => this.failed(breaker, error));
@@ -396,6 +409,7 @@ export class CircuitBreaker {
   shutdown(): void {
     this.stopProbe();
     this.breaker.shutdown();
+    this.rotation.stop();
   }
 
   /** Runs a call given to `fire()`, marking its rejection if it is not a failure of the upstream (see `notFailures`). */

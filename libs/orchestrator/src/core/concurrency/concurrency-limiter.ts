@@ -193,6 +193,8 @@ export class ConcurrencyLimiter {
   private ticks = 0;
   private loadListener?: () => void;
 
+  private lag?: EventLoopLag;
+
   constructor(
     readonly name: string,
     private readonly options: ConcurrencyLimiterOptions,
@@ -207,7 +209,7 @@ export class ConcurrencyLimiter {
         (limit) => {
           if (this.capacity === undefined) this.setLimit(limit);
         },
-        clock ? undefined : eventLoopLag(),
+        (this.lag = clock ? undefined : eventLoopLag())?.read,
       );
     }
     this.current = this.controller?.limit ?? options.limit;
@@ -465,7 +467,7 @@ export class ConcurrencyLimiter {
   }
 
   private take(tenant: string): ReleaseSlot {
-    this.active++;
+    if (this.active++ === 0) this.lag?.busy();
     const number = ++this.taken;
     if (this.options.perTenantLimit !== undefined) this.held.set(tenant, (this.held.get(tenant) ?? 0) + 1);
     let recent: RecentTake | undefined;
@@ -477,7 +479,7 @@ export class ConcurrencyLimiter {
     return () => {
       if (released) return;
       released = true;
-      this.active--;
+      if (--this.active === 0) this.lag?.idle();
       if (recent) recent.held = false;
       if (this.readings.size > 0) for (const reading of this.readings) if (number <= reading.lastTaken) reading.ended++;
       if (this.options.perTenantLimit !== undefined) {
@@ -525,18 +527,33 @@ export class ConcurrencyLimiter {
   }
 }
 
+interface EventLoopLag {
+  /** The mean delay (ms) since the last reading. */
+  read: () => number;
+  /** Calls are in flight: sample. */
+  busy: () => void;
+  /** None is: stop sampling. */
+  idle: () => void;
+}
+
 /**
- * The event loop's mean delay (ms) since the last call: what a latency sample
- * taken in this process gained from the process itself being busy. One
- * monitor per adaptive limiter (a libuv timer every 10 ms), unreferenced.
+ * The event loop's mean delay (ms) while calls were in flight, since the last
+ * reading: what a latency sample taken in this process gained from the
+ * process itself being busy. One monitor per adaptive limiter (a libuv timer
+ * every 10 ms, unreferenced), sampling only while the limiter has a call in
+ * flight: that is the delay the readings stand for, and at rest its timer
+ * would wake the process a hundred times a second.
  */
-function eventLoopLag(): () => number {
+function eventLoopLag(): EventLoopLag {
   const histogram = monitorEventLoopDelay({ resolution: 10 });
-  histogram.enable();
-  return () => {
-    // Never-sampled histograms report NaN; the monitor itself adds its resolution to every reading.
-    const mean = histogram.count > 0 ? histogram.mean / 1e6 - 10 : 0;
-    histogram.reset();
-    return Math.max(0, mean);
+  return {
+    read: () => {
+      // Never-sampled histograms report NaN; the monitor itself adds its resolution to every reading.
+      const mean = histogram.count > 0 ? histogram.mean / 1e6 - 10 : 0;
+      histogram.reset();
+      return Math.max(0, mean);
+    },
+    busy: () => void histogram.enable(),
+    idle: () => void histogram.disable(),
   };
 }
