@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { createServer, type Server } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { MockControl } from '../bench/mock-control.js';
 import { ensureBuilt, rssOf, startGatewayProcess, startMockProcess, type AppProcess } from '../support/gateway-process.js';
@@ -9,7 +10,9 @@ import { ensureBuilt, rssOf, startGatewayProcess, startMockProcess, type AppProc
  * 40 clients open distinct ~8 MB streams, read their first bytes and stop.
  * The gateway pauses each upstream while its only reader is behind, so its
  * RSS grows by a bounded amount (not by the streams' size), and another
- * caller is answered meanwhile.
+ * caller is answered meanwhile. The same holds when a stream's text comes as
+ * one large event (one SSE line of ~8 MB): what a stalled reader costs does
+ * not depend on how its provider cuts the stream into events.
  */
 
 const MiB = 1024 * 1024;
@@ -18,10 +21,41 @@ const CLIENTS = 40;
 const WORDS = 40_000;
 const GROWTH_LIMIT = 100 * MiB;
 
+/**
+ * A provider whose every chat stream is one event of ~8 MB and then its end marker, written in 64 KiB pieces as its
+ * socket takes them (as a real server's blocking send would).
+ */
+function oneEventProvider(): Promise<{ server: Server; url: string }> {
+  const piece = Buffer.alloc(64 * 1024, 'a');
+  const server = createServer((request, response) => {
+    let body = '';
+    request.on('data', (chunk: Buffer) => (body += chunk.toString()));
+    request.on('end', () => {
+      if (!body.includes('"stream":true')) {
+        response.writeHead(200, { 'content-type': 'application/json' });
+        return void response.end(JSON.stringify({ id: 'one', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'answered' }, finish_reason: 'stop' }] }));
+      }
+      response.writeHead(200, { 'content-type': 'text/event-stream' });
+      response.write('data: {"id":"one","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"');
+      let left = (8 * MiB) / piece.length;
+      const more = () => {
+        while (left > 0) {
+          left--;
+          if (!response.write(piece)) return void response.once('drain', more);
+        }
+        response.end('"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n');
+      };
+      more();
+    });
+  });
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({ server, url: `http://127.0.0.1:${(server.address() as { port: number }).port}` })));
+}
+
 /** A raw HTTP client that sends one streamed chat request, reads its first bytes, and then reads nothing more. */
-function stalledStream(url: string, index: number): Promise<{ socket: Socket; firstBytes: string }> {
+function stalledStream(url: string, index: number, long: boolean): Promise<{ socket: Socket; firstBytes: string }> {
   const { hostname, port } = new URL(url);
-  const words = Array.from({ length: WORDS }, (_, i) => `w${i}`).join(' ');
+  // The mock provider streams one event per prompt word; the one-event provider ignores the prompt.
+  const words = long ? Array.from({ length: WORDS }, (_, i) => `w${i}`).join(' ') : 'one';
   const body = JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: `stalled ${index} ${process.pid} ${words}` }] });
   return new Promise((resolve, reject) => {
     const socket = connect(Number(port), hostname, () => {
@@ -40,20 +74,34 @@ function stalledStream(url: string, index: number): Promise<{ socket: Socket; fi
 
 const settle = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-describe('readers that stall', () => {
-  let provider: AppProcess;
+describe.each([
+  ['small events', false],
+  ['one large event', true],
+] as const)('readers that stall (%s)', (shape, oneEvent) => {
+  let provider: AppProcess | undefined;
+  let oneEventServer: Server | undefined;
   let gateway: AppProcess;
   beforeAll(async () => {
     await ensureBuilt();
-    provider = await startMockProcess();
-    // Events back to back: each stream is as long as it can be, as fast as the provider can write it.
-    await new MockControl(provider.url).configure({ streamChunkDelayMs: 0 });
+    let providerUrl: string;
+    if (oneEvent) {
+      const started = await oneEventProvider();
+      oneEventServer = started.server;
+      providerUrl = started.url;
+    } else {
+      provider = await startMockProcess();
+      // Events back to back: each stream is as long as it can be, as fast as the provider can write it.
+      await new MockControl(provider.url).configure({ streamChunkDelayMs: 0 });
+      providerUrl = provider.url;
+    }
     // A stalled stream holds its upstream slot while it is held back: the ceiling leaves room for the other caller.
-    gateway = await startGatewayProcess(['--upstream', provider.url, '--log-level', 'warn', '--concurrency', '64', '--no-adaptive-concurrency']);
+    gateway = await startGatewayProcess(['--upstream', providerUrl, '--log-level', 'warn', '--concurrency', '64', '--no-adaptive-concurrency']);
   }, 180_000);
   afterAll(() => {
     gateway?.kill();
     provider?.kill();
+    oneEventServer?.closeAllConnections();
+    oneEventServer?.close();
   });
 
   it(`${CLIENTS} clients not reading distinct ~8 MB streams grow the gateway's RSS by less than ${GROWTH_LIMIT / MiB} MB, and another caller is served`, async () => {
@@ -66,7 +114,7 @@ describe('readers that stall', () => {
     await warm.text();
     const baseline = rssOf(gateway.pid);
 
-    const streams = await Promise.all(Array.from({ length: CLIENTS }, (_, i) => stalledStream(gateway.url, i)));
+    const streams = await Promise.all(Array.from({ length: CLIENTS }, (_, i) => stalledStream(gateway.url, i, !oneEvent)));
     try {
       for (const s of streams) expect(s.firstBytes).toMatch(/^HTTP\/1\.1 200/);
       // The gateway has read what it will read of each stream once its RSS stops growing.
@@ -84,12 +132,15 @@ describe('readers that stall', () => {
         body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: `meanwhile ${process.pid}` }] }),
       });
       expect(other.status).toBe(200);
-      expect(((await other.json()) as { choices: Array<{ message: { content: string } }> }).choices[0].message.content).toContain('meanwhile');
+      const answered = ((await other.json()) as { choices: Array<{ message: { content: string } }> }).choices[0].message.content;
+      expect(answered).toContain(oneEvent ? 'answered' : 'meanwhile');
       peak = Math.max(peak, rssOf(gateway.pid));
-      // The provider really was asked for every stream (and was not left waiting on the gateway to ask).
-      const stats = await new MockControl(provider.url).stats();
-      expect(stats.total).toBeGreaterThanOrEqual(CLIENTS + 2);
-      process.stdout.write(`stalled readers: gateway RSS ${(baseline / MiB).toFixed(0)} -> peak ${(peak / MiB).toFixed(0)} MiB with ${CLIENTS} stalled ~8 MB streams\n`);
+      if (provider) {
+        // The provider really was asked for every stream (and was not left waiting on the gateway to ask).
+        const stats = await new MockControl(provider.url).stats();
+        expect(stats.total).toBeGreaterThanOrEqual(CLIENTS + 2);
+      }
+      process.stdout.write(`stalled readers (${shape}): gateway RSS ${(baseline / MiB).toFixed(0)} -> peak ${(peak / MiB).toFixed(0)} MiB with ${CLIENTS} stalled ~8 MB streams\n`);
       expect(peak - baseline).toBeLessThan(GROWTH_LIMIT);
     } finally {
       for (const s of streams) s.socket.destroy();

@@ -25,6 +25,13 @@ async function main(): Promise<void> {
   await serve(config);
 }
 
+/**
+ * Connections the kernel queues for the gateway to accept (Node's default is 511). A herd of fresh clients connects
+ * all at once: past a full queue a connection's SYN is dropped and retried a second or more later, or never opened.
+ * The kernel takes the smaller of this and `net.core.somaxconn`.
+ */
+const LISTEN_BACKLOG = 65_535;
+
 /** One gateway process: listens, and stops gracefully on SIGTERM (and SIGINT, unless it is a worker of `--workers`). */
 async function serve(config: GatewayConfig): Promise<void> {
   if (cluster.isWorker) {
@@ -36,7 +43,10 @@ async function serve(config: GatewayConfig): Promise<void> {
     process.on('SIGHUP', () => undefined);
   }
   const app = await createGateway(config);
-  await app.listen(config.port, config.host);
+  // Fastify's adapter takes its listen options as one object; Express's passes its arguments on to `server.listen`.
+  const listen = app.listen.bind(app) as (...args: unknown[]) => Promise<unknown>;
+  if (config.platform === 'fastify') await listen({ port: config.port, host: config.host, backlog: LISTEN_BACKLOG });
+  else await listen(config.port, config.host, LISTEN_BACKLOG);
   // A worker of --workers: the supervisor says where the port listens.
   if (cluster.isPrimary) console.log(listeningLine(config, boundPort(app.getHttpServer().address(), config.port)));
 

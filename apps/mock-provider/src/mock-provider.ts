@@ -166,7 +166,9 @@ class MockProviderServer implements MockProvider {
     return new Promise<void>((resolve, reject) => {
       const onError = (error: Error): void => reject(error);
       this.server.once('error', onError);
-      this.server.listen(port, host, () => {
+      // A queue as deep as the kernel allows (net.core.somaxconn caps it): a herd of fresh connections measured
+      // straight against the provider must not be slowed by dropped SYNs the gateway does not have.
+      this.server.listen(port, host, 65_535, () => {
         this.server.off('error', onError);
         // Accept failures (EMFILE under a heavy benchmark) reach clients as refused connections; they must not
         // become an unhandled 'error' event that ends the process.

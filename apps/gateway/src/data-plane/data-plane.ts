@@ -69,6 +69,8 @@ const MAX_BEHIND_BYTES = 4 * 1024 * 1024;
 const MAX_BEHIND_UNHELD_BYTES = 32 * 1024 * 1024;
 /** The last chunks of a reused stream kept to read its usage from: the usage event, the end marker, and a line split across them. */
 const KEPT_LAST_CHUNKS = 3;
+/** A chunk that leaves no more than this unused of the memory it is a view of is queued as it is (see `write`). */
+const SPARSE_SLACK = 8 * 1024;
 /** How long a cut reader may take to read its error event before its socket is closed. */
 const CUT_GRACE_MS = 5_000;
 /** The top-level fields any feature reads (model, sampling, output bound, streaming): the rest of a body is never parsed. */
@@ -207,6 +209,8 @@ class ProxiedCall implements PendingReply {
   private head?: Extract<CallEvent<RawResponse>, { kind: 'head' }>;
   /** The stream's source in this process, when it can be held back. */
   private flow?: UpstreamExchange;
+  /** The latest call this request made to the provider itself, which counts it as a reader from the start. */
+  private leading?: UpstreamExchange;
   private streaming = false;
   private slow = false;
   private stall?: ReturnType<typeof setTimeout>;
@@ -487,6 +491,9 @@ class ProxiedCall implements PendingReply {
         },
         this,
       );
+      // An earlier attempt's call is over (it failed, or it is let go): this request reads only the latest.
+      this.leading?.removeReader();
+      this.leading = exchange;
       const { origin, path } = this.plane.target(plan, this.params, this.query, upstream);
       const dispatch = () => {
         context.upstreamStartedAt = performance.now();
@@ -713,7 +720,7 @@ class ProxiedCall implements PendingReply {
     headers.push('content-type', head.contentType, 'cache-control', 'no-cache', 'x-accel-buffering', 'no');
     if (head.headers) for (const name in head.headers) headers.push(name, head.headers[name]);
     this.response.writeHead(200, headers);
-    this.flow?.addReader();
+    if (this.flow !== this.leading) this.flow?.addReader();
   }
 
   /**
@@ -735,6 +742,11 @@ class ProxiedCall implements PendingReply {
       else if (kept.last.push(bytes) > KEPT_LAST_CHUNKS) kept.last.shift();
     }
     this.context.firstChunkAt ??= performance.now();
+    // Behind a reader that is not keeping up, a chunk waits in its socket's buffer until the client reads it. A chunk
+    // is a view of the socket read it came in (64 KiB, however few bytes of it the chunk is): waiting, it would hold
+    // all of that read, so what a slow reader holds would depend on how the provider's bytes were cut, not on how far
+    // behind it is. It waits as a copy of its own size instead.
+    if (response.writableLength > 0 && typeof chunk !== 'string' && chunk.buffer.byteLength > 2 * chunk.length + SPARSE_SLACK) chunk = Buffer.from(chunk);
     const ok = response.write(chunk);
     flow?.progress(this.received - response.writableLength);
     if (!ok && !this.slow) {
@@ -822,7 +834,10 @@ class ProxiedCall implements PendingReply {
     clearTimeout(this.stall);
     this.bytesHeld?.();
     if (!response.writableFinished) this.left();
-    if (this.streaming) this.flow?.removeReader();
+    // The request that made the call counts as its reader from the start (see `UpstreamExchange.readers`).
+    if (this.leading) this.leading.removeReader();
+    if (this.streaming && this.flow !== this.leading) this.flow?.removeReader();
+    this.leading = undefined;
     const status = statusOf(response);
     if (telemetry.enabled) telemetry.finished(this.context, this.info.method, this.route, status);
     budgets.finished(this.context, status);

@@ -169,4 +169,28 @@ describe('SseScan: whole lines for redaction', () => {
     expect(rest).toBe('"}\n\ndata: [DONE]\n\n');
     expect(scan.verdict).toBe('end');
   });
+
+  it('a long line that comes in many small reads is held as copies of its own size, not as the reads, and passed on whole', () => {
+    const scan = new SseScan('openai', false, false, true);
+    const line = 'data: {"content":"' + 'y'.repeat(100 * 1024) + '"}\n\n';
+    // Each piece a small view of a 64 KiB socket read, as undici hands them over.
+    const pieces: Buffer[] = [];
+    for (let at = 0; at < line.length; at += 1000) {
+      const read = Buffer.alloc(64 * 1024);
+      const piece = Buffer.from(line.slice(at, at + 1000));
+      piece.copy(read);
+      pieces.push(read.subarray(0, piece.length));
+    }
+    const out: Buffer[] = [];
+    for (const piece of pieces.slice(0, -1)) {
+      out.push(...[scan.feed(piece)].flat());
+      // What the scan keeps of the line so far (its private state: one Buffer or several).
+      const held = [(scan as unknown as { partial?: Buffer | Buffer[] }).partial ?? []].flat();
+      expect(held.length).toBeGreaterThan(0);
+      expect(held.every((kept) => kept.buffer.byteLength < 64 * 1024)).toBe(true);
+    }
+    expect(out.reduce((sum, piece) => sum + piece.length, 0)).toBe(0);
+    out.push(...[scan.feed(pieces[pieces.length - 1])].flat());
+    expect(Buffer.concat(out).toString()).toBe(line);
+  });
 });

@@ -32,7 +32,9 @@ export class SseScan {
   /** The error event's data, parsed. */
   errorEvent: unknown;
   usage: Usage | undefined;
-  private partial: Buffer | undefined;
+  /** A line not yet ended: its pieces so far (joined once it ends, not once per chunk) and their length. */
+  private partial: Buffer[] | undefined;
+  private partialBytes = 0;
   private eventName: string | undefined;
   /** What may hold something to read: any marker of the format, an error, a usage object (see `markedFrom`). */
   private readonly markers: RegExp | undefined;
@@ -73,21 +75,29 @@ export class SseScan {
     }
     const partial = this.partial;
     if (partial === undefined) return this.read(chunk);
-    this.partial = undefined;
     const nl = chunk.indexOf(NL);
     if (nl < 0) {
       // Still the same line (longer than a socket read): kept until it ends, up to a bound (memory stays bounded).
-      const joined = Buffer.concat([partial, chunk]);
-      if (this.whole && joined.length > MAX_HELD_LINE) {
+      // Each piece is kept as a copy of its own size: a line that comes in many small reads is neither joined again
+      // with every read nor kept as views that each hold a whole read.
+      const held = this.partialBytes + chunk.length;
+      if (this.whole && held > MAX_HELD_LINE) {
+        this.partial = undefined;
+        this.partialBytes = 0;
         this.overlong = true;
-        return joined;
+        partial.push(chunk);
+        return Buffer.concat(partial, held);
       }
-      this.partial = joined;
+      partial.push(Buffer.from(chunk));
+      this.partialBytes = held;
       return this.whole ? EMPTY : chunk;
     }
-    // The line the last chunk cut is joined (one line, a small copy) and read on its own; then the rest of this
-    // chunk, where it lies. A marker never spans the two: it lies within a line.
-    const first = this.read(Buffer.concat([partial, chunk.subarray(0, nl + 1)]));
+    this.partial = undefined;
+    // The line the last chunk cut is joined (one line, held within a bound) and read on its own; then the rest of
+    // this chunk, where it lies. A marker never spans the two: it lies within a line.
+    partial.push(chunk.subarray(0, nl + 1));
+    const first = this.read(Buffer.concat(partial, this.partialBytes + nl + 1));
+    this.partialBytes = 0;
     const rest = this.read(chunk.subarray(nl + 1));
     if (!this.whole) return chunk;
     return first.length === 0 ? rest : rest.length === 0 ? first : [first, rest];
@@ -100,7 +110,7 @@ export class SseScan {
     // stripping, passed on) with the next chunk: a marker may be split across the two.
     if (from < 0) {
       const last = data.lastIndexOf(NL);
-      if (last < data.length - 1) this.partial = Buffer.from(data.subarray(last + 1));
+      if (last < data.length - 1) this.hold(data.subarray(last + 1));
       if (!this.whole) return data;
       return last === data.length - 1 ? data : data.subarray(0, last + 1);
     }
@@ -118,18 +128,26 @@ export class SseScan {
       at = nl + 1;
     }
     // A line not yet ended waits (copied: it must not keep a large chunk alive), and is read with the next chunk.
-    this.partial = at < data.length ? Buffer.from(data.subarray(at)) : undefined;
+    if (at < data.length) this.hold(data.subarray(at));
     if (!kept) return data;
     if (run === 0) return at === data.length ? data : data.subarray(0, at);
     if (at > run) kept.push(data.subarray(run, at));
     return kept.length === 1 ? kept[0] : Buffer.concat(kept);
   }
 
+  /** Keeps the start of a line not yet ended (copied: it must not keep a large chunk alive). */
+  private hold(start: Buffer): void {
+    this.partial = [Buffer.from(start)];
+    this.partialBytes = start.length;
+  }
+
   /** The stream ended: what is left of a last line without its newline (to pass on when stripping), and the verdict. */
   end(): Buffer | undefined {
-    const rest = this.partial;
+    const pieces = this.partial;
     this.partial = undefined;
-    if (!rest) return undefined;
+    if (!pieces) return undefined;
+    const rest = pieces.length === 1 ? pieces[0] : Buffer.concat(pieces, this.partialBytes);
+    this.partialBytes = 0;
     const keep = this.line(rest, 0, rest.length);
     return this.whole && keep ? rest : undefined;
   }

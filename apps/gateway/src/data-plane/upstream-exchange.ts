@@ -76,8 +76,12 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
   private unsent: Buffer[] = [];
   private unsentBytes = 0;
   private flushScheduled = false;
-  /** Callers writing this stream; the upstream is paused while even the fastest of them is behind. */
-  private readers = 0;
+  /**
+   * Callers writing this stream; the upstream is paused while even the fastest of them is behind. The request that
+   * made the exchange counts from the start (until it leaves): its first chunks may wait for their turn to be
+   * delivered (see `DeliveryBatches`), and the stream must not run ahead of it meanwhile.
+   */
+  private readers = 1;
   /** Bytes of the stream sent to the callers so far: a caller that has received fewer is still catching up. */
   emitted = 0;
   /** The most any caller has passed on to its client: how far the stream has really got. */
@@ -93,7 +97,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     return this.controller?.paused ?? false;
   }
 
-  /** A caller starts writing the stream. */
+  /** A caller starts writing the stream (not the request that made it: that one is counted from the start). */
   addReader(): void {
     this.readers++;
   }
@@ -270,8 +274,8 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
 
   /**
    * Holds the upstream back while no caller keeps up: more than HIGH_WATER bytes sent that not even the fastest
-   * has passed on (its socket is full, or its deliveries wait their turn). Lets it go again below LOW_WATER.
-   * Nobody reading (every caller gone, the answer kept for the window): never held.
+   * has passed on (its socket is full, or its deliveries wait their turn, its first ones included). Lets it go
+   * again below LOW_WATER. Nobody reading (every caller gone, the answer kept for the window): never held.
    */
   private flow(): void {
     const controller = this.controller;
