@@ -37,7 +37,8 @@ Options:
   --duration S          overhead: seconds per measured stretch (default 3); soak: length of the run (default 120)
   --rounds N            overhead: interleaved rounds of every row, floor and gateway (default 5, at least 2)
   --only IDS            overhead: a comma list of rows (small32, quiet32, traced32, nowindow32, small200, hits, kb10,
-                        kb100, kb1000, big, bighit, stream, express, herd, limit)
+                        kb100, kb1000, big, bighit, stream, express, spaced, nginxhits, herd, limit;
+                        nginxhits and the herd's nginx figures need nginx on the PATH, else skipped)
   --herd N              overhead: requests in the herd row (default 1000)
   --profile             overhead: also take a CPU profile of the gateway on the small and 200 KB rows
                         (V8's sampler: wall time of the main thread, waiting for a core included)
