@@ -420,7 +420,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       const named = ROWS.map((r) => r.id).filter((id) => options.only.includes(id));
       for (const id of named.length ? named : ['small32', 'big']) {
         const row = ROWS.find((r) => r.id === id)!;
-        profiles.push(await profileRow(row, mock.url, traces.url, options, log));
+        profiles.push(await profileRow(row, row.provider ? baselines.providers[row.provider]!.url : mock.url, traces.url, options, log));
       }
     }
     const limits = withLimits ? await runLimits(options, start, log) : undefined;
