@@ -325,10 +325,8 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       gateways[gatewayOf(row)] ??= await start(startGateway(upstreamOf(row), ['--platform', row.platform, ...flagsOf(row, traces.url)]));
       if (row.variant === 'traced') log(`    traces of ${row.id} go to ${traces.url}`);
     }
-    log(
-      `  overhead: provider ${mock.url}, ${Object.entries(baselines.servers).map(([p, g]) => `${p} ${g.url}`).join(', ')}, ` +
-        `${Object.entries(gateways).map(([p, g]) => `gateway ${p} ${g.url}`).join(', ')}`,
-    );
+    const servers = [...Object.entries(baselines.servers).map(([p, g]) => `${p} ${g.url}`), ...Object.entries(gateways).map(([p, g]) => `gateway ${p} ${g.url}`)];
+    log(`  overhead: provider ${mock.url}, ${servers.join(', ')}`);
 
     const specs = new Map(rows.map((row) => [row.id, requestSpec(row.body)]));
     const warmSec = Math.min(2, options.durationSec);
