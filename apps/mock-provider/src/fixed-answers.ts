@@ -79,8 +79,12 @@ export class FixedAnswers {
       if (res.destroyed) return;
       const piece = pieces[next++];
       if (next === pieces.length) return void res.end(piece);
-      res.write(piece);
-      // One timer per stream, re-armed after each write.
+      // A reader that is behind holds the stream back, as a real server's blocking send would.
+      if (!res.write(piece)) return void res.once('drain', schedule);
+      schedule();
+    };
+    // One timer per stream, set again after each write.
+    const schedule = (): void => {
       timer ??= setTimeout(send, this.spacing.intervalMs);
       timer.refresh();
     };
