@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { Pool, request } from 'undici';
 import { percentile } from './metrics.js';
 import { MockControl } from './mock-control.js';
+import { nginxBinary, startNginx } from './nginx.js';
 import { perfByOwner, profileByOwner, profileTable, type ProfileSummary } from './profile.js';
 import { ENTRY, repoRoot, runNodeScript, startGateway, startMinimalProxy, startMockProvider, type ChildHandle } from './processes.js';
 import { table } from './report.js';
@@ -44,6 +45,10 @@ interface LoadRow {
   limit: number;
   /** A gateway not as it starts by default (every other row runs it so): see `VARIANT_FLAGS`. */
   variant?: Variant;
+  /** What the gateway is measured against instead of the floor proxy: nginx as a caching proxy (see `nginx.ts`). */
+  against?: 'nginx';
+  /** The provider's streams spaced in time (see `SPACED_STREAM_FLAGS`) instead of written in one go. */
+  provider?: 'spaced';
 }
 
 /**
@@ -58,7 +63,9 @@ const VARIANT_FLAGS = {
 } satisfies Record<string, (traces: string) => string[]>;
 type Variant = keyof typeof VARIANT_FLAGS;
 
-const gatewayOf = (row: LoadRow) => (row.variant ? `${row.platform}-${row.variant}` : row.platform);
+const gatewayOf = (row: LoadRow) => `${row.variant ? `${row.platform}-${row.variant}` : row.platform}${row.provider ? `-${row.provider}` : ''}`;
+/** The process a row's gateway is measured against: the floor proxy (of the row's provider), or nginx. */
+const baselineOf = (row: LoadRow) => `${row.against ?? 'floor'}${row.provider ? `-${row.provider}` : ''}`;
 /** The flags a row's gateway runs with beyond its platform. */
 const flagsOf = (row: LoadRow, traces: string) => (row.variant ? VARIANT_FLAGS[row.variant](traces) : []);
 
@@ -78,6 +85,11 @@ async function startTraceSink(): Promise<{ url: string; spans: () => number; clo
   return { url: `http://127.0.0.1:${port}`, spans: () => exports, close: () => new Promise((resolve) => server.close(() => resolve())) };
 }
 
+/** The spaced-stream row's provider: 8 events (about 1.9 KB) a write, every 2 ms: a stream of 2000 events takes about half a second. */
+const SPACED_INTERVAL_MS = 2;
+const SPACED_EVENTS_PER_WRITE = 8;
+const SPACED_STREAM_FLAGS = ['--fixed-answers', '2000', '--event-interval-ms', String(SPACED_INTERVAL_MS), '--events-per-write', String(SPACED_EVENTS_PER_WRITE)];
+
 /** The rows of the table the gateway is held to, each measured against the floor proxy in the same round. */
 export const ROWS: readonly LoadRow[] = [
   { id: 'small32', label: 'small distinct, 32 conns', platform: 'fastify', connections: 32, body: 'small-distinct', limit: 2 },
@@ -95,6 +107,10 @@ export const ROWS: readonly LoadRow[] = [
   { id: 'bighit', label: '200 KB conversation, window hit', platform: 'fastify', connections: 8, body: 'big-same', limit: 0.7 },
   { id: 'stream', label: 'streams of 2000 events, distinct', platform: 'fastify', connections: 8, body: 'stream-distinct', limit: 1.5 },
   { id: 'express', label: '--platform express, small distinct', platform: 'express', connections: 32, body: 'small-distinct', limit: 2.5 },
+  // Streams as a generating provider sends them: a few events per write, spaced in time (not one write of 465 KB).
+  { id: 'spaced', label: `streams of 2000 events, ${SPACED_EVENTS_PER_WRITE} a write every ${SPACED_INTERVAL_MS} ms, distinct`, platform: 'fastify', connections: 32, body: 'stream-distinct', limit: 1.3, provider: 'spaced' },
+  // The same hits against nginx's proxy_cache doing the same job (its key the URI and the body): the ratio is gateway / nginx.
+  { id: 'nginxhits', label: 'window hits vs nginx proxy_cache hits (ratio: gateway / nginx)', platform: 'fastify', connections: 32, body: 'small-same', limit: 1.5, against: 'nginx' },
 ];
 
 const HERD_LATENCY_MS = 300;
@@ -112,6 +128,8 @@ const BIG_HERD = 10_000;
 const BIG_HERD_EXTRA_LIMIT_MS = 300;
 /** Events of the stream row's answers. */
 const STREAM_EVENTS = 2000;
+/** A gateway's CPU per joined answer of a herd, at most this many times nginx's (proxy_cache_lock) for the same herd. */
+const HERD_VS_NGINX_LIMIT = 1;
 const HERD_EXTRA_LIMIT_MS = 30;
 /** A round is disturbed when the floor's own CPU per request strays this far from its median over the rounds. */
 const DISTURBED = 0.25;
@@ -150,6 +168,10 @@ export interface HerdShot {
   /** The slowest GET /health round trip while the herd was answered (one probe every 10 ms, from a process of its own). */
   healthMaxMs: number;
   upstreamCalls: number;
+  /** nginx's CPU over the same herd, per answer (its cache lock making one upstream call), where it ran. */
+  nginxCpuMsPerAnswer?: number;
+  nginxFailed?: number;
+  nginxUpstreamCalls?: number;
 }
 
 export interface RowSummary {
@@ -184,6 +206,9 @@ export interface HerdSummary {
   backgroundCpuMsPerAnswerMedian: number;
   floorCpuMsPerRequest: number;
   healthMaxMs: number;
+  /** Median over the rounds of nginx's CPU per answer, and of the gateway's / nginx's in the same round. */
+  nginxCpuMsPerAnswerMedian?: number;
+  vsNginxMedian?: number;
 }
 
 export interface OverheadResult {
@@ -271,7 +296,12 @@ function blast(url: string, row: LoadRow, durationSec: number, spec: autocannon.
  */
 export async function runOverhead(options: OverheadOptions): Promise<OverheadResult> {
   const log = options.log ?? (() => undefined);
-  const rows = ROWS.filter((row) => options.only.length === 0 || options.only.includes(row.id));
+  const nginx = nginxBinary();
+  const rows = ROWS.filter((row) => options.only.length === 0 || options.only.includes(row.id)).filter((row) => {
+    if (row.against !== 'nginx' || nginx) return true;
+    log(`  overhead: row ${row.id} skipped: no nginx on this machine (apt-get install -y nginx)`);
+    return false;
+  });
   const withHerd = options.only.length === 0 || options.only.includes('herd');
   const withLimits = options.only.length === 0 || options.only.includes('limit');
   const children: ChildHandle[] = [];
@@ -289,20 +319,23 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     const floor = await start(startMinimalProxy(mock.url, 256));
     traces = await startTraceSink();
     const gateways: Record<string, ChildHandle> = {};
+    const baselines = await startBaselines(rows, mock, floor, nginx, start);
+    const upstreamOf = (row: LoadRow) => (row.provider ? baselines.providers[row.provider]!.url : mock.url);
     for (const row of rows) {
-      gateways[gatewayOf(row)] ??= await start(startGateway(mock.url, ['--platform', row.platform, ...flagsOf(row, traces.url)]));
+      gateways[gatewayOf(row)] ??= await start(startGateway(upstreamOf(row), ['--platform', row.platform, ...flagsOf(row, traces.url)]));
       if (row.variant === 'traced') log(`    traces of ${row.id} go to ${traces.url}`);
     }
-    log(`  overhead: provider ${mock.url}, floor ${floor.url}, ${Object.entries(gateways).map(([p, g]) => `gateway ${p} ${g.url}`).join(', ')}`);
+    const servers = [...Object.entries(baselines.servers).map(([p, g]) => `${p} ${g.url}`), ...Object.entries(gateways).map(([p, g]) => `gateway ${p} ${g.url}`)];
+    log(`  overhead: provider ${mock.url}, ${servers.join(', ')}`);
 
     const specs = new Map(rows.map((row) => [row.id, requestSpec(row.body)]));
     const warmSec = Math.min(2, options.durationSec);
     const providerAlone = new Map<string, number>();
     for (const row of rows) {
-      await blast(floor.url, row, warmSec, specs.get(row.id)!);
+      await blast(baselines.servers[baselineOf(row)].url, row, warmSec, specs.get(row.id)!);
       await blast(gateways[gatewayOf(row)].url, row, warmSec, specs.get(row.id)!);
       // What the provider serves on its own, with nothing in front: the ceiling of any proxy's rate on this row.
-      const alone = await blast(mock.url, row, warmSec, specs.get(row.id)!);
+      const alone = await blast(upstreamOf(row), row, warmSec, specs.get(row.id)!);
       providerAlone.set(row.id, alone['2xx'] / alone.duration);
     }
 
@@ -314,6 +347,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
         floor: await start(startMinimalProxy(herdMock.url, options.herd)),
         // The default flags: the default connection cap (16384) lets a herd of 10,000 in.
         gateway: await start(startGateway(herdMock.url, ['--platform', 'fastify'])),
+        nginx: await startHerdNginx(nginx, herdMock.url, options.herd, start, log),
       };
       // Warm-up: a herd of the full size (the first herds a process answers run code the JIT has not compiled yet;
       // a smaller warm-up left the first measured round dearer per answer than the later ones).
@@ -326,7 +360,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       for (const row of rows) {
         const sides: Side[] = round % 2 === 1 ? ['floor', 'gateway'] : ['gateway', 'floor'];
         for (const side of sides) {
-          const server = side === 'floor' ? floor : gateways[gatewayOf(row)];
+          const server = side === 'floor' ? baselines.servers[baselineOf(row)] : gateways[gatewayOf(row)];
           // Not measured: a proxy in service, not one back from the minute the other rows took (see WARM_UP_SEC).
           await blast(server.url, row, WARM_UP_SEC, specs.get(row.id)!);
           const before = server.cpuMs();
@@ -357,7 +391,8 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
         shots.push(shot);
         log(
           `    round ${round} herd of ${shot.requests}: slowest ${shot.gatewaySlowestMs.toFixed(0)} ms (direct ${shot.directSlowestMs.toFixed(0)} ms), ` +
-            `${shot.gatewayCpuMsPerAnswer.toFixed(3)} CPU ms per answer (+${shot.backgroundCpuMsPerAnswer.toFixed(3)} background taken off; floor ${shot.floorCpuMsPerRequest.toFixed(3)} per proxied request), /health max ${shot.healthMaxMs.toFixed(1)} ms, ${shot.upstreamCalls} upstream call(s)${shot.failed ? `, ${shot.failed} failed (${shot.gatewayFailed} through the gateway)` : ''}`,
+            `${shot.gatewayCpuMsPerAnswer.toFixed(3)} CPU ms per answer (+${shot.backgroundCpuMsPerAnswer.toFixed(3)} background taken off; floor ${shot.floorCpuMsPerRequest.toFixed(3)} per proxied request), /health max ${shot.healthMaxMs.toFixed(1)} ms, ${shot.upstreamCalls} upstream call(s)${shot.failed ? `, ${shot.failed} failed (${shot.gatewayFailed} through the gateway)` : ''}` +
+            (shot.nginxCpuMsPerAnswer === undefined ? '' : `; nginx ${shot.nginxCpuMsPerAnswer.toFixed(3)} CPU ms per answer, ${shot.nginxUpstreamCalls} upstream call(s)${shot.nginxFailed ? `, ${shot.nginxFailed} failed` : ''}`),
         );
       }
     }
@@ -369,6 +404,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
           shots,
           extraMsMedian: median(shots.map((s) => s.gatewaySlowestMs - s.directSlowestMs)),
           extraMsMin: Math.min(...shots.map((s) => s.gatewaySlowestMs - s.directSlowestMs)),
+          ...herdVsNginx(shots),
           cpuMsPerAnswerMedian: median(shots.map((s) => s.gatewayCpuMsPerAnswer)),
           backgroundCpuMsPerAnswerMedian: median(shots.map((s) => s.backgroundCpuMsPerAnswer)),
           floorCpuMsPerRequest: median(shots.map((s) => s.floorCpuMsPerRequest)),
@@ -382,11 +418,11 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       const named = ROWS.map((r) => r.id).filter((id) => options.only.includes(id));
       for (const id of named.length ? named : ['small32', 'big']) {
         const row = ROWS.find((r) => r.id === id)!;
-        profiles.push(await profileRow(row, mock.url, traces.url, options, log));
+        profiles.push(await profileRow(row, row.provider ? baselines.providers[row.provider]!.url : mock.url, traces.url, options, log));
       }
     }
     const limits = withLimits ? await runLimits(options, start, log) : undefined;
-    const checks = checksOf(summaries, herd);
+    const checks = [...checksOf(summaries, herd), ...nginxHerdChecks(herd)];
     return { options: { durationSec: options.durationSec, rounds: options.rounds, herd: options.herd }, stretches, rows: summaries, herd, profiles, limits, checks };
   } finally {
     await Promise.all(children.reverse().map((child) => child.stop()));
@@ -496,6 +532,8 @@ interface HerdSetup {
   mock: ChildHandle;
   floor: ChildHandle;
   gateway: ChildHandle;
+  /** nginx caching in front of the herd's provider (`proxy_cache_lock`), where it is installed. */
+  nginx?: ChildHandle;
 }
 
 /**
@@ -551,6 +589,10 @@ async function herdShot(setup: HerdSetup, count: number, round: number): Promise
   const direct = await fire(setup.mock.url);
 
   const floor = await fire(setup.floor.url, setup.floor);
+  // Its upstream calls counted from the end of its warm-up herds (each of those makes its own call).
+  let nginxCallsBefore = 0;
+  const nginx = setup.nginx ? await fire(setup.nginx.url, setup.nginx, async () => ((nginxCallsBefore = await upstreamCalls(setup.mock.url)), 0)) : undefined;
+  const nginxCalls = setup.nginx ? (await upstreamCalls(setup.mock.url)) - nginxCallsBefore : undefined;
   let callsBefore = 0;
   // The probe runs from its own process, starts a moment before the herd and outlasts it.
   let probe: Promise<string> | undefined;
@@ -580,7 +622,80 @@ async function herdShot(setup: HerdSetup, count: number, round: number): Promise
     backgroundCpuMsPerAnswer: gateway.backgroundMs / count,
     healthMaxMs,
     upstreamCalls: (await upstreamCalls(setup.mock.url)) - callsBefore,
+    ...(nginx ? { nginxCpuMsPerAnswer: nginx.cpuMs / count, nginxFailed: nginx.failed, nginxUpstreamCalls: nginxCalls } : {}),
   };
+}
+
+/**
+ * The processes the rows' gateways are measured against, by `baselineOf`: the floor proxy in front of the fixed
+ * provider; a provider of spaced streams and a floor proxy in front of it; nginx in front of the fixed provider.
+ */
+async function startBaselines(
+  rows: readonly LoadRow[],
+  mock: ChildHandle,
+  floor: ChildHandle,
+  nginx: string | undefined,
+  start: (child: Promise<ChildHandle>) => Promise<ChildHandle>,
+): Promise<{ servers: Record<string, ChildHandle>; providers: Partial<Record<'spaced', ChildHandle>> }> {
+  const servers: Record<string, ChildHandle> = { floor };
+  const providers: Partial<Record<'spaced', ChildHandle>> = {};
+  if (rows.some((row) => row.provider === 'spaced')) {
+    providers.spaced = await start(startMockProvider(0, SPACED_STREAM_FLAGS));
+    servers['floor-spaced'] = await start(startMinimalProxy(providers.spaced.url, 256));
+  }
+  if (nginx && rows.some((row) => row.against === 'nginx')) servers.nginx = await start(startNginx(nginx, mock.url));
+  return { servers, providers };
+}
+
+/** nginx in front of the herd's provider, or undefined (with a line saying so) where nginx is not installed. */
+async function startHerdNginx(
+  nginx: string | undefined,
+  upstream: string,
+  herd: number,
+  start: (child: Promise<ChildHandle>) => Promise<ChildHandle>,
+  log: (line: string) => void,
+): Promise<ChildHandle | undefined> {
+  if (!nginx) {
+    log('  overhead: herd vs nginx skipped: no nginx on this machine (apt-get install -y nginx)');
+    return undefined;
+  }
+  return start(startNginx(nginx, upstream, herd));
+}
+
+/** The herd's nginx figures over the rounds (none when nginx did not run). */
+function herdVsNginx(shots: readonly HerdShot[]): Pick<HerdSummary, 'nginxCpuMsPerAnswerMedian' | 'vsNginxMedian'> {
+  const withNginx = shots.filter((s) => s.nginxCpuMsPerAnswer !== undefined);
+  if (withNginx.length === 0) return {};
+  return {
+    nginxCpuMsPerAnswerMedian: median(withNginx.map((s) => s.nginxCpuMsPerAnswer!)),
+    vsNginxMedian: median(withNginx.map((s) => s.gatewayCpuMsPerAnswer / s.nginxCpuMsPerAnswer!)),
+  };
+}
+
+function nginxHerdChecks(herd: HerdSummary | undefined): TargetCheck[] {
+  if (herd?.vsNginxMedian === undefined) return [];
+  return [
+    {
+      scenario: 'overhead',
+      run: `herd of ${herd.requests}`,
+      kind: 'timing',
+      name: `CPU per joined answer <= ${HERD_VS_NGINX_LIMIT}x nginx's (proxy_cache_lock)`,
+      target: `<= ${HERD_VS_NGINX_LIMIT.toFixed(2)}x`,
+      actual: `${herd.vsNginxMedian.toFixed(2)}x (${ms(herd.cpuMsPerAnswerMedian)} vs ${ms(herd.nginxCpuMsPerAnswerMedian!)} ms)`,
+      pass: herd.vsNginxMedian <= HERD_VS_NGINX_LIMIT,
+      scaling: 'none',
+    },
+  ];
+}
+
+/** The herd's line comparing with nginx, for the Markdown table (empty when nginx did not run). */
+function nginxHerdMarkdown(h: HerdSummary, before: HerdSummary | undefined, withBefore: boolean): string[] {
+  if (h.vsNginxMedian === undefined) return [];
+  const b = before?.vsNginxMedian;
+  return [
+    `| herd: CPU per joined answer vs nginx (proxy_cache_lock) | ${withBefore ? `${b === undefined ? '-' : `${b.toFixed(2)}x`} | ` : ''}${h.vsNginxMedian.toFixed(2)}x | ` +
+      `${ms(h.cpuMsPerAnswerMedian)} (nginx ${ms(h.nginxCpuMsPerAnswerMedian!)}) | - | - | <= ${HERD_VS_NGINX_LIMIT}x | ${h.vsNginxMedian <= HERD_VS_NGINX_LIMIT ? 'met' : '**not met**'} | - |`,
+  ];
 }
 
 /** Samples per second of CPU time perf takes (2 kHz: one every 0.5 ms of a thread's CPU). */
@@ -748,6 +863,7 @@ export function overheadMarkdown(result: OverheadResult, before?: OverheadResult
         `- | - | /health max ${h.healthMaxMs.toFixed(1)} ms during the herd | <= +${herdExtraLimitMs(h.requests)} ms | ${h.extraMsMedian <= herdExtraLimitMs(h.requests) ? 'met' : '**not met**'} | - |`,
       `| herd: CPU per joined answer | ${before ? `${b ? `${ms(b.cpuMsPerAnswerMedian)} ms` : '-'} | ` : ''}${ms(h.cpuMsPerAnswerMedian)} ms | ${ms(h.cpuMsPerAnswerMedian)} (${ms(h.floorCpuMsPerRequest)} per proxied request; ${ms(h.backgroundCpuMsPerAnswerMedian)} of /health probes and timers taken off) | - | - | ` +
         `<= ${HERD_CPU_PER_ANSWER_MS} ms | ${h.cpuMsPerAnswerMedian <= HERD_CPU_PER_ANSWER_MS ? 'met' : '**not met**'} | - |`,
+      ...nginxHerdMarkdown(h, b, before !== undefined),
     );
   }
   return lines.join('\n');
@@ -782,6 +898,7 @@ export function overheadTable(result: OverheadResult): string {
       `   herd of ${h.requests}: slowest ${signed(h.extraMsMedian)} ms vs direct (min ${signed(h.extraMsMin)}), ${ms(h.cpuMsPerAnswerMedian)} CPU ms per answer ` +
         `(floor ${ms(h.floorCpuMsPerRequest)} per proxied request), /health max ${h.healthMaxMs.toFixed(1)} ms during the herd`,
     );
+    if (h.vsNginxMedian !== undefined) out.push(`   herd vs nginx (proxy_cache_lock): ${h.vsNginxMedian.toFixed(2)}x nginx's CPU per answer (nginx ${ms(h.nginxCpuMsPerAnswerMedian!)} ms)`);
   }
   if (result.limits) out.push('', limitsMarkdown(result.limits));
   for (const profile of result.profiles) out.push('', profileTable(profile));

@@ -72,6 +72,18 @@ const FLAGS: readonly FlagSpec[] = [
     help: 'benchmarks: one prepared answer for every OpenAI model call, its request never parsed; a stream has N events (default 0: off)',
   },
   {
+    flag: 'event-interval-ms',
+    env: 'MOCK_EVENT_INTERVAL_MS',
+    kind: 'ms',
+    help: 'benchmarks, with --fixed-answers: a stream written --events-per-write events at a time, N ms apart, instead of in one write (default 0)',
+  },
+  {
+    flag: 'events-per-write',
+    env: 'MOCK_EVENTS_PER_WRITE',
+    kind: 'count',
+    help: 'events per write of a spaced fixed stream (see --event-interval-ms; default 1)',
+  },
+  {
     flag: 'require-key',
     env: 'MOCK_REQUIRE_KEY',
     kind: 'switch',
@@ -187,6 +199,12 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
         break;
       case 'fixed-answers':
         options.fixedAnswerEvents = value as number;
+        break;
+      case 'event-interval-ms':
+        options.fixedEventIntervalMs = value as number;
+        break;
+      case 'events-per-write':
+        options.fixedEventsPerWrite = value as number;
         break;
       case 'require-key':
         options.requireKey = value === 'true';

@@ -12,7 +12,7 @@ import { CallRecorder, nowMs } from './call-recorder.js';
 import { hashCredential, isRecord } from './content.js';
 import { Exchange, ExchangeAborted } from './exchange.js';
 import { discardBody, parseJson, readBody, writeJson, type BodyResult, type JsonParse } from './http-io.js';
-import { applyTuning, checkCount, checkMode, DEFAULT_TUNING, resolveModeOptions } from './mock-config.js';
+import { applyTuning, checkCount, checkDelay, checkMode, DEFAULT_TUNING, resolveModeOptions } from './mock-config.js';
 import type {
   MockCall,
   MockConfig,
@@ -148,7 +148,11 @@ class MockProviderServer implements MockProvider {
     this.recorder = new CallRecorder(Math.max(1, logLimit));
     this.requireKey = options.requireKey === true;
     if (options.fixedAnswerEvents !== undefined && options.fixedAnswerEvents > 0) {
-      this.fixed = new FixedAnswers(checkCount(options.fixedAnswerEvents, 'fixedAnswerEvents'), this.current.model);
+      const spacing = {
+        intervalMs: checkDelay(options.fixedEventIntervalMs ?? 0, 'fixedEventIntervalMs'),
+        eventsPerWrite: Math.max(1, checkCount(options.fixedEventsPerWrite ?? 1, 'fixedEventsPerWrite')),
+      };
+      this.fixed = new FixedAnswers(checkCount(options.fixedAnswerEvents, 'fixedAnswerEvents'), this.current.model, spacing);
     }
     this.server = createServer((req, res) => {
       this.handle(req, res).catch(() => {

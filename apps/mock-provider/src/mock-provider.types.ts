@@ -62,6 +62,13 @@ export interface MockProviderOptions extends MockTuning {
    */
   fixedAnswerEvents?: number;
   /**
+   * With `fixedAnswerEvents`: a stream's events are written `fixedEventsPerWrite` at a time, this many ms apart, as
+   * a provider generating them sends them, instead of in one write. 0 (default): one write.
+   */
+  fixedEventIntervalMs?: number;
+  /** Events per write of a spaced fixed stream (see `fixedEventIntervalMs`). Default 1. */
+  fixedEventsPerWrite?: number;
+  /**
    * As the real APIs: every model and model-list call needs a key (`Authorization: Bearer sk-...` or `x-api-key`),
    * else 401; a key not starting with `sk-` is refused with an error that quotes it, as OpenAI's does. The mode
    * still decides first (an outage answers 503 with or without a key). Off by default.

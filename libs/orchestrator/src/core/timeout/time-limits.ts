@@ -40,7 +40,8 @@ export const LOOP_LAG_TOLERANCE_MS = 20;
 export class CallClock {
   private readonly startedAt = Date.now();
   private timer?: ReturnType<typeof setTimeout>;
-  private armedMs = -1;
+  /** A timer is set and has not fired yet. */
+  private pending = false;
   private due = Infinity;
   private given = 0;
   private phase: UpstreamTimeoutError['phase'] = 'total';
@@ -67,38 +68,43 @@ export class CallClock {
   /** The attempt ended (or was left): no limit applies any more. */
   stop(): void {
     this.due = Infinity;
+    this.pending = false;
     clearTimeout(this.timer);
   }
 
   private arm(ms: number, phase: UpstreamTimeoutError['phase'], limitMs: number): void {
+    // Each chunk of a stream moves the idle limit on: the timer already set reads `due` when it fires and is set
+    // again for what is left, instead of being moved on every chunk (a timer list update each).
+    const lazy = phase === 'idle' && this.phase === 'idle' && this.pending;
     this.phase = phase;
     this.limitMs = limitMs;
     this.due = Date.now() + Math.max(0, ms);
-    // The idle limit re-arms on every chunk with the same delay: refreshing the timer costs no new one.
-    if (this.timer && this.armedMs === ms) this.timer.refresh();
-    else {
-      clearTimeout(this.timer);
-      this.timer = setTimeout(this.check, Math.max(0, ms));
-      this.armedMs = ms;
-    }
+    if (lazy) return;
+    clearTimeout(this.timer);
+    this.set(Math.max(0, ms));
+  }
+
+  private set(ms: number): void {
+    this.timer = setTimeout(this.check, ms);
+    this.pending = true;
   }
 
   private readonly check = (): void => {
+    this.pending = false;
+    const now = Date.now();
+    // A chunk came after the timer was set: the gap is timed from that chunk.
+    if (now < this.due) return this.set(this.due - now);
     // Held back by its own slow readers, a stream is not silent: the gap limit starts again once it flows.
     if (this.phase === 'idle' && this.flow?.paused) {
-      this.due = Date.now() + this.limits.idleMs;
-      this.timer = setTimeout(this.check, this.limits.idleMs);
-      this.armedMs = -1;
-      return;
+      this.due = now + this.limits.idleMs;
+      return this.set(this.limits.idleMs);
     }
-    const late = Date.now() - this.due;
+    const late = now - this.due;
     if (late > LOOP_LAG_TOLERANCE_MS && this.given < this.limitMs) {
       const back = Math.min(late, this.limitMs - this.given);
       this.given += back;
-      this.due = Date.now() + back;
-      this.armedMs = -1;
-      this.timer = setTimeout(this.check, back);
-      return;
+      this.due = now + back;
+      return this.set(back);
     }
     this.expire(new UpstreamTimeoutError(this.phase, this.limitMs));
   };
