@@ -589,9 +589,11 @@ const PERF_WARM_UP_STRETCHES = 3;
 /** A command's stdout (perf's output of a 10 s recording runs to some tens of MB). */
 function stdoutOf(command: string, args: string[]): Promise<string> {
   return new Promise((resolve, reject) =>
-    // ExecFileException is an Error, spelt with Omit<>, which the rule does not see through.
-    // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
-    execFile(command, args, { maxBuffer: 1024 * 1024 * 1024 }, (error, stdout) => (error ? reject(error) : resolve(stdout))),
+    execFile(command, args, { maxBuffer: 1024 * 1024 * 1024 }, (error, stdout) =>
+      // ExecFileException is an Error, spelt with Omit<>, which the rule does not see through.
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+      error ? reject(error) : resolve(stdout),
+    ),
   );
 }
 
