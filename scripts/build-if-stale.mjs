@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const SOURCES = ['apps/gateway/src', 'apps/mock-provider/src', 'apps/example/src', 'libs/orchestrator/src', 'test/bench'];
-const BUILT = ['dist/apps/gateway/src/main.js', 'libs/orchestrator/dist/esm/index.js'].map((file) => join(ROOT, file));
+const BUILT = ['dist/apps/gateway/src/main.js', 'dist/apps/gateway/src/status/page/status-page.js', 'libs/orchestrator/dist/esm/index.js'].map((file) => join(ROOT, file));
 
 function newestSource(dir) {
   let newest = 0;

@@ -296,7 +296,7 @@ async function main(): Promise<number> {
   return countMissed.length > 0 || (cli.strict && timingMissed.length > 0) ? 1 : 0;
 }
 
-main()
+void main()
   .then(
     (code) => code,
     (error: unknown) => {

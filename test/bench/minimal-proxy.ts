@@ -1,6 +1,6 @@
 import { createServer, type IncomingHttpHeaders } from 'node:http';
 import { parseArgs } from 'node:util';
-import { Pool, type Dispatcher } from 'undici';
+import { Pool } from 'undici';
 
 /*
  * The floor for any Node proxy, the baseline `npm run bench -- overhead` reports against: node:http in front of one
@@ -31,7 +31,7 @@ function forwardable(headers: IncomingHttpHeaders | Record<string, string | stri
 }
 
 const server = createServer((req, res) => {
-  const method = (req.method ?? 'GET') as Dispatcher.HttpMethod;
+  const method = req.method ?? 'GET';
   pool
     .stream(
       {

@@ -140,17 +140,18 @@ export async function runSoak(options: SoakOptions): Promise<SoakResult> {
   const faultRuns: Promise<void>[] = [];
   for (const fault of faults) {
     faultRuns.push(
-      new Promise<void>((resolve) => {
+      // A fault that fails to start or stop fails the run instead of leaving it waiting.
+      new Promise<void>((resolve, reject) => {
         timers.push(
-          setTimeout(async () => {
+          setTimeout(() => {
             log(`    ${Math.round(fault.from * options.durationSec)}s: ${fault.name}`);
-            await fault.start();
-            timers.push(
-              setTimeout(async () => {
-                await fault.stop();
-                resolve();
-              }, (fault.to - fault.from) * durationMs),
-            );
+            Promise.resolve(fault.start()).then(() => {
+              timers.push(
+                setTimeout(() => {
+                  Promise.resolve(fault.stop()).then(resolve, reject);
+                }, (fault.to - fault.from) * durationMs),
+              );
+            }, reject);
           }, fault.from * durationMs),
         );
       }),

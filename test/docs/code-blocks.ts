@@ -141,6 +141,8 @@ export function checkBlocks(blocks: CodeBlock[]): BlockError[] {
   }
 
   const host = ts.createCompilerHost(options, true);
+  // Each is called below with the host as `this`.
+  // eslint-disable-next-line @typescript-eslint/unbound-method
   const { fileExists, readFile, getSourceFile } = host;
   host.fileExists = (path) => virtual.has(path) || fileExists.call(host, path);
   host.readFile = (path) => virtual.get(path)?.text ?? readFile.call(host, path);

@@ -354,6 +354,7 @@ describe('llama-server with optional features, direct and through the gateway', 
   it('--metrics --props --slot-save-path: metrics (the same series), POST /props, slot save/restore/erase', async () => {
     const { mkdtempSync, rmSync } = await import('node:fs');
     const { tmpdir } = await import('node:os');
+    // eslint-disable-next-line @typescript-eslint/unbound-method -- a plain function of node:path
     const { join } = await import('node:path');
     const dir = mkdtempSync(join(tmpdir(), 'slots-'));
     const p = await pair({ metrics: true, args: ['--props', '--slot-save-path', dir, '-np', '1'] });

@@ -126,7 +126,7 @@ export function sseEvents(text: string): SseEvent[] {
         .filter((l) => l.startsWith('data: '))
         .map((l) => l.slice(6))
         .join('\n');
-      let parsed: unknown = data;
+      let parsed: unknown;
       try {
         parsed = JSON.parse(data);
       } catch {

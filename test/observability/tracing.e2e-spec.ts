@@ -296,7 +296,7 @@ describe.each(PLATFORMS)('OpenTelemetry traces from the gateway on %s', (platfor
       const port = (url: string) => Number(new URL(url).port);
       const calls = receiver.spans.filter((s) => s.kind === CLIENT).map((s) => attributesOf(s.attributes));
       expect(calls.filter((c) => c['server.port'] === port(second.url))).toHaveLength(4);
-      for (const call of calls) expect(call['orchestrator.upstream']).toBe(`upstream@127.0.0.1:${call['server.port']}`);
+      for (const call of calls) expect(call['orchestrator.upstream']).toBe(`upstream@127.0.0.1:${String(call['server.port'])}`);
       expect(second.stats().byRoute['/v1/chat/completions']).toBe(4);
     } finally {
       await first.close();

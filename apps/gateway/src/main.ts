@@ -1,6 +1,7 @@
 import 'reflect-metadata';
 import cluster from 'node:cluster';
 import { randomBytes } from 'node:crypto';
+import type { Server } from 'node:http';
 import { ConfigError, helpText, parseGatewayConfig, type GatewayConfig } from './config/gateway-config.js';
 import { createGateway, stopGateway } from './gateway.factory.js';
 import { PrimaryHub } from './cluster/primary-hub.js';
@@ -48,7 +49,7 @@ async function serve(config: GatewayConfig): Promise<void> {
   if (config.platform === 'fastify') await listen({ port: config.port, host: config.host, backlog: LISTEN_BACKLOG });
   else await listen(config.port, config.host, LISTEN_BACKLOG);
   // A worker of --workers: the supervisor says where the port listens.
-  if (cluster.isPrimary) console.log(listeningLine(config, boundPort(app.getHttpServer().address(), config.port)));
+  if (cluster.isPrimary) console.log(listeningLine(config, boundPort((app.getHttpServer() as Server).address(), config.port)));
 
   let stopping = false;
   const stop = (signal: NodeJS.Signals) => {

@@ -17,7 +17,7 @@ export interface ToolCall {
 /** A JSON value for a schema, with `text` for every string in it. */
 export function valueForSchema(schema: unknown, text: string, depth = 0): unknown {
   if (!isRecord(schema) || depth > 8) return text;
-  const type = Array.isArray(schema.type) ? schema.type[0] : schema.type;
+  const type: unknown = Array.isArray(schema.type) ? schema.type[0] : schema.type;
   if (Array.isArray(schema.enum) && schema.enum.length > 0) return schema.enum[0];
   switch (type) {
     case 'object': {

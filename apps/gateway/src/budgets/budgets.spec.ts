@@ -259,8 +259,8 @@ describe('holds against a cap', () => {
     // 12 of 10 held: the second passed the cap by one request's hold, and nothing more gets in.
     expect('hold' in first && 'hold' in second).toBe(true);
     expect(await ledger.reserve(caps, 1e9, 60_000)).toEqual({ refused: { index: 0, spentNano: 0, heldNano: 12e9 } });
-    ledger.settle('hold' in first ? first.hold : undefined, undefined, 2e9);
-    ledger.settle('hold' in second ? second.hold : undefined, undefined, 0);
+    void ledger.settle('hold' in first ? first.hold : undefined, undefined, 2e9);
+    void ledger.settle('hold' in second ? second.hold : undefined, undefined, 0);
     expect(ledger.heldBy('*', cap)).toBe(0);
     const third = await ledger.reserve(caps, 1e9, 60_000);
     expect('hold' in third).toBe(true);

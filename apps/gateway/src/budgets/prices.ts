@@ -80,12 +80,12 @@ export class PriceTable {
     try {
       text = readFileSync(file, 'utf8');
     } catch (error) {
-      throw new Error(`--prices ${file}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`);
+      throw new Error(`--prices ${file}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`, { cause: error });
     }
     try {
       return parsePrices(text);
     } catch (error) {
-      throw new Error(`--prices ${file}: ${(error as Error).message}`);
+      throw new Error(`--prices ${file}: ${(error as Error).message}`, { cause: error });
     }
   }
 
@@ -185,7 +185,7 @@ export function parsePrices(text: string): Record<string, ModelPrice> {
   try {
     document = JSON.parse(text);
   } catch (error) {
-    throw new Error(`not valid JSON (${(error as Error).message.slice(0, 120)})`);
+    throw new Error(`not valid JSON (${(error as Error).message.slice(0, 120)})`, { cause: error });
   }
   if (typeof document !== 'object' || document === null || Array.isArray(document)) {
     throw new Error('must be a JSON object mapping model names to { "input", "output", "cached"? } (USD per 1M tokens)');

@@ -250,10 +250,10 @@ export class SpendLedger {
     if (groups.length > 1 && (refused || unanswered)) {
       // Released where it was held: the request does not go ahead.
       await Promise.all(
-        answers.map((answer, g) => {
-          if (!Array.isArray(answer) || Number(answer[0]) !== 0) return undefined;
+        answers.flatMap((answer, g) => {
+          if (!Array.isArray(answer) || Number(answer[0]) !== 0) return [];
           const keys = groups[g].map(({ index }) => this.redisKey(totals[index], 'held'));
-          return this.command(['EVAL', SETTLE, String(keys.length), ...keys, '0', '0', hold.id]);
+          return [this.command(['EVAL', SETTLE, String(keys.length), ...keys, '0', '0', hold.id])];
         }),
       );
     }
@@ -414,7 +414,7 @@ export class SpendLedger {
       text = readFileSync(file, 'utf8');
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === 'ENOENT') return;
-      throw new Error(`--spend-file ${file}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`);
+      throw new Error(`--spend-file ${file}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`, { cause: error });
     }
     let data: unknown;
     try {

@@ -70,7 +70,7 @@ export function parseKeys(text: string): Entry[] {
     const limit = (field: 'requestsPerMinute' | 'tokensPerMinute') => {
       const n = v[field];
       if (n === undefined) return undefined;
-      if (typeof n !== 'number' || !Number.isInteger(n) || n < 1) throw new KeysFileError(`key "${v.name}": "${field}" must be a whole number of at least 1`);
+      if (typeof n !== 'number' || !Number.isInteger(n) || n < 1) throw new KeysFileError(`key "${String(v.name)}": "${field}" must be a whole number of at least 1`);
       return n;
     };
     let maxSpend: SpendCap | undefined;

@@ -115,7 +115,7 @@ export class WorkerChannel {
 
   private async collect(g: number, what: Gathered): Promise<void> {
     const collector = this.collectors.get(what);
-    let data: unknown = null;
+    let data: unknown;
     try {
       data = collector ? await collector() : null;
     } catch {

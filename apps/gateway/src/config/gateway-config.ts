@@ -445,7 +445,7 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
   const upstream = upstreams[0];
   const platform = (raw('platform') ?? 'fastify') as PlatformKind;
   if (platform !== 'express' && platform !== 'fastify') {
-    throw new ConfigError(`--platform must be express or fastify, got "${platform}"`);
+    throw new ConfigError(`--platform must be express or fastify, got "${String(platform)}"`);
   }
   const seconds = (name: string, fallback: number) => Math.round(parseNumber(name, raw(name), fallback, 0.001) * 1000);
   const integer = (name: string, fallback: number, min: number) => {

@@ -212,7 +212,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     this.mode = 'done';
     if (this.cancelled) return;
     if (mode === 'waiting') this.hooks.onUpstreamConnectionLost();
-    if (mode === 'stream') this.hooks.onUpstreamUsage(this.scan?.usage);
+    if (mode === 'stream') void this.hooks.onUpstreamUsage(this.scan?.usage);
     this.subscriber.error(error);
   }
 
@@ -234,7 +234,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     // Cut once the error event is whole (its data may come in the next read), so the client reads it (redacted).
     if (scan.verdict === 'error' && scan.errorRead) {
       this.mode = 'done';
-      this.hooks.onUpstreamUsage(scan.usage);
+      void this.hooks.onUpstreamUsage(scan.usage);
       this.cancelled = true;
       controller.abort(ABORTED);
       this.subscriber.error(new UpstreamStreamError('The provider sent an error in the stream.', true, scan.errorEvent));
@@ -259,7 +259,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     const scan = this.scan!;
     const rest = scan.end();
     if (rest && rest.length > 0) this.pass(rest);
-    this.hooks.onUpstreamUsage(scan.usage);
+    void this.hooks.onUpstreamUsage(scan.usage);
     if (this.options.streamEnd === false || scan.verdict === 'end') return this.subscriber.complete();
     if (scan.verdict === 'error') return this.subscriber.error(new UpstreamStreamError('The provider sent an error in the stream.', true, scan.errorEvent));
     this.subscriber.error(new UpstreamStreamError('The provider ended the stream before its end marker.', false));

@@ -47,6 +47,8 @@ export class RequestContextMiddleware implements NestMiddleware {
       attachRequestSpan(request, context.span);
     }
     response.setHeader('x-request-id', id);
+    // Called below with the response as `this`.
+    // eslint-disable-next-line @typescript-eslint/unbound-method
     const writeHead = response.writeHead;
     response.writeHead = function (this: ServerResponse, ...args: unknown[]) {
       if (!this.headersSent) this.setHeader('server-timing', serverTiming(context, performance.now()));

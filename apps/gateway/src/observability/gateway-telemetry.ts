@@ -356,7 +356,7 @@ function clientMetrics(registers: Registry[], byTenant: boolean): ClientMetrics 
 /** The child of `metric` for `values`, bound once (every value here is bounded: the maps stay as small as the series). */
 function bound<C>(byMetric: Map<object, Map<string, C>>, metric: object, values: string[], make: () => C): C {
   let children = byMetric.get(metric);
-  if (!children) byMetric.set(metric, (children = new Map()));
+  if (!children) byMetric.set(metric, (children = new Map<string, C>()));
   const key = values.join('\u0000');
   let child = children.get(key);
   if (!child) children.set(key, (child = make()));

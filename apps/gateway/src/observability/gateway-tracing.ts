@@ -179,6 +179,8 @@ export class ExportWatch {
     return {
       export: (spans, done) =>
         exporter.export(spans, (result) => {
+          // 0 is ExportResultCode.SUCCESS, from @opentelemetry/core, which this package does not depend on directly.
+          // eslint-disable-next-line @typescript-eslint/no-unsafe-enum-comparison
           this.exported(result.code === 0, spans.length, result.error);
           done(result);
         }),

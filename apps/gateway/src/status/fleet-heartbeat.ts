@@ -2,6 +2,7 @@ import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } fro
 import { HttpAdapterHost } from '@nestjs/core';
 import { OrchestratorService, type FlightSnapshot, type OrchestratorHealth } from 'nest-prompt-orchestrator';
 import { randomUUID } from 'node:crypto';
+import type { Server } from 'node:http';
 import { hostname } from 'node:os';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../gateway.tokens.js';
@@ -139,7 +140,7 @@ export class FleetHeartbeat implements OnModuleInit, OnApplicationShutdown {
   /** This process's heartbeat now. */
   own(health: OrchestratorHealth = this.orchestrator.health()): Heartbeat {
     const pool = poolState(health);
-    const address = this.adapterHost.httpAdapter?.getHttpServer()?.address?.();
+    const address = (this.adapterHost.httpAdapter?.getHttpServer() as Server | undefined)?.address?.();
     return {
       id: this.id,
       host: hostname(),

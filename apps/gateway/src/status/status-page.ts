@@ -4,6 +4,7 @@
  * no internet). The page reads `<path>/events` (SSE) and redraws on every
  * snapshot; every value is written with textContent, never as HTML.
  */
+import { readFileSync } from 'node:fs';
 
 const STYLE = `
 :root{--bg:#0f1419;--card:#1a2028;--fg:#e6e6e6;--dim:#9da7b3;--ok:#3fb950;--warn:#d29922;--bad:#ff6a61;--miss:#58a6ff;--joined:#3fb950;--cached:#a371f7;--none:#8b949e}
@@ -22,139 +23,28 @@ svg{width:100%;height:90px;display:block}section.wide{grid-column:span 2}@media 
 #stale{position:sticky;top:0;z-index:1;margin:0;padding:10px 20px;background:#ff6a61;color:#0f1419;font-weight:700;font-size:16px}#stale[hidden]{display:none}
 body.stale main{filter:grayscale(1);opacity:.55}body.stale main .big,body.stale main td,body.stale main b{text-decoration:line-through}`;
 
-const SCRIPT = `
-const $ = (id) => document.getElementById(id);
-const fmt = (n) => Number(n).toLocaleString('en-US');
-const time = (ms) => new Date(ms).toLocaleTimeString('en-GB');
-const money = (x) => '$' + (x >= 1 ? x.toFixed(2) : x.toPrecision(3));
-const ms = (x) => x >= 1000 ? (x / 1000).toFixed(2) + ' s' : Math.round(x) + ' ms';
-const ago = (now, at) => Math.max(0, Math.round((now - at) / 1000)) + ' s ago';
-function text(el, value) { if (el.textContent !== String(value)) el.textContent = String(value); }
-function rows(tbody, items, cells) {
-  tbody.replaceChildren(...items.map((item) => { const tr = document.createElement('tr'); for (const c of cells(item)) { const td = document.createElement('td'); td.textContent = String(c); tr.append(td); } return tr; }));
-}
-function renderUpstreams(upstreams) {
-  const box = $('upstreams');
-  if (upstreams.length === 0) { const p = document.createElement('p'); p.className = 'dim'; p.textContent = 'no upstream called yet'; return box.replaceChildren(p); }
-  box.replaceChildren(...upstreams.map((u) => {
-    const div = document.createElement('div'); div.dataset.upstream = u.name;
-    const state = u.breaker ? u.breaker.state : 'none';
-    const title = document.createElement('p');
-    const name = document.createElement('strong'); name.textContent = u.name + ' ';
-    const badge = document.createElement('span'); badge.className = 'badge breaker-state ' + state; badge.textContent = state.replace('_', '-');
-    title.append(name, badge);
-    const facts = document.createElement('div'); facts.className = 'grid';
-    const fact = (label, value, cls) => { const d = document.createElement('div'); const s = document.createElement('span'); s.textContent = label; const b = document.createElement('b'); b.className = cls; b.textContent = value; d.append(s, b); return d; };
-    facts.append(fact('in flight / concurrency limit', u.limiter ? u.limiter.inFlight + ' / ' + u.limiter.limit : '-', 'in-flight'), fact('queued / queue limit', u.limiter ? u.limiter.queued + ' / ' + u.limiter.queueSize : '-', 'queued'), fact('failures in a row', u.breaker ? u.breaker.consecutiveFailures : '-', 'failures'));
-    const w = u.queueWait || { count: 0, avgMs: 0, maxMs: 0 };
-    facts.append(fact('queue wait, last minute', w.count ? ms(w.avgMs) + ' avg, ' + ms(w.maxMs) + ' max' : '-', 'queue-wait'));
-    if (u.member) {
-      const m = u.member;
-      facts.append(fact('health', m.health + (m.draining ? ', draining' : m.available ? ', in rotation' : ', out of rotation') + (m.detail ? ' (' + m.detail + ')' : ''), 'member-health'));
-      facts.append(fact('limit', m.limitMode === 'capacity' ? m.slots + ' slots' : (m.limitMode || 'fixed'), 'limit-mode'));
+/**
+ * The pages' browser scripts, compiled from ./page/*.ts by `npm run build` (their own tsconfig: DOM types, no Node
+ * types) and read once from the build: next to this module in dist/, or in dist/ when this module runs from source.
+ */
+const scripts = new Map<string, string>();
+function pageScript(name: 'status-page' | 'login-page'): string {
+  let script = scripts.get(name);
+  if (script === undefined) {
+    const places = [`./page/${name}.js`, `../../../../dist/apps/gateway/src/status/page/${name}.js`];
+    for (const place of places) {
+      try {
+        script = readFileSync(new URL(place, import.meta.url), 'utf8');
+        break;
+      } catch {
+        // Not built there: the next place.
+      }
     }
-    const list = document.createElement('ul'); list.className = 'timeline';
-    const items = u.timeline.slice().reverse().map((t) => { const li = document.createElement('li'); li.textContent = time(t.at) + '  ' + t.from.replace('_', '-') + ' \\u2192 ' + t.to.replace('_', '-'); return li; });
-    if (items.length === 0) { const li = document.createElement('li'); li.className = 'dim'; li.textContent = 'no transition yet'; items.push(li); }
-    list.append(...items);
-    div.append(title, facts, list);
-    return div;
-  }));
+    if (script === undefined) throw new Error(`The status page's script ${name}.js is not built: run npm run build.`);
+    scripts.set(name, script);
+  }
+  return script;
 }
-function renderChart(history) {
-  const svg = $('chart'); const w = 600, h = 90, n = 60, bw = w / n;
-  const max = Math.max(1, ...history.map((s) => s.miss + s.joined + s.cached + s.none));
-  const bars = [];
-  history.slice(-n).forEach((s, i) => {
-    let y = h; const x = (n - Math.min(n, history.length) + i) * bw;
-    for (const k of ['miss', 'joined', 'cached', 'none']) { const bh = s[k] / max * (h - 4); if (!bh) continue; y -= bh; const r = document.createElementNS('http://www.w3.org/2000/svg', 'rect'); r.setAttribute('x', x + 1); r.setAttribute('y', y); r.setAttribute('width', bw - 2); r.setAttribute('height', bh); r.setAttribute('fill', 'var(--' + k + ')'); bars.push(r); }
-  });
-  svg.replaceChildren(...bars);
-}
-const since = (now, at) => { const s = Math.max(0, Math.round((now - at) / 1000)); return s < 120 ? s + ' s' : Math.round(s / 60) + ' min'; };
-function renderStore(s) {
-  const store = s.store || { fleet: { state: 'off' } }; const el = $('store'); const f = store.fleet;
-  const parts = [];
-  if (f.state === 'off') parts.push('No Redis (--redis): this process alone; nothing is shared with other processes.');
-  else if (f.state === 'ok') parts.push('Redis: reachable.');
-  else parts.push('Redis: unreachable for ' + since(s.now, f.since) + (f.error ? ' (' + f.error + ')' : '') + '. The other processes\u2019 state is unknown.');
-  if (store.coordination && store.coordination.state === 'degraded') parts.push('Calls are deduplicated within each process only (no fleet-wide coordination).');
-  if (store.window && store.window.state === 'degraded') parts.push('Answers are not shared through Redis (each process keeps its own).');
-  el.className = 'store ' + (f.state === 'unreachable' || (store.coordination && store.coordination.state === 'degraded') ? 'unreachable' : f.state);
-  el.dataset.state = f.state;
-  text(el, parts.join(' '));
-}
-function memberState(m) { return m.state === 'unknown' ? 'unknown (store unreachable)' : m.state; }
-function renderFleet(s) {
-  const fleet = s.fleet && s.fleet.length ? s.fleet : [];
-  text($('fleet-size'), fleet.length > 1 || (fleet.length === 1 && s.fleetShared) ? fleet.length + ' processes sharing Redis' : 'this process only (no --redis)');
-  renderStore(s);
-  rows($('fleet'), fleet, (m) => [m.host + ' pid ' + m.pid + (m.port ? ' :' + m.port : '') + (m.self ? ' (this page)' : ''), memberState(m), m.breaker.replace('_', '-'), m.inFlight + ' (' + m.callersWaiting + ' callers)', m.upstreamInFlight + ' / ' + m.limit, fmt(m.queued), m.board ? fmt(m.board.requestsPerSecond) : '-', m.board ? money(m.board.savedDollars) : '-', ago(s.now, m.at)]);
-  for (const tr of $('fleet').children) { tr.dataset.state = fleet[[...$('fleet').children].indexOf(tr)].state; tr.children[0].className = 'wrap'; }
-  // The same call (the same key) on several replicas: one call, every replica's callers.
-  const calls = new Map();
-  const add = (f, where) => { const seen = calls.get(f.key) || { key: f.key, route: f.route || '', callers: 0, ageMs: 0, where: [] }; seen.callers += f.callers; seen.ageMs = Math.max(seen.ageMs, f.ageMs); seen.where.push(where); calls.set(f.key, seen); };
-  for (const f of s.flights) add(f, 'here');
-  for (const m of fleet) if (!m.self) for (const f of m.flights || []) add(f, m.host + ' pid ' + m.pid + (m.port ? ' :' + m.port : ''));
-  const list = [...calls.values()].sort((a, b) => b.callers - a.callers).slice(0, 10);
-  rows($('flights'), list, (f) => [f.key, f.route, fmt(f.callers), ms(f.ageMs), f.where.join(', ')]);
-  text($('callers-waiting'), fmt(list.reduce((n, f) => n + f.callers, 0)));
-  // A call several processes joined is one call: the fleet's count is of distinct calls, not the rows' sum.
-  text($('fleet-calls'), fleet.length > 1 ? fmt(calls.size) + ' distinct calls in flight across the fleet (a call joined from several processes counts once)' : '');
-}
-function renderHour(h) {
-  const l = h.hour.latencyMs;
-  text($('hour-requests'), fmt(h.hour.requests)); text($('hour-errors'), fmt(h.hour.errors));
-  text($('hour-p50'), l ? ms(l.p50) : '-'); text($('hour-p95'), l ? ms(l.p95) : '-'); text($('hour-p99'), l ? ms(l.p99) : '-');
-  const o = h.hour.outcomes; text($('hour-outcomes'), 'miss ' + fmt(o.miss) + ', joined ' + fmt(o.joined) + ', cached ' + fmt(o.cached) + ', not dedup. ' + fmt(o.none));
-  const svg = $('hour-chart'); const w = 600, height = 60, n = 60, bw = w / n;
-  const max = Math.max(1, ...h.minutes.map((m) => m.requests)); const bars = [];
-  const end = Math.floor(Date.now() / 60000) * 60000;
-  for (const m of h.minutes) { const i = n - 1 - Math.round((end - m.at) / 60000); if (i < 0) continue; let y = height;
-    for (const k of ['miss', 'joined', 'cached', 'none']) { const bh = m[k] / max * (height - 4); if (!bh) continue; y -= bh; const r = document.createElementNS('http://www.w3.org/2000/svg', 'rect'); r.setAttribute('x', i * bw + 1); r.setAttribute('y', y); r.setAttribute('width', bw - 2); r.setAttribute('height', bh); r.setAttribute('fill', 'var(--' + k + ')'); const t = document.createElementNS('http://www.w3.org/2000/svg', 'title'); t.textContent = time(m.at) + ': ' + m.requests + ' requests, p95 ' + (m.p95 ? ms(m.p95) : '-'); r.append(t); bars.push(r); } }
-  svg.replaceChildren(...bars);
-}
-function render(s) {
-  text($('provider'), s.provider); text($('uptime'), Math.round((s.now - s.startedAt) / 1000) + ' s');
-  text($('draining'), s.draining ? 'draining' : '');
-  text($('workers'), s.workers ? s.workers.length + ' workers' + (s.workers.some((w) => w.state !== 'ok') ? ' (' + s.workers.filter((w) => w.state !== 'ok').length + ' silent)' : '') : '');
-  renderUpstreams(s.upstreams);
-  const last = s.history[s.history.length - 1] || { miss: 0, joined: 0, cached: 0, none: 0 };
-  for (const k of ['miss', 'joined', 'cached', 'none']) { text($('rate-' + k), fmt(last[k])); text($('total-' + k), fmt(s.totals[k])); }
-  renderChart(s.history);
-  text($('upstream-calls'), fmt(s.upstreamCalls.ok + s.upstreamCalls.error + s.upstreamCalls.timeout));
-  text($('upstream-failed'), fmt(s.upstreamCalls.error + s.upstreamCalls.timeout));
-  text($('calls-saved'), fmt(s.saved.calls));
-  text($('tokens-saved'), fmt(s.saved.tokens));
-  text($('money-saved'), s.saved.priced ? money(s.saved.dollars) : 'no price known for these models');
-  text($('money-spent'), s.spent.dollars ? money(s.spent.dollars) : '-');
-  rows($('refusals'), Object.entries(s.refusals), ([reason, n]) => [reason.replace(/_/g, ' '), fmt(n)]);
-  rows($('tenants'), s.tenants, (t) => [t.tenant, fmt(t.requests)]);
-  rows($('errors'), s.errors, (e) => [time(e.at), e.route, e.status, e.code || '', e.requestId.slice(0, 8)]);
-  rows($('causes'), s.causes, (c) => [c.cause + (c.fromUpstream ? ' (provider)' : ''), c.status, c.route, fmt(c.count), time(c.lastAt), time(c.firstAt), c.lastRequestId.slice(0, 8)]);
-  const spend = (r) => [r.name, fmt(r.requests), r.spentDollars ? money(r.spentDollars) : fmt(r.spentTokens) + ' tok', fmt(r.savedCalls), r.savedDollars ? money(r.savedDollars) : fmt(r.savedTokens) + ' tok'];
-  rows($('by-model'), s.spendByModel, spend);
-  rows($('by-key'), s.spendByKey, spend);
-  renderFleet(s);
-  renderHour(s.hour);
-  text($('window'), fmt(s.window.entries) + ' answers, ' + fmt(Math.round(s.window.bytes / 1024)) + ' KiB');
-}
-// Figures older than this without a new snapshot (one comes every second) are no longer the gateway's.
-const STALE_MS = 4000;
-let lastSnapshot = 0, lastNow = 0;
-function stale(lost) {
-  document.body.classList.toggle('stale', lost);
-  $('stale').hidden = !lost;
-  if (lost) { text($('stale-at'), lastNow ? time(lastNow) : 'never'); text($('conn'), 'reconnecting\\u2026'); }
-}
-function connect() {
-  const events = new EventSource(location.pathname.replace(/\\/$/, '') + '/events');
-  events.addEventListener('snapshot', (e) => { const s = JSON.parse(e.data); lastSnapshot = Date.now(); lastNow = s.now; stale(false); text($('conn'), 'live'); render(s); });
-  // A stream the server ends on schedule reconnects at once: only a gap with no snapshot is a lost connection.
-  events.onerror = () => { text($('conn'), 'reconnecting\\u2026'); setTimeout(() => { if (Date.now() - lastSnapshot > 1000) stale(true); }, 1000); };
-  setInterval(() => { if (lastSnapshot && Date.now() - lastSnapshot > STALE_MS) stale(true); }, 1000);
-}
-connect();`;
 
 /** A table in a region that scrolls sideways when the page is narrower than it (focusable, so a keyboard can scroll it). */
 function table(label: string, headings: string[], body: string): string {
@@ -192,7 +82,7 @@ ${table('Calls in flight', ['call (hashed)', 'route', 'callers', 'running for', 
 <section class="wide" aria-labelledby="h-by-model"><h2 id="h-by-model">Spend and savings by model</h2>${table('Spend and savings by model', ['model', 'requests', 'spent', 'answered by dedup', 'saved'], 'by-model')}</section>
 <section class="wide" aria-labelledby="h-by-key"><h2 id="h-by-key">Spend and savings by key (hashed)</h2>${table('Spend and savings by key', ['key', 'requests', 'spent', 'answered by dedup', 'saved'], 'by-key')}</section>
 <section class="wide" aria-labelledby="h-errors"><h2 id="h-errors">Recent errors</h2>${table('Recent errors', ['time', 'route', 'status', 'code', 'request id'], 'errors')}</section>
-</main><script>${SCRIPT}</script></body></html>`;
+</main><script>${pageScript('status-page')}</script></body></html>`;
 }
 
 export function loginPageHtml(): string {
@@ -201,13 +91,7 @@ export function loginPageHtml(): string {
 <title>Gateway status: sign in</title><style>${STYLE} form{max-width:360px;margin:80px auto;display:grid;gap:10px} input,button{font:inherit;padding:8px;border-radius:6px;border:1px solid #30363d;background:#0d1117;color:var(--fg)} button{background:#238636;border:0;cursor:pointer}</style></head>
 <body><form id="login"><h1>Gateway status</h1><label for="key" class="dim">A gateway key</label>
 <input id="key" type="password" autocomplete="current-password" required autofocus><button type="submit">Sign in</button><p id="message" class="dim"></p></form>
-<script>
-document.getElementById('login').addEventListener('submit', async (event) => {
-  event.preventDefault();
-  const response = await fetch(location.pathname.replace(/\\/$/, '') + '/login', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ key: document.getElementById('key').value }) });
-  if (response.ok) location.reload(); else document.getElementById('message').textContent = 'That key is not one of this gateway\\'s keys.';
-});
-</script></body></html>`;
+<script>${pageScript('login-page')}</script></body></html>`;
 }
 
 /** What a locked page says (beyond loopback, nobody may sign in): how to open it, nothing about the gateway. */

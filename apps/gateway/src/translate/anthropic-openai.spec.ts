@@ -1,5 +1,4 @@
 import { describe, expect, it } from '@jest/globals';
-import type { EventSourceMessage } from 'eventsource-parser';
 import { ApiError } from '../http/api-error.js';
 import {
   anthropicRequestToOpenAI,
@@ -29,7 +28,7 @@ function refusal(fn: () => unknown): { param: string | null; message: string } {
 function run(translator: SseTranslator, events: Array<[string | undefined, unknown]>): Array<{ event?: string; data: unknown }> {
   let text = '';
   for (const [event, data] of events) {
-    text += translator.onEvent({ event, data: typeof data === 'string' ? data : JSON.stringify(data) } as EventSourceMessage);
+    text += translator.onEvent({ event, data: typeof data === 'string' ? data : JSON.stringify(data) });
   }
   const end = translator.onEnd();
   if (end instanceof Error) throw end;

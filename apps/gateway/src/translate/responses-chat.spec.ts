@@ -1,5 +1,4 @@
 import { describe, expect, it } from '@jest/globals';
-import type { EventSourceMessage } from 'eventsource-parser';
 import { ApiError } from '../http/api-error.js';
 import { chatResponseToResponses, chatStreamToResponses, responsesRequestToChat } from './responses-chat.js';
 
@@ -99,7 +98,7 @@ describe('Responses API -> chat completions', () => {
       { data: JSON.stringify({ id: 'x', choices: [], usage: { prompt_tokens: 1, completion_tokens: 2 } }) },
       { data: '[DONE]' },
     ]) {
-      text += translator.onEvent(event as EventSourceMessage);
+      text += translator.onEvent(event);
     }
     expect(translator.onEnd()).toBe('');
     const events = text

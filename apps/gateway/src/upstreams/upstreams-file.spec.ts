@@ -63,7 +63,7 @@ describe('the upstreams file', () => {
 
   it('never shows a key when the parsed file is printed, logged or serialised', () => {
     const file = parse(VALID);
-    const shown = [JSON.stringify(file), inspect(file, { depth: 10 }), String(file.upstreams[0].key), `${file.upstreams[1].key}`, JSON.stringify({ ...file.upstreams[0] })];
+    const shown = [JSON.stringify(file), inspect(file, { depth: 10 }), String(file.upstreams[0].key), `${String(file.upstreams[1].key)}`, JSON.stringify({ ...file.upstreams[0] })];
     for (const text of shown) for (const key of KEYS) expect(text).not.toContain(key);
     expect(inspect(file.upstreams[0].key)).toBe('UpstreamKey(env OPENAI_KEY_EU: [redacted])');
   });

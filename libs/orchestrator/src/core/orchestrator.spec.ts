@@ -554,7 +554,11 @@ describe('CallPipeline', () => {
       const first = await pipeline.start(policy, work);
       let retry: Promise<StartedCall<string>> | undefined;
       // The caller retries from its error handler, i.e. before the failed flight's own cleanup has run.
-      first.events.subscribe({ error: () => (retry = pipeline.start(policy, work)) });
+      first.events.subscribe({
+        error: () => {
+          retry = pipeline.start(policy, work);
+        },
+      });
       await flush();
 
       calls[0]!.events.error(httpError(502));
@@ -587,7 +591,11 @@ describe('CallPipeline', () => {
       const policy: CallPolicy = { dedup: dedup('retry', { window }) };
       const first = await pipeline.start(policy, work);
       let retry: Promise<StartedCall<string>> | undefined;
-      first.events.subscribe({ error: () => (retry = pipeline.start(policy, work)) });
+      first.events.subscribe({
+        error: () => {
+          retry = pipeline.start(policy, work);
+        },
+      });
       await flush();
       calls[0]!.events.error(httpError(502));
       await flush();

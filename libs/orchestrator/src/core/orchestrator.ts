@@ -768,6 +768,7 @@ class Lead<T> implements LeadOptions<T> {
     this.window = request.reuse?.noStore ? undefined : dedup.window;
     this.tag = request.tag;
     // Called as the flight's option (`options.onSuccess(entry)`), so the method keeps this object as `this`.
+    // eslint-disable-next-line @typescript-eslint/unbound-method
     if (this.window) this.onSuccess = this.record;
   }
 

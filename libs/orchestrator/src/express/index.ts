@@ -11,7 +11,7 @@
  * ));
  * ```
  */
-import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { ErrorShape } from '../core/http/errors.js';
 import { HttpRoute, RouteNames } from '../core/http/route.js';

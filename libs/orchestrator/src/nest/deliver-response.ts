@@ -13,6 +13,7 @@ export interface DeliveryTarget {
   /** Sets the response's status (a `RawResponse` that carries one). */
   setStatus?: (status: number) => void;
   /** Fastify sends a Buffer as it is; Express's adapter would serialise it as JSON, so it gets a stream. */
+  // eslint-disable-next-line @typescript-eslint/no-redundant-type-constituents -- the literals name the known adapters
   platform: 'express' | 'fastify' | string;
 }
 

@@ -114,7 +114,9 @@ export class OrchestratorInterceptor implements NestInterceptor {
     const deliverStarted = (started: StartedCall<unknown>) => {
       if (started.outcome) adapter.setHeader(response, DEDUP_HEADER, started.outcome);
       if (started.ageSeconds !== undefined) adapter.setHeader(response, 'age', String(started.ageSeconds));
-      const setStatus = (status: number) => adapter.status(response, status);
+      const setStatus = (status: number) => {
+        adapter.status(response, status);
+      };
       return deliver(started.events, { raw, setHeaders, setStatus, platform: adapter.getType() });
     };
     const onError = catchError((error: unknown) => this.rethrow(error, context));

@@ -57,7 +57,7 @@ before(async () => {
   app.get('/same-b', orchestrate({ breaker: { failureThreshold: 5 } }, sameName(false)));
   app.get('/hang', orchestrate({ timeout: 50 }, (req, res, signal) => new Promise((resolve) => signal.addEventListener('abort', resolve))));
   // Errors that are not the orchestrator's go to Express's error handling, as usual.
-  app.use((error, req, res, next) => res.status(error.status ?? 500).json({ message: error.message }));
+  app.use((error, req, res, _next) => res.status(error.status ?? 500).json({ message: error.message }));
   await new Promise((resolve) => (server = app.listen(0, '127.0.0.1', resolve)));
   url = `http://127.0.0.1:${server.address().port}`;
 });

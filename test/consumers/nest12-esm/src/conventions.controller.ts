@@ -1,4 +1,4 @@
-import { Body, Controller, Get, HttpCode, HttpException, Module, Post, Query, Res } from '@nestjs/common';
+import { Body, Controller, Get, HttpException, Module, Post, Query, Res } from '@nestjs/common';
 import { CallTimeout, CircuitBreaker, Dedup, OrchestratorModule, Retry } from 'nest-prompt-orchestrator';
 
 /** What the handlers were called with, and a gate that holds calls until the test opens it. */

@@ -105,9 +105,7 @@ describe('identical requests in one process share one call, whatever the fleet d
 
   it('another replica leads: one claim, no call here, every request joined to its events', async () => {
     const remote = new ReplaySubject<CallEvent<string>>(); // a followed call is read from its first event
-    const claims = jest.fn(
-      async () => ({ role: 'follow', events: remote.asObservable() }) as FollowClaim<unknown>,
-    );
+    const claims = jest.fn(async (): Promise<FollowClaim<unknown>> => ({ role: 'follow', events: remote.asObservable() }));
     const made = orchestrator({ coordinator: coordinator(claims) });
     const { work, calls } = counted();
     const pending = herd(made, 100, work);

@@ -178,7 +178,7 @@ describe('RedisCoordinator: following a live leader, and what Redis keeps of its
       call.upstream.next({ kind: 'chunk', chunk: chunk(i) });
       if (i % 20 === 19) {
         await sleep(20);
-        const entries = (await raw.sendCommand(['XRANGE', call.stream, '-', '+'])) as Array<[string, string[]]>;
+        const entries = await raw.sendCommand<Array<[string, string[]]>>(['XRANGE', call.stream, '-', '+']);
         largest = Math.max(largest, entries.reduce((n, [, fields]) => n + fields[1].length, 0));
       }
     }

@@ -30,6 +30,7 @@ export interface LeadOptions<T> {
    * without tracing. `pending`: not known yet (the fleet is being asked who
    * leads); joiners are linked once `setLeader` tells.
    */
+  // eslint-disable-next-line @typescript-eslint/no-redundant-type-constituents -- the literal names the special value
   leader?: string | 'pending';
   /** What the call is for (a route, an upstream), for whoever lists the calls in flight. */
   route?: string;

@@ -123,7 +123,7 @@ export function sameSettings(a: unknown, b: unknown): boolean {
   if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
   if (Array.isArray(a) !== Array.isArray(b)) return false;
   const plain = (value: object) => {
-    const proto = Object.getPrototypeOf(value);
+    const proto: unknown = Object.getPrototypeOf(value);
     return proto === Object.prototype || proto === null || Array.isArray(value);
   };
   if (!plain(a) || !plain(b)) return false;

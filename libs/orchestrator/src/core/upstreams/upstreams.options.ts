@@ -42,7 +42,7 @@ export function checkUpstreamPools(pools: Record<string, UpstreamPoolOptions> | 
       throw new OrchestratorConfigError(`upstreams.${name}.members must be a non-empty array, got ${describeValue(members)}`);
     }
     const names = new Set<string>();
-    for (const member of members) {
+    for (const member of members as Array<{ name?: unknown } | undefined>) {
       if (typeof member?.name !== 'string' || member.name === '') throw new OrchestratorConfigError(`upstreams.${name}.members: every member needs a name`);
       if (names.has(member.name)) throw new OrchestratorConfigError(`upstreams.${name}.members: "${member.name}" appears twice`);
       names.add(member.name);

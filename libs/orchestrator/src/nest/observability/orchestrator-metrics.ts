@@ -54,9 +54,9 @@ class Children<C> {
 
   get(a: string, b = '', c = ''): C {
     let second = this.byFirst.get(a);
-    if (!second) this.byFirst.set(a, (second = new Map()));
+    if (!second) this.byFirst.set(a, (second = new Map<string, Map<string, C>>()));
     let third = second.get(b);
-    if (!third) second.set(b, (third = new Map()));
+    if (!third) second.set(b, (third = new Map<string, C>()));
     let child = third.get(c);
     if (!child) third.set(c, (child = this.bind(a, b, c)));
     return child;
