@@ -45,14 +45,16 @@ Options:
                         kb100, kb1000, big, bighit, stream, express, spaced, nginxhits, herd, limit;
                         nginxhits and the herd's nginx figures need nginx on the PATH, else skipped)
   --herd N              overhead: requests in the herd row (default 1000)
+  --warm-up S           overhead: seconds of unmeasured load before each measured stretch (default 3)
   --profile             overhead: also take a CPU profile of the gateway on the small and 200 KB rows
                         (V8's sampler: wall time of the main thread, waiting for a core included)
   --perf-profile        overhead: the same profile taken with perf (CPU time of every thread, the
                         kernel's included; needs perf and the right to record the gateway)
   --before FILE         overhead: a JSON result of an earlier run, shown as the "before" column
   --loaded              cluster: the fleet's promises with two busy processes taking the cores (herds of 300 over 4
-                        replicas, Redis frozen under a herd, a leader killed mid-stream); rest: the same rounds beside
-                        two busy processes
+                        replicas, Redis frozen under a herd, a leader killed mid-stream); overhead: the same rows
+                        with two busy processes beside them, from the first warm-up to the end; rest: the same
+                        rounds beside two busy processes
   --help                this text
 `;
 
@@ -74,6 +76,7 @@ interface Cli {
   profile: boolean;
   perfProfile: boolean;
   loaded: boolean;
+  warmUpSec?: number;
   before?: string;
 }
 
@@ -96,6 +99,7 @@ function parseCli(argv: string[]): Cli | undefined {
         profile: { type: 'boolean', default: false },
         'perf-profile': { type: 'boolean', default: false },
         loaded: { type: 'boolean', default: false },
+        'warm-up': { type: 'string' },
         before: { type: 'string' },
         help: { type: 'boolean', default: false },
       },
@@ -118,6 +122,8 @@ function parseCli(argv: string[]): Cli | undefined {
   if (!Number.isInteger(rounds) || rounds < 2 || rounds > 20) throw new UsageError('--rounds must be a whole number 2..20');
   const herd = Number(values.herd);
   if (!Number.isInteger(herd) || herd < 1 || herd > 20_000) throw new UsageError('--herd must be a whole number 1..20000');
+  const warmUpSec = values['warm-up'] === undefined ? undefined : Number(values['warm-up']);
+  if (warmUpSec !== undefined && (!Number.isFinite(warmUpSec) || warmUpSec < 0 || warmUpSec > 600)) throw new UsageError('--warm-up must be 0..600 seconds');
   const only = (values.only ?? '').split(',').map((id) => id.trim()).filter(Boolean);
   return {
     // herd10k needs a raised `ulimit -n`: run on its own.
@@ -136,6 +142,7 @@ function parseCli(argv: string[]): Cli | undefined {
     profile: (values.profile ?? false) || (values['perf-profile'] ?? false),
     perfProfile: values['perf-profile'] ?? false,
     loaded: values.loaded ?? false,
+    warmUpSec,
     before: values.before,
   };
 }
@@ -234,7 +241,7 @@ async function main(): Promise<number> {
       }
     } else if (scenario === 'overhead') {
       const before = cli.before ? (JSON.parse(await readFile(cli.before, 'utf8')) as OverheadResult) : undefined;
-      const result = await runOverhead({ durationSec: cli.durationSec, rounds: cli.rounds, herd: cli.herd, only: cli.only, profile: cli.profile, perfProfile: cli.perfProfile, out: cli.out, log });
+      const result = await runOverhead({ durationSec: cli.durationSec, rounds: cli.rounds, herd: cli.herd, only: cli.only, profile: cli.profile, perfProfile: cli.perfProfile, out: cli.out, burners: cli.loaded ? 2 : 0, warmUpSec: cli.warmUpSec, log });
       await report(result, overheadTable(result));
       if (cli.docs) written.push(await writeOverheadDocs(result, before, `npm run bench -- ${process.argv.slice(2).join(' ')}`));
     } else if (scenario === 'scale') {

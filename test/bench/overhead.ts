@@ -11,6 +11,7 @@ import { nginxBinary, startNginx } from './nginx.js';
 import { perfByOwner, profileByOwner, profileTable, type ProfileSummary } from './profile.js';
 import { ENTRY, repoRoot, runNodeScript, startGateway, startMinimalProxy, startMockProvider, type ChildHandle } from './processes.js';
 import { table } from './report.js';
+import { startBurners, type Burners } from './burners.js';
 import { BENCH_API_KEY, BENCH_MODEL } from './sdk-client.js';
 import type { TargetCheck } from './targets.js';
 
@@ -29,6 +30,10 @@ export interface OverheadOptions {
   perfProfile?: boolean;
   /** Where profiles go. */
   out: string;
+  /** Seconds of unmeasured load before each measured stretch (`WARM_UP_SEC` when not given). */
+  warmUpSec?: number;
+  /** Busy-looping processes running beside every row, from the first warm-up to the end (`--loaded`): 0 for none. */
+  burners?: number;
   log?: (line: string) => void;
 }
 
@@ -212,7 +217,7 @@ export interface HerdSummary {
 }
 
 export interface OverheadResult {
-  options: { durationSec: number; rounds: number; herd: number };
+  options: { durationSec: number; rounds: number; herd: number; burners?: number; warmUpSec?: number };
   stretches: Stretch[];
   rows: RowSummary[];
   herd?: HerdSummary;
@@ -306,6 +311,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
   const withLimits = options.only.length === 0 || options.only.includes('limit');
   const children: ChildHandle[] = [];
   let traces: Awaited<ReturnType<typeof startTraceSink>> | undefined;
+  let burners: Burners | undefined;
   const start = async <T extends ChildHandle>(child: Promise<T>) => {
     const handle = await child;
     children.push(handle);
@@ -316,6 +322,11 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     // arrive coalesced), the request never parsed: the provider costs less per request than the floor proxy, so
     // the floor measures the proxy, not the provider (its own rate is printed beside the floor's).
     const mock = await start(startMockProvider(0, ['--fixed-answers', String(STREAM_EVENTS)]));
+    if (options.burners) {
+      // Started before any process warms up, so that each warms up and is measured beside them.
+      burners = startBurners(options.burners, 3600);
+      log(`  overhead --loaded: ${options.burners} busy processes beside every row (PIDs ${burners.pids.join(' ')})`);
+    }
     const floor = await start(startMinimalProxy(mock.url, 256));
     traces = await startTraceSink();
     const gateways: Record<string, ChildHandle> = {};
@@ -362,7 +373,8 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
         for (const side of sides) {
           const server = side === 'floor' ? baselines.servers[baselineOf(row)] : gateways[gatewayOf(row)];
           // Not measured: a proxy in service, not one back from the minute the other rows took (see WARM_UP_SEC).
-          await blast(server.url, row, WARM_UP_SEC, specs.get(row.id)!);
+          const warmUpSec = options.warmUpSec ?? WARM_UP_SEC;
+          if (warmUpSec > 0) await blast(server.url, row, warmUpSec, specs.get(row.id)!);
           const before = server.cpuMs();
           const result = await blast(server.url, row, options.durationSec, specs.get(row.id)!);
           const cpuMs = server.cpuMs() - before;
@@ -423,12 +435,18 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     }
     const limits = withLimits ? await runLimits(options, start, log) : undefined;
     const checks = [...checksOf(summaries, herd), ...nginxHerdChecks(herd)];
-    return { options: { durationSec: options.durationSec, rounds: options.rounds, herd: options.herd }, stretches, rows: summaries, herd, profiles, limits, checks };
+    return { options: { durationSec: options.durationSec, rounds: options.rounds, herd: options.herd, burners: options.burners ?? 0, warmUpSec: options.warmUpSec ?? WARM_UP_SEC }, stretches, rows: summaries, herd, profiles, limits, checks };
   } finally {
+    burners?.stop();
     await Promise.all(children.reverse().map((child) => child.stop()));
     await traces?.close();
   }
 }
+
+/** How the table says the machine was loaded: nothing, or the busy processes `--loaded` ran beside it. */
+const loadedNote = (result: OverheadResult) =>
+  (result.options.burners ? `; LOADED: ${result.options.burners} busy processes beside every row (--loaded)` : '') +
+  (result.options.warmUpSec !== undefined && result.options.warmUpSec !== WARM_UP_SEC ? `; ${result.options.warmUpSec} s of load before each stretch` : '');
 
 export interface LimitRun {
   label: string;
@@ -892,7 +910,7 @@ export function overheadTable(result: OverheadResult): string {
   ]);
   const { durationSec, rounds } = result.options;
   const out = [
-    `== overhead: ${rounds} interleaved rounds, ${durationSec} s per stretch; floor = node:http + undici Pool piping bytes (test/bench/minimal-proxy.ts)`,
+    `== overhead: ${rounds} interleaved rounds, ${durationSec} s per stretch; floor = node:http + undici Pool piping bytes (test/bench/minimal-proxy.ts)${loadedNote(result)}`,
     table(['row', 'ratio med', 'min', 'target', 'gw CPU ms', 'floor CPU ms', 'gw req/s', 'floor req/s', 'provider alone req/s', 'gw p50/p99', 'floor p50/p99', 'failed', 'disturbed'], rows),
     '   ratio: gateway CPU per request / floor CPU per request in the same round; a round is disturbed when the floor strays > 25% from its median.',
   ];
@@ -921,7 +939,7 @@ export async function writeOverheadDocs(result: OverheadResult, before: Overhead
   if (from < 0 || to < from) throw new Error(`docs/benchmarks.md has no ${START} ... ${END} markers`);
   const block = [
     START,
-    `Generated by \`${command}\` (${result.options.rounds} rounds, ${result.options.durationSec} s per stretch, ${new Date().toISOString().slice(0, 10)}).`,
+    `Generated by \`${command}\` (${result.options.rounds} rounds, ${result.options.durationSec} s per stretch, ${new Date().toISOString().slice(0, 10)}${loadedNote(result)}).`,
     '',
     overheadMarkdown(result, before),
     ...(result.limits ? ['', limitsMarkdown(result.limits)] : []),
