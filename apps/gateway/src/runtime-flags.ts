@@ -25,19 +25,8 @@
  * window keeps is copied once more before it is promoted, at the same CPU per
  * small request on an idle machine.
  *
- * And no memory reducer: once the gateway goes idle after a load, V8 runs
- * full collections meant to shrink the heap; these do not keep alive, as
- * other collections do for a few rounds, what optimized code holds weakly
- * (such as the object shapes of the last load's objects), so that code is
- * thrown away (`--trace-deopt`: "weak objects"), two dozen hot functions of
- * the request path among it. The next load then runs them unoptimized until they are compiled
- * again, which on a machine whose cores other processes take lasts many
- * seconds (`docs/benchmarks/2026-12-06-contention.md`). The heap an idle
- * gateway keeps is then what its last load left, until allocation starts the
- * next collection.
- *
  * Node does not accept `--min-semi-space-size` in `NODE_OPTIONS`, and V8 reads
  * it only at start, so these are command-line flags. Workers of `--workers`
  * inherit them.
  */
-export const GATEWAY_NODE_FLAGS: readonly string[] = ['--min-semi-space-size=16', '--max-semi-space-size=16', '--heap-growing-percent=300', '--no-allocation-site-pretenuring', '--no-memory-reducer'];
+export const GATEWAY_NODE_FLAGS: readonly string[] = ['--min-semi-space-size=16', '--max-semi-space-size=16', '--heap-growing-percent=300', '--no-allocation-site-pretenuring'];
