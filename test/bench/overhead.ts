@@ -6,7 +6,6 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { Pool, request } from 'undici';
 import { percentile } from './metrics.js';
-import { MockControl } from './mock-control.js';
 import { nginxBinary, startNginx } from './nginx.js';
 import { perfByOwner, profileByOwner, profileTable, type ProfileSummary } from './profile.js';
 import { ENTRY, repoRoot, runNodeScript, startGateway, startMinimalProxy, startMockProvider, type ChildHandle } from './processes.js';
