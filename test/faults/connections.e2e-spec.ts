@@ -1,12 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
+import { execFileOwned } from '../support/children.js';
 import { PLATFORMS, waitFor } from '../support/platforms.js';
 import { postJson, startGateway, type GatewayUnderTest } from '../support/gateway-harness.js';
 import { drip, rawConnection } from '../support/raw-connection.js';
 
-const run = promisify(execFile);
+const run = execFileOwned;
 const CLIENT = fileURLToPath(new URL('../support/oversized-client.mjs', import.meta.url));
 
 /**

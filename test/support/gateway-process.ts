@@ -1,6 +1,7 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { GATEWAY_NODE_FLAGS } from '../../apps/gateway/src/runtime-flags.js';
 import { readFileSync } from 'node:fs';
+import { ownChild } from './children.js';
 import { join } from 'node:path';
 
 /**
@@ -44,7 +45,7 @@ const START_TIMEOUT_MS = 60_000;
 
 /** Starts a built app and waits (bounded) for its "listening on http://..." line. */
 async function startApp(main: string, args: string[], env: NodeJS.ProcessEnv, startTimeoutMs = START_TIMEOUT_MS, nodeArgs: readonly string[] = []): Promise<AppProcess> {
-  const child = spawn(process.execPath, [...nodeArgs, main, ...args], { cwd: ROOT, env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = ownChild(spawn(process.execPath, [...nodeArgs, main, ...args], { cwd: ROOT, env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] }), main);
   let output = '';
   child.stdout!.on('data', (b: Buffer) => (output += b.toString()));
   child.stderr!.on('data', (b: Buffer) => (output += b.toString()));
