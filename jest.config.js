@@ -22,7 +22,9 @@ export default {
   transform: {
     '^.+\\.ts$': ['ts-jest', { useESM: true, tsconfig: '<rootDir>/tsconfig.spec.json' }],
   },
-  testTimeout: 30000,
+  // A timeout bounds how long a hung test takes to fail, not the behaviour under test: generous, since the suites must
+  // hold on a saturated machine.
+  testTimeout: 120000,
   // The suites that start the built gateway need dist/: built here once, never inside a test.
   globalSetup: '<rootDir>/test/support/global-setup.mjs',
   // Kills any process a test started that is still running at the end of the run (recorded by the registry above).

@@ -266,7 +266,7 @@ export async function startLlamaServer(options: LlamaServerOptions = {}): Promis
   const externalUrl = process.env.LLAMA_SERVER_URL;
   if (externalUrl && options.allowExternal !== false) {
     const url = externalUrl.replace(/\/+$/, '');
-    const ready = await waitHealthy(url, Date.now() + (options.readyTimeoutMs ?? 20_000), () => false);
+    const ready = await waitHealthy(url, Date.now() + (options.readyTimeoutMs ?? 120_000), () => false);
     if (!ready) throw new Error(`LLAMA_SERVER_URL=${url}: GET /health did not answer 200`);
     return {
       url,
@@ -311,7 +311,7 @@ export async function startLlamaServer(options: LlamaServerOptions = {}): Promis
       let spawnError: Error | undefined;
       child.once('error', (error) => (spawnError = error));
 
-      const deadline = Date.now() + (options.readyTimeoutMs ?? 20_000);
+      const deadline = Date.now() + (options.readyTimeoutMs ?? 120_000);
       const ready = await waitHealthy(`http://127.0.0.1:${port}`, deadline, () => exited(child) || spawnError !== undefined);
       if (ready && !exited(child)) return { child, port };
 

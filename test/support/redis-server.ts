@@ -94,7 +94,7 @@ export async function startOwnedRedis(options: OwnedRedisOptions = {}): Promise<
     started.stderr?.on('data', (b: Buffer) => (output = (output + b.toString()).slice(-4_000)));
     const closed = new Promise((resolve) => started.once('close', resolve));
     const gone = () => failed || started.exitCode !== null || started.signalCode !== null;
-    await waitForPort(port, 10_000, gone).catch(async (error: Error) => {
+    await waitForPort(port, 60_000, gone).catch(async (error: Error) => {
       if (!gone()) started.kill('SIGKILL');
       // Its last words (e.g. "Address already in use") are read before they are reported.
       await Promise.race([closed, new Promise((resolve) => setTimeout(resolve, 1_000))]);
