@@ -1,6 +1,7 @@
 /** Jest runs in ESM mode: the @nestjs/* 12 packages are ESM-only. */
 export default {
-  testEnvironment: 'node',
+  // Node's, plus a registry that kills whatever processes a suite started when it ends, however it ended.
+  testEnvironment: '<rootDir>/test/support/jest-environment.mjs',
   extensionsToTreatAsEsm: ['.ts'],
   roots: ['<rootDir>/libs', '<rootDir>/apps', '<rootDir>/test'],
   // *.slow-spec.ts: the scenario, CLI and memory suites, run by `npm run test:slow` (and by `npm test`).
@@ -21,7 +22,11 @@ export default {
   transform: {
     '^.+\\.ts$': ['ts-jest', { useESM: true, tsconfig: '<rootDir>/tsconfig.spec.json' }],
   },
-  testTimeout: 30000,
+  // A timeout bounds how long a hung test takes to fail, not the behaviour under test: generous, since the suites must
+  // hold on a saturated machine.
+  testTimeout: 120000,
   // The suites that start the built gateway need dist/: built here once, never inside a test.
   globalSetup: '<rootDir>/test/support/global-setup.mjs',
+  // Kills any process a test started that is still running at the end of the run (recorded by the registry above).
+  globalTeardown: '<rootDir>/test/support/global-teardown.mjs',
 };

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // Builds the repository (`npm run build`) when a source is newer than the build or the build is missing; else does
-// nothing. Jest's global setup runs it once before the suites (test/support/global-setup.mjs), so no test builds.
+// nothing. Jest's global setup runs it once before the suites (test/support/global-setup.mjs), so no test builds;
+// suites only check (--check) that the build they start is current.
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -34,6 +35,14 @@ export function buildIfStale() {
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  // --check: only says whether the build is current (exit 1 if not), never builds.
+  if (process.argv.includes('--check')) {
+    if (buildIsStale()) {
+      process.stderr.write('the build is missing or older than a source: run `npm run build` (Jest\'s global setup does)\n');
+      process.exit(1);
+    }
+    process.exit(0);
+  }
   try {
     buildIfStale();
   } catch (error) {

@@ -1,7 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
+import { execFileOwned } from '../support/children.js';
 import { ensureBuilt, startGatewayProcess, startMockProcess, type AppProcess } from '../support/gateway-process.js';
 
 /**
@@ -42,7 +41,7 @@ describe('the window is bounded in bytes', () => {
   });
 
   it(`1 GB of distinct ~1 MB embeddings answers keep the gateway within its budget (${BUDGET / MiB} MiB) + ${MARGIN / MiB} MiB`, async () => {
-    const { stdout } = await promisify(execFile)(process.execPath, [CLIENT, gateway.url, String(gateway.pid), '1000', '8'], {
+    const { stdout } = await execFileOwned(process.execPath, [CLIENT, gateway.url, String(gateway.pid), '1000', '8'], {
       timeout: 240_000,
     });
     const outcome = JSON.parse(stdout) as BatchOutcome;

@@ -41,7 +41,8 @@ describe.each(PLATFORMS)('graceful shutdown (%s)', (platform) => {
 
   it('finishes what is in flight, refuses late arrivals with a retryable 503, refuses new connections, exits 0', async () => {
     provider = await startMockProvider({ latencyMs: 800, streamChunkDelayMs: 100 });
-    gateway = await startGatewayProcess(['--platform', platform, '--upstream', provider.url, '--shutdown-grace', '20']);
+    // A grace period of an hour, longer than the test may take: everything in flight is finished, never cut.
+    gateway = await startGatewayProcess(['--platform', platform, '--upstream', provider.url, '--shutdown-grace', '3600']);
     const url = gateway.url;
 
     // In flight at SIGTERM: a plain answer (on a kept-alive connection, headers not sent yet) and a stream whose
@@ -49,14 +50,13 @@ describe.each(PLATFORMS)('graceful shutdown (%s)', (platform) => {
     const streamSocket = rawConnection(url);
     const words = Array.from({ length: 30 }, (_, i) => `word${i}`).join(' ');
     streamSocket.socket.write(rawRequest(chat(`a stream in flight: ${words}`, true)));
-    await waitFor(() => streamSocket.received().includes('data:'), 10_000, 'the stream to start');
+    await waitFor(() => streamSocket.received().includes('data:'), 60_000, 'the stream to start');
     const plainSocket = rawConnection(url);
     plainSocket.socket.write(rawRequest(chat('plain in flight')));
-    await waitFor(() => provider.stats().total >= 2, 10_000, 'the two calls to reach the provider');
+    await waitFor(() => provider.stats().total >= 2, 60_000, 'the two calls to reach the provider');
 
-    const stoppedAt = performance.now();
     gateway.child.kill('SIGTERM');
-    await waitFor(() => gateway!.output().includes('draining'), 5_000, 'the drain to start');
+    await waitFor(() => gateway!.output().includes('draining'), 60_000, 'the drain to start');
     const refused = await fetch(`${url}/health`).then(
       () => 'answered',
       (error: { cause?: { code?: string } }) => error.cause?.code,
@@ -85,25 +85,23 @@ describe.each(PLATFORMS)('graceful shutdown (%s)', (platform) => {
     expect(late).not.toContain('circuit_open');
 
     expect(await gateway.exited).toBe(0);
-    expect(performance.now() - stoppedAt).toBeLessThan(10_000);
     expect(gateway.output()).toContain('drained; stopped');
-  }, 60_000);
+  }, 300_000);
 
   it('cuts what is still running once --shutdown-grace has passed, and still exits 0', async () => {
-    provider = await startMockProvider({ latencyMs: 20_000 });
+    // The provider would answer after ten minutes, longer than the test may take: only the grace period ends the call.
+    provider = await startMockProvider({ latencyMs: 600_000 });
     gateway = await startGatewayProcess(['--platform', platform, '--upstream', provider.url, '--shutdown-grace', '1']);
     const stuck = fetch(`${gateway.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: chat('stuck') }).then(
       (r) => r.status,
       () => 'cut',
     );
-    await waitFor(() => provider.stats().total >= 1, 10_000, 'the call to reach the provider');
-    const stoppedAt = performance.now();
+    await waitFor(() => provider.stats().total >= 1, 60_000, 'the call to reach the provider');
     gateway.child.kill('SIGTERM');
     expect(await gateway.exited).toBe(0);
-    expect(performance.now() - stoppedAt).toBeLessThan(5_000);
     expect(gateway.output()).toMatch(/grace period over, 1 request\(s\) cut/);
     expect(await stuck).toBe('cut');
-  }, 60_000);
+  }, 300_000);
 
   it('with --redis: the drain ends without an error line (the shared clients close once, quietly)', async () => {
     const redis: OwnedRedis = await startOwnedRedis();
@@ -111,7 +109,7 @@ describe.each(PLATFORMS)('graceful shutdown (%s)', (platform) => {
       provider = await startMockProvider({ latencyMs: 300 });
       gateway = await startGatewayProcess(['--platform', platform, '--upstream', provider.url, '--redis', redis.url]);
       const answer = fetch(`${gateway.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: chat('with redis') });
-      await waitFor(() => provider.stats().total >= 1, 10_000, 'the call to reach the provider');
+      await waitFor(() => provider.stats().total >= 1, 60_000, 'the call to reach the provider');
       gateway.child.kill('SIGTERM');
       expect((await answer).status).toBe(200);
       expect(await gateway.exited).toBe(0);
@@ -120,5 +118,5 @@ describe.each(PLATFORMS)('graceful shutdown (%s)', (platform) => {
     } finally {
       await redis.close();
     }
-  }, 60_000);
+  }, 300_000);
 });

@@ -7,6 +7,7 @@ import { RepeatAudit } from '../../apps/gateway/src/audit/repeat-audit.js';
 import { repeatChart } from '../../apps/gateway/src/audit/repeat-chart.js';
 import { postJson, startGateway, uniquePrompt } from '../support/gateway-harness.js';
 import { ROOT, ensureBuilt } from '../support/gateway-process.js';
+import { ownChild } from '../support/children.js';
 
 /**
  * `npm run audit` on generated inputs whose answers are known by
@@ -68,9 +69,10 @@ const HOSTILE = [
 
 function runAudit(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [join(ROOT, 'dist/apps/gateway/src/audit/main.js'), ...args], { timeout: 60_000 }, (error, stdout, stderr) =>
+    const child = execFile(process.execPath, [join(ROOT, 'dist/apps/gateway/src/audit/main.js'), ...args], { timeout: 60_000 }, (error, stdout, stderr) =>
       resolve({ code: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr }),
     );
+    ownChild(child, 'audit');
   });
 }
 

@@ -4,6 +4,7 @@ import { ConfigError, defaultMaxConnections, helpText, parseGatewayConfig } from
 import { startMockProvider, type MockProvider } from '../../apps/mock-provider/src/index.js';
 import { serverOptions } from '../../apps/gateway/src/http/http-server.js';
 import { GATEWAY_MAIN, ROOT, ensureBuilt } from '../support/gateway-process.js';
+import { ownChild } from '../support/children.js';
 
 /**
  * The gateway's command line: the parser directly for most cases, and the
@@ -78,7 +79,7 @@ interface Run {
 
 function runGateway(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
   return new Promise((resolve) => {
-    execFile(
+    const child = execFile(
       process.execPath,
       [MAIN, ...args],
       { cwd: ROOT, env: { PATH: process.env.PATH, ...env }, timeout: 20_000 },
@@ -87,6 +88,7 @@ function runGateway(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
         resolve({ code: typeof code === 'number' ? code : null, stdout, stderr });
       },
     );
+    ownChild(child, 'gateway (CLI run)');
   });
 }
 
@@ -366,18 +368,22 @@ describe('the gateway binary', () => {
     });
 
     it('listens where it says it does, serves the SDK routes, never logs the provider key, and stops on SIGTERM', async () => {
-      child = spawn(process.execPath, [MAIN, '--port', '0', '--provider', 'llama', '--upstream', provider.url], {
-        cwd: ROOT,
-        env: { PATH: process.env.PATH, LLAMA_API_KEY: 'sk-secret-provider-key' },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
+      child = ownChild(
+        spawn(process.execPath, [MAIN, '--port', '0', '--provider', 'llama', '--upstream', provider.url], {
+          cwd: ROOT,
+          env: { PATH: process.env.PATH, LLAMA_API_KEY: 'sk-secret-provider-key' },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        }),
+        'gateway',
+      );
       let stdout = '';
       let stderr = '';
       child.stdout!.on('data', (b: Buffer) => (stdout += b.toString()));
       child.stderr!.on('data', (b: Buffer) => (stderr += b.toString()));
       const exited = new Promise<number | null>((resolve) => child!.once('exit', (code) => resolve(code)));
 
-      const deadline = Date.now() + 20_000;
+      // Generous: a Nest app booting on a saturated machine takes many seconds.
+      const deadline = Date.now() + 60_000;
       let url: string | undefined;
       while (!url) {
         if (Date.now() > deadline || child.exitCode !== null) throw new Error(`gateway did not start:\n${stdout}\n${stderr}`);
@@ -399,6 +405,6 @@ describe('the gateway binary', () => {
       const code = await exited;
       expect(code === 0 || code === null).toBe(true);
       expect(stdout + stderr).not.toContain('sk-secret-provider-key');
-    }, 30_000);
+    }, 120_000);
   });
 });

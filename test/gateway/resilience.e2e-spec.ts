@@ -90,8 +90,10 @@ describe('provider outage (503s): the breaker opens and refusals stop the SDK fr
     expect(health.json.upstream).toMatchObject({ breaker: 'open', state: 'unavailable' });
   });
 
-  it('resumes within a few seconds of the provider recovering (--probe-interval 0.1), long before the 30 s open period', async () => {
-    g = await startGateway({ flags: ['--probe-interval', '0.1', '--breaker-open', '30'], mock: { latencyMs: 5 } });
+  it('resumes once the provider recovers (--probe-interval 0.1), long before the open period ends', async () => {
+    // An open period of an hour, longer than the test may take: traffic that resumes was let through by the health
+    // probe, not by the open period running out.
+    g = await startGateway({ flags: ['--probe-interval', '0.1', '--breaker-open', '3600'], mock: { latencyMs: 5 } });
     const openai = openaiClient(g);
     g.provider.setMode('error503');
     let refused: any;
@@ -101,11 +103,9 @@ describe('provider outage (503s): the breaker opens and refusals stop the SDK fr
     }
     expect(refused?.code).toBe('circuit_open');
 
-    const recoveredAt = performance.now();
     g.provider.setMode('ok');
     let answer: OpenAI.ChatCompletion | undefined;
     while (!answer) {
-      if (secondsSince(recoveredAt) > 5) throw new Error('traffic did not resume within 5 s of recovery');
       try {
         answer = await openai.chat.completions.create(chatParams('after recovery'));
       } catch (error) {
@@ -114,14 +114,13 @@ describe('provider outage (503s): the breaker opens and refusals stop the SDK fr
       }
     }
     expect(answer.choices[0].message.content).toContain('after recovery');
-    expect(secondsSince(recoveredAt)).toBeLessThan(5);
     const health = await send(`${g.gatewayUrl}/health`);
     expect(health.json.upstream.breaker).toBe('closed');
   });
 });
 
 describe('hung provider: the gateway timeout turns a hang into a fast failure', () => {
-  it('fails each client in about --timeout 1 s with a 504 and no SDK retry; opens after 5; aborts the stuck upstream requests', async () => {
+  it('fails each client after --timeout 1 s with a 504 and no SDK retry; opens after 5; aborts the stuck upstream requests', async () => {
     // A long probe interval keeps the health probe (which would hang too) out of the in-flight count.
     g = await startGateway({ flags: ['--timeout', '1', '--probe-interval', '60'], mock: { latencyMs: 5 } });
     const counter = countingFetch();
@@ -140,25 +139,24 @@ describe('hung provider: the gateway timeout turns a hang into a fast failure', 
       expect(error.status).toBe(504);
       expect(error.code).toBe('upstream_timeout');
       expect(error.headers.get('x-should-retry')).toBe('false');
+      // Not before the gateway's time limit (the provider hangs for good: only that limit ends the request).
       expect(seconds).toBeGreaterThanOrEqual(0.9);
-      expect(seconds).toBeLessThan(3);
     }
     expect(counter.attempts()).toBe(5); // no SDK retries
     expect(chatCalls(g)).toBe(5); // and no gateway retry of a timeout
 
     // The timed-out upstream requests were really cancelled: the provider, still hanging, saw them go.
-    await g.provider.waitFor((s) => s.inFlight === 0, 3000);
+    await g.provider.waitFor((s) => s.inFlight === 0, 60_000);
     expect(g.provider.config().mode).toBe('hang');
     expect(g.provider.stats().droppedHungConnections).toBe(0);
     expect(g.provider.calls().filter((c) => c.route === CHAT).every((c) => c.finishedAt !== undefined)).toBe(true);
 
-    // Five consecutive timeouts opened the breaker: the next request is refused at once.
+    // Five consecutive timeouts opened the breaker: the next request is refused without reaching the provider (which
+    // would hang it).
     counter.reset();
-    const start = performance.now();
     const refused = await failure(openai.chat.completions.create(chatParams('hang after open')));
     expect(refused.status).toBe(503);
     expect(refused.code).toBe('circuit_open');
-    expect(secondsSince(start)).toBeLessThan(0.5);
     expect(counter.attempts()).toBe(1);
     expect(chatCalls(g)).toBe(5);
   });
@@ -237,8 +235,9 @@ describe.each(PLATFORMS)('broken streams on %s', (platform) => {
 
   it('a stream that stalls longer than --timeout ends in an error event the SDK raises, and the upstream is cancelled', async () => {
     g = await startGateway({ flags: ['--platform', platform, '--timeout', '1'], mock: { latencyMs: 5 } });
-    g.provider.setMode('slowStream', { slowChunkDelayMs: 3000 });
-    const start = performance.now();
+    // The provider's second chunk would come after ten minutes, longer than the test may take: only the gateway's
+    // stall limit can end this stream.
+    g.provider.setMode('slowStream', { slowChunkDelayMs: 600_000 });
     const stream = await openaiClient(g).chat.completions.create({ ...chatParams('a slow stream'), stream: true });
     let chunks = 0;
     const error = await failure(
@@ -249,8 +248,7 @@ describe.each(PLATFORMS)('broken streams on %s', (platform) => {
     expect(error).toBeInstanceOf(APIError);
     expect(String(error.message)).toMatch(/stalled|1000 ms/);
     expect(chunks).toBe(1); // the first chunk came at once, the second never within the limit
-    expect(secondsSince(start)).toBeLessThan(2.8); // well before the provider's next chunk (3 s)
-    await g.provider.waitFor((s) => s.inFlight === 0, 3000);
+    await g.provider.waitFor((s) => s.inFlight === 0, 60_000);
     expect(g.provider.calls().filter((c) => c.route === CHAT).map((c) => c.outcome)).toEqual(['client_closed']);
   });
 });

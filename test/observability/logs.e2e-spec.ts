@@ -16,6 +16,12 @@ import { ensureBuilt, startGatewayProcess, type GatewayProcess } from '../suppor
 
 const GATEWAY_KEY = 'gw-log-test-key-4b1d9c';
 const PROMPT = 'the quarterly figures of project nightingale';
+/**
+ * How long a log line is waited for, and each test's timeout (a test starts up to three gateway processes): generous,
+ * since they only bound how long a broken run takes to say so, and a saturated machine is slow at everything.
+ */
+const LINE_WAIT_MS = 60_000;
+const TEST_TIMEOUT_MS = 300_000;
 
 let provider: MockProvider;
 let gateway: GatewayProcess | undefined;
@@ -32,7 +38,7 @@ afterEach(async () => {
   await gateway?.exited;
   gateway = undefined;
   provider.setMode('ok');
-});
+}, TEST_TIMEOUT_MS);
 
 const start = (flags: string[] = []) => startGatewayProcess(['--upstream', provider.url, '--gateway-keys', GATEWAY_KEY, ...flags]);
 const client = (g: GatewayProcess) => new OpenAI({ baseURL: `${g.url}/v1`, apiKey: GATEWAY_KEY, maxRetries: 0 });
@@ -46,7 +52,7 @@ function jsonLines(output: string): Array<Record<string, any>> {
 }
 
 async function waitForLine(g: GatewayProcess, match: (line: Record<string, any>) => boolean): Promise<Record<string, any>> {
-  const deadline = Date.now() + 5_000;
+  const deadline = Date.now() + LINE_WAIT_MS;
   for (;;) {
     const found = jsonLines(g.output()).find(match);
     if (found) return found;
@@ -91,7 +97,7 @@ describe('gateway logs', () => {
     expect(output).not.toContain('sk-wrong-key-77aa');
     expect(output).not.toContain('nightingale');
     expect(jsonLines(output).filter((l) => l.msg === 'request' && l.route === 'chat')).toHaveLength(3);
-  });
+  }, TEST_TIMEOUT_MS);
 
   it("what a client wrote in the request line (its request id, its model name) is redacted and escaped: the line stays one JSON object", async () => {
     gateway = await start();
@@ -109,7 +115,7 @@ describe('gateway logs', () => {
     expect(output).not.toContain(leakyId);
     expect(output).not.toContain(GATEWAY_KEY);
     expect(output).not.toContain('sk-ant-api03-zzzzyyyyxxxx');
-  });
+  }, TEST_TIMEOUT_MS);
 
   it('breaker transitions as their own lines (warn when it opens, info when it closes)', async () => {
     gateway = await start(['--breaker-failures', '2', '--retries', '0', '--breaker-open', '60']);
@@ -125,7 +131,7 @@ describe('gateway logs', () => {
     provider.setMode('ok');
     await waitForLine(gateway, (l) => l.event === 'breaker_transition' && l.to === 'closed' && l.level === 30);
     expect(gateway.output()).not.toContain('nightingale');
-  });
+  }, TEST_TIMEOUT_MS);
 
   it('the shared store going away is one line, not one per request', async () => {
     gateway = await start(['--redis', 'redis://127.0.0.1:1', '--redis-timeout', '0.05']);
@@ -134,7 +140,7 @@ describe('gateway logs', () => {
     const degraded = await waitForLine(gateway, (l) => l.event === 'store_degraded');
     expect(degraded.level).toBe(40);
     expect(jsonLines(gateway.output()).filter((l) => l.event === 'store_degraded')).toHaveLength(1);
-  });
+  }, TEST_TIMEOUT_MS);
 
   it('prompts only with --log-prompts; no request lines with --no-request-log; pretty lines when asked', async () => {
     gateway = await start(['--log-prompts']);
@@ -155,11 +161,11 @@ describe('gateway logs', () => {
 
     gateway = await start(['--log-format', 'pretty']);
     await client(gateway).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'pretty' }] });
-    const deadline = Date.now() + 5_000;
+    const deadline = Date.now() + LINE_WAIT_MS;
     while (!/INFO.*request/.test(gateway.output()) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
     expect(gateway.output()).toMatch(/INFO.*request/);
     expect(jsonLines(gateway.output())).toHaveLength(0);
-  });
+  }, TEST_TIMEOUT_MS);
 });
 
 describe('request lines that join', () => {
@@ -179,7 +185,7 @@ describe('request lines that join', () => {
       .filter(Boolean)
       .map((l) => JSON.parse(l) as Record<string, any>);
   async function waitForFileLine(file: string, match: (line: Record<string, any>) => boolean): Promise<Record<string, any>> {
-    const deadline = Date.now() + 5_000;
+    const deadline = Date.now() + LINE_WAIT_MS;
     for (;;) {
       let found: Record<string, any> | undefined;
       try {
@@ -216,7 +222,7 @@ describe('request lines that join', () => {
     expect(line.usage).toEqual({ in: expect.any(Number), out: expect.any(Number) });
     const entry = await waitForFileLine(file, (l) => l.reqId === requestId);
     expect(entry).toMatchObject({ traceId: line.traceId, spanId: line.spanId, upstream: 'upstream', status: 200, outcome: 'miss', cost: line.costUsd });
-  });
+  }, TEST_TIMEOUT_MS);
 
   it("a refusal is its request's one line; a provider's 400 is upstream_rejected and its 503 upstream_error, each with what the provider said", async () => {
     const file = join(dir, 'errors.jsonl');
@@ -255,7 +261,7 @@ describe('request lines that join', () => {
     // The request log file joins on the same ids, with the same error codes.
     expect(await waitForFileLine(file, (l) => l.reqId === 'refused-2')).toMatchObject({ error: 'circuit_open', upstream: 'upstream', status: 503 });
     expect(await waitForFileLine(file, (l) => l.reqId === 'rejected-1')).toMatchObject({ error: 'upstream_rejected', status: 400 });
-  });
+  }, TEST_TIMEOUT_MS);
 
   it('control-plane requests (health, metrics, the status page) are lines at debug: absent at info', async () => {
     const auth = { authorization: `Bearer ${GATEWAY_KEY}` };
@@ -276,5 +282,5 @@ describe('request lines that join', () => {
     const control = jsonLines(gateway.output()).filter((l) => l.msg === 'request' && l.route !== 'chat');
     expect(control.map((l) => l.route).sort()).toEqual(['/health', '/health/live', '/orchestrator', '/orchestrator/metrics']);
     for (const l of control) expect(l.level).toBe(20);
-  });
+  }, TEST_TIMEOUT_MS);
 });

@@ -233,15 +233,14 @@ describe('status routes', () => {
   });
 
   it('an open page does not hold a graceful shutdown for its grace period', async () => {
-    g = await startGateway({ flags: ['--shutdown-grace', '30'] });
+    // A grace period of an hour, longer than the test may take: a shutdown that waited for the page would not end.
+    g = await startGateway({ flags: ['--shutdown-grace', '3600'] });
     const events = await fetch(`${g.gatewayUrl}/orchestrator/events`);
     expect(events.status).toBe(200);
     const ended = events.text(); // resolves when the gateway ends the stream
     const { stopGateway } = await import('../../apps/gateway/src/gateway.factory.js');
-    const started = performance.now();
     const outcome = await stopGateway(g.app, g.config);
     expect(outcome).toEqual({ finished: true, cut: 0 });
-    expect(performance.now() - started).toBeLessThan(3_000);
     expect(await ended).toContain('event: snapshot');
   });
 

@@ -1,6 +1,7 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { GATEWAY_NODE_FLAGS } from '../../apps/gateway/src/runtime-flags.js';
 import { readFileSync } from 'node:fs';
+import { ownChild } from './children.js';
 import { join } from 'node:path';
 
 /**
@@ -12,13 +13,13 @@ export const ROOT = process.cwd();
 export const GATEWAY_MAIN = join(ROOT, 'dist/apps/gateway/src/main.js');
 
 /**
- * Builds the repository when a source is newer than the build (scripts/build-if-stale.mjs). Jest's global setup
- * already did so before any suite; in a suite's beforeAll this only checks, unless a source changed during the run.
+ * Checks that the build is there and not older than a source (scripts/build-if-stale.mjs --check). Jest's global
+ * setup built it before any suite; a suite never builds inside its own time, and never runs an old build either.
  */
 export async function ensureBuilt(): Promise<void> {
   await new Promise<void>((resolve, reject) => {
-    execFile(process.execPath, [join(ROOT, 'scripts/build-if-stale.mjs')], { cwd: ROOT }, (error, stdout, stderr) =>
-      error ? reject(new Error(`npm run build failed:\n${stdout}\n${stderr}`)) : resolve(),
+    execFile(process.execPath, [join(ROOT, 'scripts/build-if-stale.mjs'), '--check'], { cwd: ROOT }, (error, stdout, stderr) =>
+      error ? reject(new Error(`${stdout}${stderr}`)) : resolve(),
     );
   });
 }
@@ -40,11 +41,11 @@ export interface AppProcess {
 export type GatewayProcess = AppProcess;
 
 /** How long an app may take to say it listens: generous, since several Nest apps booting on a saturated two-core machine take many seconds. */
-const START_TIMEOUT_MS = 60_000;
+const START_TIMEOUT_MS = 120_000;
 
 /** Starts a built app and waits (bounded) for its "listening on http://..." line. */
 async function startApp(main: string, args: string[], env: NodeJS.ProcessEnv, startTimeoutMs = START_TIMEOUT_MS, nodeArgs: readonly string[] = []): Promise<AppProcess> {
-  const child = spawn(process.execPath, [...nodeArgs, main, ...args], { cwd: ROOT, env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = ownChild(spawn(process.execPath, [...nodeArgs, main, ...args], { cwd: ROOT, env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] }), main);
   let output = '';
   child.stdout!.on('data', (b: Buffer) => (output += b.toString()));
   child.stderr!.on('data', (b: Buffer) => (output += b.toString()));
@@ -85,7 +86,7 @@ export function rssOf(pid: number): number {
 /** Until every replica says it coordinates through Redis (`/health`'s `coordination`), within `timeoutMs` each. */
 export async function untilCoordinated(replicas: ReadonlyArray<{ url: string; output?: () => string }>, options: { timeoutMs?: number; headers?: Record<string, string> } = {}): Promise<void> {
   for (const replica of replicas) {
-    for (const deadline = Date.now() + (options.timeoutMs ?? 10_000); ; ) {
+    for (const deadline = Date.now() + (options.timeoutMs ?? 60_000); ; ) {
       const health = (await (await fetch(`${replica.url}/health`, { headers: options.headers })).json()) as { coordination: { state: string } | null };
       if (health.coordination?.state === 'ok') break;
       if (Date.now() > deadline) throw new Error(`${replica.url} never coordinated through Redis${replica.output ? `:\n${replica.output().slice(-2_000)}` : ''}`);

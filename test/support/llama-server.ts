@@ -4,6 +4,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { ownChild } from './children.js';
 
 /**
  * A real llama.cpp server (`llama-server`) for tests, from the prebuilt tarball in
@@ -197,20 +198,6 @@ function childEnv(libDir: string): NodeJS.ProcessEnv {
   return env;
 }
 
-const live = new Set<ChildProcess>();
-let exitHandlerInstalled = false;
-
-function installExitHandler(): void {
-  if (exitHandlerInstalled) return;
-  exitHandlerInstalled = true;
-  // Last resort: a server still running when this process exits is killed by its own pid.
-  process.on('exit', () => {
-    for (const child of live) {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    }
-  });
-}
-
 function exited(child: ChildProcess): boolean {
   return child.exitCode !== null || child.signalCode !== null;
 }
@@ -239,7 +226,6 @@ async function stopChild(child: ChildProcess, graceMs = 5_000): Promise<void> {
       await waitForExit(child, graceMs);
     }
   }
-  live.delete(child);
 }
 
 function serverArgs(options: LlamaServerOptions, model: string, port: number, extra: string[]): string[] {
@@ -280,7 +266,7 @@ export async function startLlamaServer(options: LlamaServerOptions = {}): Promis
   const externalUrl = process.env.LLAMA_SERVER_URL;
   if (externalUrl && options.allowExternal !== false) {
     const url = externalUrl.replace(/\/+$/, '');
-    const ready = await waitHealthy(url, Date.now() + (options.readyTimeoutMs ?? 20_000), () => false);
+    const ready = await waitHealthy(url, Date.now() + (options.readyTimeoutMs ?? 120_000), () => false);
     if (!ready) throw new Error(`LLAMA_SERVER_URL=${url}: GET /health did not answer 200`);
     return {
       url,
@@ -299,7 +285,6 @@ export async function startLlamaServer(options: LlamaServerOptions = {}): Promis
   const dist = llamaDistDir();
   const binary = join(dist, BINARY_NAME);
   const model = options.model ?? join(dist, MODEL_NAME);
-  installExitHandler();
 
   let output = '';
   const record = (chunk: Buffer): void => {
@@ -313,18 +298,20 @@ export async function startLlamaServer(options: LlamaServerOptions = {}): Promis
       const port = attempt === 0 && preferredPort !== undefined ? preferredPort : await freePort(tried);
       tried.add(port);
       output = '';
-      const child = spawn(binary, serverArgs(options, model, port, extra), {
-        cwd: dist,
-        env: childEnv(dist),
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      live.add(child);
+      const child = ownChild(
+        spawn(binary, serverArgs(options, model, port, extra), {
+          cwd: dist,
+          env: childEnv(dist),
+          stdio: ['ignore', 'pipe', 'pipe'],
+        }),
+        'llama-server',
+      );
       child.stdout?.on('data', record);
       child.stderr?.on('data', record);
       let spawnError: Error | undefined;
       child.once('error', (error) => (spawnError = error));
 
-      const deadline = Date.now() + (options.readyTimeoutMs ?? 20_000);
+      const deadline = Date.now() + (options.readyTimeoutMs ?? 120_000);
       const ready = await waitHealthy(`http://127.0.0.1:${port}`, deadline, () => exited(child) || spawnError !== undefined);
       if (ready && !exited(child)) return { child, port };
 

@@ -40,7 +40,7 @@ export class Gate<T = void> {
 }
 
 /** Polls `condition` (no fixed sleeps) until it holds, failing after `timeoutMs`. */
-export async function waitFor(condition: () => boolean, timeoutMs = 10_000, what = 'condition'): Promise<void> {
+export async function waitFor(condition: () => boolean, timeoutMs = 60_000, what = 'condition'): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!condition()) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);

@@ -1,9 +1,9 @@
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { createServer, connect } from 'node:net';
+import { execFileOwned, ownChild } from './children.js';
 
 /**
  * A Redis server a test owns: its own process on its own loopback port (never
@@ -83,7 +83,7 @@ export async function startOwnedRedis(options: OwnedRedisOptions = {}): Promise<
         ];
     if (options.requirePassword) args.push('--requirepass', options.requirePassword);
     output = '';
-    const started = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const started = ownChild(spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] }), 'redis-server');
     child = started;
     let failed = false;
     started.on('error', (error) => {
@@ -94,7 +94,7 @@ export async function startOwnedRedis(options: OwnedRedisOptions = {}): Promise<
     started.stderr?.on('data', (b: Buffer) => (output = (output + b.toString()).slice(-4_000)));
     const closed = new Promise((resolve) => started.once('close', resolve));
     const gone = () => failed || started.exitCode !== null || started.signalCode !== null;
-    await waitForPort(port, 10_000, gone).catch(async (error: Error) => {
+    await waitForPort(port, 60_000, gone).catch(async (error: Error) => {
       if (!gone()) started.kill('SIGKILL');
       // Its last words (e.g. "Address already in use") are read before they are reported.
       await Promise.race([closed, new Promise((resolve) => setTimeout(resolve, 1_000))]);
@@ -168,7 +168,7 @@ async function waitForPort(port: number, timeoutMs: number, gone: () => boolean)
   }
 }
 
-const run = promisify(execFile);
+const run = execFileOwned;
 
 /** `redis-cli -p PORT args...` (TLS when `tls` is given), its output. */
 export async function redisCli(port: number, args: string[], tls?: TlsFiles): Promise<string> {

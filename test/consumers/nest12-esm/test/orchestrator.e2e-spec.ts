@@ -62,14 +62,12 @@ describe.each(['express', 'fastify'] as const)('nest-prompt-orchestrator in a Ne
 
   it('breaker: 5 failures, then an immediate 503 with x-should-retry: false and Retry-After', async () => {
     for (let i = 0; i < 5; i++) expect((await fetch(`${url}/fail`)).status).toBe(502);
-    const started = Date.now();
     const refused = await fetch(`${url}/fail`);
-    expect(Date.now() - started).toBeLessThan(1_000);
     expect(refused.status).toBe(503);
     expect(refused.headers.get('x-should-retry')).toBe('false');
     expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
     expect(await refused.json()).toMatchObject({ statusCode: 503, error: 'Service Unavailable', code: 'circuit_open' });
-    expect(upstream.calls.fail).toBe(5);
+    expect(upstream.calls.fail).toBe(5); // refused without calling the failing upstream again
   });
 
   it('concurrency: the limit holds, one request waits, the overflow gets 429 at once', async () => {
@@ -87,11 +85,10 @@ describe.each(['express', 'fastify'] as const)('nest-prompt-orchestrator in a Ne
   });
 
   it('timeout: @Timeout aborts the call through @CallSignal() and answers 504', async () => {
-    const started = Date.now();
+    // The upstream never answers: only the time limit can end this request.
     const response = await fetch(`${url}/hang`);
     expect(response.status).toBe(504);
     expect(await response.json()).toMatchObject({ statusCode: 504, error: 'Gateway Timeout', code: 'upstream_timeout' });
-    expect(Date.now() - started).toBeLessThan(2_000);
     await waitFor(() => upstream.hungCallAborted, 'the hung call to see its signal abort');
   });
 
