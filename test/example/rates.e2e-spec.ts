@@ -81,13 +81,34 @@ describe('the exchange-rates example', () => {
   });
 
   it('keeps 4 feed calls in flight, 20 waiting, and answers the rest 429 at once', async () => {
-    feed.latencyMs = 500;
+    // The feed holds its calls until all 30 requests are placed (4 at the feed, 6 refused), so that a slow machine
+    // cannot free a slot early and let a 25th in.
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let atFeed = 0;
+    const latest = feed.latest.bind(feed);
+    feed.latencyMs = 0;
+    feed.latest = async (base, signal) => {
+      atFeed++;
+      await gate;
+      return latest(base, signal);
+    };
     const bases = Array.from({ length: 30 }, (_, i) => `C${String(i).padStart(2, '0')}`);
-    const answers = await Promise.all(bases.map((base) => get(`/rates/${base}`)));
+    let refused = 0;
+    const pending = bases.map((base) =>
+      get(`/rates/${base}`).then((answer) => {
+        if (answer.status === 429) refused++;
+        return answer;
+      }),
+    );
+    await waitFor(() => atFeed === 4 && refused === 6, 60_000, '4 calls at the feed and 6 refusals');
+    release();
+    const answers = await Promise.all(pending);
     const statuses = answers.map((a) => a.status);
     expect(statuses.filter((s) => s === 200)).toHaveLength(24);
     expect(statuses.filter((s) => s === 429)).toHaveLength(6);
     expect(answers.find((a) => a.status === 429)?.headers.get('retry-after')).toBeTruthy();
+    expect(atFeed).toBe(24);
     expect(feed.stats().maxInFlight).toBe(4);
   });
 });
