@@ -17,7 +17,7 @@ import { OrchestratorService } from 'nest-prompt-orchestrator';
 import { Lifecycle } from './http/lifecycle.js';
 import { unroutedApi } from './http/request-context.middleware.js';
 import { createLogger, nestLoggerOf } from './observability/logger.js';
-import { redactor } from './http/redaction.js';
+import { redactor } from './common/redaction.js';
 import { upstreamKeys } from './upstreams/upstream-set.js';
 import { UpstreamRotation } from './upstreams/upstream-rotation.js';
 

@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import { OrchestratorModule, OrchestratorObservabilityModule, type OrchestratorModuleOptions } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from './config/gateway-config.js';
 import { GatewayService } from './gateway.service.js';
-import { GATEWAY_CONFIG, GATEWAY_LOGGER } from './gateway.tokens.js';
+import { GATEWAY_CONFIG, GATEWAY_LOGGER } from './common/gateway.tokens.js';
 import { GatewayTelemetry } from './observability/gateway-telemetry.js';
 import { GatewayTracing } from './observability/gateway-tracing.js';
 import { createLogger } from './observability/logger.js';

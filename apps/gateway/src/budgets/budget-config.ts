@@ -1,4 +1,4 @@
-import { ConfigError } from '../config/config-error.js';
+import { ConfigError } from '../common/config-error.js';
 import { PriceTable, parsePrice, type ModelPrice } from './prices.js';
 import { VirtualKeys } from './virtual-keys.js';
 

@@ -1,10 +1,10 @@
 import { readFileSync } from 'node:fs';
 import { parseSentinelUrl } from '../shared-state/redis-connection.js';
 import { parseArgs } from 'node:util';
-import { ConfigError } from './config-error.js';
+import { ConfigError } from '../common/config-error.js';
 import { BUDGET_FLAGS, parseBudgetConfig, type BudgetConfig } from '../budgets/budget-config.js';
 import { UpstreamsFileError, readUpstreamsFile, type UpstreamsFile } from '../upstreams/upstreams-file.js';
-import { parseHost, type AllowedHost } from '../http/allowed-hosts.js';
+import { parseHost, type AllowedHost } from './allowed-hosts.js';
 
 export type ProviderKind = 'openai' | 'llama' | 'anthropic';
 export type PlatformKind = 'express' | 'fastify';
@@ -418,7 +418,7 @@ export function helpText(): string {
   return lines.join('\n');
 }
 
-export { ConfigError } from './config-error.js';
+export { ConfigError } from '../common/config-error.js';
 
 /** Parses flags and environment; throws `ConfigError` naming the first bad value. Returns `undefined` for --help. */
 export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): GatewayConfig | undefined {

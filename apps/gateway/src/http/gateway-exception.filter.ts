@@ -4,11 +4,11 @@ import { isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrato
 import { FlightOutgrownError } from 'nest-prompt-orchestrator/internal';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
-import { UpstreamHttpError, UpstreamProtocolError, upstreamMessage } from '../upstream/upstream-client.js';
+import { UpstreamHttpError, UpstreamProtocolError, upstreamMessage } from '../upstreams/upstream-client.js';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { ApiError } from './api-error.js';
-import { clientKey } from './credentials.js';
-import { redactor } from './redaction.js';
+import { ApiError } from '../common/api-error.js';
+import { clientKey } from '../common/credentials.js';
+import { redactor } from '../common/redaction.js';
 import { findContext, type RequestContext } from './request-context.js';
 
 /** An error as the gateway answers it, before it is written in the client's API format. */

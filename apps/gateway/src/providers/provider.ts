@@ -1,9 +1,9 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { isUpstreamFailure, isTransientFailure } from 'nest-prompt-orchestrator';
 import type { GatewayConfig, ProviderKind } from '../config/gateway-config.js';
-import { notSupported } from '../http/api-error.js';
+import { notSupported } from '../common/api-error.js';
 import type { SseTranslator } from '../translate/sse.js';
-import type { StreamFormat } from '../upstream/stream-end.js';
+import type { StreamFormat } from '../upstreams/stream-end.js';
 import { upstreamMembers, type UpstreamTarget } from '../upstreams/upstream-set.js';
 
 type Json = Record<string, unknown>;

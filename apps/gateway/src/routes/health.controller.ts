@@ -3,7 +3,7 @@ import { HttpAdapterHost } from '@nestjs/core';
 import type { IncomingMessage } from 'node:http';
 import { OrchestratorService, livenessReport, readinessReport, type DedupOutcome, type HealthReport, type LimiterSnapshot } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../gateway.tokens.js';
+import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import { Budgets } from '../budgets/budgets.service.js';
 import { WorkerCoordination } from '../cluster/worker-coordination.js';
 import { ControlKeys, KEYLESS_PROBE } from '../http/gateway.guard.js';

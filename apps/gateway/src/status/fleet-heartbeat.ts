@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import type { Server } from 'node:http';
 import { hostname } from 'node:os';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../gateway.tokens.js';
+import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import { Lifecycle } from '../http/lifecycle.js';
 import { fleetKey } from '../shared-state/redis-connection.js';
 import { SharedState } from '../shared-state/shared-state.js';

@@ -2,7 +2,7 @@ import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnModuleD
 import { OrchestratorService, type UpstreamPool } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GatewayService } from '../gateway.service.js';
-import { GATEWAY_CONFIG } from '../gateway.tokens.js';
+import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import { GatewayTracing } from '../observability/gateway-tracing.js';
 import { FirstCheck, HealthPoller, type MemberChecks } from './health-poller.js';
 import { LiveUpstreams } from './live-upstreams.js';

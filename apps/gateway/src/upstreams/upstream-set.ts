@@ -9,9 +9,9 @@ import {
 } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import type { GatewayService } from '../gateway.service.js';
-import { ApiError } from '../http/api-error.js';
+import { ApiError } from '../common/api-error.js';
 import type { Provider } from '../providers/provider.js';
-import { UpstreamHttpError } from '../upstream/upstream-client.js';
+import { UpstreamHttpError } from './upstream-client.js';
 import { PRIMARY_POOL, type FallbackStep, type UpstreamEntry, type UpstreamKey, type UpstreamsFile } from './upstreams-file.js';
 
 /** The name of the pool every proxied route goes through, and of its breaker and limiter when it has one upstream. */

@@ -1,7 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import { isIP } from 'node:net';
 import { hostname } from 'node:os';
-import type { GatewayConfig } from '../config/gateway-config.js';
+import type { GatewayConfig } from './gateway-config.js';
 
 /** One `--allowed-hosts` entry: a lower-case name (IPv6 in brackets), and a port (absent: any port). */
 export interface AllowedHost {
