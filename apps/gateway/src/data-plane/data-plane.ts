@@ -30,7 +30,7 @@ import { statusOf, type GatewayTelemetry } from '../observability/gateway-teleme
 import { GatewayTracing, StreamFacts } from '../observability/gateway-tracing.js';
 import { ApiError, invalidRequest, keyRequired } from '../common/api-error.js';
 import { clientKey, identityOf, isOneOf, keyDigest } from '../common/credentials.js';
-import { drainBound, drainRequest, errorReply } from '../http/gateway-exception.filter.js';
+import { drainBound, drainRequest, errorReply } from '../http/error-reply.js';
 import type { Lifecycle } from '../http/lifecycle.js';
 import { newContext, pathOfUrl, requestIdOf, serverTiming, type CallTag, type RequestContext } from '../http/request-context.js';
 import { ROUTES, gatewayChecksKeys, type GatewayRoute, type RouteInfo, type UpstreamPlan } from '../providers/provider.js';

@@ -4,7 +4,7 @@ import type { GatewayConfig } from '../config/gateway-config.js';
 import { ROUTES, routeAt } from '../providers/provider.js';
 import { hostCheckOf } from '../config/allowed-hosts.js';
 import { ApiError } from '../common/api-error.js';
-import { errorReply } from './gateway-exception.filter.js';
+import { errorReply } from './error-reply.js';
 import { unroutedApi } from './request-context.middleware.js';
 import { guardConnectionTable } from './slow-clients.js';
 

@@ -3,7 +3,7 @@ import type { Socket } from 'node:net';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
 import { ApiError } from '../common/api-error.js';
-import { errorReply } from './gateway-exception.filter.js';
+import { errorReply } from './error-reply.js';
 
 /**
  * Guards of the connection table against clients that hold slots without
