@@ -20,7 +20,8 @@ import {
 } from 'nest-prompt-orchestrator/internal';
 import { Observable, from, type Subscription } from 'rxjs';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { parseJson, streamErrorEvent, upstreamUrl, type GatewayService } from '../gateway.service.js';
+import type { GatewayService } from '../gateway.service.js';
+import { parseJson, streamErrorEvent, upstreamUrl } from '../upstreams/upstream-replies.js';
 import { attemptsNeedUpstream, urlOn, type UpstreamTarget } from '../upstreams/upstream-set.js';
 import { UpstreamAttempts } from '../upstreams/upstream-attempts.js';
 import { modelOf, type Budgets } from '../budgets/budgets.service.js';
