@@ -19,11 +19,11 @@ import { REDIS_LINK, openRedisLink } from './shared-state/redis-connection.js';
 import { WorkerCoordination, metricsRegistry } from './cluster/worker-coordination.js';
 import { Budgets } from './budgets/budgets.service.js';
 import { GatewayGuard } from './http/gateway.guard.js';
-import { Lifecycle } from './http/lifecycle.js';
+import { Lifecycle } from './common/lifecycle.js';
 import { RequestContextMiddleware } from './http/request-context.middleware.js';
 import { UPSTREAM_POOL, everyMember, fallbackGroups, gatewayFailover, memberSettings, upstreamMembers } from './upstreams/upstream-set.js';
-import { UpstreamRotation } from './upstreams/upstream-rotation.js';
-import { HealthController } from './routes/health.controller.js';
+import { UpstreamRotation } from './upstream-rotation.js';
+import { HealthController } from './health.controller.js';
 
 /** The gateway's configuration and its upstream client, visible to the orchestrator's options factory. */
 @Global()

@@ -32,10 +32,10 @@ import { GatewayTracing, StreamFacts } from '../observability/gateway-tracing.js
 import { ApiError, invalidRequest, keyRequired } from '../common/api-error.js';
 import { clientKey, identityOf, isOneOf, keyDigest } from '../common/credentials.js';
 import { drainBound, drainRequest, errorReply } from '../http/error-reply.js';
-import type { Lifecycle } from '../http/lifecycle.js';
+import type { Lifecycle } from '../common/lifecycle.js';
 import { newContext, pathOfUrl, requestIdOf, serverTiming, type CallTag, type RequestContext } from '../http/request-context.js';
 import { ROUTES, gatewayChecksKeys, type GatewayRoute, type RouteInfo, type UpstreamPlan } from '../providers/provider.js';
-import { SHAPING } from '../routes/shaping.js';
+import { SHAPING } from '../providers/shaping.js';
 import { EXPOSED_HEADERS } from '../http/cors.js';
 import { JsonSyntaxError, JsonTooDeepError, scanJson, type JsonSkeleton } from './json-skeleton.js';
 import { ProxyRoutes } from './proxy-routes.js';

@@ -4,7 +4,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
-import { Lifecycle } from './lifecycle.js';
+import { Lifecycle } from '../common/lifecycle.js';
 import { GatewayTelemetry } from '../observability/gateway-telemetry.js';
 import { GatewayTracing } from '../observability/gateway-tracing.js';
 import { attachContext, newContext, pathOfUrl, requestIdOf, serverTiming } from './request-context.js';

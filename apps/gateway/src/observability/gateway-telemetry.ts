@@ -8,13 +8,13 @@ import { BatchedHistogram, parseTraceParent, TalliedCounter, type BucketTally, t
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG, GATEWAY_LOGGER } from '../common/gateway.tokens.js';
 import { pathOfUrl, type RequestContext } from '../http/request-context.js';
-import { UPSTREAM } from '../routes/shaping.js';
+import { UPSTREAM } from '../providers/shaping.js';
 import { UPSTREAM_POOL } from '../upstreams/upstream-set.js';
 import { StatusBoard } from '../status/status-board.js';
 import { Budgets } from '../budgets/budgets.service.js';
 import { ROUTES, type GatewayRoute } from '../providers/provider.js';
 import { GatewayTracing } from './gateway-tracing.js';
-import { CappedLabels, MAX_MODEL_LABELS as MAX_MODELS, MAX_TENANT_LABELS } from './label-bounds.js';
+import { CappedLabels, MAX_MODEL_LABELS as MAX_MODELS, MAX_TENANT_LABELS } from '../common/label-bounds.js';
 import { RequestLines } from './request-line.js';
 
 const MAX_PROMPT_CHARS = 4000;

@@ -6,7 +6,7 @@ import type { Server } from 'node:http';
 import { hostname } from 'node:os';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
-import { Lifecycle } from '../http/lifecycle.js';
+import { Lifecycle } from '../common/lifecycle.js';
 import { fleetKey } from '../shared-state/redis-connection.js';
 import { SharedState } from '../shared-state/shared-state.js';
 import { poolState } from '../upstreams/upstream-set.js';

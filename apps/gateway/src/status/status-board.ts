@@ -3,7 +3,7 @@ import { OrchestratorService, type BreakerState, type RefusalReason, type Reques
 import type { ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
-import { Lifecycle } from '../http/lifecycle.js';
+import { Lifecycle } from '../common/lifecycle.js';
 import { WorkerCoordination } from '../cluster/worker-coordination.js';
 import { ErrorCauses } from './error-causes.js';
 import { FleetHeartbeat } from './fleet-heartbeat.js';
