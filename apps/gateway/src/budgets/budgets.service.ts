@@ -6,7 +6,7 @@ import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import { ApiError } from '../common/api-error.js';
 import type { RequestContext, Settled } from '../http/request-context.js';
 import { SharedState } from '../shared-state/shared-state.js';
-import type { SpendCap } from './budget-config.js';
+import type { SpendCap } from './spend-cap.js';
 import { ROUTES } from '../providers/provider.js';
 import { PriceTable, type Usage } from './prices.js';
 import { RequestLog } from './request-log.js';

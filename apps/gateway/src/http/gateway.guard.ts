@@ -5,7 +5,7 @@ import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import { Budgets } from '../budgets/budgets.service.js';
 import { ApiError, keyRequired } from '../common/api-error.js';
 import { clientKey, isOneOf, keyDigest } from '../common/credentials.js';
-import { STATUS_ACCESS, statusSignIn, type StatusAccess } from '../status/status.controller.js';
+import { STATUS_ACCESS, statusSignIn, type StatusAccess } from '../status/status-access.js';
 import { StatusSessions } from '../status/status-session.js';
 import { SessionSecret } from '../status/session-secret.js';
 
