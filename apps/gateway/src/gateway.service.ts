@@ -19,7 +19,7 @@ import { tapUsage, usageOfJson } from './budgets/usage.js';
 import { parseJson, streamErrorEvent, upstreamUrl } from './upstreams/upstream-replies.js';
 import { UsageLedger } from './observability/usage-ledger.js';
 import { GatewayTracing } from './observability/gateway-tracing.js';
-import type { RequestContext } from './http/request-context.js';
+import type { RequestContext } from './observability/request-context.js';
 
 type Json = Record<string, unknown>;
 

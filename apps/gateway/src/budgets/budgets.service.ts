@@ -4,7 +4,7 @@ import { parseTraceParent } from 'nest-prompt-orchestrator/internal';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import { ApiError } from '../common/api-error.js';
-import type { RequestContext, Settled } from '../http/request-context.js';
+import type { RequestContext, Settled } from '../observability/request-context.js';
 import { SharedState } from '../shared-state/shared-state.js';
 import type { SpendCap } from './spend-cap.js';
 import { ROUTES } from '../providers/provider.js';

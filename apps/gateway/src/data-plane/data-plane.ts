@@ -33,7 +33,7 @@ import { ApiError, invalidRequest, keyRequired } from '../common/api-error.js';
 import { clientKey, identityOf, isOneOf, keyDigest } from '../common/credentials.js';
 import { drainBound, drainRequest, errorReply } from '../http/error-reply.js';
 import type { Lifecycle } from '../common/lifecycle.js';
-import { newContext, pathOfUrl, requestIdOf, serverTiming, type CallTag, type RequestContext } from '../http/request-context.js';
+import { newContext, pathOfUrl, requestIdOf, serverTiming, type CallTag, type RequestContext } from '../observability/request-context.js';
 import { ROUTES, gatewayChecksKeys, type GatewayRoute, type RouteInfo, type UpstreamPlan } from '../providers/provider.js';
 import { SHAPING } from '../providers/shaping.js';
 import { EXPOSED_HEADERS } from '../http/cors.js';

@@ -6,7 +6,7 @@ import type { ClientApi } from '../providers/provider.js';
 import { UpstreamHttpError, UpstreamProtocolError, upstreamMessage } from '../upstreams/upstream-client.js';
 import { ApiError } from '../common/api-error.js';
 import { redactor } from '../common/redaction.js';
-import type { RequestContext } from './request-context.js';
+import type { RequestContext } from '../observability/request-context.js';
 
 /** An error as the gateway answers it, before it is written in the client's API format. */
 interface ErrorInfo {

@@ -6,7 +6,7 @@ import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { clientKey } from '../common/credentials.js';
 import { drainBound, drainRequest, errorReply } from './error-reply.js';
-import { findContext } from './request-context.js';
+import { findContext } from '../observability/request-context.js';
 
 /** The error a Nest route (health, metrics, status page) or a request no route serves is answered with. */
 @Catch()

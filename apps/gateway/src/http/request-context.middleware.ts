@@ -7,7 +7,7 @@ import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
 import { Lifecycle } from '../common/lifecycle.js';
 import { GatewayTelemetry } from '../observability/gateway-telemetry.js';
 import { GatewayTracing } from '../observability/gateway-tracing.js';
-import { attachContext, newContext, pathOfUrl, requestIdOf, serverTiming } from './request-context.js';
+import { attachContext, newContext, pathOfUrl, requestIdOf, serverTiming } from '../observability/request-context.js';
 
 /**
  * Runs first on every request: gives it a context with an `x-request-id`

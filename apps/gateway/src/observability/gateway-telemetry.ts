@@ -7,7 +7,7 @@ import type { Registry } from 'prom-client';
 import { BatchedHistogram, parseTraceParent, TalliedCounter, type BucketTally, type Tally } from 'nest-prompt-orchestrator/internal';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG, GATEWAY_LOGGER } from '../common/gateway.tokens.js';
-import { pathOfUrl, type RequestContext } from '../http/request-context.js';
+import { pathOfUrl, type RequestContext } from './request-context.js';
 import { UPSTREAM } from '../providers/shaping.js';
 import { UPSTREAM_POOL } from '../upstreams/upstream-set.js';
 import { StatusBoard } from '../status/status-board.js';
