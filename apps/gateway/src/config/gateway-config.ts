@@ -6,7 +6,8 @@ import { BUDGET_FLAGS, parseBudgetConfig, type BudgetConfig } from '../budgets/b
 import { UpstreamsFileError, readUpstreamsFile, type UpstreamsFile } from '../upstreams/upstreams-file.js';
 import { parseHost, type AllowedHost } from './allowed-hosts.js';
 
-export type ProviderKind = 'openai' | 'llama' | 'anthropic';
+import type { ProviderKind } from '../common/apis.js';
+export type { ProviderKind };
 export type PlatformKind = 'express' | 'fastify';
 
 /** Everything the gateway is configured with; built from flags, then environment, then defaults. */
@@ -21,7 +22,7 @@ export interface GatewayConfig {
   host: string;
   port: number;
   platform: PlatformKind;
-  /** `--allowed-hosts`: the `Host` values served besides the defaults (see http/allowed-hosts.ts); `'*'`: any; undefined: the defaults. */
+  /** `--allowed-hosts`: the `Host` values served besides the defaults (see config/allowed-hosts.ts); `'*'`: any; undefined: the defaults. */
   allowedHosts?: AllowedHost[] | '*';
   /** `--trust-proxy`: X-Forwarded-Host and X-Forwarded-For are believed (a proxy in front writes them). */
   trustProxy: boolean;

@@ -9,7 +9,8 @@ import { upstreamMembers, type UpstreamTarget } from '../upstreams/upstream-set.
 type Json = Record<string, unknown>;
 
 /** The API a client speaks on a route, which is also the format of an upstream's answers and errors. */
-export type ClientApi = 'openai' | 'anthropic' | 'llama';
+import type { ClientApi } from '../common/apis.js';
+export type { ClientApi };
 
 /** The gateway's routes, by name; each controller method serves one. */
 export type GatewayRoute =
