@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { request } from 'node:http';
 import { ConfigError, parseGatewayConfig } from '../../apps/gateway/src/config/gateway-config.js';
-import { HostCheck } from '../../apps/gateway/src/http/allowed-hosts.js';
+import { HostCheck } from '../../apps/gateway/src/config/allowed-hosts.js';
 import { startGateway, uniquePrompt, type GatewayUnderTest } from '../support/gateway-harness.js';
 import { PLATFORMS } from '../support/platforms.js';
 

@@ -14,12 +14,12 @@ import { Budgets } from './budgets/budgets.service.js';
 import { UsageLedger } from './observability/usage-ledger.js';
 import { GatewayTelemetry } from './observability/gateway-telemetry.js';
 import { OrchestratorService } from 'nest-prompt-orchestrator';
-import { Lifecycle } from './http/lifecycle.js';
+import { Lifecycle } from './common/lifecycle.js';
 import { unroutedApi } from './http/request-context.middleware.js';
 import { createLogger, nestLoggerOf } from './observability/logger.js';
-import { redactor } from './http/redaction.js';
+import { redactor } from './common/redaction.js';
 import { upstreamKeys } from './upstreams/upstream-set.js';
-import { UpstreamRotation } from './upstreams/upstream-rotation.js';
+import { UpstreamRotation } from './upstream-rotation.js';
 
 export interface CreateGatewayOptions {
   logger?: false | LogLevel[] | LoggerService;

@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import { OrchestratorModule, OrchestratorObservabilityModule, type OrchestratorModuleOptions } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from './config/gateway-config.js';
 import { GatewayService } from './gateway.service.js';
-import { GATEWAY_CONFIG, GATEWAY_LOGGER } from './gateway.tokens.js';
+import { GATEWAY_CONFIG, GATEWAY_LOGGER } from './common/gateway.tokens.js';
 import { GatewayTelemetry } from './observability/gateway-telemetry.js';
 import { GatewayTracing } from './observability/gateway-tracing.js';
 import { createLogger } from './observability/logger.js';
@@ -19,11 +19,11 @@ import { REDIS_LINK, openRedisLink } from './shared-state/redis-connection.js';
 import { WorkerCoordination, metricsRegistry } from './cluster/worker-coordination.js';
 import { Budgets } from './budgets/budgets.service.js';
 import { GatewayGuard } from './http/gateway.guard.js';
-import { Lifecycle } from './http/lifecycle.js';
+import { Lifecycle } from './common/lifecycle.js';
 import { RequestContextMiddleware } from './http/request-context.middleware.js';
 import { UPSTREAM_POOL, everyMember, fallbackGroups, gatewayFailover, memberSettings, upstreamMembers } from './upstreams/upstream-set.js';
-import { UpstreamRotation } from './upstreams/upstream-rotation.js';
-import { HealthController } from './routes/health.controller.js';
+import { UpstreamRotation } from './upstream-rotation.js';
+import { HealthController } from './health.controller.js';
 
 /** The gateway's configuration and its upstream client, visible to the orchestrator's options factory. */
 @Global()

@@ -1,25 +1,25 @@
 import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
-import { RawResponse, StreamedResponse, isOrchestratorError, isTransientFailure, type Upstream } from 'nest-prompt-orchestrator';
-import { RemoteCallError } from 'nest-prompt-orchestrator/internal';
+import { RawResponse, StreamedResponse, isTransientFailure, type Upstream } from 'nest-prompt-orchestrator';
 import type { IncomingHttpHeaders } from 'node:http';
 import { Observable } from 'rxjs';
 import type { GatewayConfig } from './config/gateway-config.js';
-import { GATEWAY_CONFIG } from './gateway.tokens.js';
-import { clientKey } from './http/credentials.js';
-import { redactor } from './http/redaction.js';
+import { GATEWAY_CONFIG } from './common/gateway.tokens.js';
+import { clientKey } from './common/credentials.js';
+import { redactor } from './common/redaction.js';
 import { requireObject } from './http/request-validation.js';
 import { createProvider } from './providers/provider.factory.js';
-import { ROUTES, type ClientApi, type Provider, type Translation, type UpstreamPlan } from './providers/provider.js';
-import { sseEvent, translateSse } from './translate/sse.js';
-import { UpstreamStreamError, checkStreamEnd } from './upstream/stream-end.js';
-import { UpstreamClient, UpstreamHttpError, UpstreamProtocolError, looksLikeJson, startsWithErrorField } from './upstream/upstream-client.js';
-import { UpstreamIdentity } from './upstream/upstream-identity.js';
+import { ROUTES, type Provider, type Translation, type UpstreamPlan } from './providers/provider.js';
+import { translateSse } from './translate/sse.js';
+import { checkStreamEnd } from './upstreams/stream-end.js';
+import { UpstreamClient, UpstreamHttpError, UpstreamProtocolError, looksLikeJson, startsWithErrorField } from './upstreams/upstream-client.js';
+import { UpstreamIdentity } from './upstreams/upstream-identity.js';
 import { urlFor, urlOn, type UpstreamTarget } from './upstreams/upstream-set.js';
 import { Budgets } from './budgets/budgets.service.js';
 import { tapUsage, usageOfJson } from './budgets/usage.js';
+import { parseJson, streamErrorEvent, upstreamUrl } from './upstreams/upstream-replies.js';
 import { UsageLedger } from './observability/usage-ledger.js';
 import { GatewayTracing } from './observability/gateway-tracing.js';
-import type { RequestContext } from './http/request-context.js';
+import type { RequestContext } from './observability/request-context.js';
 
 type Json = Record<string, unknown>;
 
@@ -210,14 +210,6 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
   }
 }
 
-/** The provider's URL for a route: its fixed path, `:param` segments filled in (escaped), the client's query string. */
-export function upstreamUrl(plan: UpstreamPlan, params: Record<string, string>, query: string): string {
-  const url = plan.url.replace(/:([A-Za-z_]+)/g, (match, name: string) =>
-    params[name] === undefined ? match : encodeURIComponent(params[name]),
-  );
-  return url + query;
-}
-
 /**
  * A provider's event in a stream may quote a key, as its error bodies do, in any JSON escaping. Lines go on whole (a
  * key is never cut across two chunks, each searched on its own; a line longer than MAX_HELD_LINE goes on in pieces).
@@ -258,45 +250,3 @@ function redactErrors(presented: string | undefined) {
 
 /** A line held for its end longer than this goes on in pieces: what a stream holds stays bounded. */
 const MAX_HELD_LINE = 256 * 1024;
-
-/** A body parsed as JSON, or undefined when it is not JSON. */
-export function parseJson(bytes: Buffer): unknown {
-  try {
-    return JSON.parse(bytes.toString('utf8'));
-  } catch {
-    return undefined;
-  }
-}
-
-/**
- * The last event of a stream that broke after it started, in the client's own
- * stream format, so the SDK raises an error instead of seeing a clean end. The
- * leading blank line closes any event the provider left half-written.
- */
-export function streamErrorEvent(api: ClientApi): (error: unknown) => string {
-  let format = STREAM_ERROR_EVENTS.get(api);
-  if (!format) STREAM_ERROR_EVENTS.set(api, (format = makeStreamErrorEvent(api)));
-  return format;
-}
-
-/** One formatter per API, made once. */
-const STREAM_ERROR_EVENTS = new Map<ClientApi, (error: unknown) => string>();
-
-function makeStreamErrorEvent(api: ClientApi): (error: unknown) => string {
-  return (error) => {
-    // The provider's own error event already reached the client with the stream.
-    if (error instanceof UpstreamStreamError && error.delivered) return '';
-    const timeout = isOrchestratorError(error) && error.code === 'upstream_timeout';
-    // A follower's leader (another replica) went away mid-answer: said as such, not blamed on the provider.
-    const lost = error instanceof RemoteCallError && error.code === 'leader_lost';
-    const message = timeout || lost ? (error as Error).message : 'The provider interrupted the stream.';
-    if (api === 'anthropic') {
-      return '\n\n' + sseEvent({ type: 'error', error: { type: timeout ? 'timeout_error' : 'api_error', message } }, 'error');
-    }
-    if (api === 'llama') {
-      return '\n\n' + sseEvent({ error: { code: timeout ? 504 : 502, message, type: 'server_error' } });
-    }
-    const code = timeout ? 'upstream_timeout' : lost ? 'leader_lost' : 'stream_interrupted';
-    return '\n\n' + sseEvent({ error: { message, type: timeout ? 'timeout' : 'server_error', param: null, code } });
-  };
-}

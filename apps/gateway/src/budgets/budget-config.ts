@@ -1,12 +1,7 @@
-import { ConfigError } from '../config/config-error.js';
+import { ConfigError } from '../common/config-error.js';
 import { PriceTable, parsePrice, type ModelPrice } from './prices.js';
+import { parseSpendCap, type SpendCap } from './spend-cap.js';
 import { VirtualKeys } from './virtual-keys.js';
-
-/** A spend cap: at most `usd` per calendar `period` (UTC). */
-export interface SpendCap {
-  usd: number;
-  period: 'day' | 'month';
-}
 
 /** Virtual keys, rate limits, spend caps and the request log, from flags and environment. */
 export interface BudgetConfig {
@@ -146,11 +141,4 @@ export function parseBudgetConfig(
     requestLogMaxBytes: count('request-log-max-bytes', 50 * 1024 * 1024, 1024)!,
     requestLogFiles: count('request-log-files', 5, 0)!,
   };
-}
-
-/** `50/day`, `$1000/month`, `0.5/day`: USD per calendar day or month (UTC). */
-export function parseSpendCap(text: string, what: string): SpendCap {
-  const match = /^\s*\$?(\d+(?:\.\d+)?)\s*(?:USD)?\s*\/\s*(day|month)\s*$/i.exec(text);
-  if (!match) throw new ConfigError(`${what} must look like 50/day or 1000/month (USD), got "${text.slice(0, 60)}"`);
-  return { usd: Number(match[1]), period: match[2].toLowerCase() as 'day' | 'month' };
 }

@@ -2,11 +2,11 @@ import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/
 import { CountersUnavailableError, MemoryWindowCounters, RedisThrottlerStorage, type WindowCounters } from 'nest-prompt-orchestrator/throttler';
 import { parseTraceParent } from 'nest-prompt-orchestrator/internal';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../gateway.tokens.js';
-import { ApiError } from '../http/api-error.js';
-import type { RequestContext, Settled } from '../http/request-context.js';
+import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
+import { ApiError } from '../common/api-error.js';
+import type { RequestContext, Settled } from '../observability/request-context.js';
 import { SharedState } from '../shared-state/shared-state.js';
-import type { SpendCap } from './budget-config.js';
+import type { SpendCap } from './spend-cap.js';
 import { ROUTES } from '../providers/provider.js';
 import { PriceTable, type Usage } from './prices.js';
 import { RequestLog } from './request-log.js';

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { calcPrice } from '@pydantic/genai-prices';
 import { firstValueFrom, from, toArray } from 'rxjs';
-import { parseSpendCap } from './budget-config.js';
+import { parseSpendCap } from './spend-cap.js';
 import { PriceTable, parsePrice, parsePrices } from './prices.js';
 import { RequestLog, type RequestLogEntry } from './request-log.js';
 import { SpendLedger, periodKey } from './spend-ledger.js';

@@ -1,9 +1,9 @@
 import { timingSafeEqual } from 'node:crypto';
-import { keyDigest } from '../http/credentials.js';
-import { redactor } from '../http/redaction.js';
+import { keyDigest } from '../common/credentials.js';
+import { redactor } from '../common/redaction.js';
 import { readFileSync, statSync } from 'node:fs';
-import { FileReloader } from '../config/file-reloader.js';
-import { parseSpendCap, type SpendCap } from './budget-config.js';
+import { FileReloader } from '../common/file-reloader.js';
+import { parseSpendCap, type SpendCap } from './spend-cap.js';
 
 /** One client key the gateway accepts, and what it may do. The key itself is never kept, only its SHA-256. */
 export interface VirtualKey {

@@ -1,7 +1,7 @@
 import cluster from 'node:cluster';
 import type { SharedBreakerState } from 'nest-prompt-orchestrator/internal';
 import { AggregatorRegistry, Gauge } from 'prom-client';
-import { capPortLabels } from '../observability/label-bounds.js';
+import { capPortLabels } from '../common/label-bounds.js';
 import { GONE, isGatewayMessage, type ClaimReply, type Gathered, type GatherReply, type ToPrimary, type ToWorker, type WorkerAsk } from './messages.js';
 
 export interface PrimaryHubOptions {

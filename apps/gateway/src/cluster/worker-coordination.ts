@@ -1,7 +1,7 @@
 import { Inject, Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import { Registry } from 'prom-client';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../gateway.tokens.js';
+import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import { GATEWAY_ERROR_CODEC } from '../shared-state/shared-state.js';
 import { IpcCoordinator } from './ipc-coordinator.js';
 import type { Gathered, GatherReply } from './messages.js';

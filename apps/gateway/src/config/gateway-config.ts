@@ -1,12 +1,13 @@
 import { readFileSync } from 'node:fs';
 import { parseSentinelUrl } from '../shared-state/redis-connection.js';
 import { parseArgs } from 'node:util';
-import { ConfigError } from './config-error.js';
+import { ConfigError } from '../common/config-error.js';
 import { BUDGET_FLAGS, parseBudgetConfig, type BudgetConfig } from '../budgets/budget-config.js';
 import { UpstreamsFileError, readUpstreamsFile, type UpstreamsFile } from '../upstreams/upstreams-file.js';
-import { parseHost, type AllowedHost } from '../http/allowed-hosts.js';
+import { parseHost, type AllowedHost } from './allowed-hosts.js';
 
-export type ProviderKind = 'openai' | 'llama' | 'anthropic';
+import type { ProviderKind } from '../common/apis.js';
+export type { ProviderKind };
 export type PlatformKind = 'express' | 'fastify';
 
 /** Everything the gateway is configured with; built from flags, then environment, then defaults. */
@@ -21,7 +22,7 @@ export interface GatewayConfig {
   host: string;
   port: number;
   platform: PlatformKind;
-  /** `--allowed-hosts`: the `Host` values served besides the defaults (see http/allowed-hosts.ts); `'*'`: any; undefined: the defaults. */
+  /** `--allowed-hosts`: the `Host` values served besides the defaults (see config/allowed-hosts.ts); `'*'`: any; undefined: the defaults. */
   allowedHosts?: AllowedHost[] | '*';
   /** `--trust-proxy`: X-Forwarded-Host and X-Forwarded-For are believed (a proxy in front writes them). */
   trustProxy: boolean;
@@ -418,7 +419,7 @@ export function helpText(): string {
   return lines.join('\n');
 }
 
-export { ConfigError } from './config-error.js';
+export { ConfigError } from '../common/config-error.js';
 
 /** Parses flags and environment; throws `ConfigError` naming the first bad value. Returns `undefined` for --help. */
 export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): GatewayConfig | undefined {

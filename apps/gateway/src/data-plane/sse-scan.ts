@@ -1,6 +1,6 @@
 import type { Usage } from '../budgets/prices.js';
 import { isUsageChunk, mergeUsage, usageOfEvent } from '../budgets/usage.js';
-import type { StreamFormat } from '../upstream/stream-end.js';
+import type { StreamFormat } from '../upstreams/stream-end.js';
 
 /**
  * Reads a relayed SSE stream as bytes, on its way to the clients: whether it

@@ -4,10 +4,10 @@ import type { Subscriber } from 'rxjs';
 import type { Dispatcher } from 'undici';
 import type { Usage } from '../budgets/prices.js';
 import { usageOfJson } from '../budgets/usage.js';
-import { redactor } from '../http/redaction.js';
+import { redactor } from '../common/redaction.js';
 import type { ClientApi } from '../providers/provider.js';
-import { UpstreamStreamError, type StreamFormat } from '../upstream/stream-end.js';
-import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError, looksLikeJson, startsWithErrorField } from '../upstream/upstream-client.js';
+import { UpstreamStreamError, type StreamFormat } from '../upstreams/stream-end.js';
+import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError, looksLikeJson, startsWithErrorField } from '../upstreams/upstream-client.js';
 import { SseScan } from './sse-scan.js';
 import { Interned } from './interned.js';
 

@@ -1,11 +1,11 @@
 import { Inject, Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
 import type { IncomingMessage } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../gateway.tokens.js';
+import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import { Budgets } from '../budgets/budgets.service.js';
-import { ApiError, keyRequired } from './api-error.js';
-import { clientKey, isOneOf, keyDigest } from './credentials.js';
-import { STATUS_ACCESS, statusSignIn, type StatusAccess } from '../status/status.controller.js';
+import { ApiError, keyRequired } from '../common/api-error.js';
+import { clientKey, isOneOf, keyDigest } from '../common/credentials.js';
+import { STATUS_ACCESS, statusSignIn, type StatusAccess } from '../status/status-access.js';
 import { StatusSessions } from '../status/status-session.js';
 import { SessionSecret } from '../status/session-secret.js';
 

@@ -2,9 +2,9 @@ import type { ExpressAdapter } from '@nestjs/platform-express';
 import { createServer, type IncomingMessage, type RequestListener, type Server, type ServerOptions, type ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { ROUTES, routeAt } from '../providers/provider.js';
-import { hostCheckOf } from './allowed-hosts.js';
-import { ApiError } from './api-error.js';
-import { errorReply } from './gateway-exception.filter.js';
+import { hostCheckOf } from '../config/allowed-hosts.js';
+import { ApiError } from '../common/api-error.js';
+import { errorReply } from './error-reply.js';
 import { unroutedApi } from './request-context.middleware.js';
 import { guardConnectionTable } from './slow-clients.js';
 

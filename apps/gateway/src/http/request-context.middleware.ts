@@ -2,12 +2,12 @@ import { Inject, Injectable, type NestMiddleware } from '@nestjs/common';
 import { ShuttingDownError, attachRequestSpan } from 'nest-prompt-orchestrator';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../gateway.tokens.js';
+import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
-import { Lifecycle } from './lifecycle.js';
+import { Lifecycle } from '../common/lifecycle.js';
 import { GatewayTelemetry } from '../observability/gateway-telemetry.js';
 import { GatewayTracing } from '../observability/gateway-tracing.js';
-import { attachContext, newContext, pathOfUrl, requestIdOf, serverTiming } from './request-context.js';
+import { attachContext, newContext, pathOfUrl, requestIdOf, serverTiming } from '../observability/request-context.js';
 
 /**
  * Runs first on every request: gives it a context with an `x-request-id`

@@ -1,5 +1,5 @@
 import { ROUTES, type GatewayRoute } from '../providers/provider.js';
-import { invalidRequest } from './api-error.js';
+import { invalidRequest } from '../common/api-error.js';
 
 type Json = Record<string, unknown>;
 

@@ -2,8 +2,8 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
-import { ApiError } from './api-error.js';
-import { errorReply } from './gateway-exception.filter.js';
+import { ApiError } from '../common/api-error.js';
+import { errorReply } from './error-reply.js';
 
 /**
  * Guards of the connection table against clients that hold slots without

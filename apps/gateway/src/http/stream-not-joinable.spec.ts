@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { FlightOutgrownError } from 'nest-prompt-orchestrator/internal';
-import { errorReply } from './gateway-exception.filter.js';
+import { errorReply } from './error-reply.js';
 
 /**
  * A request that joined a stream whose start is no longer kept for joiners (in this process, or in Redis for a

@@ -2,7 +2,7 @@ import type { LoggerService, LogLevel } from '@nestjs/common';
 import { pino, type Logger } from 'pino';
 import { createRequire } from 'node:module';
 import type { ObservabilityConfig } from '../config/gateway-config.js';
-import { redactor } from '../http/redaction.js';
+import { redactor } from '../common/redaction.js';
 import { LineWriter } from './line-writer.js';
 
 /**

@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { redactor } from '../http/redaction.js';
+import { redactor } from '../common/redaction.js';
 import { lineSinkOf } from './logger.js';
 
 /** What one request line says (see `GatewayTelemetry.finished`). */

@@ -1,7 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../gateway.tokens.js';
-import type { RequestContext } from '../http/request-context.js';
+import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
+import type { RequestContext } from './request-context.js';
 import type { Usage } from '../budgets/prices.js';
 
 /**

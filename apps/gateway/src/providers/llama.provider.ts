@@ -1,7 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { UpstreamStreamError } from '../upstream/stream-end.js';
-import { UpstreamHttpError } from '../upstream/upstream-client.js';
+import { UpstreamStreamError } from '../upstreams/stream-end.js';
+import { UpstreamHttpError } from '../upstreams/upstream-client.js';
 import { Provider, ROUTES, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } from './provider.js';
 
 type Json = Record<string, unknown>;

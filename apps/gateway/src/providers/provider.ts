@@ -1,15 +1,16 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { isUpstreamFailure, isTransientFailure } from 'nest-prompt-orchestrator';
 import type { GatewayConfig, ProviderKind } from '../config/gateway-config.js';
-import { notSupported } from '../http/api-error.js';
+import { notSupported } from '../common/api-error.js';
 import type { SseTranslator } from '../translate/sse.js';
-import type { StreamFormat } from '../upstream/stream-end.js';
+import type { StreamFormat } from '../upstreams/stream-end.js';
 import { upstreamMembers, type UpstreamTarget } from '../upstreams/upstream-set.js';
 
 type Json = Record<string, unknown>;
 
 /** The API a client speaks on a route, which is also the format of an upstream's answers and errors. */
-export type ClientApi = 'openai' | 'anthropic' | 'llama';
+import type { ClientApi } from '../common/apis.js';
+export type { ClientApi };
 
 /** The gateway's routes, by name; each controller method serves one. */
 export type GatewayRoute =

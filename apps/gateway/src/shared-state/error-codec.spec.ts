@@ -1,10 +1,10 @@
 import { describe, expect, it } from '@jest/globals';
 import { CircuitOpenError, QueueTimeoutError, UpstreamTimeoutError } from 'nest-prompt-orchestrator';
-import { ApiError } from '../http/api-error.js';
-import { errorReply, type ErrorReply } from '../http/gateway-exception.filter.js';
-import { redactor } from '../http/redaction.js';
+import { ApiError } from '../common/api-error.js';
+import { errorReply, type ErrorReply } from '../http/error-reply.js';
+import { redactor } from '../common/redaction.js';
 import type { ClientApi } from '../providers/provider.js';
-import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError } from '../upstream/upstream-client.js';
+import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError } from '../upstreams/upstream-client.js';
 import { GATEWAY_ERROR_CODEC } from './shared-state.js';
 
 /**

@@ -3,14 +3,14 @@ import { Keyv } from 'keyv';
 import { RedisCoordinator } from 'nest-prompt-orchestrator';
 import { DEFAULT_ERROR_CODEC, type ErrorCodec } from 'nest-prompt-orchestrator/internal';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../gateway.tokens.js';
+import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import { REDIS_LINK, redisModuleOfLinks, type RedisLink, type RedisTopology } from './redis-connection.js';
-import { ApiError } from '../http/api-error.js';
-import { redactor } from '../http/redaction.js';
+import { ApiError } from '../common/api-error.js';
+import { redactor } from '../common/redaction.js';
 import type { ClientApi } from '../providers/provider.js';
-import { UpstreamStreamError } from '../upstream/stream-end.js';
+import { UpstreamStreamError } from '../upstreams/stream-end.js';
 import { RedisHealth } from './redis-health.js';
-import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError } from '../upstream/upstream-client.js';
+import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError } from '../upstreams/upstream-client.js';
 
 
 /**

@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../gateway.tokens.js';
+import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import { SharedState } from '../shared-state/shared-state.js';
 
 /**

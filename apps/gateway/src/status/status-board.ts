@@ -2,8 +2,8 @@ import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@ne
 import { OrchestratorService, type BreakerState, type RefusalReason, type RequestOutcome, type UpstreamResult } from 'nest-prompt-orchestrator';
 import type { ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../gateway.tokens.js';
-import { Lifecycle } from '../http/lifecycle.js';
+import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
+import { Lifecycle } from '../common/lifecycle.js';
 import { WorkerCoordination } from '../cluster/worker-coordination.js';
 import { ErrorCauses } from './error-causes.js';
 import { FleetHeartbeat } from './fleet-heartbeat.js';

@@ -3,43 +3,20 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { TLSSocket } from 'node:tls';
 import { Budgets } from '../budgets/budgets.service.js';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../gateway.tokens.js';
-import { ApiError } from '../http/api-error.js';
-import { clientAddress, hostCheckOf, listensOnLoopback, type HostCheck } from '../http/allowed-hosts.js';
-import { clientKey, isOneOf, keyDigest } from '../http/credentials.js';
+import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
+import { ApiError } from '../common/api-error.js';
+import { clientAddress, hostCheckOf, listensOnLoopback, type HostCheck } from '../config/allowed-hosts.js';
+import { clientKey, isOneOf } from '../common/credentials.js';
+import { STATUS_ACCESS, statusSignIn } from './status-access.js';
 import { StatusBoard } from './status-board.js';
 import { lockedPageHtml, loginPageHtml, statusPageHtml } from './status-page.js';
 import { SESSION_COOKIE, SESSION_SECONDS, StatusSessions } from './status-session.js';
 import { SessionSecret } from './session-secret.js';
 import { SignInThrottle } from './sign-in-throttle.js';
 
-/** Handler metadata read by the gateway guard: who may reach a status route when gateway keys are on. */
-export const STATUS_ACCESS = 'gateway:status-access';
-/** `public`: anyone (the page decides what to show; the login checks the key itself). `session`: a key or a session cookie. */
-export type StatusAccess = 'public' | 'session';
-
 const CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'";
 
 type AnyResponse = ServerResponse | { raw: ServerResponse; hijack(): void };
-
-/**
- * The keys that may sign in to the status page: the gateway keys, and the
- * keys file's `"admin": true` keys (read at each use: a reload takes effect).
- * The same array comes back while nothing changed, so sessions keep their secret.
- */
-export function statusSignIn(config: GatewayConfig, budgets: Budgets): () => readonly Buffer[] {
-  const gateway = config.gatewayKeys.map(keyDigest);
-  let admins: readonly Buffer[] = [];
-  let both: readonly Buffer[] = gateway;
-  return () => {
-    const current = budgets.keys?.adminDigests() ?? [];
-    if (current !== admins) {
-      admins = current;
-      both = current.length === 0 ? gateway : [...gateway, ...current];
-    }
-    return both;
-  };
-}
 
 // Whether the gateway listens on loopback only (then an open page shows nothing to the network).
 export { listensOnLoopback };

@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { ApiError } from '../http/api-error.js';
+import { ApiError } from '../common/api-error.js';
 import {
   anthropicRequestToOpenAI,
   anthropicResponseToOpenAI,

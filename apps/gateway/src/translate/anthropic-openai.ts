@@ -1,4 +1,4 @@
-import { invalidRequest } from '../http/api-error.js';
+import { invalidRequest } from '../common/api-error.js';
 import type { EventSourceMessage } from 'eventsource-parser';
 import { sseEvent, type SseTranslator } from './sse.js';
 

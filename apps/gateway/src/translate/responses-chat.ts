@@ -1,5 +1,5 @@
 import type { EventSourceMessage } from 'eventsource-parser';
-import { invalidRequest } from '../http/api-error.js';
+import { invalidRequest } from '../common/api-error.js';
 import { sseEvent, type SseTranslator } from './sse.js';
 
 /**

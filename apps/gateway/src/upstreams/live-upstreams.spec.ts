@@ -3,7 +3,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Orchestrator, type Upstream } from 'nest-prompt-orchestrator';
-import { redactor } from '../http/redaction.js';
+import { redactor } from '../common/redaction.js';
 import type { MemberChecks } from './health-poller.js';
 import { LiveUpstreams } from './live-upstreams.js';
 import { diffUpstreams, memberOf, poolsOf, type UpstreamTarget } from './upstream-set.js';

@@ -1,6 +1,6 @@
 import type { BreakerOptions, ConcurrencyOptions, UpstreamRegistry } from 'nest-prompt-orchestrator';
-import { FileReloader } from '../config/file-reloader.js';
-import { redactor } from '../http/redaction.js';
+import { FileReloader } from '../common/file-reloader.js';
+import { redactor } from '../common/redaction.js';
 import type { MemberChecks } from './health-poller.js';
 import { diffUpstreams, memberOf, poolsOf, rekey, type Member, type UpstreamChanges, type UpstreamTarget } from './upstream-set.js';
 import type { UpstreamsFile } from './upstreams-file.js';

@@ -3,7 +3,7 @@ import { withFallbacks, type CallEvent } from 'nest-prompt-orchestrator/internal
 import { map, type Observable } from 'rxjs';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import type { JsonSkeleton } from '../data-plane/json-skeleton.js';
-import type { RequestContext } from '../http/request-context.js';
+import type { RequestContext } from '../observability/request-context.js';
 import type { GatewayRoute } from '../providers/provider.js';
 import { UPSTREAM_POOL, attemptsNeedUpstream } from './upstream-set.js';
 import type { FallbackStep, UpstreamsFile } from './upstreams-file.js';

@@ -8,11 +8,14 @@ import {
   type UpstreamMemberOptions,
 } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import type { GatewayService } from '../gateway.service.js';
-import { ApiError } from '../http/api-error.js';
-import type { Provider } from '../providers/provider.js';
-import { UpstreamHttpError } from '../upstream/upstream-client.js';
+import { ApiError } from '../common/api-error.js';
+import { UpstreamHttpError } from './upstream-client.js';
 import { PRIMARY_POOL, type FallbackStep, type UpstreamEntry, type UpstreamKey, type UpstreamsFile } from './upstreams-file.js';
+
+/** What the pool asks of the provider (a `Provider`): whether an error is the upstream's failure. */
+interface FailureJudge {
+  isFailure(error: unknown): boolean;
+}
 
 /** The name of the pool every proxied route goes through, and of its breaker and limiter when it has one upstream. */
 export const UPSTREAM_POOL = PRIMARY_POOL;
@@ -100,7 +103,7 @@ export function rekey(target: UpstreamTarget, entry: UpstreamEntry): void {
  */
 export function memberSettings(
   config: GatewayConfig,
-  gateway: Pick<GatewayService, 'healthProbe' | 'provider'>,
+  gateway: { healthProbe(signal: AbortSignal, target?: UpstreamTarget): Promise<boolean>; provider: FailureJudge },
   member: Member & { concurrency?: number },
 ): { breaker: BreakerOptions; concurrency: ConcurrencyOptions } {
   return {
@@ -216,7 +219,7 @@ export function openAIBase(url: string): string {
  * no `Retry-After`, or one beyond the request's time limit; a shorter one is
  * relayed, so that the client's SDK waits it out (retries at one layer only).
  */
-export function gatewayFailover(config: Pick<GatewayConfig, 'timeoutMs'>, provider: Provider): (error: unknown) => boolean {
+export function gatewayFailover(config: Pick<GatewayConfig, 'timeoutMs'>, provider: FailureJudge): (error: unknown) => boolean {
   return (error) => {
     if (error instanceof ApiError) return false;
     if (isOrchestratorError(error)) return defaultShouldFailover(error);

@@ -1,6 +1,6 @@
 import { readFileSync, statSync } from 'node:fs';
 import { inspect } from 'node:util';
-import { REDACTED, redactor } from '../http/redaction.js';
+import { REDACTED, redactor } from '../common/redaction.js';
 
 /**
  * `--upstreams-file`: every upstream of the gateway in one JSON document,

@@ -1,13 +1,13 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
 import { OrchestratorService, type UpstreamPool } from 'nest-prompt-orchestrator';
-import type { GatewayConfig } from '../config/gateway-config.js';
-import { GatewayService } from '../gateway.service.js';
-import { GATEWAY_CONFIG } from '../gateway.tokens.js';
-import { GatewayTracing } from '../observability/gateway-tracing.js';
-import { FirstCheck, HealthPoller, type MemberChecks } from './health-poller.js';
-import { LiveUpstreams } from './live-upstreams.js';
-import { UPSTREAM_POOL, gatewayFailover, memberSettings, urlFor, type UpstreamTarget } from './upstream-set.js';
-import type { UpstreamsFile } from './upstreams-file.js';
+import type { GatewayConfig } from './config/gateway-config.js';
+import { GatewayService } from './gateway.service.js';
+import { GATEWAY_CONFIG } from './common/gateway.tokens.js';
+import { GatewayTracing } from './observability/gateway-tracing.js';
+import { FirstCheck, HealthPoller, type MemberChecks } from './upstreams/health-poller.js';
+import { LiveUpstreams } from './upstreams/live-upstreams.js';
+import { UPSTREAM_POOL, gatewayFailover, memberSettings, urlFor, type UpstreamTarget } from './upstreams/upstream-set.js';
+import type { UpstreamsFile } from './upstreams/upstreams-file.js';
 
 /**
  * The gateway's pool of upstreams, kept in rotation by health checks where the

@@ -1,6 +1,6 @@
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import { Observable } from 'rxjs';
-import type { ClientApi } from '../providers/provider.js';
+import type { ClientApi } from '../common/apis.js';
 
 /**
  * A streamed answer that did not finish: it ended before its end marker, or

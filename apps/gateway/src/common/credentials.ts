@@ -1,6 +1,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import type { ProviderKind } from '../config/gateway-config.js';
+import type { ProviderKind } from './apis.js';
 
 // RFC 9110: the scheme is case-insensitive and separated from its token by one or more spaces; clients and proxies
 // also send tabs and trailing blanks. Each spelling of one token is the same credential.

@@ -2,17 +2,17 @@ import { Controller, Get, Header, Inject, Req, Res, SetMetadata } from '@nestjs/
 import { HttpAdapterHost } from '@nestjs/core';
 import type { IncomingMessage } from 'node:http';
 import { OrchestratorService, livenessReport, readinessReport, type DedupOutcome, type HealthReport, type LimiterSnapshot } from 'nest-prompt-orchestrator';
-import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../gateway.tokens.js';
-import { Budgets } from '../budgets/budgets.service.js';
-import { WorkerCoordination } from '../cluster/worker-coordination.js';
-import { ControlKeys, KEYLESS_PROBE } from '../http/gateway.guard.js';
-import { Lifecycle } from '../http/lifecycle.js';
-import { UPSTREAM } from './shaping.js';
-import { FleetHeartbeat } from '../status/fleet-heartbeat.js';
-import { SharedState } from '../shared-state/shared-state.js';
-import { UPSTREAM_POOL, poolState } from '../upstreams/upstream-set.js';
-import { UpstreamRotation } from '../upstreams/upstream-rotation.js';
+import type { GatewayConfig } from './config/gateway-config.js';
+import { GATEWAY_CONFIG } from './common/gateway.tokens.js';
+import { Budgets } from './budgets/budgets.service.js';
+import { WorkerCoordination } from './cluster/worker-coordination.js';
+import { ControlKeys, KEYLESS_PROBE } from './http/gateway.guard.js';
+import { Lifecycle } from './common/lifecycle.js';
+import { UPSTREAM } from './providers/shaping.js';
+import { FleetHeartbeat } from './status/fleet-heartbeat.js';
+import { SharedState } from './shared-state/shared-state.js';
+import { UPSTREAM_POOL, poolState } from './upstreams/upstream-set.js';
+import { UpstreamRotation } from './upstream-rotation.js';
 
 /** One worker's share of /health under `--workers` (what the primary gathers from each). */
 interface WorkerPart {

@@ -1,5 +1,5 @@
 import type { OrchestrateOptions } from 'nest-prompt-orchestrator';
-import type { RouteKind } from '../providers/provider.js';
+import type { RouteKind } from './provider.js';
 
 /** The breaker and concurrency limiter every model route shares: there is one upstream. */
 export const UPSTREAM = 'upstream';

@@ -1,7 +1,13 @@
 import type { IncomingMessage } from 'node:http';
 import { isIP } from 'node:net';
 import { hostname } from 'node:os';
-import type { GatewayConfig } from '../config/gateway-config.js';
+
+/** The part of the gateway's config a host check reads (`GatewayConfig` has these fields). */
+export interface HostSettings {
+  host: string;
+  allowedHosts?: AllowedHost[] | '*';
+  trustProxy: boolean;
+}
 
 /** One `--allowed-hosts` entry: a lower-case name (IPv6 in brackets), and a port (absent: any port). */
 export interface AllowedHost {
@@ -40,7 +46,7 @@ export class HostCheck {
   private readonly seen = new Set<string>();
   private readonly trustProxy: boolean;
 
-  constructor(config: Pick<GatewayConfig, 'host' | 'allowedHosts' | 'trustProxy'>) {
+  constructor(config: HostSettings) {
     this.any = config.allowedHosts === '*';
     this.trustProxy = config.trustProxy;
     const loopback = listensOnLoopback(config.host);
@@ -133,7 +139,7 @@ export function parseHost(value: string): AllowedHost | undefined {
 const CHECKS = new WeakMap<object, HostCheck>();
 
 /** The gateway's one `HostCheck` per configuration (the server and the status page's sign-in share it). */
-export function hostCheckOf(config: Pick<GatewayConfig, 'host' | 'allowedHosts' | 'trustProxy'>): HostCheck {
+export function hostCheckOf(config: HostSettings): HostCheck {
   let check = CHECKS.get(config);
   if (!check) {
     check = new HostCheck(config);

@@ -1,6 +1,6 @@
 import { Observable } from 'rxjs';
 import { Agent, request, type Dispatcher } from 'undici';
-import type { ClientApi } from '../providers/provider.js';
+import type { ClientApi } from '../common/apis.js';
 
 /** The provider answered with an error status; relayed to the client after the retry policy ran. */
 export class UpstreamHttpError extends Error {
