@@ -79,7 +79,7 @@ export class ChildRegistry {
 /** The global teardown's backstop: kills each recorded PID that is still the process recorded, then forgets the run. */
 export function killRecorded(dir) {
   const killed = [];
-  let files = [];
+  let files;
   try {
     files = readdirSync(dir);
   } catch {
