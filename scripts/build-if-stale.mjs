@@ -8,15 +8,26 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
-const SOURCES = ['apps/gateway/src', 'apps/mock-provider/src', 'apps/example/src', 'libs/orchestrator/src', 'test/bench'];
-const BUILT = ['dist/apps/gateway/src/main.js', 'dist/apps/gateway/src/status/page/status-page.js', 'libs/orchestrator/dist/esm/index.js'].map((file) => join(ROOT, file));
+const SOURCES = [
+  'apps/gateway/src',
+  'apps/mock-provider/src',
+  'apps/example/src',
+  'libs/orchestrator/src',
+  'test/bench',
+];
+const BUILT = [
+  'dist/apps/gateway/src/main.js',
+  'dist/apps/gateway/src/status/page/status-page.js',
+  'libs/orchestrator/dist/esm/index.js',
+].map((file) => join(ROOT, file));
 
 function newestSource(dir) {
   let newest = 0;
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
     const path = join(dir, entry.name);
     if (entry.isDirectory()) newest = Math.max(newest, newestSource(path));
-    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.spec.ts')) newest = Math.max(newest, statSync(path).mtimeMs);
+    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.spec.ts'))
+      newest = Math.max(newest, statSync(path).mtimeMs);
   }
   return newest;
 }
@@ -38,7 +49,9 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   // --check: only says whether the build is current (exit 1 if not), never builds.
   if (process.argv.includes('--check')) {
     if (buildIsStale()) {
-      process.stderr.write('the build is missing or older than a source: run `npm run build` (Jest\'s global setup does)\n');
+      process.stderr.write(
+        "the build is missing or older than a source: run `npm run build` (Jest's global setup does)\n",
+      );
       process.exit(1);
     }
     process.exit(0);

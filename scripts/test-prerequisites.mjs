@@ -74,7 +74,12 @@ process.stderr.write(`test prerequisites: installing ${packages.join(' ')} with 
 const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
 // apt's and dpkg's hundreds of lines are kept back, and shown (their end) only if a step fails.
 const apt = (args) => {
-  const run = spawnSync('apt-get', args, { stdio: ['ignore', 'pipe', 'pipe'], env, encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+  const run = spawnSync('apt-get', args, {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env,
+    encoding: 'utf8',
+    maxBuffer: 64 * 1024 * 1024,
+  });
   if (run.status !== 0) {
     const output = `${run.stdout ?? ''}${run.stderr ?? ''}${run.error ? String(run.error) : ''}`.trimEnd().split('\n');
     process.stderr.write(`${output.slice(-30).join('\n')}\n`);

@@ -9,7 +9,9 @@
 import { spawn } from 'node:child_process';
 
 function usage(message) {
-  process.stderr.write(`with-burners: ${message}\nusage: node scripts/with-burners.mjs [--burners N] [--max-seconds S] -- <command> [args...]\n`);
+  process.stderr.write(
+    `with-burners: ${message}\nusage: node scripts/with-burners.mjs [--burners N] [--max-seconds S] -- <command> [args...]\n`,
+  );
   process.exit(2);
 }
 
@@ -41,7 +43,9 @@ for (let i = 0; i < burners; i++) {
   const burner = spawn(process.execPath, ['-e', BURNER, String(maxSeconds), String(process.pid)], { stdio: 'ignore' });
   running.push(burner);
 }
-process.stderr.write(`with-burners: ${burners} busy processes (PIDs ${running.map((b) => b.pid).join(' ')}), each stopping by itself after ${maxSeconds} s at most\n`);
+process.stderr.write(
+  `with-burners: ${burners} busy processes (PIDs ${running.map((b) => b.pid).join(' ')}), each stopping by itself after ${maxSeconds} s at most\n`,
+);
 
 function stopBurners() {
   for (const burner of running) {

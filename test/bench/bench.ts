@@ -21,7 +21,19 @@ import { runTimeline } from './timeline.js';
 import { runTracingCost, tracingCostTable } from './tracing-cost.js';
 import { herd10kTable, runHerd10k } from './herd10k.js';
 
-const SCENARIOS = [...TIMELINE_SCENARIOS, 'overhead', 'scale', 'keycost', 'cluster', 'soak', 'tenants', 'capacity', 'tracing', 'rest', 'herd10k'] as const;
+const SCENARIOS = [
+  ...TIMELINE_SCENARIOS,
+  'overhead',
+  'scale',
+  'keycost',
+  'cluster',
+  'soak',
+  'tenants',
+  'capacity',
+  'tracing',
+  'rest',
+  'herd10k',
+] as const;
 type Scenario = (typeof SCENARIOS)[number];
 
 const USAGE = `Usage: npm run bench -- <scenario> [options]
@@ -111,20 +123,30 @@ function parseCli(argv: string[]): Cli | undefined {
   if (values.help) return undefined;
   if (positionals.length !== 1) throw new UsageError('name one scenario (or all)');
   const name = positionals[0];
-  if (name !== 'all' && !(SCENARIOS as readonly string[]).includes(name)) throw new UsageError(`unknown scenario "${name}"`);
+  if (name !== 'all' && !(SCENARIOS as readonly string[]).includes(name))
+    throw new UsageError(`unknown scenario "${name}"`);
   const scale = Number(values.scale);
-  if (!Number.isFinite(scale) || scale <= 0 || scale > 10) throw new UsageError(`--scale must be a number in (0, 10], got "${values.scale}"`);
+  if (!Number.isFinite(scale) || scale <= 0 || scale > 10)
+    throw new UsageError(`--scale must be a number in (0, 10], got "${values.scale}"`);
   const target = values.target as TargetChoice;
-  if (!['direct', 'gateway', 'both'].includes(target)) throw new UsageError(`--target must be direct, gateway or both, got "${values.target}"`);
+  if (!['direct', 'gateway', 'both'].includes(target))
+    throw new UsageError(`--target must be direct, gateway or both, got "${values.target}"`);
   const durationSec = values.duration === undefined ? 3 : Number(values.duration);
-  if (!Number.isFinite(durationSec) || durationSec < 1 || durationSec > 600) throw new UsageError('--duration must be 1..600 seconds');
+  if (!Number.isFinite(durationSec) || durationSec < 1 || durationSec > 600)
+    throw new UsageError('--duration must be 1..600 seconds');
   const rounds = Number(values.rounds);
-  if (!Number.isInteger(rounds) || rounds < 2 || rounds > 20) throw new UsageError('--rounds must be a whole number 2..20');
+  if (!Number.isInteger(rounds) || rounds < 2 || rounds > 20)
+    throw new UsageError('--rounds must be a whole number 2..20');
   const herd = Number(values.herd);
-  if (!Number.isInteger(herd) || herd < 1 || herd > 20_000) throw new UsageError('--herd must be a whole number 1..20000');
+  if (!Number.isInteger(herd) || herd < 1 || herd > 20_000)
+    throw new UsageError('--herd must be a whole number 1..20000');
   const warmUpSec = values['warm-up'] === undefined ? undefined : Number(values['warm-up']);
-  if (warmUpSec !== undefined && (!Number.isFinite(warmUpSec) || warmUpSec < 0 || warmUpSec > 600)) throw new UsageError('--warm-up must be 0..600 seconds');
-  const only = (values.only ?? '').split(',').map((id) => id.trim()).filter(Boolean);
+  if (warmUpSec !== undefined && (!Number.isFinite(warmUpSec) || warmUpSec < 0 || warmUpSec > 600))
+    throw new UsageError('--warm-up must be 0..600 seconds');
+  const only = (values.only ?? '')
+    .split(',')
+    .map((id) => id.trim())
+    .filter(Boolean);
   return {
     // herd10k needs a raised `ulimit -n`: run on its own.
     scenarios: name === 'all' ? SCENARIOS.filter((s) => s !== 'herd10k') : [name as Scenario],
@@ -183,7 +205,9 @@ async function main(): Promise<number> {
   const written: string[] = [];
   const runStamp = stamp();
   const started = performance.now();
-  log(`bench: ${cli.scenarios.join(', ')} at scale ${cli.scale} (node ${process.version}, ${cpus().length} CPUs); results in ${cli.out}`);
+  log(
+    `bench: ${cli.scenarios.join(', ')} at scale ${cli.scale} (node ${process.version}, ${cpus().length} CPUs); results in ${cli.out}`,
+  );
   log(`  ${describeGatewayDefaults()}; every request through the official openai SDK, defaults untouched`);
   if (cli.scale !== 1) {
     log(
@@ -241,9 +265,21 @@ async function main(): Promise<number> {
       }
     } else if (scenario === 'overhead') {
       const before = cli.before ? (JSON.parse(await readFile(cli.before, 'utf8')) as OverheadResult) : undefined;
-      const result = await runOverhead({ durationSec: cli.durationSec, rounds: cli.rounds, herd: cli.herd, only: cli.only, profile: cli.profile, perfProfile: cli.perfProfile, out: cli.out, burners: cli.loaded ? 2 : 0, warmUpSec: cli.warmUpSec, log });
+      const result = await runOverhead({
+        durationSec: cli.durationSec,
+        rounds: cli.rounds,
+        herd: cli.herd,
+        only: cli.only,
+        profile: cli.profile,
+        perfProfile: cli.perfProfile,
+        out: cli.out,
+        burners: cli.loaded ? 2 : 0,
+        warmUpSec: cli.warmUpSec,
+        log,
+      });
       await report(result, overheadTable(result));
-      if (cli.docs) written.push(await writeOverheadDocs(result, before, `npm run bench -- ${process.argv.slice(2).join(' ')}`));
+      if (cli.docs)
+        written.push(await writeOverheadDocs(result, before, `npm run bench -- ${process.argv.slice(2).join(' ')}`));
     } else if (scenario === 'scale') {
       const result = await runScale(cli.scale, log);
       await report(result, scaleTable(result, cli.scale), { scale: cli.scale });
@@ -298,7 +334,9 @@ async function main(): Promise<number> {
       `; timing targets: ${allChecks.filter((c) => c.kind === 'timing').length - timingMissed.length} passed, ${timingMissed.length} missed` +
       (cli.strict ? ' (--strict: timing targets enforced)' : ' (reported, not enforced; --strict enforces them)'),
   );
-  log(`time: ${timings.map(([name, ms]) => `${name} ${fmtMs(ms)}`).join(', ')}; total ${fmtMs(performance.now() - started)}`);
+  log(
+    `time: ${timings.map(([name, ms]) => `${name} ${fmtMs(ms)}`).join(', ')}; total ${fmtMs(performance.now() - started)}`,
+  );
   log(`files:\n${written.map((f) => `  ${f}`).join('\n')}`);
   return countMissed.length > 0 || (cli.strict && timingMissed.length > 0) ? 1 : 0;
 }

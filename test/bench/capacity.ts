@@ -64,7 +64,10 @@ const spec: autocannon.RequestSpec = {
   path: '/v1/chat/completions',
   headers: HEADERS,
   setupRequest: (req) => {
-    req.body = JSON.stringify({ model: BENCH_MODEL, messages: [{ role: 'user', content: `Capacity ${run}-${++counter}: reply briefly.` }] });
+    req.body = JSON.stringify({
+      model: BENCH_MODEL,
+      messages: [{ role: 'user', content: `Capacity ${run}-${++counter}: reply briefly.` }],
+    });
     return req;
   },
 };
@@ -120,7 +123,9 @@ export async function runCapacity(log: (line: string) => void): Promise<Capacity
         limits: limits.length > 0 ? limits : undefined,
       };
       throughput.push(entry);
-      log(`    throughput ${label}: ${Math.round(entry.requestsPerSec)} req/s, p50 ${entry.latencyP50} ms, p99 ${entry.latencyP99} ms${limits.length > 0 ? `, limit ${limits.join(' ')}` : ''}`);
+      log(
+        `    throughput ${label}: ${Math.round(entry.requestsPerSec)} req/s, p50 ${entry.latencyP50} ms, p99 ${entry.latencyP99} ms${limits.length > 0 ? `, limit ${limits.join(' ')}` : ''}`,
+      );
     }
 
     // 2. A provider with a capacity.
@@ -161,9 +166,14 @@ export async function runCapacity(log: (line: string) => void): Promise<Capacity
         failed: result.non2xx + result.errors + result.timeouts,
       };
       capacity.push(entry);
-      log(`    capacity ${CAPACITY} ${label}: ${Math.round(entry.requestsPerSec)} req/s, provider p50 ${entry.providerP50} ms p99 ${entry.providerP99} ms`);
+      log(
+        `    capacity ${CAPACITY} ${label}: ${Math.round(entry.requestsPerSec)} req/s, provider p50 ${entry.providerP50} ms p99 ${entry.providerP99} ms`,
+      );
     }
-    const secondHalf = limitOverTime.filter(([t]) => t >= CAPACITY_SEC / 2).map(([, l]) => l).sort((a, b) => a - b);
+    const secondHalf = limitOverTime
+      .filter(([t]) => t >= CAPACITY_SEC / 2)
+      .map(([, l]) => l)
+      .sort((a, b) => a - b);
     const settledLimit = percentile(secondHalf, 50) ?? 0;
     const ratio = throughput[1].requestsPerSec / throughput[0].requestsPerSec;
     const gw = capacity[1];
@@ -211,13 +221,27 @@ export function capacityTable(result: CapacityResult): string {
     `Throughput: distinct requests, ${CONNECTIONS} connections, provider ${LATENCY_MS} ms`,
     table(
       ['', 'req/s', 'vs floor', 'p50', 'p99', 'failed'],
-      result.throughput.map((r) => [r.label, String(Math.round(r.requestsPerSec)), `${(r.requestsPerSec / floor.requestsPerSec).toFixed(2)}x`, `${r.latencyP50} ms`, `${r.latencyP99} ms`, String(r.failed)]),
+      result.throughput.map((r) => [
+        r.label,
+        String(Math.round(r.requestsPerSec)),
+        `${(r.requestsPerSec / floor.requestsPerSec).toFixed(2)}x`,
+        `${r.latencyP50} ms`,
+        `${r.latencyP99} ms`,
+        String(r.failed),
+      ]),
     ),
     '',
     `Provider with a capacity of ${CAPACITY} (latency x in-flight/${CAPACITY} beyond it), ${CONNECTIONS} connections; settled limit ${result.settledLimit}`,
     table(
       ['', 'req/s', 'provider p50', 'provider p99', 'client p99', 'failed'],
-      result.capacity.map((r) => [r.label, String(Math.round(r.requestsPerSec)), `${r.providerP50} ms`, `${r.providerP99} ms`, `${r.clientP99} ms`, String(r.failed)]),
+      result.capacity.map((r) => [
+        r.label,
+        String(Math.round(r.requestsPerSec)),
+        `${r.providerP50} ms`,
+        `${r.providerP99} ms`,
+        `${r.clientP99} ms`,
+        String(r.failed),
+      ]),
     ),
   ].join('\n');
 }
@@ -242,7 +266,9 @@ export function renderLimitSvg(result: CapacityResult): string {
     `<line x1="${pad}" y1="${y(CAPACITY)}" x2="${width - pad}" y2="${y(CAPACITY)}" stroke="#c33" stroke-dasharray="4 3"/>`,
     `<text x="${width - pad + 4}" y="${y(CAPACITY) + 4}" fill="#c33">N</text>`,
     ...[0, Math.round(maxL / 2), maxL].map((l) => `<text x="${pad - 6}" y="${y(l) + 4}" text-anchor="end">${l}</text>`),
-    ...[0, maxT / 2, maxT].map((t) => `<text x="${x(t)}" y="${height - pad + 14}" text-anchor="middle">${t.toFixed(0)} s</text>`),
+    ...[0, maxT / 2, maxT].map(
+      (t) => `<text x="${x(t)}" y="${height - pad + 14}" text-anchor="middle">${t.toFixed(0)} s</text>`,
+    ),
     `<path d="${path}" fill="none" stroke="#2a6" stroke-width="2"/>`,
     '</svg>',
   ].join('\n');

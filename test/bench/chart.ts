@@ -48,7 +48,9 @@ function panel(run: RunResult, x0: number, spanMs: number): string {
   const x = (ms: number) => x0 + MARGIN.left + (Math.max(0, Math.min(ms, spanMs)) / spanMs) * plotW;
   const top = MARGIN.top;
   const out: string[] = [];
-  out.push(`<text x="${x0 + MARGIN.left}" y="${top - 10}" font-size="13" font-weight="bold">${esc(run.variant.label)}</text>`);
+  out.push(
+    `<text x="${x0 + MARGIN.left}" y="${top - 10}" font-size="13" font-weight="bold">${esc(run.variant.label)}</text>`,
+  );
 
   if (run.failure) {
     const shade = run.failure.mode === 'hang' ? '#fff3e0' : '#ffebee';
@@ -63,8 +65,12 @@ function panel(run: RunResult, x0: number, spanMs: number): string {
   const step = niceStep(spanMs);
   for (let t = 0; t <= spanMs + 1e-9; t += step) {
     const gx = x(t);
-    out.push(`<line x1="${gx}" y1="${top}" x2="${gx}" y2="${top + BARS_HEIGHT + 34}" stroke="#e0e0e0" stroke-width="0.5"/>`);
-    out.push(`<text x="${gx}" y="${top + BARS_HEIGHT + 48}" font-size="10" text-anchor="middle">${esc(axisLabel(t, step))}</text>`);
+    out.push(
+      `<line x1="${gx}" y1="${top}" x2="${gx}" y2="${top + BARS_HEIGHT + 34}" stroke="#e0e0e0" stroke-width="0.5"/>`,
+    );
+    out.push(
+      `<text x="${gx}" y="${top + BARS_HEIGHT + 48}" font-size="10" text-anchor="middle">${esc(axisLabel(t, step))}</text>`,
+    );
   }
   out.push(
     `<rect x="${x0 + MARGIN.left}" y="${top}" width="${plotW}" height="${BARS_HEIGHT}" fill="none" stroke="#9e9e9e" stroke-width="0.5"/>`,
@@ -83,7 +89,9 @@ function panel(run: RunResult, x0: number, spanMs: number): string {
     );
     // SDK retries: a black tick where each extra attempt started.
     for (const attempt of r.attemptLog.slice(1)) {
-      out.push(`<rect x="${x(attempt.start).toFixed(2)}" y="${y.toFixed(2)}" width="1" height="${barH.toFixed(2)}" fill="#000"/>`);
+      out.push(
+        `<rect x="${x(attempt.start).toFixed(2)}" y="${y.toFixed(2)}" width="1" height="${barH.toFixed(2)}" fill="#000"/>`,
+      );
     }
   });
 

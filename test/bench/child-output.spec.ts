@@ -3,8 +3,15 @@ import { ChildOutput } from './processes.js';
 describe('ChildOutput (what the bench keeps of a child process output)', () => {
   it('keeps the last line of each report word, wherever it falls among the JSON lines', () => {
     const kept = new ChildOutput();
-    const json = (i: number) => `{"level":30,"time":"2026-12-03T10:00:00.000Z","pid":1,"reqId":"r${i}","msg":"request"}`;
-    const lines = [json(1), 'loop-delay p50=1.0 p99=2.0 max=3.0 rss=100', json(2), 'memory rss=5', ...Array.from({ length: 200 }, (_, i) => json(i + 3))];
+    const json = (i: number) =>
+      `{"level":30,"time":"2026-12-03T10:00:00.000Z","pid":1,"reqId":"r${i}","msg":"request"}`;
+    const lines = [
+      json(1),
+      'loop-delay p50=1.0 p99=2.0 max=3.0 rss=100',
+      json(2),
+      'memory rss=5',
+      ...Array.from({ length: 200 }, (_, i) => json(i + 3)),
+    ];
     kept.add(`${lines.join('\n')}\n`);
     kept.add(`${json(300)}\nloop-delay p50=1.5 p99=2.5 max=3.5 rss=120\n${json(301)}\n`);
     expect(kept.lastLine('loop-delay ')).toBe('loop-delay p50=1.5 p99=2.5 max=3.5 rss=120');

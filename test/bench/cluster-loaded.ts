@@ -46,7 +46,8 @@ interface Answer {
   text: string;
 }
 
-const chatBody = (content: string, stream = false) => JSON.stringify({ model: BENCH_MODEL, stream, messages: [{ role: 'user', content }] });
+const chatBody = (content: string, stream = false) =>
+  JSON.stringify({ model: BENCH_MODEL, stream, messages: [{ role: 'user', content }] });
 
 async function ask(agent: Agent, url: string, content: string, stream = false): Promise<Answer> {
   const started = performance.now();
@@ -61,7 +62,13 @@ async function ask(agent: Agent, url: string, content: string, stream = false): 
     });
     const text = await response.body.text();
     const endedAt = performance.now();
-    return { status: response.statusCode, outcome: String(response.headers['x-orchestrator-dedup'] ?? '-'), ms: endedAt - started, endedAt, text };
+    return {
+      status: response.statusCode,
+      outcome: String(response.headers['x-orchestrator-dedup'] ?? '-'),
+      ms: endedAt - started,
+      endedAt,
+      text,
+    };
   } catch {
     return { status: 0, outcome: 'error', ms: performance.now() - started, endedAt: performance.now(), text: '' };
   }
@@ -70,7 +77,9 @@ async function ask(agent: Agent, url: string, content: string, stream = false): 
 /** Busy-looping processes that stop by themselves after `seconds` (and are stopped by PID when the run ends). */
 function startBurners(count: number, seconds: number): ChildProcess[] {
   return Array.from({ length: count }, () =>
-    spawn(process.execPath, ['-e', `const end = Date.now() + ${seconds * 1000}; while (Date.now() < end) {}`], { stdio: 'ignore' }),
+    spawn(process.execPath, ['-e', `const end = Date.now() + ${seconds * 1000}; while (Date.now() < end) {}`], {
+      stdio: 'ignore',
+    }),
   );
 }
 
@@ -84,7 +93,14 @@ export async function runClusterLoaded(log: (line: string) => void, burnerCount 
   let replicas: ChildHandle[] = [];
   const burners = startBurners(burnerCount, 600);
   const rows: LoadedRow[] = [];
-  const row = async (what: string, answers: Answer[], target: string, pass: (calls: number) => boolean, calls: number, slowestMs?: number) => {
+  const row = async (
+    what: string,
+    answers: Answer[],
+    target: string,
+    pass: (calls: number) => boolean,
+    calls: number,
+    slowestMs?: number,
+  ) => {
     const made: LoadedRow = {
       what,
       requests: answers.length,
@@ -96,12 +112,18 @@ export async function runClusterLoaded(log: (line: string) => void, burnerCount 
       loadAverage: await loadAverage(),
     };
     rows.push(made);
-    log(`    ${what}: ${calls} provider calls (target ${target}), ${countsText(made.outcomes)}, slowest ${fmtMs(made.slowestMs)}, load ${made.loadAverage}${made.pass ? '' : '  << MISSED'}`);
+    log(
+      `    ${what}: ${calls} provider calls (target ${target}), ${countsText(made.outcomes)}, slowest ${fmtMs(made.slowestMs)}, load ${made.loadAverage}${made.pass ? '' : '  << MISSED'}`,
+    );
   };
   try {
-    log(`  cluster --loaded: ${burnerCount} busy processes beside 4 replicas + Redis (${redis.url}), provider at ${PROVIDER_LATENCY_MS} ms`);
+    log(
+      `  cluster --loaded: ${burnerCount} busy processes beside 4 replicas + Redis (${redis.url}), provider at ${PROVIDER_LATENCY_MS} ms`,
+    );
     const prefix = `loaded-${Date.now()}`; // one fleet: one prefix
-    replicas = await Promise.all(Array.from({ length: 4 }, () => startGateway(mock.url, ['--redis', redis.url, '--redis-prefix', prefix])));
+    replicas = await Promise.all(
+      Array.from({ length: 4 }, () => startGateway(mock.url, ['--redis', redis.url, '--redis-prefix', prefix])),
+    );
     await untilCoordinated(replicas, { timeoutMs: 20_000 });
     const urls = replicas.map((r) => r.url);
 
@@ -109,7 +131,13 @@ export async function runClusterLoaded(log: (line: string) => void, burnerCount 
       await control.reset();
       const prompt = `loaded herd ${run} ${Date.now()}`;
       const answers = await Promise.all(Array.from({ length: 300 }, (_, i) => ask(agent, urls[i % 4], prompt)));
-      await row(`herd of 300 over 4 replicas (#${run})`, answers, '1', (calls) => calls === 1, (await control.stats()).total);
+      await row(
+        `herd of 300 over 4 replicas (#${run})`,
+        answers,
+        '1',
+        (calls) => calls === 1,
+        (await control.stats()).total,
+      );
     }
 
     // Redis frozen: each replica on its own, and one call per replica at most.
@@ -118,11 +146,23 @@ export async function runClusterLoaded(log: (line: string) => void, burnerCount 
       await control.reset();
       const onePrompt = `frozen one ${Date.now()}`;
       const one = await Promise.all(Array.from({ length: 100 }, () => ask(agent, urls[0], onePrompt)));
-      await row('Redis frozen: herd of 100 on 1 replica', one, '1', (calls) => calls === 1, (await control.stats()).total);
+      await row(
+        'Redis frozen: herd of 100 on 1 replica',
+        one,
+        '1',
+        (calls) => calls === 1,
+        (await control.stats()).total,
+      );
       await control.reset();
       const prompt = `frozen four ${Date.now()}`;
       const four = await Promise.all(Array.from({ length: 100 }, (_, i) => ask(agent, urls[i % 4], prompt)));
-      await row('Redis frozen: herd of 100 over 4 replicas', four, '<= 4', (calls) => calls <= 4, (await control.stats()).total);
+      await row(
+        'Redis frozen: herd of 100 over 4 replicas',
+        four,
+        '<= 4',
+        (calls) => calls <= 4,
+        (await control.stats()).total,
+      );
     } finally {
       redis.thaw();
     }
@@ -134,8 +174,11 @@ export async function runClusterLoaded(log: (line: string) => void, burnerCount 
     const words = Array.from({ length: 60 }, (_, i) => `w${i}`).join(' ');
     const prompt = `leader dies ${Date.now()} ${words}`;
     const leader = ask(agent, urls[0], prompt, true);
-    for (const deadline = Date.now() + 20_000; (await control.stats()).total < 1 && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 20));
-    const followers = Promise.all([1, 2, 3].flatMap((r) => Array.from({ length: 10 }, () => ask(agent, urls[r], prompt, true))));
+    for (const deadline = Date.now() + 20_000; (await control.stats()).total < 1 && Date.now() < deadline;)
+      await new Promise((r) => setTimeout(r, 20));
+    const followers = Promise.all(
+      [1, 2, 3].flatMap((r) => Array.from({ length: 10 }, () => ask(agent, urls[r], prompt, true))),
+    );
     await new Promise((resolve) => setTimeout(resolve, 1_000));
     const killedAt = performance.now();
     process.kill(replicas[0].pid, 'SIGKILL');
@@ -155,7 +198,20 @@ export async function runClusterLoaded(log: (line: string) => void, burnerCount 
       (await control.stats()).total,
       lostAfterMs,
     );
-    return { burners: burnerCount, rows, checks: rows.map((r) => ({ scenario: 'cluster', run: 'loaded', kind: 'count', name: r.what, target: r.target, actual: String(r.providerCalls), pass: r.pass, scaling: 'none' })) };
+    return {
+      burners: burnerCount,
+      rows,
+      checks: rows.map((r) => ({
+        scenario: 'cluster',
+        run: 'loaded',
+        kind: 'count',
+        name: r.what,
+        target: r.target,
+        actual: String(r.providerCalls),
+        pass: r.pass,
+        scaling: 'none',
+      })),
+    };
   } finally {
     for (const burner of burners) burner.kill('SIGKILL');
     await Promise.all(replicas.map((r) => r.stop().catch(() => undefined)));
@@ -167,7 +223,25 @@ export async function runClusterLoaded(log: (line: string) => void, burnerCount 
 
 export function clusterLoadedTable(result: LoadedResult): string {
   return table(
-    ['what (busy processes beside: ' + result.burners + ')', 'requests', 'provider calls', 'target', 'outcomes', 'slowest', 'load avg', 'pass'],
-    result.rows.map((r) => [r.what, String(r.requests), String(r.providerCalls), r.target, countsText(r.outcomes), fmtMs(r.slowestMs), String(r.loadAverage), r.pass ? 'yes' : 'NO']),
+    [
+      'what (busy processes beside: ' + result.burners + ')',
+      'requests',
+      'provider calls',
+      'target',
+      'outcomes',
+      'slowest',
+      'load avg',
+      'pass',
+    ],
+    result.rows.map((r) => [
+      r.what,
+      String(r.requests),
+      String(r.providerCalls),
+      r.target,
+      countsText(r.outcomes),
+      fmtMs(r.slowestMs),
+      String(r.loadAverage),
+      r.pass ? 'yes' : 'NO',
+    ]),
   );
 }

@@ -81,7 +81,12 @@ function ask(agent: Agent, url: string, content: string): Promise<Answer> {
     async (response) => {
       await response.body.arrayBuffer();
       const endedAt = performance.now();
-      return { status: response.statusCode, outcome: String(response.headers['x-orchestrator-dedup'] ?? '-'), ms: endedAt - started, endedAt };
+      return {
+        status: response.statusCode,
+        outcome: String(response.headers['x-orchestrator-dedup'] ?? '-'),
+        ms: endedAt - started,
+        endedAt,
+      };
     },
     () => ({ status: 0, outcome: 'error', ms: performance.now() - started, endedAt: performance.now() }),
   );
@@ -104,14 +109,23 @@ interface Fleet {
   stop(): Promise<void>;
 }
 
-async function startFleet(upstream: string, count: number, redisUrl: string | undefined, prefix: string, extra: string[] = []): Promise<Fleet> {
+async function startFleet(
+  upstream: string,
+  count: number,
+  redisUrl: string | undefined,
+  prefix: string,
+  extra: string[] = [],
+): Promise<Fleet> {
   const flags = [...(redisUrl ? ['--redis', redisUrl, '--redis-prefix', prefix] : []), ...extra];
   const replicas: ChildHandle[] = await Promise.all(Array.from({ length: count }, () => startGateway(upstream, flags)));
   if (redisUrl) {
     // Traffic starts once every replica has reached Redis.
     await untilCoordinated(replicas);
   }
-  return { urls: replicas.map((r) => r.url), stop: async () => void (await Promise.all(replicas.map((r) => r.stop()))) };
+  return {
+    urls: replicas.map((r) => r.url),
+    stop: async () => void (await Promise.all(replicas.map((r) => r.stop()))),
+  };
 }
 
 /** Every answer of a round-robin burst over the fleet, all sent at once. */
@@ -127,13 +141,18 @@ async function fleetRows(mock: ChildHandle, redis: OwnedRedis, log: (line: strin
   try {
     for (const replicas of [1, 2, 4]) {
       for (const withRedis of replicas === 1 ? [false] : [false, true]) {
-        const fleet = await startFleet(mock.url, replicas, withRedis ? redis.url : undefined, `bench${++run}`, ['--probe-interval', '0.5']);
+        const fleet = await startFleet(mock.url, replicas, withRedis ? redis.url : undefined, `bench${++run}`, [
+          '--probe-interval',
+          '0.5',
+        ]);
         try {
           for (const scenario of ['herd', 'distinct'] as const) {
             await control.configure({ latencyMs: PROVIDER_LATENCY_MS });
             await control.reset();
             const tag = `${scenario}-${run}-${Date.now()}`;
-            const answers = await burst(agent, fleet, (i) => (scenario === 'herd' ? `fleet ${tag}` : `fleet ${tag} #${i}`));
+            const answers = await burst(agent, fleet, (i) =>
+              scenario === 'herd' ? `fleet ${tag}` : `fleet ${tag} #${i}`,
+            );
             const waits = answers.map((a) => a.ms);
             const row: FleetRow = {
               scenario,
@@ -146,7 +165,9 @@ async function fleetRows(mock: ChildHandle, redis: OwnedRedis, log: (line: strin
               waitP99: percentile(waits, 99) ?? NaN,
             };
             rows.push(row);
-            log(`    ${scenario} x${replicas}${withRedis ? ' + Redis' : ''}: ${row.providerCalls} provider calls, p50 ${fmtMs(row.waitP50)}, p99 ${fmtMs(row.waitP99)}`);
+            log(
+              `    ${scenario} x${replicas}${withRedis ? ' + Redis' : ''}: ${row.providerCalls} provider calls, p50 ${fmtMs(row.waitP50)}, p99 ${fmtMs(row.waitP99)}`,
+            );
           }
           rows.push(await outage(agent, control, fleet, replicas, withRedis, log));
         } finally {
@@ -164,7 +185,14 @@ async function fleetRows(mock: ChildHandle, redis: OwnedRedis, log: (line: strin
  * The provider answers 503 for 3 s while each replica is asked every 50 ms;
  * then it recovers, and the clock runs until every replica answers 200.
  */
-async function outage(agent: Agent, control: MockControl, fleet: Fleet, replicas: number, withRedis: boolean, log: (line: string) => void): Promise<FleetRow> {
+async function outage(
+  agent: Agent,
+  control: MockControl,
+  fleet: Fleet,
+  replicas: number,
+  withRedis: boolean,
+  log: (line: string) => void,
+): Promise<FleetRow> {
   await control.configure({ latencyMs: 20 });
   await control.reset();
   await control.setMode('error503');
@@ -184,7 +212,7 @@ async function outage(agent: Agent, control: MockControl, fleet: Fleet, replicas
   const recovered = performance.now();
   await Promise.all(
     fleet.urls.map(async (url) => {
-      for (const deadline = recovered + 15_000; performance.now() < deadline; ) {
+      for (const deadline = recovered + 15_000; performance.now() < deadline;) {
         if ((await ask(agent, url, `recovery ${n++}`)).status === 200) return;
         await sleep(20);
       }
@@ -202,7 +230,9 @@ async function outage(agent: Agent, control: MockControl, fleet: Fleet, replicas
     waitP99: percentile(waits, 99) ?? NaN,
     recoveryMs: performance.now() - recovered,
   };
-  log(`    outage x${replicas}${withRedis ? ' + Redis' : ''}: ${calls} calls reached the failing provider of ${answers.length} requests; all replicas back in ${fmtMs(row.recoveryMs)}`);
+  log(
+    `    outage x${replicas}${withRedis ? ' + Redis' : ''}: ${calls} calls reached the failing provider of ${answers.length} requests; all replicas back in ${fmtMs(row.recoveryMs)}`,
+  );
   return row;
 }
 
@@ -254,7 +284,9 @@ async function redisCost(mock: ChildHandle, redis: OwnedRedis, log: (line: strin
     });
     const rows = [row('miss', missAlone, missShared), row('join', joinAlone, joinShared)];
     for (const r of rows) {
-      log(`    ${r.what}: alone p50 ${r.aloneP50.toFixed(2)} ms, with Redis p50 ${r.redisP50.toFixed(2)} ms (+${(r.redisP50 - r.aloneP50).toFixed(2)} ms), ${r.samples} samples`);
+      log(
+        `    ${r.what}: alone p50 ${r.aloneP50.toFixed(2)} ms, with Redis p50 ${r.redisP50.toFixed(2)} ms (+${(r.redisP50 - r.aloneP50).toFixed(2)} ms), ${r.samples} samples`,
+      );
     }
     return rows;
   } finally {
@@ -276,7 +308,11 @@ async function workersRows(mock: ChildHandle, redis: OwnedRedis, log: (line: str
     [4, false],
     [2, true],
   ] as const) {
-    const gateway = await startGateway(mock.url, ['--workers', String(workers), ...(withRedis ? ['--redis', redis.url, '--redis-prefix', 'benchworkers'] : [])]);
+    const gateway = await startGateway(mock.url, [
+      '--workers',
+      String(workers),
+      ...(withRedis ? ['--redis', redis.url, '--redis-prefix', 'benchworkers'] : []),
+    ]);
     try {
       const run = () =>
         autocannon({
@@ -296,7 +332,12 @@ async function workersRows(mock: ChildHandle, redis: OwnedRedis, log: (line: str
             },
           ],
         });
-      await autocannon({ url: gateway.url, connections: 16, duration: 1, requests: [{ method: 'GET', path: '/health' }] });
+      await autocannon({
+        url: gateway.url,
+        connections: 16,
+        duration: 1,
+        requests: [{ method: 'GET', path: '/health' }],
+      });
       const result = await run();
       const row: WorkersRow = {
         workers,
@@ -307,7 +348,9 @@ async function workersRows(mock: ChildHandle, redis: OwnedRedis, log: (line: str
         failed: result.non2xx + result.errors + result.timeouts,
       };
       rows.push(row);
-      log(`    --workers ${workers}${withRedis ? ' + Redis' : ''}: ${Math.round(row.requestsPerSec)} req/s, p50 ${row.latencyP50} ms, p99 ${row.latencyP99} ms`);
+      log(
+        `    --workers ${workers}${withRedis ? ' + Redis' : ''}: ${Math.round(row.requestsPerSec)} req/s, p50 ${row.latencyP50} ms, p99 ${row.latencyP99} ms`,
+      );
     } finally {
       await gateway.stop();
     }
@@ -335,21 +378,50 @@ export async function runCluster(log: (line: string) => void): Promise<ClusterRe
 
 function clusterChecks(fleet: FleetRow[], cost: RedisCostRow[]): TargetCheck[] {
   const checks: TargetCheck[] = [];
-  const check = (run: string, kind: TargetCheck['kind'], name: string, target: string, actual: string, pass: boolean): void => {
+  const check = (
+    run: string,
+    kind: TargetCheck['kind'],
+    name: string,
+    target: string,
+    actual: string,
+    pass: boolean,
+  ): void => {
     checks.push({ scenario: 'cluster', run, kind, name, target, actual, pass, scaling: 'none' });
   };
   const one = fleet.find((r) => r.scenario === 'outage' && r.replicas === 1);
   for (const row of fleet.filter((r) => r.redis)) {
     const run = `${row.replicas} replicas + Redis`;
-    if (row.scenario === 'herd') check(run, 'count', 'herd: provider calls', '1', String(row.providerCalls), row.providerCalls === 1);
+    if (row.scenario === 'herd')
+      check(run, 'count', 'herd: provider calls', '1', String(row.providerCalls), row.providerCalls === 1);
     if (row.scenario === 'outage' && one) {
-      check(run, 'count', 'outage: calls into the failing provider', `<= ${one.providerCalls + 2} (1 replica: ${one.providerCalls})`, String(row.providerCalls), row.providerCalls <= one.providerCalls + 2);
-      check(run, 'timing', 'outage: every replica answering again', '<= 1 s', fmtMs(row.recoveryMs), (row.recoveryMs ?? Infinity) <= 1_000);
+      check(
+        run,
+        'count',
+        'outage: calls into the failing provider',
+        `<= ${one.providerCalls + 2} (1 replica: ${one.providerCalls})`,
+        String(row.providerCalls),
+        row.providerCalls <= one.providerCalls + 2,
+      );
+      check(
+        run,
+        'timing',
+        'outage: every replica answering again',
+        '<= 1 s',
+        fmtMs(row.recoveryMs),
+        (row.recoveryMs ?? Infinity) <= 1_000,
+      );
     }
   }
   for (const row of cost) {
     const added = row.redisP50 - row.aloneP50;
-    check('2 replicas + Redis', 'timing', `latency Redis adds to a ${row.what} (p50)`, '< 2 ms', `${added.toFixed(2)} ms`, added < 2);
+    check(
+      '2 replicas + Redis',
+      'timing',
+      `latency Redis adds to a ${row.what} (p50)`,
+      '< 2 ms',
+      `${added.toFixed(2)} ms`,
+      added < 2,
+    );
   }
   return checks;
 }
@@ -383,7 +455,14 @@ export function clusterTable(result: ClusterResult): string {
   );
   const workers = table(
     ['--workers', 'Redis', 'req/s', 'p50', 'p99', 'failed'],
-    result.workers.map((r) => [String(r.workers), r.redis ? 'yes' : 'no', String(Math.round(r.requestsPerSec)), `${r.latencyP50} ms`, `${r.latencyP99} ms`, String(r.failed)]),
+    result.workers.map((r) => [
+      String(r.workers),
+      r.redis ? 'yes' : 'no',
+      String(Math.round(r.requestsPerSec)),
+      `${r.latencyP50} ms`,
+      `${r.latencyP99} ms`,
+      String(r.failed),
+    ]),
   );
   return `${fleet}\n\n${cost}\n\n${workers}`;
 }

@@ -26,7 +26,10 @@ export async function exampleSection(say: (line?: string) => void): Promise<stri
   const example = await startNodeChild('example', ENTRY.example, [], /listening on (http:\/\/[^\s]+)/, {
     env: { PORT: '0', RPC_PORT: String(rpcPort), FEED_LATENCY_MS: String(FEED_LATENCY_MS) },
   });
-  const client: ClientProxy = ClientProxyFactory.create({ transport: Transport.TCP, options: { host: '127.0.0.1', port: rpcPort } });
+  const client: ClientProxy = ClientProxyFactory.create({
+    transport: Transport.TCP,
+    options: { host: '127.0.0.1', port: rpcPort },
+  });
   try {
     await client.connect();
     const feedCalls = async () => ((await (await fetch(`${example.url}/feed`)).json()) as FeedStats).calls;
@@ -36,7 +39,10 @@ export async function exampleSection(say: (line?: string) => void): Promise<stri
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ query: `{ rates(base: "${base}") { base rates { currency rate } } }` }),
       });
-      return (await response.json()) as { data?: { rates?: { base: string } } | null; errors?: Array<{ extensions?: Refusal }> };
+      return (await response.json()) as {
+        data?: { rates?: { base: string } } | null;
+        errors?: Array<{ extensions?: Refusal }>;
+      };
     };
     const tcp = (base: string) => firstValueFrom(client.send<{ base: string }>('rates', { base }));
     const timed = async <T>(work: () => Promise<T>): Promise<{ value: T; ms: number }> => {
@@ -49,31 +55,59 @@ export async function exampleSection(say: (line?: string) => void): Promise<stri
     const queries = await Promise.all(Array.from({ length: 100 }, () => graphql('EUR')));
     const answered = queries.filter((q) => q.data?.rates?.base === 'EUR').length;
     let calls = (await feedCalls()) - before;
-    say(`   100 identical GraphQL queries at once -> ${calls === 1 ? '1 feed call' : `${calls} feed calls`} (${answered} answered).`);
+    say(
+      `   100 identical GraphQL queries at once -> ${calls === 1 ? '1 feed call' : `${calls} feed calls`} (${answered} answered).`,
+    );
     if (calls !== 1 || answered !== 100) unmet.push('example: 100 GraphQL queries, 1 feed call');
 
     before = await feedCalls();
-    const messages = await Promise.all(Array.from({ length: 100 }, () => tcp('GBP').then(() => true, () => false)));
+    const messages = await Promise.all(
+      Array.from({ length: 100 }, () =>
+        tcp('GBP').then(
+          () => true,
+          () => false,
+        ),
+      ),
+    );
     calls = (await feedCalls()) - before;
-    say(`   100 identical TCP messages at once -> ${calls === 1 ? '1 feed call' : `${calls} feed calls`} (${messages.filter(Boolean).length} answered).`);
+    say(
+      `   100 identical TCP messages at once -> ${calls === 1 ? '1 feed call' : `${calls} feed calls`} (${messages.filter(Boolean).length} answered).`,
+    );
     if (calls !== 1) unmet.push('example: 100 TCP messages, 1 feed call');
 
-    await fetch(`${example.url}/feed/mode`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ mode: 'down' }) });
+    await fetch(`${example.url}/feed/mode`, {
+      method: 'PUT',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ mode: 'down' }),
+    });
     before = await feedCalls();
     const failures: number[] = [];
-    for (const base of ['AUD', 'CAD', 'NZD', 'SEK', 'NOK']) failures.push((await fetch(`${example.url}/rates/${base}`)).status);
+    for (const base of ['AUD', 'CAD', 'NZD', 'SEK', 'NOK'])
+      failures.push((await fetch(`${example.url}/rates/${base}`)).status);
     const http = await timed(() => fetch(`${example.url}/rates/CHF`));
     const resolver = await timed(() => graphql('CHF'));
-    const handler = await timed(() => tcp('CHF').then(() => undefined, (error: unknown) => error as Refusal));
+    const handler = await timed(() =>
+      tcp('CHF').then(
+        () => undefined,
+        (error: unknown) => error as Refusal,
+      ),
+    );
     calls = (await feedCalls()) - before;
     const gqlCode = resolver.value.errors?.[0]?.extensions?.code;
-    say(`   The feed goes down: ${failures.length} requests over HTTP fail (${[...new Set(failures)].join(', ')}) and open the breaker 'rates-feed'.`);
+    say(
+      `   The feed goes down: ${failures.length} requests over HTTP fail (${[...new Set(failures)].join(', ')}) and open the breaker 'rates-feed'.`,
+    );
     say(
       `   Opened over HTTP, it refuses the HTTP route (${http.value.status}) in ${fmtMs(http.ms)}, the GraphQL resolver (${gqlCode ?? 'answered'}) ` +
         `in ${fmtMs(resolver.ms)} and the TCP handler (${handler.value?.code ?? 'answered'}) in ${fmtMs(handler.ms)}; ` +
         (calls === 5 ? 'none of these three reached the feed.' : `the feed received ${calls - 5} of them.`),
     );
-    if (http.value.status !== 503 || gqlCode !== 'CIRCUIT_OPEN' || handler.value?.code !== 'CIRCUIT_OPEN' || calls !== 5) {
+    if (
+      http.value.status !== 503 ||
+      gqlCode !== 'CIRCUIT_OPEN' ||
+      handler.value?.code !== 'CIRCUIT_OPEN' ||
+      calls !== 5
+    ) {
       unmet.push('example: the breaker opened over HTTP refuses GraphQL and TCP');
     }
   } finally {

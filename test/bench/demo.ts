@@ -17,9 +17,14 @@ const say = (line = '') => process.stdout.write(`${line}\n`);
 process.stdout.on('error', () => undefined);
 const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? '' : 's'}`;
 
-async function gatewayRun(name: TimelineScenario): Promise<{ outcome: TimelineOutcome; run: RunResult; m: RunMetrics }> {
+async function gatewayRun(
+  name: TimelineScenario,
+): Promise<{ outcome: TimelineOutcome; run: RunResult; m: RunMetrics }> {
   // The demo shows the gateway at its defaults (the benchmark also runs other flags, and "direct").
-  const outcome = await runTimeline(name, SCALE, 'gateway', { roles: ['defaults'], log: (line) => say(`   ${line.trim()}`) });
+  const outcome = await runTimeline(name, SCALE, 'gateway', {
+    roles: ['defaults'],
+    log: (line) => say(`   ${line.trim()}`),
+  });
   return { outcome, run: outcome.result.runs[0], m: outcome.metrics[0] };
 }
 
@@ -49,7 +54,9 @@ async function main(): Promise<number> {
     say(
       `   Waits: p50 ${fmtMs(m.waitP50)}, p95 ${fmtMs(m.waitP95)}, slowest ${fmtMs(m.waitMax)}, for a provider that takes ${fmtMs(run.latencyMs)}.`,
     );
-    failedCounts.push(...outcome.checks.filter((c) => c.kind === 'count' && !c.pass).map((c) => `${c.scenario}: ${c.name}`));
+    failedCounts.push(
+      ...outcome.checks.filter((c) => c.kind === 'count' && !c.pass).map((c) => `${c.scenario}: ${c.name}`),
+    );
   }
 
   say();
@@ -61,13 +68,19 @@ async function main(): Promise<number> {
       `   They ran in parallel: the slowest waited ${fmtMs(m.waitMax)} for a provider that takes ${fmtMs(run.latencyMs)} ` +
         `(${((m.waitMax ?? 0) / run.latencyMs).toFixed(2)}x); one at a time they would have taken ${fmtMs(20 * run.latencyMs)}.`,
     );
-    failedCounts.push(...outcome.checks.filter((c) => c.kind === 'count' && !c.pass).map((c) => `${c.scenario}: ${c.name}`));
+    failedCounts.push(
+      ...outcome.checks.filter((c) => c.kind === 'count' && !c.pass).map((c) => `${c.scenario}: ${c.name}`),
+    );
   }
 
   say();
-  say('3) An outage: one request (a different prompt each time) every 200 ms for 15 s; the provider answers 503 from 1.5 s to 7.5 s.');
-  say('   The gateway runs pass-through (no provider key: the SDK\'s key goes upstream) and the provider\'s model list needs a key,');
-  say('   as OpenAI\'s does: the breaker\'s keyless health probe is answered 401, which is the provider serving.');
+  say(
+    '3) An outage: one request (a different prompt each time) every 200 ms for 15 s; the provider answers 503 from 1.5 s to 7.5 s.',
+  );
+  say(
+    "   The gateway runs pass-through (no provider key: the SDK's key goes upstream) and the provider's model list needs a key,",
+  );
+  say("   as OpenAI's does: the breaker's keyless health probe is answered 401, which is the provider serving.");
   {
     const { run, m, outcome } = await gatewayRun('outage503');
     const failure = run.failure;
@@ -76,7 +89,9 @@ async function main(): Promise<number> {
         ` (and ${plural(m.probesFailing, 'health probe')} from the gateway's breaker).`,
     );
     if (m.outcomes.error > 0) {
-      say(`   ${plural(m.outcomes.error, 'request')} got the provider's own 503 (after the gateway's single retry); then the breaker opened.`);
+      say(
+        `   ${plural(m.outcomes.error, 'request')} got the provider's own 503 (after the gateway's single retry); then the breaker opened.`,
+      );
     }
     if (m.outcomes.refused > 0) {
       say(
@@ -85,7 +100,9 @@ async function main(): Promise<number> {
           `${m.refusalsRetried === 0 ? 'the SDK retried none of them' : `the SDK retried ${m.refusalsRetried} of them`}.`,
       );
     }
-    say(`   The SDK made ${plural(m.sdkAttempts, 'attempt')} for ${plural(m.requests, 'request')} (${m.sdkRetries} retries).`);
+    say(
+      `   The SDK made ${plural(m.sdkAttempts, 'attempt')} for ${plural(m.requests, 'request')} (${m.sdkRetries} retries).`,
+    );
     if (failure && m.firstSuccessAfterRecoveryMs !== undefined) {
       say(
         `   The provider recovered at ${fmtMs(failure.switchedAt.end)}; the breaker's health probe noticed and the first answer came ` +
@@ -93,19 +110,29 @@ async function main(): Promise<number> {
       );
     }
     say(`   Waits over the whole run: p50 ${fmtMs(m.waitP50)}, p95 ${fmtMs(m.waitP95)}, slowest ${fmtMs(m.waitMax)}.`);
-    say('   Straight to the provider, the SDK would retry each failing request twice: about 3 calls per request during the outage');
+    say(
+      '   Straight to the provider, the SDK would retry each failing request twice: about 3 calls per request during the outage',
+    );
     say('   (npm run bench -- outage503 measures both side by side).');
-    failedCounts.push(...outcome.checks.filter((c) => c.kind === 'count' && !c.pass).map((c) => `${c.scenario}: ${c.name}`));
+    failedCounts.push(
+      ...outcome.checks.filter((c) => c.kind === 'count' && !c.pass).map((c) => `${c.scenario}: ${c.name}`),
+    );
   }
 
   say();
-  say('4) The plugin in a Nest app of your own: the exchange-rates example (apps/example) as one hybrid app, with an HTTP route,');
-  say("   a GraphQL resolver (Apollo) and a TCP microservice handler over one slow rates feed, all under the one breaker 'rates-feed'.");
+  say(
+    '4) The plugin in a Nest app of your own: the exchange-rates example (apps/example) as one hybrid app, with an HTTP route,',
+  );
+  say(
+    "   a GraphQL resolver (Apollo) and a TCP microservice handler over one slow rates feed, all under the one breaker 'rates-feed'.",
+  );
   failedCounts.push(...(await exampleSection(say)));
 
   say();
   if (failedCounts.length) say(`Note: these expected counts were not met: ${failedCounts.join('; ')}.`);
-  say(`Done in ${fmtMs(performance.now() - started)}. Full benchmark: npm run bench -- all (or --scale 0.1 for a short run).`);
+  say(
+    `Done in ${fmtMs(performance.now() - started)}. Full benchmark: npm run bench -- all (or --scale 0.1 for a short run).`,
+  );
   return 0;
 }
 

@@ -5,7 +5,13 @@ import { Pool } from 'undici';
  * Times GET <url>/health every --every ms for --for ms from a process of its own (the load generator's event loop,
  * busy with a herd, would delay the probe itself), then prints the slowest and the median round trip as JSON.
  */
-const { values } = parseArgs({ options: { url: { type: 'string' }, every: { type: 'string', default: '5' }, for: { type: 'string', default: '3000' } } });
+const { values } = parseArgs({
+  options: {
+    url: { type: 'string' },
+    every: { type: 'string', default: '5' },
+    for: { type: 'string', default: '3000' },
+  },
+});
 if (!values.url) throw new Error('--url is required');
 const pool = new Pool(values.url, { connections: 1 });
 const every = Number(values.every);
@@ -20,4 +26,6 @@ while (performance.now() < until) {
 }
 await pool.close();
 times.sort((a, b) => a - b);
-console.log(JSON.stringify({ count: times.length, maxMs: times.at(-1) ?? 0, p50Ms: times[Math.floor(times.length / 2)] ?? 0 }));
+console.log(
+  JSON.stringify({ count: times.length, maxMs: times.at(-1) ?? 0, p50Ms: times[Math.floor(times.length / 2)] ?? 0 }),
+);

@@ -117,13 +117,21 @@ async function providerCalls(mockUrl: string): Promise<number> {
   return ((await res.body.json()) as { total: number }).total;
 }
 
-export async function runHerd10k(options: { rounds: number; requests?: number; log: (line: string) => void }): Promise<Herd10kResult> {
+export async function runHerd10k(options: {
+  rounds: number;
+  requests?: number;
+  log: (line: string) => void;
+}): Promise<Herd10kResult> {
   const count = options.requests ?? HERD10K_REQUESTS;
   // This process holds one socket per request, the gateway one per request and one to the provider.
   const needed = count + 512;
-  if (openFilesLimit() < needed) throw new Error(`herd10k needs ulimit -n of at least ${needed} (now ${openFilesLimit()}): raise it in the shell that runs the bench`);
+  if (openFilesLimit() < needed)
+    throw new Error(
+      `herd10k needs ulimit -n of at least ${needed} (now ${openFilesLimit()}): raise it in the shell that runs the bench`,
+    );
   // Each round opens `count` connections to each of the two ports; closed ones wait in TIME_WAIT on the client's side.
-  if (localPorts() < count) throw new Error(`herd10k needs ${count} local ports; ip_local_port_range has ${localPorts()}`);
+  if (localPorts() < count)
+    throw new Error(`herd10k needs ${count} local ports; ip_local_port_range has ${localPorts()}`);
   const children: ChildHandle[] = [];
   try {
     const mock = await startMockProvider(LATENCY_MS);
@@ -134,7 +142,11 @@ export async function runHerd10k(options: { rounds: number; requests?: number; l
     const run = `${process.pid}-${Date.now()}`;
     const rounds: Herd10kRound[] = [];
     for (let round = 1; round <= options.rounds; round++) {
-      const bodyOf = (what: string) => JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `herd10k ${run} round ${round} ${what}` }] });
+      const bodyOf = (what: string) =>
+        JSON.stringify({
+          model: MODEL,
+          messages: [{ role: 'user', content: `herd10k ${run} round ${round} ${what}` }],
+        });
       const direct = await herd(mock.url, count, bodyOf('direct'));
       const before = await providerCalls(mock.url);
       const through = await herd(gateway.url, count, bodyOf('gateway'));
@@ -162,20 +174,39 @@ function checksOf(rounds: Herd10kRound[], count: number): TargetCheck[] {
     const g = r.gateway;
     check(run, 'count', 'connections that failed to open', '0', String(g.failedToOpen), g.failedToOpen === 0);
     check(run, 'count', 'connections reset', '0', String(g.resets), g.resets === 0);
-    check(run, 'count', 'answered identically', String(count), String(g.answered - g.differing), g.answered === count && g.differing === 0);
+    check(
+      run,
+      'count',
+      'answered identically',
+      String(count),
+      String(g.answered - g.differing),
+      g.answered === count && g.differing === 0,
+    );
     check(run, 'count', 'provider calls', '1', String(r.providerCalls), r.providerCalls === 1);
     const extra = g.slowestMs - r.direct.slowestMs;
     const actual = `${extra >= 0 ? '+' : ''}${extra.toFixed(0)} ms (${g.slowestMs.toFixed(0)} vs ${r.direct.slowestMs.toFixed(0)})`;
-    check(run, 'timing', 'slowest answer over direct', `<= +${HERD10K_EXTRA_LIMIT_MS} ms`, actual, extra <= HERD10K_EXTRA_LIMIT_MS);
+    check(
+      run,
+      'timing',
+      'slowest answer over direct',
+      `<= +${HERD10K_EXTRA_LIMIT_MS} ms`,
+      actual,
+      extra <= HERD10K_EXTRA_LIMIT_MS,
+    );
   }
   return checks;
 }
 
 export function herd10kTable(result: Herd10kResult): string {
-  const lines = ['| round | direct slowest | gateway slowest | not opened | reset | answered | provider calls |', '| --- | --- | --- | --- | --- | --- | --- |'];
+  const lines = [
+    '| round | direct slowest | gateway slowest | not opened | reset | answered | provider calls |',
+    '| --- | --- | --- | --- | --- | --- | --- |',
+  ];
   for (const r of result.rounds) {
     const g = r.gateway;
-    lines.push(`| ${r.round} | ${r.direct.slowestMs.toFixed(0)} ms | ${g.slowestMs.toFixed(0)} ms | ${g.failedToOpen} | ${g.resets} | ${g.answered - g.differing} | ${r.providerCalls} |`);
+    lines.push(
+      `| ${r.round} | ${r.direct.slowestMs.toFixed(0)} ms | ${g.slowestMs.toFixed(0)} ms | ${g.failedToOpen} | ${g.resets} | ${g.answered - g.differing} | ${r.providerCalls} |`,
+    );
   }
   return lines.join('\n');
 }

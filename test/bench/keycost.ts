@@ -25,7 +25,9 @@ const SIZES_KB = [1, 4, 16, 64, 256, 1024];
 
 /** A conversation of ~1 KB turns, alternating user and assistant, with varied text, as large as asked. */
 function conversation(kb: number): { body: Record<string, unknown>; messages: number } {
-  const messages: Array<{ role: string; content: string }> = [{ role: 'system', content: 'You are a careful assistant.' }];
+  const messages: Array<{ role: string; content: string }> = [
+    { role: 'system', content: 'You are a careful assistant.' },
+  ];
   const body = { model: 'mock-model', temperature: 0.2, max_tokens: 256, messages };
   const target = kb * 1024;
   let size = JSON.stringify(body).length;
@@ -89,7 +91,19 @@ export function keyCostTable(result: KeyCostResult): string {
   ]);
   return [
     '== keycost: dedupKey() of a conversation vs one hash pass over the same bytes',
-    table(['body', 'dedupKey us', 'dedupKey us/KB', 'with rawBody us/KB', 'sha256 us/KB', 'stringify+sha256 us/KB', 'vs sha256', 'vs stringify+sha256'], rows),
+    table(
+      [
+        'body',
+        'dedupKey us',
+        'dedupKey us/KB',
+        'with rawBody us/KB',
+        'sha256 us/KB',
+        'stringify+sha256 us/KB',
+        'vs sha256',
+        'vs stringify+sha256',
+      ],
+      rows,
+    ),
     '   dedupKey = canonical JSON (sorted keys) written into SHA-256; with rawBody = the bytes as sent hashed, the parsed body walked for depth;' +
       ' sha256 = the body bytes hashed once; stringify+sha256 = JSON.stringify then hash.',
   ].join('\n');

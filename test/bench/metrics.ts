@@ -97,7 +97,9 @@ export function computeMetrics(run: RunResult): RunMetrics {
       }),
       50,
     ),
-    makespanMs: requests.length ? Math.max(...requests.map((r) => r.end)) - Math.min(...requests.map((r) => r.start)) : undefined,
+    makespanMs: requests.length
+      ? Math.max(...requests.map((r) => r.end)) - Math.min(...requests.map((r) => r.start))
+      : undefined,
   };
 
   const failure = run.failure;
@@ -113,7 +115,9 @@ export function computeMetrics(run: RunResult): RunMetrics {
       metrics.breakerOpenedAfterMs = opened - failStart;
       if (firstFailingCall !== undefined) metrics.breakerOpenedAfterFirstFailingCallMs = opened - firstFailingCall;
     }
-    const after = requests.filter((r) => (r.outcome === 'ok' || r.outcome === 'joined' || r.outcome === 'cached') && r.end >= recovered);
+    const after = requests.filter(
+      (r) => (r.outcome === 'ok' || r.outcome === 'joined' || r.outcome === 'cached') && r.end >= recovered,
+    );
     if (after.length) {
       metrics.firstSuccessAfterRecoveryMs = Math.min(...after.map((r) => r.end));
       metrics.recoveryLagMs = metrics.firstSuccessAfterRecoveryMs - recovered;

@@ -16,12 +16,27 @@ const { values } = parseArgs({
   },
 });
 if (!values.upstream) throw new Error('--upstream URL is required');
-const pool = new Pool(values.upstream, { connections: Number(values.connections), pipelining: 1, keepAliveTimeout: 30_000 });
+const pool = new Pool(values.upstream, {
+  connections: Number(values.connections),
+  pipelining: 1,
+  keepAliveTimeout: 30_000,
+});
 
 // Node's own list of headers that belong to one connection, not to the message.
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'host', 'upgrade', 'proxy-connection', 'te', 'trailer']);
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'transfer-encoding',
+  'host',
+  'upgrade',
+  'proxy-connection',
+  'te',
+  'trailer',
+]);
 
-function forwardable(headers: IncomingHttpHeaders | Record<string, string | string[] | undefined>): Record<string, string | string[]> {
+function forwardable(
+  headers: IncomingHttpHeaders | Record<string, string | string[] | undefined>,
+): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
   for (const name in headers) {
     const value = headers[name];
@@ -53,7 +68,9 @@ const server = createServer((req, res) => {
 server.keepAliveTimeout = 30_000;
 server.listen(Number(values.port), '127.0.0.1', () => {
   const address = server.address();
-  console.log(`minimal-proxy listening on http://127.0.0.1:${typeof address === 'object' && address ? address.port : values.port}`);
+  console.log(
+    `minimal-proxy listening on http://127.0.0.1:${typeof address === 'object' && address ? address.port : values.port}`,
+  );
 });
 const stop = () => {
   server.close();

@@ -76,7 +76,9 @@ export async function startNginx(binary: string, upstream: string, connections =
   const port = await freePort();
   const file = join(dir, 'nginx.conf');
   await writeFile(file, config(dir, port, new URL(upstream), connections));
-  const child = spawn(binary, ['-p', dir, '-c', file, '-e', join(dir, 'error.log')], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(binary, ['-p', dir, '-c', file, '-e', join(dir, 'error.log')], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   started.add(child);
   if (!exitHandler) {
     exitHandler = true;
@@ -108,7 +110,15 @@ export async function startNginx(binary: string, upstream: string, connections =
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   const pid = child.pid ?? 0;
-  return { name: 'nginx', pid, url: `http://127.0.0.1:${port}`, output: () => output, lastLine: () => undefined, cpuMs: () => processCpuMs(pid), stop };
+  return {
+    name: 'nginx',
+    pid,
+    url: `http://127.0.0.1:${port}`,
+    output: () => output,
+    lastLine: () => undefined,
+    cpuMs: () => processCpuMs(pid),
+    stop,
+  };
 }
 
 function listening(port: number): Promise<boolean> {

@@ -8,7 +8,15 @@ import { Pool, request } from 'undici';
 import { percentile } from './metrics.js';
 import { nginxBinary, startNginx } from './nginx.js';
 import { perfByOwner, profileByOwner, profileTable, type ProfileSummary } from './profile.js';
-import { ENTRY, repoRoot, runNodeScript, startGateway, startMinimalProxy, startMockProvider, type ChildHandle } from './processes.js';
+import {
+  ENTRY,
+  repoRoot,
+  runNodeScript,
+  startGateway,
+  startMinimalProxy,
+  startMockProvider,
+  type ChildHandle,
+} from './processes.js';
 import { table } from './report.js';
 import { startBurners, type Burners } from './burners.js';
 import { BENCH_API_KEY, BENCH_MODEL } from './sdk-client.js';
@@ -37,7 +45,15 @@ export interface OverheadOptions {
 }
 
 type Side = 'floor' | 'gateway';
-type BodyKind = 'small-distinct' | 'small-same' | 'big-distinct' | 'big-same' | 'stream-distinct' | 'kb10-distinct' | 'kb100-distinct' | 'kb1000-distinct';
+type BodyKind =
+  | 'small-distinct'
+  | 'small-same'
+  | 'big-distinct'
+  | 'big-same'
+  | 'stream-distinct'
+  | 'kb10-distinct'
+  | 'kb100-distinct'
+  | 'kb1000-distinct';
 
 interface LoadRow {
   id: string;
@@ -67,7 +83,8 @@ const VARIANT_FLAGS = {
 } satisfies Record<string, (traces: string) => string[]>;
 type Variant = keyof typeof VARIANT_FLAGS;
 
-const gatewayOf = (row: LoadRow) => `${row.variant ? `${row.platform}-${row.variant}` : row.platform}${row.provider ? `-${row.provider}` : ''}`;
+const gatewayOf = (row: LoadRow) =>
+  `${row.variant ? `${row.platform}-${row.variant}` : row.platform}${row.provider ? `-${row.provider}` : ''}`;
 /** The process a row's gateway is measured against: the floor proxy (of the row's provider), or nginx. */
 const baselineOf = (row: LoadRow) => `${row.against ?? 'floor'}${row.provider ? `-${row.provider}` : ''}`;
 /** The flags a row's gateway runs with beyond its platform. */
@@ -86,35 +103,156 @@ async function startTraceSink(): Promise<{ url: string; spans: () => number; clo
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;
-  return { url: `http://127.0.0.1:${port}`, spans: () => exports, close: () => new Promise((resolve) => server.close(() => resolve())) };
+  return {
+    url: `http://127.0.0.1:${port}`,
+    spans: () => exports,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
 }
 
 /** The spaced-stream row's provider: 8 events (about 1.9 KB) a write, every 2 ms: a stream of 2000 events takes about half a second. */
 const SPACED_INTERVAL_MS = 2;
 const SPACED_EVENTS_PER_WRITE = 8;
-const SPACED_STREAM_FLAGS = ['--fixed-answers', '2000', '--event-interval-ms', String(SPACED_INTERVAL_MS), '--events-per-write', String(SPACED_EVENTS_PER_WRITE)];
+const SPACED_STREAM_FLAGS = [
+  '--fixed-answers',
+  '2000',
+  '--event-interval-ms',
+  String(SPACED_INTERVAL_MS),
+  '--events-per-write',
+  String(SPACED_EVENTS_PER_WRITE),
+];
 
 /** The rows of the table the gateway is held to, each measured against the floor proxy in the same round. */
 export const ROWS: readonly LoadRow[] = [
-  { id: 'small32', label: 'small distinct, 32 conns', platform: 'fastify', connections: 32, body: 'small-distinct', limit: 2 },
-  { id: 'quiet32', label: 'small distinct, 32 conns, metrics and logs off', platform: 'fastify', connections: 32, body: 'small-distinct', limit: 2, variant: 'quiet' },
-  { id: 'traced32', label: 'small distinct, 32 conns, traces exported (--otlp-endpoint)', platform: 'fastify', connections: 32, body: 'small-distinct', limit: 2, variant: 'traced' },
+  {
+    id: 'small32',
+    label: 'small distinct, 32 conns',
+    platform: 'fastify',
+    connections: 32,
+    body: 'small-distinct',
+    limit: 2,
+  },
+  {
+    id: 'quiet32',
+    label: 'small distinct, 32 conns, metrics and logs off',
+    platform: 'fastify',
+    connections: 32,
+    body: 'small-distinct',
+    limit: 2,
+    variant: 'quiet',
+  },
+  {
+    id: 'traced32',
+    label: 'small distinct, 32 conns, traces exported (--otlp-endpoint)',
+    platform: 'fastify',
+    connections: 32,
+    body: 'small-distinct',
+    limit: 2,
+    variant: 'traced',
+  },
   // What keeping every distinct answer for the next 10,000 requests costs: the same load, nothing kept.
-  { id: 'nowindow32', label: 'small distinct, 32 conns, answers not kept (--no-window-for-sampled)', platform: 'fastify', connections: 32, body: 'small-distinct', limit: 2, variant: 'windowless' },
-  { id: 'small200', label: 'small distinct, 200 conns', platform: 'fastify', connections: 200, body: 'small-distinct', limit: 2 },
+  {
+    id: 'nowindow32',
+    label: 'small distinct, 32 conns, answers not kept (--no-window-for-sampled)',
+    platform: 'fastify',
+    connections: 32,
+    body: 'small-distinct',
+    limit: 2,
+    variant: 'windowless',
+  },
+  {
+    id: 'small200',
+    label: 'small distinct, 200 conns',
+    platform: 'fastify',
+    connections: 200,
+    body: 'small-distinct',
+    limit: 2,
+  },
   // A hit answers from memory: it should cost less than proxying does.
-  { id: 'hits', label: 'window hits (identical small requests)', platform: 'fastify', connections: 32, body: 'small-same', limit: 0.7 },
-  { id: 'kb10', label: 'body of 10 KB, distinct', platform: 'fastify', connections: 16, body: 'kb10-distinct', limit: 2 },
-  { id: 'kb100', label: 'body of 100 KB, distinct', platform: 'fastify', connections: 8, body: 'kb100-distinct', limit: 1.7 },
-  { id: 'kb1000', label: 'body of 1 MB, distinct', platform: 'fastify', connections: 4, body: 'kb1000-distinct', limit: 1.5 },
-  { id: 'big', label: '200 KB conversation, distinct', platform: 'fastify', connections: 8, body: 'big-distinct', limit: 2 },
-  { id: 'bighit', label: '200 KB conversation, window hit', platform: 'fastify', connections: 8, body: 'big-same', limit: 0.7 },
-  { id: 'stream', label: 'streams of 2000 events, distinct', platform: 'fastify', connections: 8, body: 'stream-distinct', limit: 1.5 },
-  { id: 'express', label: '--platform express, small distinct', platform: 'express', connections: 32, body: 'small-distinct', limit: 2.5 },
+  {
+    id: 'hits',
+    label: 'window hits (identical small requests)',
+    platform: 'fastify',
+    connections: 32,
+    body: 'small-same',
+    limit: 0.7,
+  },
+  {
+    id: 'kb10',
+    label: 'body of 10 KB, distinct',
+    platform: 'fastify',
+    connections: 16,
+    body: 'kb10-distinct',
+    limit: 2,
+  },
+  {
+    id: 'kb100',
+    label: 'body of 100 KB, distinct',
+    platform: 'fastify',
+    connections: 8,
+    body: 'kb100-distinct',
+    limit: 1.7,
+  },
+  {
+    id: 'kb1000',
+    label: 'body of 1 MB, distinct',
+    platform: 'fastify',
+    connections: 4,
+    body: 'kb1000-distinct',
+    limit: 1.5,
+  },
+  {
+    id: 'big',
+    label: '200 KB conversation, distinct',
+    platform: 'fastify',
+    connections: 8,
+    body: 'big-distinct',
+    limit: 2,
+  },
+  {
+    id: 'bighit',
+    label: '200 KB conversation, window hit',
+    platform: 'fastify',
+    connections: 8,
+    body: 'big-same',
+    limit: 0.7,
+  },
+  {
+    id: 'stream',
+    label: 'streams of 2000 events, distinct',
+    platform: 'fastify',
+    connections: 8,
+    body: 'stream-distinct',
+    limit: 1.5,
+  },
+  {
+    id: 'express',
+    label: '--platform express, small distinct',
+    platform: 'express',
+    connections: 32,
+    body: 'small-distinct',
+    limit: 2.5,
+  },
   // Streams as a generating provider sends them: a few events per write, spaced in time (not one write of 465 KB).
-  { id: 'spaced', label: `streams of 2000 events, ${SPACED_EVENTS_PER_WRITE} a write every ${SPACED_INTERVAL_MS} ms, distinct`, platform: 'fastify', connections: 32, body: 'stream-distinct', limit: 1.3, provider: 'spaced' },
+  {
+    id: 'spaced',
+    label: `streams of 2000 events, ${SPACED_EVENTS_PER_WRITE} a write every ${SPACED_INTERVAL_MS} ms, distinct`,
+    platform: 'fastify',
+    connections: 32,
+    body: 'stream-distinct',
+    limit: 1.3,
+    provider: 'spaced',
+  },
   // The same hits against nginx's proxy_cache doing the same job (its key the URI and the body): the ratio is gateway / nginx.
-  { id: 'nginxhits', label: 'window hits vs nginx proxy_cache hits (ratio: gateway / nginx)', platform: 'fastify', connections: 32, body: 'small-same', limit: 1.5, against: 'nginx' },
+  {
+    id: 'nginxhits',
+    label: 'window hits vs nginx proxy_cache hits (ratio: gateway / nginx)',
+    platform: 'fastify',
+    connections: 32,
+    body: 'small-same',
+    limit: 1.5,
+    against: 'nginx',
+  },
 ];
 
 const HERD_LATENCY_MS = 300;
@@ -231,24 +369,35 @@ const HEADERS = { 'content-type': 'application/json', authorization: `Bearer ${B
 
 /** A conversation of ~200 KB in 523 turns, as JSON split around a marker where a counter makes each body distinct. */
 function bigConversation(): [string, string] {
-  const messages: Array<{ role: string; content: string }> = [{ role: 'system', content: 'You are a careful assistant. #MARK#' }];
+  const messages: Array<{ role: string; content: string }> = [
+    { role: 'system', content: 'You are a careful assistant. #MARK#' },
+  ];
   for (let i = 0; messages.length < 523; i++) {
     const words: string[] = [];
     for (let w = 0; words.join(' ').length < 340; w++) words.push(`word${(i * 7919 + w * 104729) % 100_000}`);
     messages.push({ role: i % 2 === 0 ? 'user' : 'assistant', content: `Turn ${i}: ${words.join(' ')}` });
   }
-  const [head, tail] = JSON.stringify({ model: BENCH_MODEL, temperature: 0.2, max_tokens: 64, messages }).split('#MARK#');
+  const [head, tail] = JSON.stringify({ model: BENCH_MODEL, temperature: 0.2, max_tokens: 64, messages }).split(
+    '#MARK#',
+  );
   return [head, tail];
 }
 
 function streamPrompt(): [string, string] {
   const words = Array.from({ length: 2000 }, (_, i) => `w${i}`).join(' ');
-  const [head, tail] = JSON.stringify({ model: BENCH_MODEL, stream: true, messages: [{ role: 'user', content: `#MARK# ${words}` }] }).split('#MARK#');
+  const [head, tail] = JSON.stringify({
+    model: BENCH_MODEL,
+    stream: true,
+    messages: [{ role: 'user', content: `#MARK# ${words}` }],
+  }).split('#MARK#');
   return [head, tail];
 }
 
 function smallPrompt(): [string, string] {
-  const [head, tail] = JSON.stringify({ model: BENCH_MODEL, messages: [{ role: 'user', content: 'Overhead prompt #MARK#: reply briefly.' }] }).split('#MARK#');
+  const [head, tail] = JSON.stringify({
+    model: BENCH_MODEL,
+    messages: [{ role: 'user', content: 'Overhead prompt #MARK#: reply briefly.' }],
+  }).split('#MARK#');
   return [head, tail];
 }
 
@@ -263,7 +412,11 @@ function sizedPrompt(kb: number): [string, string] {
     words.push(word);
     length += word.length + 1;
   }
-  const [head, tail] = JSON.stringify({ model: BENCH_MODEL, max_tokens: 64, messages: [{ role: 'user', content: `#MARK# ${words.join(' ')}` }] }).split('#MARK#');
+  const [head, tail] = JSON.stringify({
+    model: BENCH_MODEL,
+    max_tokens: 64,
+    messages: [{ role: 'user', content: `#MARK# ${words.join(' ')}` }],
+  }).split('#MARK#');
   return [head, tail];
 }
 
@@ -332,10 +485,15 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     const baselines = await startBaselines(rows, mock, floor, nginx, start);
     const upstreamOf = (row: LoadRow) => (row.provider ? baselines.providers[row.provider]!.url : mock.url);
     for (const row of rows) {
-      gateways[gatewayOf(row)] ??= await start(startGateway(upstreamOf(row), ['--platform', row.platform, ...flagsOf(row, traces.url)]));
+      gateways[gatewayOf(row)] ??= await start(
+        startGateway(upstreamOf(row), ['--platform', row.platform, ...flagsOf(row, traces.url)]),
+      );
       if (row.variant === 'traced') log(`    traces of ${row.id} go to ${traces.url}`);
     }
-    const servers = [...Object.entries(baselines.servers).map(([p, g]) => `${p} ${g.url}`), ...Object.entries(gateways).map(([p, g]) => `gateway ${p} ${g.url}`)];
+    const servers = [
+      ...Object.entries(baselines.servers).map(([p, g]) => `${p} ${g.url}`),
+      ...Object.entries(gateways).map(([p, g]) => `gateway ${p} ${g.url}`),
+    ];
     log(`  overhead: provider ${mock.url}, ${servers.join(', ')}`);
 
     const specs = new Map(rows.map((row) => [row.id, requestSpec(row.body)]));
@@ -403,12 +561,17 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
         log(
           `    round ${round} herd of ${shot.requests}: slowest ${shot.gatewaySlowestMs.toFixed(0)} ms (direct ${shot.directSlowestMs.toFixed(0)} ms), ` +
             `${shot.gatewayCpuMsPerAnswer.toFixed(3)} CPU ms per answer (+${shot.backgroundCpuMsPerAnswer.toFixed(3)} background taken off; floor ${shot.floorCpuMsPerRequest.toFixed(3)} per proxied request), /health max ${shot.healthMaxMs.toFixed(1)} ms, ${shot.upstreamCalls} upstream call(s)${shot.failed ? `, ${shot.failed} failed (${shot.gatewayFailed} through the gateway)` : ''}` +
-            (shot.nginxCpuMsPerAnswer === undefined ? '' : `; nginx ${shot.nginxCpuMsPerAnswer.toFixed(3)} CPU ms per answer, ${shot.nginxUpstreamCalls} upstream call(s)${shot.nginxFailed ? `, ${shot.nginxFailed} failed` : ''}`),
+            (shot.nginxCpuMsPerAnswer === undefined
+              ? ''
+              : `; nginx ${shot.nginxCpuMsPerAnswer.toFixed(3)} CPU ms per answer, ${shot.nginxUpstreamCalls} upstream call(s)${shot.nginxFailed ? `, ${shot.nginxFailed} failed` : ''}`),
         );
       }
     }
 
-    const summaries = rows.map((row) => ({ ...summarise(row, stretches), providerRequestsPerSec: providerAlone.get(row.id) ?? Number.NaN }));
+    const summaries = rows.map((row) => ({
+      ...summarise(row, stretches),
+      providerRequestsPerSec: providerAlone.get(row.id) ?? Number.NaN,
+    }));
     const herd = shots.length
       ? {
           requests: options.herd,
@@ -429,12 +592,34 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       const named = ROWS.map((r) => r.id).filter((id) => options.only.includes(id));
       for (const id of named.length ? named : ['small32', 'big']) {
         const row = ROWS.find((r) => r.id === id)!;
-        profiles.push(await profileRow(row, row.provider ? baselines.providers[row.provider]!.url : mock.url, traces.url, options, log));
+        profiles.push(
+          await profileRow(
+            row,
+            row.provider ? baselines.providers[row.provider]!.url : mock.url,
+            traces.url,
+            options,
+            log,
+          ),
+        );
       }
     }
     const limits = withLimits ? await runLimits(options, start, log) : undefined;
     const checks = [...checksOf(summaries, herd), ...nginxHerdChecks(herd)];
-    return { options: { durationSec: options.durationSec, rounds: options.rounds, herd: options.herd, burners: options.burners ?? 0, warmUpSec: options.warmUpSec ?? WARM_UP_SEC }, stretches, rows: summaries, herd, profiles, limits, checks };
+    return {
+      options: {
+        durationSec: options.durationSec,
+        rounds: options.rounds,
+        herd: options.herd,
+        burners: options.burners ?? 0,
+        warmUpSec: options.warmUpSec ?? WARM_UP_SEC,
+      },
+      stretches,
+      rows: summaries,
+      herd,
+      profiles,
+      limits,
+      checks,
+    };
   } finally {
     burners?.stop();
     await Promise.all(children.reverse().map((child) => child.stop()));
@@ -445,7 +630,9 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
 /** How the table says the machine was loaded: nothing, or the busy processes `--loaded` ran beside it. */
 const loadedNote = (result: OverheadResult) =>
   (result.options.burners ? `; LOADED: ${result.options.burners} busy processes beside every row (--loaded)` : '') +
-  (result.options.warmUpSec !== undefined && result.options.warmUpSec !== WARM_UP_SEC ? `; ${result.options.warmUpSec} s of load before each stretch` : '');
+  (result.options.warmUpSec !== undefined && result.options.warmUpSec !== WARM_UP_SEC
+    ? `; ${result.options.warmUpSec} s of load before each stretch`
+    : '');
 
 export interface LimitRun {
   label: string;
@@ -490,7 +677,9 @@ async function runLimits(
       if (!best || run.requestsPerSec > best.requestsPerSec) best = run;
     }
     runs.push(best!);
-    log(`    limits ${label}: ${Math.round(best!.requestsPerSec)} req/s, p50 ${best!.latencyP50} ms, p99 ${best!.latencyP99} ms`);
+    log(
+      `    limits ${label}: ${Math.round(best!.requestsPerSec)} req/s, p50 ${best!.latencyP50} ms, p99 ${best!.latencyP99} ms`,
+    );
   }
   return runs;
 }
@@ -560,7 +749,11 @@ interface HerdSetup {
  * waits meanwhile (a herd must not freeze the event loop).
  */
 async function herdShot(setup: HerdSetup, count: number, round: number): Promise<HerdShot> {
-  const bodyOf = (what: string) => JSON.stringify({ model: BENCH_MODEL, messages: [{ role: 'user', content: `Herd ${run} round ${round}${what}: one answer for all.` }] });
+  const bodyOf = (what: string) =>
+    JSON.stringify({
+      model: BENCH_MODEL,
+      messages: [{ role: 'user', content: `Herd ${run} round ${round}${what}: one answer for all.` }],
+    });
   const body = bodyOf('');
   const fire = async (url: string, measured?: ChildHandle, beforeHerd?: () => Promise<number>) => {
     const pool = new Pool(url, { connections: count, pipelining: 1 });
@@ -568,7 +761,9 @@ async function herdShot(setup: HerdSetup, count: number, round: number): Promise
     // is retried a whole second later, which would be measured instead of the herd.
     await Promise.all(
       Array.from({ length: count }, async () => {
-        const res = await pool.request({ path: '/health', method: 'GET', headersTimeout: 30_000, bodyTimeout: 30_000 }).catch(() => undefined);
+        const res = await pool
+          .request({ path: '/health', method: 'GET', headersTimeout: 30_000, bodyTimeout: 30_000 })
+          .catch(() => undefined);
         await res?.body.arrayBuffer();
       }),
     );
@@ -577,7 +772,14 @@ async function herdShot(setup: HerdSetup, count: number, round: number): Promise
       Promise.all(
         Array.from({ length: count }, async () => {
           try {
-            const res = await pool.request({ path: '/v1/chat/completions', method: 'POST', headers: HEADERS, body: bytes, headersTimeout: 30_000, bodyTimeout: 30_000 });
+            const res = await pool.request({
+              path: '/v1/chat/completions',
+              method: 'POST',
+              headers: HEADERS,
+              body: bytes,
+              headersTimeout: 30_000,
+              bodyTimeout: 30_000,
+            });
             await res.body.arrayBuffer();
             if (res.statusCode !== 200) failed++;
           } catch {
@@ -591,7 +793,8 @@ async function herdShot(setup: HerdSetup, count: number, round: number): Promise
     // answers its next seconds of load at up to several times its cost once busy, whatever it runs (the floor too).
     if (measured) {
       const until = performance.now() + WARM_UP_SEC * 1000;
-      for (let shot = 0; shot === 0 || performance.now() < until; shot++) await herd(bodyOf(` warm-up ${shot}`), performance.now());
+      for (let shot = 0; shot === 0 || performance.now() < until; shot++)
+        await herd(bodyOf(` warm-up ${shot}`), performance.now());
       failed = 0;
     }
     const background = (await beforeHerd?.()) ?? 0;
@@ -608,7 +811,13 @@ async function herdShot(setup: HerdSetup, count: number, round: number): Promise
   const floor = await fire(setup.floor.url, setup.floor);
   // Its upstream calls counted from the end of its warm-up herds (each of those makes its own call).
   let nginxCallsBefore = 0;
-  const nginx = setup.nginx ? await fire(setup.nginx.url, setup.nginx, async () => ((nginxCallsBefore = await upstreamCalls(setup.mock.url)), 0)) : undefined;
+  const nginx = setup.nginx
+    ? await fire(
+        setup.nginx.url,
+        setup.nginx,
+        async () => ((nginxCallsBefore = await upstreamCalls(setup.mock.url)), 0),
+      )
+    : undefined;
   const nginxCalls = setup.nginx ? (await upstreamCalls(setup.mock.url)) - nginxCallsBefore : undefined;
   let callsBefore = 0;
   // The probe runs from its own process, starts a moment before the herd and outlasts it.
@@ -618,7 +827,11 @@ async function herdShot(setup: HerdSetup, count: number, round: number): Promise
   // own answers).
   const startProbe = async () => {
     callsBefore = await upstreamCalls(setup.mock.url);
-    probe = runNodeScript(ENTRY.healthProbe, ['--url', setup.gateway.url, '--every', '10', '--for', String(HERD_LATENCY_MS * 3 + 4_000)], { timeoutMs: 60_000 });
+    probe = runNodeScript(
+      ENTRY.healthProbe,
+      ['--url', setup.gateway.url, '--every', '10', '--for', String(HERD_LATENCY_MS * 3 + 4_000)],
+      { timeoutMs: 60_000 },
+    );
     await new Promise((resolve) => setTimeout(resolve, 500));
     const from = setup.gateway.cpuMs();
     const t = performance.now();
@@ -639,7 +852,9 @@ async function herdShot(setup: HerdSetup, count: number, round: number): Promise
     backgroundCpuMsPerAnswer: gateway.backgroundMs / count,
     healthMaxMs,
     upstreamCalls: (await upstreamCalls(setup.mock.url)) - callsBefore,
-    ...(nginx ? { nginxCpuMsPerAnswer: nginx.cpuMs / count, nginxFailed: nginx.failed, nginxUpstreamCalls: nginxCalls } : {}),
+    ...(nginx
+      ? { nginxCpuMsPerAnswer: nginx.cpuMs / count, nginxFailed: nginx.failed, nginxUpstreamCalls: nginxCalls }
+      : {}),
   };
 }
 
@@ -736,28 +951,68 @@ async function upstreamCalls(mockUrl: string): Promise<number> {
 }
 
 /** A gateway loaded like the row for twice the stretch, profiled with --cpu-prof or (`perfProfile`) perf. */
-function profileRow(row: LoadRow, upstream: string, traces: string, options: OverheadOptions, log: (line: string) => void): Promise<ProfileSummary> {
-  return options.perfProfile ? perfProfileRow(row, upstream, traces, options, log) : cpuProfileRow(row, upstream, traces, options, log);
+function profileRow(
+  row: LoadRow,
+  upstream: string,
+  traces: string,
+  options: OverheadOptions,
+  log: (line: string) => void,
+): Promise<ProfileSummary> {
+  return options.perfProfile
+    ? perfProfileRow(row, upstream, traces, options, log)
+    : cpuProfileRow(row, upstream, traces, options, log);
 }
 
 /**
  * The row's load on a gateway started with `--perf-basic-prof` (so that perf can name its JavaScript), recorded by
  * `perf record -e cpu-clock -g` over the measured stretch only: CPU time of every thread, the kernel's included.
  */
-async function perfProfileRow(row: LoadRow, upstream: string, traces: string, options: OverheadOptions, log: (line: string) => void): Promise<ProfileSummary> {
+async function perfProfileRow(
+  row: LoadRow,
+  upstream: string,
+  traces: string,
+  options: OverheadOptions,
+  log: (line: string) => void,
+): Promise<ProfileSummary> {
   const data = join(options.out, `perf-${row.id}-${Date.now()}.data`);
   await mkdir(options.out, { recursive: true });
-  const gateway = await startGateway(upstream, ['--platform', row.platform, ...flagsOf(row, traces)], ['--perf-basic-prof']);
+  const gateway = await startGateway(
+    upstream,
+    ['--platform', row.platform, ...flagsOf(row, traces)],
+    ['--perf-basic-prof'],
+  );
   const spec = requestSpec(row.body);
   let requests: number;
   try {
     try {
       // perf sees the optimising compiler's thread too: a new process compiles for its first ten seconds or so of
       // load, and again after the connections of its first loads close; three stretches of load let it settle.
-      for (let stretch = 0; stretch < PERF_WARM_UP_STRETCHES; stretch++) await blast(gateway.url, row, Math.max(3, options.durationSec), spec);
+      for (let stretch = 0; stretch < PERF_WARM_UP_STRETCHES; stretch++)
+        await blast(gateway.url, row, Math.max(3, options.durationSec), spec);
       const seconds = options.durationSec * 2;
-      const recording = spawn('perf', ['record', '-q', '-e', 'cpu-clock', '-F', String(PERF_HZ), '-g', '-o', data, '-p', String(gateway.pid), '--', 'sleep', String(seconds)], { stdio: 'ignore' });
-      const recorded = new Promise<number | null>((resolve, reject) => recording.once('error', reject).once('close', resolve));
+      const recording = spawn(
+        'perf',
+        [
+          'record',
+          '-q',
+          '-e',
+          'cpu-clock',
+          '-F',
+          String(PERF_HZ),
+          '-g',
+          '-o',
+          data,
+          '-p',
+          String(gateway.pid),
+          '--',
+          'sleep',
+          String(seconds),
+        ],
+        { stdio: 'ignore' },
+      );
+      const recorded = new Promise<number | null>((resolve, reject) =>
+        recording.once('error', reject).once('close', resolve),
+      );
       requests = (await blast(gateway.url, row, seconds, spec))['2xx'];
       const status = await recorded;
       if (status !== 0) throw new Error(`perf record exited with ${status}`);
@@ -778,10 +1033,20 @@ async function perfProfileRow(row: LoadRow, upstream: string, traces: string, op
 }
 
 /** A gateway started with --cpu-prof, loaded like the row for twice the stretch; samples outside the load are left out. */
-async function cpuProfileRow(row: LoadRow, upstream: string, traces: string, options: OverheadOptions, log: (line: string) => void): Promise<ProfileSummary> {
+async function cpuProfileRow(
+  row: LoadRow,
+  upstream: string,
+  traces: string,
+  options: OverheadOptions,
+  log: (line: string) => void,
+): Promise<ProfileSummary> {
   const dir = join(options.out, `profile-${row.id}-${Date.now()}`);
   await mkdir(dir, { recursive: true });
-  const gateway = await startGateway(upstream, ['--platform', row.platform, ...flagsOf(row, traces)], ['--cpu-prof', '--cpu-prof-dir', dir]);
+  const gateway = await startGateway(
+    upstream,
+    ['--platform', row.platform, ...flagsOf(row, traces)],
+    ['--cpu-prof', '--cpu-prof-dir', dir],
+  );
   const spec = requestSpec(row.body);
   let requests: number;
   let from: bigint;
@@ -797,7 +1062,12 @@ async function cpuProfileRow(row: LoadRow, upstream: string, traces: string, opt
   }
   const file = (await readdir(dir)).find((name) => name.endsWith('.cpuprofile'));
   if (!file) throw new Error(`no CPU profile written in ${dir}`);
-  const summary = profileByOwner(JSON.parse(await readFile(join(dir, file), 'utf8')), { from: Number(from), to: Number(to), requests, row: row.label });
+  const summary = profileByOwner(JSON.parse(await readFile(join(dir, file), 'utf8')), {
+    from: Number(from),
+    to: Number(to),
+    requests,
+    row: row.label,
+  });
   await writeFile(join(options.out, `profile-${row.id}.json`), JSON.stringify(summary, null, 1));
   await rm(dir, { recursive: true, force: true });
   log(`    profile ${row.id}: ${requests} requests, ${summary.sampledMs.toFixed(0)} ms sampled`);
@@ -864,7 +1134,17 @@ function herdExtraLimitMs(requests: number): number {
 /** The overhead table as Markdown, optionally with the median ratios of an earlier run (`before`) beside it. */
 export function overheadMarkdown(result: OverheadResult, before?: OverheadResult): string {
   const beforeRow = (id: string) => before?.rows.find((r) => r.id === id);
-  const header = ['work', ...(before ? ['before'] : []), 'gateway / floor CPU per request: median (min)', 'CPU ms/req gateway (floor)', 'req/s gateway (floor) [provider alone]', 'p50 / p99 ms gateway (floor)', 'target', '', 'disturbed rounds'];
+  const header = [
+    'work',
+    ...(before ? ['before'] : []),
+    'gateway / floor CPU per request: median (min)',
+    'CPU ms/req gateway (floor)',
+    'req/s gateway (floor) [provider alone]',
+    'p50 / p99 ms gateway (floor)',
+    'target',
+    '',
+    'disturbed rounds',
+  ];
   const lines = [`| ${header.join(' | ')} |`, `|${header.map(() => '---').join('|')}|`];
   for (const row of result.rows) {
     const b = beforeRow(row.id);
@@ -910,7 +1190,24 @@ export function overheadTable(result: OverheadResult): string {
   const { durationSec, rounds } = result.options;
   const out = [
     `== overhead: ${rounds} interleaved rounds, ${durationSec} s per stretch; floor = node:http + undici Pool piping bytes (test/bench/minimal-proxy.ts)${loadedNote(result)}`,
-    table(['row', 'ratio med', 'min', 'target', 'gw CPU ms', 'floor CPU ms', 'gw req/s', 'floor req/s', 'provider alone req/s', 'gw p50/p99', 'floor p50/p99', 'failed', 'disturbed'], rows),
+    table(
+      [
+        'row',
+        'ratio med',
+        'min',
+        'target',
+        'gw CPU ms',
+        'floor CPU ms',
+        'gw req/s',
+        'floor req/s',
+        'provider alone req/s',
+        'gw p50/p99',
+        'floor p50/p99',
+        'failed',
+        'disturbed',
+      ],
+      rows,
+    ),
     '   ratio: gateway CPU per request / floor CPU per request in the same round; a round is disturbed when the floor strays > 25% from its median.',
   ];
   if (result.herd) {
@@ -919,7 +1216,10 @@ export function overheadTable(result: OverheadResult): string {
       `   herd of ${h.requests}: slowest ${signed(h.extraMsMedian)} ms vs direct (min ${signed(h.extraMsMin)}), ${ms(h.cpuMsPerAnswerMedian)} CPU ms per answer ` +
         `(floor ${ms(h.floorCpuMsPerRequest)} per proxied request), /health max ${h.healthMaxMs.toFixed(1)} ms during the herd`,
     );
-    if (h.vsNginxMedian !== undefined) out.push(`   herd vs nginx (proxy_cache_lock): ${h.vsNginxMedian.toFixed(2)}x nginx's CPU per answer (nginx ${ms(h.nginxCpuMsPerAnswerMedian!)} ms)`);
+    if (h.vsNginxMedian !== undefined)
+      out.push(
+        `   herd vs nginx (proxy_cache_lock): ${h.vsNginxMedian.toFixed(2)}x nginx's CPU per answer (nginx ${ms(h.nginxCpuMsPerAnswerMedian!)} ms)`,
+      );
   }
   if (result.limits) out.push('', limitsMarkdown(result.limits));
   for (const profile of result.profiles) out.push('', profileTable(profile));
@@ -930,7 +1230,11 @@ const START = '<!-- overhead-table:start -->';
 const END = '<!-- overhead-table:end -->';
 
 /** Writes the table (and the profile summaries) into docs/benchmarks.md between its markers. */
-export async function writeOverheadDocs(result: OverheadResult, before: OverheadResult | undefined, command: string): Promise<string> {
+export async function writeOverheadDocs(
+  result: OverheadResult,
+  before: OverheadResult | undefined,
+  command: string,
+): Promise<string> {
   const file = join(repoRoot(), 'docs', 'benchmarks.md');
   const text = await readFile(file, 'utf8');
   const from = text.indexOf(START);

@@ -142,7 +142,7 @@ export class ChildOutput {
   private readonly reports = new Map<string, string>();
 
   add(text: string): void {
-    for (let start = 0; start < text.length; ) {
+    for (let start = 0; start < text.length;) {
       let end = text.indexOf('\n', start);
       if (end < 0) end = text.length;
       // A report: a word of under 24 characters and a space, at the start of the line.
@@ -209,7 +209,10 @@ export function startNodeChild(
       clearTimeout(timer);
       void stopChild(child).finally(() => reject(new Error(`${name}: ${message}\n${kept.output()}`)));
     };
-    const timer = setTimeout(() => fail(`not ready within ${options.timeoutMs ?? 20_000} ms`), options.timeoutMs ?? 20_000);
+    const timer = setTimeout(
+      () => fail(`not ready within ${options.timeoutMs ?? 20_000} ms`),
+      options.timeoutMs ?? 20_000,
+    );
     child.stderr?.setEncoding('utf8').on('data', (text: string) => kept.add(text));
     child.stdout?.setEncoding('utf8').on('data', (text: string) => {
       kept.add(text);
@@ -268,13 +271,29 @@ export function startMockProvider(latencyMs: number, flags: readonly string[] = 
   return startNodeChild(
     'mock-provider',
     ENTRY.mockProvider,
-    ['--port', '0', '--host', '127.0.0.1', '--latency', String(Math.round(latencyMs)), '--jitter', '0', '--mode', 'ok', ...flags],
+    [
+      '--port',
+      '0',
+      '--host',
+      '127.0.0.1',
+      '--latency',
+      String(Math.round(latencyMs)),
+      '--jitter',
+      '0',
+      '--mode',
+      'ok',
+      ...flags,
+    ],
     /mock-provider listening on (http:\/\/\S+)/,
   );
 }
 
 /** Starts the gateway in front of `upstream` on a free port; retries with another port if that one was taken meanwhile. */
-export async function startGateway(upstream: string, flags: readonly string[], nodeArgs: string[] = []): Promise<ChildHandle> {
+export async function startGateway(
+  upstream: string,
+  flags: readonly string[],
+  nodeArgs: string[] = [],
+): Promise<ChildHandle> {
   // As `npm start` runs it (see runtime-flags.ts).
   nodeArgs = [...GATEWAY_NODE_FLAGS, ...nodeArgs];
   let lastError: unknown;
@@ -310,7 +329,11 @@ export function startMinimalProxy(upstream: string, connections = 256): Promise<
  * Runs `node [nodeArgs] <script> <args>` to completion and resolves with its stdout. The child is killed
  * (by its pid) if it runs longer than `timeoutMs`; a non-zero exit rejects with its last output.
  */
-export function runNodeScript(script: string, args: string[], options: { nodeArgs?: string[]; timeoutMs: number }): Promise<string> {
+export function runNodeScript(
+  script: string,
+  args: string[],
+  options: { nodeArgs?: string[]; timeoutMs: number },
+): Promise<string> {
   const child = spawnNode(script, args, options.nodeArgs);
   let stdout = '';
   let stderr = '';
@@ -318,7 +341,9 @@ export function runNodeScript(script: string, args: string[], options: { nodeArg
   child.stderr?.setEncoding('utf8').on('data', (text: string) => (stderr = (stderr + text).slice(-8192)));
   return new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => {
-      void stopChild(child, 1_000).finally(() => reject(new Error(`${script}: still running after ${options.timeoutMs} ms, stopped`)));
+      void stopChild(child, 1_000).finally(() =>
+        reject(new Error(`${script}: still running after ${options.timeoutMs} ms, stopped`)),
+      );
     }, options.timeoutMs);
     child.once('error', (error) => {
       clearTimeout(timer);

@@ -2,7 +2,11 @@ import { table } from './report.js';
 
 /** The parts of a V8 `.cpuprofile` (as `node --cpu-prof` writes it) the summary reads. */
 export interface CpuProfile {
-  nodes: Array<{ id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }>;
+  nodes: Array<{
+    id: number;
+    callFrame: { functionName: string; url: string; lineNumber: number };
+    children?: number[];
+  }>;
   /** Microseconds, on the same monotonic clock as `process.hrtime`. */
   startTime: number;
   endTime: number;
@@ -10,7 +14,22 @@ export interface CpuProfile {
   timeDeltas: number[];
 }
 
-export const OWNERS = ['gc', 'compiler', 'kernel', 'node', 'writev', 'fastify', 'express', '@nestjs', 'rxjs', 'plugin', 'gateway', 'undici', 'other libs', 'program'] as const;
+export const OWNERS = [
+  'gc',
+  'compiler',
+  'kernel',
+  'node',
+  'writev',
+  'fastify',
+  'express',
+  '@nestjs',
+  'rxjs',
+  'plugin',
+  'gateway',
+  'undici',
+  'other libs',
+  'program',
+] as const;
 export type Owner = (typeof OWNERS)[number];
 
 export interface ProfileSummary {
@@ -25,8 +44,10 @@ export interface ProfileSummary {
   top: Array<{ owner: Owner; fn: string; where: string; usPerRequest: number }>;
 }
 
-const FASTIFY = /\/node_modules\/(fastify|@fastify|find-my-way|avvio|light-my-request|fast-json-stringify|fast-querystring|secure-json-parse|fast-content-type-parse|process-warning|toad-cache|abstract-logging|pino|rfdc|fast-decode-uri-component)\//;
-const EXPRESS = /\/node_modules\/(express|body-parser|router|raw-body|on-finished|finalhandler|send|serve-static|type-is|content-type|iconv-lite|qs|debug|accepts|negotiator|mime-types|parseurl|path-to-regexp)\//;
+const FASTIFY =
+  /\/node_modules\/(fastify|@fastify|find-my-way|avvio|light-my-request|fast-json-stringify|fast-querystring|secure-json-parse|fast-content-type-parse|process-warning|toad-cache|abstract-logging|pino|rfdc|fast-decode-uri-component)\//;
+const EXPRESS =
+  /\/node_modules\/(express|body-parser|router|raw-body|on-finished|finalhandler|send|serve-static|type-is|content-type|iconv-lite|qs|debug|accepts|negotiator|mime-types|parseurl|path-to-regexp)\//;
 
 /** Who owns a frame: node internals, a framework, the plugin, the gateway, undici or another library. */
 export function ownerOf(functionName: string, url: string): Owner {
@@ -34,7 +55,8 @@ export function ownerOf(functionName: string, url: string): Owner {
   if (functionName === '(program)') return 'program';
   // Sampled time is wall time: a write that wakes the reader (on loopback, the provider or the client) is where this
   // process loses its core, so this frame also collects time spent waiting for one. Kept apart for that reason.
-  if (functionName === 'writev' || functionName === 'writeBuffer' || functionName === 'writeUtf8String') return 'writev';
+  if (functionName === 'writev' || functionName === 'writeBuffer' || functionName === 'writeUtf8String')
+    return 'writev';
   if (!url || url.startsWith('node:')) return 'node';
   if (FASTIFY.test(url)) return 'fastify';
   if (EXPRESS.test(url)) return 'express';
@@ -47,7 +69,10 @@ export function ownerOf(functionName: string, url: string): Owner {
 }
 
 /** Self time by owner over the samples taken between `from` and `to` (µs, hrtime clock; all samples when none fall there). */
-export function profileByOwner(profile: CpuProfile, window: { from: number; to: number; requests: number; row: string }): ProfileSummary {
+export function profileByOwner(
+  profile: CpuProfile,
+  window: { from: number; to: number; requests: number; row: string },
+): ProfileSummary {
   const byId = new Map(profile.nodes.map((node) => [node.id, node]));
   const selfUs = new Map<number, number>();
   let t = profile.startTime;
@@ -61,7 +86,8 @@ export function profileByOwner(profile: CpuProfile, window: { from: number; to: 
     selfUs.set(profile.samples[i], (selfUs.get(profile.samples[i]) ?? 0) + delta);
   }
   if (inside === 0) {
-    for (let i = 0; i < profile.samples.length; i++) selfUs.set(profile.samples[i], (selfUs.get(profile.samples[i]) ?? 0) + (profile.timeDeltas[i + 1] ?? 0));
+    for (let i = 0; i < profile.samples.length; i++)
+      selfUs.set(profile.samples[i], (selfUs.get(profile.samples[i]) ?? 0) + (profile.timeDeltas[i + 1] ?? 0));
   }
   const tally = new OwnerTally();
   for (const [id, us] of selfUs) {
@@ -96,7 +122,10 @@ class OwnerTally {
 
   summary(window: { requests: number; row: string }, source: ProfileSummary['source']): ProfileSummary {
     const requests = Math.max(1, window.requests);
-    const usPerRequest = Object.fromEntries(OWNERS.map((o) => [o, this.byOwner[o] / requests])) as Record<Owner, number>;
+    const usPerRequest = Object.fromEntries(OWNERS.map((o) => [o, this.byOwner[o] / requests])) as Record<
+      Owner,
+      number
+    >;
     const top = [...this.functions.values()]
       .sort((a, b) => b.us - a.us)
       .slice(0, 60)
@@ -105,7 +134,8 @@ class OwnerTally {
   }
 }
 
-const GC_FRAME = /v8::internal::(Scavenger|ScavengerCollector|MarkCompactCollector|MinorMarkCompactCollector|ConcurrentMarking|Sweeper|Heap::|ArrayBufferSweeper|Evacuat|MarkingVisitor|IncrementalMarking)/;
+const GC_FRAME =
+  /v8::internal::(Scavenger|ScavengerCollector|MarkCompactCollector|MinorMarkCompactCollector|ConcurrentMarking|Sweeper|Heap::|ArrayBufferSweeper|Evacuat|MarkingVisitor|IncrementalMarking)/;
 const COMPILER_FRAME = /v8::internal::(OptimizingCompileDispatcher|compiler::|maglev::|Compiler::)/;
 // A frame of `perf script -F period,ip,sym,dso`: address, symbol, (dso). JavaScript frames are named by the map
 // `node --perf-basic-prof` writes: `JS:*name url:line:column`, the prefix saying how the function is compiled.
@@ -141,16 +171,18 @@ export function perfByOwner(script: string, window: { requests: number; row: str
     // Native code with no JavaScript above it is named by its first frame outside the kernel (the event loop's own).
     const native = frames.find((frame) => frame.dso !== '[kernel.kallsyms]')?.symbol.slice(0, 80) ?? '?';
     let charged: { owner: Owner; fn: string; where: string };
-    if (frames.some((frame) => GC_FRAME.test(frame.symbol))) charged = { owner: 'gc', fn: '(garbage collector)', where: '' };
-    else if (frames.some((frame) => COMPILER_FRAME.test(frame.symbol))) charged = { owner: 'compiler', fn: '(optimising compiler)', where: '' };
-    else if (frames[0].dso === '[kernel.kallsyms]') charged = { owner: 'kernel', fn: `(kernel) ${js ? fn : native}`, where };
+    if (frames.some((frame) => GC_FRAME.test(frame.symbol)))
+      charged = { owner: 'gc', fn: '(garbage collector)', where: '' };
+    else if (frames.some((frame) => COMPILER_FRAME.test(frame.symbol)))
+      charged = { owner: 'compiler', fn: '(optimising compiler)', where: '' };
+    else if (frames[0].dso === '[kernel.kallsyms]')
+      charged = { owner: 'kernel', fn: `(kernel) ${js ? fn : native}`, where };
     else if (wasm) charged = { owner: 'undici', fn, where: '' };
     else if (parsed) {
       const owner = ownerOf(fn, parsed[2]);
       // (`writev` as an owner is the V8 sampler's wall time in socket writes; here their CPU is the kernel's.)
       charged = { owner: owner === 'writev' ? 'node' : owner, fn, where };
-    }
-    else charged = { owner: 'node', fn: `(native) ${native}`, where: '' };
+    } else charged = { owner: 'node', fn: `(native) ${native}`, where: '' };
     tally.charge(charged, us);
   }
   return tally.summary(window, 'perf');

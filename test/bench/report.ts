@@ -13,7 +13,10 @@ export function countsText(counts: Record<string, number>): string {
 export function table(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const line = (cells: string[]) =>
-    cells.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]) : cell.padStart(widths[i]))).join('  ').trimEnd();
+    cells
+      .map((cell, i) => (i === 0 ? cell.padEnd(widths[i]) : cell.padStart(widths[i])))
+      .join('  ')
+      .trimEnd();
   return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
 }
 
@@ -22,7 +25,8 @@ function describePlan(result: ScenarioResult): string {
   const parts = [`provider latency ${fmtMs(plan.latencyMs)}`];
   if (plan.load.kind === 'burst') parts.push(`${plan.load.count} requests at once`);
   else parts.push(`1 request every ${fmtMs(plan.load.intervalMs)} for ${fmtMs(plan.load.durationMs)}`);
-  if (plan.failure) parts.push(`${plan.failure.mode} from ${fmtMs(plan.failure.startMs)} to ${fmtMs(plan.failure.endMs)}`);
+  if (plan.failure)
+    parts.push(`${plan.failure.mode} from ${fmtMs(plan.failure.startMs)} to ${fmtMs(plan.failure.endMs)}`);
   return parts.join(', ');
 }
 
@@ -36,11 +40,23 @@ export function scenarioTable(result: ScenarioResult, metrics: RunMetrics[] = re
   ];
   if (plan.failure) {
     rows.push(['  of which while failing', 'failing', (m) => String(m.providerCallsFailing)]);
-    rows.push(['gateway health probes (while failing)', 'probes', (m, i) => (runs[i].variant.target === 'gateway' ? `${m.probes} (${m.probesFailing})` : '-')]);
+    rows.push([
+      'gateway health probes (while failing)',
+      'probes',
+      (m, i) => (runs[i].variant.target === 'gateway' ? `${m.probes} (${m.probesFailing})` : '-'),
+    ]);
   }
   rows.push(
-    ['answers ok / joined / cached', 'answers', (m) => `${m.outcomes.ok} / ${m.outcomes.joined} / ${m.outcomes.cached}`],
-    ['refused / timeout / error', 'errors', (m) => `${m.outcomes.refused} / ${m.outcomes.timeout} / ${m.outcomes.error}`],
+    [
+      'answers ok / joined / cached',
+      'answers',
+      (m) => `${m.outcomes.ok} / ${m.outcomes.joined} / ${m.outcomes.cached}`,
+    ],
+    [
+      'refused / timeout / error',
+      'errors',
+      (m) => `${m.outcomes.refused} / ${m.outcomes.timeout} / ${m.outcomes.error}`,
+    ],
     ['SDK attempts (retries)', 'attempts', (m) => `${m.sdkAttempts} (${m.sdkRetries})`],
     ['wait p50', 'p50', (m) => fmtMs(m.waitP50)],
     ['wait p95', 'p95', (m) => fmtMs(m.waitP95)],
@@ -48,14 +64,24 @@ export function scenarioTable(result: ScenarioResult, metrics: RunMetrics[] = re
   );
   if (plan.failure) {
     rows.push(
-      ['refusal latency p50 (max)', 'refusal', (m) => (m.refusalP50 === undefined ? '-' : `${fmtMs(m.refusalP50)} (${fmtMs(m.refusalMax)})`)],
+      [
+        'refusal latency p50 (max)',
+        'refusal',
+        (m) => (m.refusalP50 === undefined ? '-' : `${fmtMs(m.refusalP50)} (${fmtMs(m.refusalMax)})`),
+      ],
       ['  p50 of the HTTP attempt alone', 'refusalFetch', (m) => fmtMs(m.refusalFetchP50)],
       ['  floor: bare Node server round trip p50', 'baseline', (m) => fmtMs(m.baselineRoundTripP50)],
       ['first call into the failure (after its start)', 'firstFailing', (m) => fmtMs(m.firstFailingCallAfterMs)],
       ['breaker opened (after failure start)', 'opened', (m) => fmtMs(m.breakerOpenedAfterMs)],
       ['first refusal (after failure start)', 'firstRefusal', (m) => fmtMs(m.firstRefusalAfterMs)],
-      ['first success after recovery (lag)', 'recovery', (m) =>
-        m.firstSuccessAfterRecoveryMs === undefined ? '-' : `${fmtMs(m.firstSuccessAfterRecoveryMs)} (${fmtMs(m.recoveryLagMs)})`],
+      [
+        'first success after recovery (lag)',
+        'recovery',
+        (m) =>
+          m.firstSuccessAfterRecoveryMs === undefined
+            ? '-'
+            : `${fmtMs(m.firstSuccessAfterRecoveryMs)} (${fmtMs(m.recoveryLagMs)})`,
+      ],
     );
   }
   const aborted = runs.some((r) => r.abortedAtDeadline > 0);

@@ -41,14 +41,26 @@ function rssMb(pid: number): number {
 }
 
 async function chat(url: string, round: number): Promise<void> {
-  const body = JSON.stringify({ model: BENCH_MODEL, messages: [{ role: 'user', content: `Rest round ${round}: one answer.` }] });
-  const res = await request(`${url}/v1/chat/completions`, { method: 'POST', headers: HEADERS, body, headersTimeout: 60_000, bodyTimeout: 60_000 });
+  const body = JSON.stringify({
+    model: BENCH_MODEL,
+    messages: [{ role: 'user', content: `Rest round ${round}: one answer.` }],
+  });
+  const res = await request(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: HEADERS,
+    body,
+    headersTimeout: 60_000,
+    bodyTimeout: 60_000,
+  });
   await res.body.arrayBuffer();
   if (res.statusCode !== 200) throw new Error(`${url}: first request answered ${res.statusCode}`);
 }
 
 /** Spawns a process, waits for its listening line, sends one chat completion: the time from spawn to its answer. */
-async function startAndAnswer(start: () => Promise<ChildHandle>, round: number): Promise<{ child: ChildHandle; startMs: number }> {
+async function startAndAnswer(
+  start: () => Promise<ChildHandle>,
+  round: number,
+): Promise<{ child: ChildHandle; startMs: number }> {
   const t0 = performance.now();
   const child = await start();
   await chat(child.url, round);
@@ -70,7 +82,12 @@ function median(values: number[]): number {
   return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }
 
-export async function runRest(options: { rounds: number; windowSec: number; loaded: boolean; log: (line: string) => void }): Promise<RestResult> {
+export async function runRest(options: {
+  rounds: number;
+  windowSec: number;
+  loaded: boolean;
+  log: (line: string) => void;
+}): Promise<RestResult> {
   const { rounds, windowSec, loaded, log } = options;
   const perRoundSec = 15 + REST_MS / 1000 + windowSec;
   const burners = loaded ? startBurners(rounds * perRoundSec + 60) : [];
@@ -85,7 +102,10 @@ export async function runRest(options: { rounds: number; windowSec: number; load
       const started: Record<string, { child: ChildHandle; startMs: number; lastRequest: number }> = {};
       try {
         for (const which of order) {
-          const { child, startMs } = await startAndAnswer(() => (which === 'floor' ? startMinimalProxy(mock.url) : startGateway(mock.url, [])), round);
+          const { child, startMs } = await startAndAnswer(
+            () => (which === 'floor' ? startMinimalProxy(mock.url) : startGateway(mock.url, [])),
+            round,
+          );
           started[which] = { child, startMs, lastRequest: performance.now() };
         }
         // Both rest together: the window opens REST_MS after the later of the two last requests.
@@ -103,7 +123,9 @@ export async function runRest(options: { rounds: number; windowSec: number; load
             idleCpuMsPerSec: (processCpuMs(started[which].child.pid) - cpu0[which]) / seconds,
           };
           (which === 'floor' ? floor : gateway).push(sample);
-          log(`  round ${round + 1} ${which.padEnd(7)}: start ${sample.startMs.toFixed(0)} ms, RSS ${sample.rssMb.toFixed(1)} MB, idle CPU ${sample.idleCpuMsPerSec.toFixed(2)} ms/s`);
+          log(
+            `  round ${round + 1} ${which.padEnd(7)}: start ${sample.startMs.toFixed(0)} ms, RSS ${sample.rssMb.toFixed(1)} MB, idle CPU ${sample.idleCpuMsPerSec.toFixed(2)} ms/s`,
+          );
         }
       } finally {
         await Promise.all(Object.values(started).map(({ child }) => child.stop()));
@@ -117,9 +139,36 @@ export async function runRest(options: { rounds: number; windowSec: number; load
   const rss = median(gateway.map((s) => s.rssMb));
   const cpu = median(gateway.map((s) => s.idleCpuMsPerSec));
   const checks: TargetCheck[] = [
-    { scenario: 'rest', run: loaded ? 'loaded' : 'quiet', scaling: 'none', kind: 'timing', name: 'rest: spawn to first proxied answer <= 2x the floor', target: '<= 2x', actual: `${startRatio.toFixed(2)}x`, pass: startRatio <= 2 },
-    { scenario: 'rest', run: loaded ? 'loaded' : 'quiet', scaling: 'none', kind: 'timing', name: 'rest: idle RSS <= 90 MB', target: '<= 90 MB', actual: `${rss.toFixed(1)} MB`, pass: rss <= 90 },
-    { scenario: 'rest', run: loaded ? 'loaded' : 'quiet', scaling: 'none', kind: 'timing', name: `rest: idle CPU <= 1 ms/s, ${REST_MS / 1000} s after the last request`, target: '<= 1 ms/s', actual: `${cpu.toFixed(2)} ms/s`, pass: cpu <= 1 },
+    {
+      scenario: 'rest',
+      run: loaded ? 'loaded' : 'quiet',
+      scaling: 'none',
+      kind: 'timing',
+      name: 'rest: spawn to first proxied answer <= 2x the floor',
+      target: '<= 2x',
+      actual: `${startRatio.toFixed(2)}x`,
+      pass: startRatio <= 2,
+    },
+    {
+      scenario: 'rest',
+      run: loaded ? 'loaded' : 'quiet',
+      scaling: 'none',
+      kind: 'timing',
+      name: 'rest: idle RSS <= 90 MB',
+      target: '<= 90 MB',
+      actual: `${rss.toFixed(1)} MB`,
+      pass: rss <= 90,
+    },
+    {
+      scenario: 'rest',
+      run: loaded ? 'loaded' : 'quiet',
+      scaling: 'none',
+      kind: 'timing',
+      name: `rest: idle CPU <= 1 ms/s, ${REST_MS / 1000} s after the last request`,
+      target: '<= 1 ms/s',
+      actual: `${cpu.toFixed(2)} ms/s`,
+      pass: cpu <= 1,
+    },
   ];
   return { rounds, windowSec, loaded, floor, gateway, checks };
 }
@@ -129,7 +178,14 @@ export function restTable(result: RestResult): string {
     const f = median(result.floor.map(pick));
     const g = median(result.gateway.map(pick));
     const all = (samples: RestSample[]) => samples.map((s) => pick(s).toFixed(digits)).join(' / ');
-    return [name, `${f.toFixed(digits)} ${unit}`, `${g.toFixed(digits)} ${unit}`, f > 0 ? `${(g / f).toFixed(2)}x` : g > 0 ? 'inf' : '-', all(result.floor), all(result.gateway)];
+    return [
+      name,
+      `${f.toFixed(digits)} ${unit}`,
+      `${g.toFixed(digits)} ${unit}`,
+      f > 0 ? `${(g / f).toFixed(2)}x` : g > 0 ? 'inf' : '-',
+      all(result.floor),
+      all(result.gateway),
+    ];
   };
   return [
     `start and rest, ${result.rounds} rounds${result.loaded ? ', beside 2 busy processes' : ''}; medians, then every round (floor / gateway)`,

@@ -42,7 +42,11 @@ const HERD_SIZE = 10_000;
  * with 10 000 keep-alive connections, opened before the herd (the servers listen with Node's default backlog
  * of 511: 10 000 simultaneous connects would mostly measure SYN retransmits).
  */
-export async function runBigHerd(scale: number, target: 'gateway' | 'direct', log: (line: string) => void): Promise<BigHerdResult> {
+export async function runBigHerd(
+  scale: number,
+  target: 'gateway' | 'direct',
+  log: (line: string) => void,
+): Promise<BigHerdResult> {
   const latencyMs = 1_500 * scale;
   const children: ChildHandle[] = [];
   const agent = new Agent({
@@ -61,7 +65,9 @@ export async function runBigHerd(scale: number, target: 'gateway' | 'direct', lo
     if (gateway) children.push(gateway);
     const control = new MockControl(mock.url);
     const base = gateway?.url ?? mock.url;
-    log(`  scale (i): ${HERD_SIZE} identical requests ${gateway ? `through the gateway ${gateway.url}` : 'straight to'} provider ${mock.url}`);
+    log(
+      `  scale (i): ${HERD_SIZE} identical requests ${gateway ? `through the gateway ${gateway.url}` : 'straight to'} provider ${mock.url}`,
+    );
 
     // Open every connection of the pool with a request the server answers itself (never counted as a call).
     const preStart = performance.now();
@@ -77,11 +83,15 @@ export async function runBigHerd(scale: number, target: 'gateway' | 'direct', lo
       ),
     );
     const preconnectMs = performance.now() - preStart;
-    if (health.some((status) => status !== 200)) log(`    ${health.filter((s) => s !== 200).length} pre-connect requests failed`);
+    if (health.some((status) => status !== 200))
+      log(`    ${health.filter((s) => s !== 200).length} pre-connect requests failed`);
     await control.configure({ latencyMs: Math.round(latencyMs) });
     await control.reset();
 
-    const body = JSON.stringify({ model: BENCH_MODEL, messages: [{ role: 'user', content: 'The same question, ten thousand times.' }] });
+    const body = JSON.stringify({
+      model: BENCH_MODEL,
+      messages: [{ role: 'user', content: 'The same question, ten thousand times.' }],
+    });
     const headers = { 'content-type': 'application/json', authorization: `Bearer ${BENCH_API_KEY}` };
     const clock = new ScenarioClock();
     const waits: number[] = [];
@@ -136,10 +146,14 @@ export async function runBigHerd(scale: number, target: 'gateway' | 'direct', lo
 
 export async function runWindowMemory(count: number, every: number): Promise<WindowMemoryReport & { wallMs: number }> {
   const started = performance.now();
-  const stdout = await runNodeScript(ENTRY.windowMemory, ['--count', String(count), '--every', String(every), '--concurrency', '64'], {
-    nodeArgs: ['--expose-gc'],
-    timeoutMs: 600_000,
-  });
+  const stdout = await runNodeScript(
+    ENTRY.windowMemory,
+    ['--count', String(count), '--every', String(every), '--concurrency', '64'],
+    {
+      nodeArgs: ['--expose-gc'],
+      timeoutMs: 600_000,
+    },
+  );
   const report = JSON.parse(stdout.trim().split('\n').at(-1) ?? '{}') as WindowMemoryReport;
   return { ...report, wallMs: performance.now() - started };
 }
@@ -204,7 +218,15 @@ export function scaleTable(result: ScaleResult, scale: number): string {
     ['provider latency', ...both((x) => fmtMs(x.latencyMs))],
     ['provider calls', ...both((x) => String(x.providerCalls))],
     ['x-orchestrator-dedup', ...both((x) => countsText(x.dedup))],
-    ['HTTP statuses (transport failures)', ...both((x) => `${Object.entries(x.statuses).map(([k, v]) => `${k}: ${v}`).join(', ')} (${x.failures})`)],
+    [
+      'HTTP statuses (transport failures)',
+      ...both(
+        (x) =>
+          `${Object.entries(x.statuses)
+            .map(([k, v]) => `${k}: ${v}`)
+            .join(', ')} (${x.failures})`,
+      ),
+    ],
     ['pre-connect of the pool (not timed)', ...both((x) => fmtMs(x.preconnectMs))],
     ['time to hand all requests to the pool', ...both((x) => fmtMs(x.dispatchMs))],
     ['wait p50 / p99 / slowest', ...both((x) => `${fmtMs(x.waitP50)} / ${fmtMs(x.waitP99)} / ${fmtMs(x.waitMax)}`)],
@@ -213,10 +235,16 @@ export function scaleTable(result: ScaleResult, scale: number): string {
   const windowFull = w.samples.find((s) => s.requests >= 50_000);
   const maxRss = Math.max(...w.samples.map((s) => s.rssMb));
   const windowRows = [
-    ['requests (all distinct, all misses)', `${w.count} (miss ${w.outcomes.miss}, joined ${w.outcomes.joined}, cached ${w.outcomes.cached})`],
+    [
+      'requests (all distinct, all misses)',
+      `${w.count} (miss ${w.outcomes.miss}, joined ${w.outcomes.joined}, cached ${w.outcomes.cached})`,
+    ],
     ['window bound', `${w.windowEntries} answers of ${w.answerBytes} bytes (JSON), 5 min`],
     ['RSS before / at 50k / max', `${w.baseline.rssMb} / ${windowFull?.rssMb ?? '-'} / ${maxRss} MB`],
-    ['heap after GC before / at 50k / at the end', `${w.baseline.heapUsedMb} / ${windowFull?.heapUsedMb ?? '-'} / ${w.samples.at(-1)?.heapUsedMb ?? '-'} MB`],
+    [
+      'heap after GC before / at 50k / at the end',
+      `${w.baseline.heapUsedMb} / ${windowFull?.heapUsedMb ?? '-'} / ${w.samples.at(-1)?.heapUsedMb ?? '-'} MB`,
+    ],
     ['RSS every 50k (MB)', w.samples.map((s) => String(Math.round(s.rssMb))).join(' ')],
     ['time', `${fmtMs(w.wallMs)} (${((w.wallMs * 1000) / w.count).toFixed(1)} us per request, key included)`],
   ];

@@ -19,7 +19,9 @@ function metricsOf(outcome: TimelineOutcome, role: string): RunMetrics {
 }
 
 function missedCounts(checks: TargetCheck[]): string[] {
-  return checks.filter((c) => c.kind === 'count' && !c.pass).map((c) => `${c.run}: ${c.name} ${c.target}, got ${c.actual}`);
+  return checks
+    .filter((c) => c.kind === 'count' && !c.pass)
+    .map((c) => `${c.run}: ${c.name} ${c.target}, got ${c.actual}`);
 }
 
 describe('benchmark scenarios at scale 0.1 (count targets)', () => {

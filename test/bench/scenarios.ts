@@ -20,8 +20,7 @@ export interface Variant {
 }
 
 export type Load =
-  | { kind: 'burst'; count: number; identical: boolean }
-  | { kind: 'paced'; intervalMs: number; durationMs: number };
+  { kind: 'burst'; count: number; identical: boolean } | { kind: 'paced'; intervalMs: number; durationMs: number };
 
 export interface FailureWindow {
   mode: Extract<MockMode, 'error503' | 'hang'>;
@@ -70,7 +69,12 @@ export function planScenario(name: TimelineScenario, scale: number, targets: Tar
         variants: [
           direct,
           defaults,
-          { label: 'gateway --concurrency 32', target: 'gateway', gatewayFlags: ['--concurrency', '32'], role: 'concurrency32' },
+          {
+            label: 'gateway --concurrency 32',
+            target: 'gateway',
+            gatewayFlags: ['--concurrency', '32'],
+            role: 'concurrency32',
+          },
         ],
       };
       break;
@@ -91,7 +95,12 @@ export function planScenario(name: TimelineScenario, scale: number, targets: Tar
           ? [
               direct,
               { ...defaults, label: 'gateway (default timeout)' },
-              { label: `gateway --timeout ${timeout}`, target: 'gateway', gatewayFlags: ['--timeout', timeout], role: 'timeout5' },
+              {
+                label: `gateway --timeout ${timeout}`,
+                target: 'gateway',
+                gatewayFlags: ['--timeout', timeout],
+                role: 'timeout5',
+              },
             ]
           : [direct, defaults],
       };
@@ -183,7 +192,9 @@ export async function runVariant(plan: ScenarioPlan, variant: Variant, options: 
     const warmClock = new ScenarioClock();
     for (let round = 0; round < WARM_UP_ROUNDS; round++) {
       await Promise.all(
-        Array.from({ length: warmUp }, (_, i) => sdkChat(baseURL, -1 - i, `warm-up ${round}.${i} [${nonce}]`, warmClock)),
+        Array.from({ length: warmUp }, (_, i) =>
+          sdkChat(baseURL, -1 - i, `warm-up ${round}.${i} [${nonce}]`, warmClock),
+        ),
       );
     }
     await control.configure({ latencyMs: Math.round(plan.latencyMs) });
@@ -221,7 +232,9 @@ export async function runVariant(plan: ScenarioPlan, variant: Variant, options: 
           await clock.until(failure.endMs);
           const { droppedHungConnections } = await control.setMode('ok');
           const end = clock.now();
-          log(`    ${fmtSec(end)} provider back to ok${droppedHungConnections ? ` (dropped ${droppedHungConnections} hung connections)` : ''}`);
+          log(
+            `    ${fmtSec(end)} provider back to ok${droppedHungConnections ? ` (dropped ${droppedHungConnections} hung connections)` : ''}`,
+          );
           failureResult = { ...failure, switchedAt: { start, end }, droppedHungConnections };
         })(plan.failure)
       : Promise.resolve();
@@ -268,19 +281,19 @@ export async function runVariant(plan: ScenarioPlan, variant: Variant, options: 
     const breakerOpenings = await openings?.stop();
 
     const calls = await control.calls();
-    const providerCalls = calls.map(
-      (call): ProviderCallRecord => ({
-        seq: call.seq,
-        route: call.route,
-        mode: call.mode,
-        at: clock.fromEpoch(call.receivedAt),
-        finishedAt: call.finishedAt === undefined ? undefined : clock.fromEpoch(call.finishedAt),
-        status: call.status,
-        outcome: call.outcome,
-        probe: PROBE_ROUTES.has(call.route),
-      }),
-    );
-    const gatewayHealth = gateway ? await getJson(`${gateway.url}/health`).catch((error: unknown) => String(error)) : undefined;
+    const providerCalls = calls.map((call): ProviderCallRecord => ({
+      seq: call.seq,
+      route: call.route,
+      mode: call.mode,
+      at: clock.fromEpoch(call.receivedAt),
+      finishedAt: call.finishedAt === undefined ? undefined : clock.fromEpoch(call.finishedAt),
+      status: call.status,
+      outcome: call.outcome,
+      probe: PROBE_ROUTES.has(call.route),
+    }));
+    const gatewayHealth = gateway
+      ? await getJson(`${gateway.url}/health`).catch((error: unknown) => String(error))
+      : undefined;
     return {
       scenario: plan.name,
       variant,
@@ -324,9 +337,9 @@ function watchBreaker(gatewayUrl: string, clock: ScenarioClock): { stop(): Promi
     // Bounded by the run: stop() is called once the load has drained (itself bounded by the drain limit).
     while (running) {
       const health = (await getJson(`${gatewayUrl}/health`).catch(() => undefined)) as
-        | { breakers?: Array<{ openedAt?: number }> }
-        | undefined;
-      for (const breaker of health?.breakers ?? []) if (typeof breaker.openedAt === 'number') seen.add(breaker.openedAt);
+        { breakers?: Array<{ openedAt?: number }> } | undefined;
+      for (const breaker of health?.breakers ?? [])
+        if (typeof breaker.openedAt === 'number') seen.add(breaker.openedAt);
       await new Promise((resolve) => setTimeout(resolve, BREAKER_POLL_MS));
     }
   })();

@@ -70,7 +70,11 @@ export const BENCH_MODEL = 'mock-model';
  * attempt the SDK makes, retries included, is seen and timed. The client is built up front (`prepare`), so
  * a burst measures requests, not client construction.
  */
-export function prepareSdkChat(baseURL: string, id: number, prompt: string): { send(clock: ScenarioClock, signal?: AbortSignal): Promise<RequestRecord> } {
+export function prepareSdkChat(
+  baseURL: string,
+  id: number,
+  prompt: string,
+): { send(clock: ScenarioClock, signal?: AbortSignal): Promise<RequestRecord> } {
   const attemptLog: AttemptRecord[] = [];
   let clock = new ScenarioClock();
   const countingFetch = async (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
@@ -146,7 +150,13 @@ export function prepareSdkChat(baseURL: string, id: number, prompt: string): { s
 }
 
 /** Builds the client and sends at once. */
-export function sdkChat(baseURL: string, id: number, prompt: string, clock: ScenarioClock, signal?: AbortSignal): Promise<RequestRecord> {
+export function sdkChat(
+  baseURL: string,
+  id: number,
+  prompt: string,
+  clock: ScenarioClock,
+  signal?: AbortSignal,
+): Promise<RequestRecord> {
   return prepareSdkChat(baseURL, id, prompt).send(clock, signal);
 }
 

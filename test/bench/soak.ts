@@ -47,7 +47,14 @@ export interface SoakResult {
   /** Requests that got no HTTP answer at all (reset, refused, timed out). */
   transportErrors: number;
   seconds: SoakSecond[];
-  phases: Array<{ phase: string; requests: number; ok: number; loopP99Ms: number; loopMaxMs: number; rssMaxMiB: number }>;
+  phases: Array<{
+    phase: string;
+    requests: number;
+    ok: number;
+    loopP99Ms: number;
+    loopMaxMs: number;
+    rssMaxMiB: number;
+  }>;
   checks: TargetCheck[];
 }
 
@@ -60,7 +67,22 @@ export async function runSoak(options: SoakOptions): Promise<SoakResult> {
   const redis = await startOwnedRedis();
   const mock = await startMockProvider(20);
   const control = new MockControl(mock.url);
-  const gateway = await startGateway(mock.url, ['--redis', redis.url, '--redis-prefix', 'soak', '--dedup-window', '30', '--probe-interval', '0.5', '--breaker-open', '5'], ['--import', join(repoRoot(), ENTRY.loopDelay)]);
+  const gateway = await startGateway(
+    mock.url,
+    [
+      '--redis',
+      redis.url,
+      '--redis-prefix',
+      'soak',
+      '--dedup-window',
+      '30',
+      '--probe-interval',
+      '0.5',
+      '--breaker-open',
+      '5',
+    ],
+    ['--import', join(repoRoot(), ENTRY.loopDelay)],
+  );
   const agent = new Agent({ connections: CLIENTS + 16, pipelining: 1, headersTimeout: 30_000, bodyTimeout: 30_000 });
   const setMode = (mode: MockMode) => control.setMode(mode).then(() => undefined);
   const faults: Fault[] = [
@@ -73,7 +95,8 @@ export async function runSoak(options: SoakOptions): Promise<SoakResult> {
   const phaseAt = (fraction: number) => faults.find((f) => fraction >= f.from && fraction < f.to)?.name ?? 'normal';
   // The provider's own faults, and the second after them the breaker's probe takes to see it back.
   const providerFaults = faults.filter((f) => f.name === 'provider 503' || f.name === 'streams cut');
-  const providerFaulty = (fraction: number) => providerFaults.some((f) => fraction >= f.from && fraction < f.to + 2_000 / durationMs);
+  const providerFaulty = (fraction: number) =>
+    providerFaults.some((f) => fraction >= f.from && fraction < f.to + 2_000 / durationMs);
 
   const byKindStatus: Record<string, Record<string, number>> = {};
   let transportErrors = 0;
@@ -101,10 +124,19 @@ export async function runSoak(options: SoakOptions): Promise<SoakResult> {
     secondCounts[key] = (secondCounts[key] ?? 0) + 1;
     phaseOf.push({ phase, status, providerFault: providerFault || providerFaulty(fraction()) });
   };
-  const chat = (content: string, stream = false) => JSON.stringify({ model: BENCH_MODEL, stream, messages: [{ role: 'user', content }] });
+  const chat = (content: string, stream = false) =>
+    JSON.stringify({ model: BENCH_MODEL, stream, messages: [{ role: 'user', content }] });
   const longConversation = (n: number) =>
-    JSON.stringify({ model: BENCH_MODEL, messages: Array.from({ length: n }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: `turn ${i} `.repeat(40) })) });
-  const big = Buffer.from(JSON.stringify({ model: BENCH_MODEL, messages: [{ role: 'user', content: 'x'.repeat(9 * MIB) }] }));
+    JSON.stringify({
+      model: BENCH_MODEL,
+      messages: Array.from({ length: n }, (_, i) => ({
+        role: i % 2 ? 'assistant' : 'user',
+        content: `turn ${i} `.repeat(40),
+      })),
+    });
+  const big = Buffer.from(
+    JSON.stringify({ model: BENCH_MODEL, messages: [{ role: 'user', content: 'x'.repeat(9 * MIB) }] }),
+  );
   const oversized = Buffer.alloc(11 * MIB, 'a');
   async function bigBodies(): Promise<void> {
     await Promise.all(Array.from({ length: 8 }, () => send('large', '/v1/chat/completions', big)));
@@ -117,7 +149,12 @@ export async function runSoak(options: SoakOptions): Promise<SoakResult> {
       if (roll < 35) await send('repeat', '/v1/chat/completions', chat(`soak repeat ${roll % 12}`));
       else if (roll < 65) await send('distinct', '/v1/chat/completions', chat(`soak distinct ${id} ${n}`));
       else if (roll < 80) await send('stream', '/v1/chat/completions', chat(`soak stream ${id} ${n % 40}`, true));
-      else if (roll < 90) await send('embeddings', '/v1/embeddings', JSON.stringify({ model: 'mock-embed', input: [`soak ${n}`, `soak ${n + 1}`] }));
+      else if (roll < 90)
+        await send(
+          'embeddings',
+          '/v1/embeddings',
+          JSON.stringify({ model: 'mock-embed', input: [`soak ${n}`, `soak ${n + 1}`] }),
+        );
       else if (roll < 95) await send('large', '/v1/chat/completions', longConversation(500));
       else if (roll < 98) await send('malformed', '/v1/chat/completions', '{"model": "m", "messages": [');
       else await send('oversized', '/v1/chat/completions', oversized);
@@ -132,8 +169,19 @@ export async function runSoak(options: SoakOptions): Promise<SoakResult> {
     const counts = secondCounts;
     secondCounts = {};
     const answered = Object.entries(counts).reduce((sum, [, v]) => sum + v, 0);
-    seconds.push({ t, phase: phaseAt(fraction()), answered, byStatus: counts, rssMiB: field('rss'), loopP99Ms: field('p99'), loopMaxMs: field('max') });
-    if (t % 10 === 0) log(`    ${t}s ${phaseAt(fraction())}: ${answered} answers/s, RSS ${field('rss')} MiB, loop delay p99 ${field('p99')} ms, max ${field('max')} ms`);
+    seconds.push({
+      t,
+      phase: phaseAt(fraction()),
+      answered,
+      byStatus: counts,
+      rssMiB: field('rss'),
+      loopP99Ms: field('p99'),
+      loopMaxMs: field('max'),
+    });
+    if (t % 10 === 0)
+      log(
+        `    ${t}s ${phaseAt(fraction())}: ${answered} answers/s, RSS ${field('rss')} MiB, loop delay p99 ${field('p99')} ms, max ${field('max')} ms`,
+      );
   }, 1_000);
 
   const timers: NodeJS.Timeout[] = [];
@@ -147,9 +195,12 @@ export async function runSoak(options: SoakOptions): Promise<SoakResult> {
             log(`    ${Math.round(fault.from * options.durationSec)}s: ${fault.name}`);
             Promise.resolve(fault.start()).then(() => {
               timers.push(
-                setTimeout(() => {
-                  Promise.resolve(fault.stop()).then(resolve, reject);
-                }, (fault.to - fault.from) * durationMs),
+                setTimeout(
+                  () => {
+                    Promise.resolve(fault.stop()).then(resolve, reject);
+                  },
+                  (fault.to - fault.from) * durationMs,
+                ),
               );
             }, reject);
           }, fault.from * durationMs),
@@ -185,7 +236,13 @@ export async function runSoak(options: SoakOptions): Promise<SoakResult> {
   const rssPeak = rssSamples.length ? Math.max(...rssSamples) : NaN;
   const answeredOutsideProviderFaults = phaseOf.filter((p) => !p.providerFault);
   const unexpected5xx = answeredOutsideProviderFaults.filter((p) => p.status >= 500).length;
-  const check = (name: string, target: string, actual: string, pass: boolean, kind: TargetCheck['kind'] = 'count'): TargetCheck => ({
+  const check = (
+    name: string,
+    target: string,
+    actual: string,
+    pass: boolean,
+    kind: TargetCheck['kind'] = 'count',
+  ): TargetCheck => ({
     scenario: 'soak',
     run: 'gateway + Redis',
     kind,
@@ -197,8 +254,20 @@ export async function runSoak(options: SoakOptions): Promise<SoakResult> {
   });
   const checks = [
     check('requests without any HTTP answer', '0', String(transportErrors), transportErrors === 0),
-    check('5xx outside the provider faults and the 2 s after them (Redis faults included)', '0', String(unexpected5xx), unexpected5xx === 0),
-    check('malformed and oversized bodies answered 4xx', 'all', countsText({ ...byKindStatus.malformed, ...byKindStatus.oversized }), [byKindStatus.malformed, byKindStatus.oversized].every((c) => !c || Object.keys(c).every((s) => s.startsWith('4')))),
+    check(
+      '5xx outside the provider faults and the 2 s after them (Redis faults included)',
+      '0',
+      String(unexpected5xx),
+      unexpected5xx === 0,
+    ),
+    check(
+      'malformed and oversized bodies answered 4xx',
+      'all',
+      countsText({ ...byKindStatus.malformed, ...byKindStatus.oversized }),
+      [byKindStatus.malformed, byKindStatus.oversized].every(
+        (c) => !c || Object.keys(c).every((s) => s.startsWith('4')),
+      ),
+    ),
     check('gateway RSS peak', '< 512 MiB', `${rssPeak} MiB (${rssSamples.length} samples)`, rssPeak < 512),
   ];
   return { durationSec: options.durationSec, requests, byKindStatus, transportErrors, seconds, phases, checks };
@@ -211,7 +280,14 @@ export function soakTable(result: SoakResult): string {
   );
   const phases = table(
     ['phase', 'requests', '2xx', 'event-loop delay p99 (worst second)', 'max', 'RSS peak'],
-    result.phases.map((p) => [p.phase, String(p.requests), String(p.ok), `${p.loopP99Ms} ms`, `${p.loopMaxMs} ms`, `${p.rssMaxMiB} MiB`]),
+    result.phases.map((p) => [
+      p.phase,
+      String(p.requests),
+      String(p.ok),
+      `${p.loopP99Ms} ms`,
+      `${p.loopMaxMs} ms`,
+      `${p.rssMaxMiB} MiB`,
+    ]),
   );
   return `${result.requests} requests in ${result.durationSec} s, ${result.transportErrors} without an HTTP answer\n\n${kinds}\n\n${phases}`;
 }

@@ -43,7 +43,15 @@ export function fmtMs(ms: number | undefined): string {
   return `${(ms / 1000).toFixed(2)} s`;
 }
 
-function count(scenario: string, run: string, name: string, actual: number, target: string, pass: boolean, note?: string): TargetCheck {
+function count(
+  scenario: string,
+  run: string,
+  name: string,
+  actual: number,
+  target: string,
+  pass: boolean,
+  note?: string,
+): TargetCheck {
   return { scenario, run, kind: 'count', name, target, actual: String(actual), pass, scaling: 'none', note };
 }
 
@@ -72,7 +80,10 @@ function atMost(
 }
 
 /** Targets of the timeline scenarios (herd, distinct, outage503, outagehang), per gateway run. */
-export function checkScenario(result: ScenarioResult, metricsOf: (run: RunResult) => RunMetrics = computeMetrics): TargetCheck[] {
+export function checkScenario(
+  result: ScenarioResult,
+  metricsOf: (run: RunResult) => RunMetrics = computeMetrics,
+): TargetCheck[] {
   const { plan } = result;
   const scale = plan.scale;
   const s = (ms: number) => ms * scale;
@@ -80,7 +91,9 @@ export function checkScenario(result: ScenarioResult, metricsOf: (run: RunResult
   const recoveryBound = scale === 1 ? 2_000 : 2_000 * scale + GATEWAY_PROBE_INTERVAL_MS;
   const recoveryScaling: TargetCheck['scaling'] = scale === 1 ? 'none' : 'partly';
   const recoveryNote =
-    scale === 1 ? undefined : `2 s x scale + the gateway's ${GATEWAY_PROBE_INTERVAL_MS / 1000} s probe interval (not compressed by --scale)`;
+    scale === 1
+      ? undefined
+      : `2 s x scale + the gateway's ${GATEWAY_PROBE_INTERVAL_MS / 1000} s probe interval (not compressed by --scale)`;
   const checks: TargetCheck[] = [];
   for (const run of result.runs) {
     if (run.variant.target !== 'gateway') continue;
@@ -89,14 +102,23 @@ export function checkScenario(result: ScenarioResult, metricsOf: (run: RunResult
     const label = run.variant.label;
     const role = run.variant.role;
     const latency = plan.latencyMs;
-    switch (name as TimelineScenario) {
+    switch (name) {
       case 'herd':
         checks.push(count(name, label, 'provider calls', m.providerCalls, '= 1', m.providerCalls === 1));
-        checks.push(atMost(name, label, 'slowest wait <= provider latency + 50 ms', m.waitMax, latency + s(50), scaled));
+        checks.push(
+          atMost(name, label, 'slowest wait <= provider latency + 50 ms', m.waitMax, latency + s(50), scaled),
+        );
         break;
       case 'distinct':
         checks.push(
-          count(name, label, 'provider calls (each prompt once)', m.providerCalls, `= ${m.requests}`, m.providerCalls === m.requests),
+          count(
+            name,
+            label,
+            'provider calls (each prompt once)',
+            m.providerCalls,
+            `= ${m.requests}`,
+            m.providerCalls === m.requests,
+          ),
         );
         if (role === 'concurrency32') {
           checks.push(atMost(name, label, 'slowest wait <= 1.0 x latency + 50 ms', m.waitMax, latency + s(50), scaled));
@@ -105,12 +127,41 @@ export function checkScenario(result: ScenarioResult, metricsOf: (run: RunResult
         }
         break;
       case 'outage503':
-        checks.push(count(name, label, 'calls reaching the failing provider', m.providerCallsFailing, '<= 5', m.providerCallsFailing <= 5));
         checks.push(
-          atMost(name, label, 'refusal latency p50 < 2 ms', m.refusalP50, 2, scale === 1 ? 'none' : 'fixed', true, 'measured at the SDK: the wait of requests answered 503 circuit_open'),
+          count(
+            name,
+            label,
+            'calls reaching the failing provider',
+            m.providerCallsFailing,
+            '<= 5',
+            m.providerCallsFailing <= 5,
+          ),
+        );
+        checks.push(
+          atMost(
+            name,
+            label,
+            'refusal latency p50 < 2 ms',
+            m.refusalP50,
+            2,
+            scale === 1 ? 'none' : 'fixed',
+            true,
+            'measured at the SDK: the wait of requests answered 503 circuit_open',
+          ),
         );
         checks.push(atMost(name, label, 'overall p95 < 314 ms', m.waitP95, s(314), scaled, true));
-        checks.push(atMost(name, label, 'recovery lag <= 2 s', m.recoveryLagMs, recoveryBound, recoveryScaling, false, recoveryNote));
+        checks.push(
+          atMost(
+            name,
+            label,
+            'recovery lag <= 2 s',
+            m.recoveryLagMs,
+            recoveryBound,
+            recoveryScaling,
+            false,
+            recoveryNote,
+          ),
+        );
         break;
       case 'outagehang':
         if (role === 'timeout5') {
@@ -127,9 +178,29 @@ export function checkScenario(result: ScenarioResult, metricsOf: (run: RunResult
               'from the first request that met the hang (requests come at even seconds, the hang starts at 15 s); 13 s = 4 intervals + the 5 s timeout, + 50 ms',
             ),
           );
-          checks.push(count(name, label, 'calls reaching the hung provider', m.providerCallsFailing, '<= 9', m.providerCallsFailing <= 9));
+          checks.push(
+            count(
+              name,
+              label,
+              'calls reaching the hung provider',
+              m.providerCallsFailing,
+              '<= 9',
+              m.providerCallsFailing <= 9,
+            ),
+          );
         }
-        checks.push(atMost(name, label, 'recovery lag <= 2 s', m.recoveryLagMs, recoveryBound, recoveryScaling, false, recoveryNote));
+        checks.push(
+          atMost(
+            name,
+            label,
+            'recovery lag <= 2 s',
+            m.recoveryLagMs,
+            recoveryBound,
+            recoveryScaling,
+            false,
+            recoveryNote,
+          ),
+        );
         break;
     }
     checks.push(

@@ -55,7 +55,11 @@ export async function runTenants(log: (line: string) => void): Promise<TenantsRe
   const rows: TenantRow[] = [];
   try {
     for (const { scenario, fairQueue } of RUNS) {
-      const gateway = await startGateway(mock.url, ['--concurrency', String(CONCURRENCY), ...(fairQueue ? [] : ['--no-fair-queue'])]);
+      const gateway = await startGateway(mock.url, [
+        '--concurrency',
+        String(CONCURRENCY),
+        ...(fairQueue ? [] : ['--no-fair-queue']),
+      ]);
       try {
         const row = await measure(gateway, scenario, fairQueue);
         rows.push(row);
@@ -97,7 +101,10 @@ async function measure(gateway: ChildHandle, scenario: TenantRow['scenario'], fa
       const response = await request(`${gateway.url}/v1/chat/completions`, {
         method: 'POST',
         dispatcher: agent,
-        headers: { 'content-type': 'application/json', ...(typeof credentials === 'string' ? { authorization: `Bearer ${credentials}` } : credentials) },
+        headers: {
+          'content-type': 'application/json',
+          ...(typeof credentials === 'string' ? { authorization: `Bearer ${credentials}` } : credentials),
+        },
         body: JSON.stringify({ model: BENCH_MODEL, messages: [{ role: 'user', content }] }),
         headersTimeout: 60_000,
         bodyTimeout: 60_000,
@@ -156,7 +163,10 @@ async function measure(gateway: ChildHandle, scenario: TenantRow['scenario'], fa
 /** Who the heavy tenant says it is on its i-th request. */
 function heavyCredentials(scenario: Scenario, i: number): string | Record<string, string> {
   if (scenario === 'rotating') {
-    return { authorization: SPELLINGS[i % SPELLINGS.length].replace('%', 'sk-heavy-tenant'), 'x-api-key': `sk-junk-${i}-${Math.random().toString(36).slice(2)}` };
+    return {
+      authorization: SPELLINGS[i % SPELLINGS.length].replace('%', 'sk-heavy-tenant'),
+      'x-api-key': `sk-junk-${i}-${Math.random().toString(36).slice(2)}`,
+    };
   }
   if (scenario === 'swarm') return `sk-swarm-${i}-${Math.random().toString(36).slice(2)}`;
   return 'sk-heavy-tenant';
@@ -171,7 +181,15 @@ const HEAVY: Record<Scenario, string> = {
 
 export function tenantsTable(result: TenantsResult): string {
   return table(
-    ['heavy tenant', 'queue', 'light: answered', 'light p50 wait', 'light p99 wait', 'light statuses', 'heavy: answered'],
+    [
+      'heavy tenant',
+      'queue',
+      'light: answered',
+      'light p50 wait',
+      'light p99 wait',
+      'light statuses',
+      'heavy: answered',
+    ],
     result.rows.map((r) => [
       HEAVY[r.scenario],
       r.fairQueue ? 'fair (default)' : 'first come, first served',

@@ -1,5 +1,10 @@
 import * as api from '@opentelemetry/api';
-import { BasicTracerProvider, BatchSpanProcessor, type ReadableSpan, type SpanExporter } from '@opentelemetry/sdk-trace-base';
+import {
+  BasicTracerProvider,
+  BatchSpanProcessor,
+  type ReadableSpan,
+  type SpanExporter,
+} from '@opentelemetry/sdk-trace-base';
 import { Orchestrator, RequestTracing, type RequestSpan } from 'nest-prompt-orchestrator';
 import { table } from './report.js';
 
@@ -39,13 +44,23 @@ const DROP: SpanExporter = {
 };
 
 function setUp(variant: TracingVariant, before: EngineModule | undefined) {
-  const provider = variant === 'sdk-recording' ? new BasicTracerProvider({ spanProcessors: [new BatchSpanProcessor(DROP, { maxQueueSize: 65_536 })] }) : undefined;
-  const tracing = variant === 'off' || variant === 'before' ? undefined : new RequestTracing(api, provider ? { tracerProvider: provider } : {});
+  const provider =
+    variant === 'sdk-recording'
+      ? new BasicTracerProvider({ spanProcessors: [new BatchSpanProcessor(DROP, { maxQueueSize: 65_536 })] })
+      : undefined;
+  const tracing =
+    variant === 'off' || variant === 'before'
+      ? undefined
+      : new RequestTracing(api, provider ? { tracerProvider: provider } : {});
   const Engine = variant === 'before' ? before!.Orchestrator : Orchestrator;
   const orchestrator = new Engine(tracing ? { tracing } : {});
   const policy = orchestrator.policy({ dedup: true, breaker: 'llm', concurrency: 64 });
   const headers = { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' };
-  const attributes = { 'gen_ai.system': 'openai', 'gen_ai.operation.name': 'chat', 'gen_ai.request.model': 'gpt-bench' };
+  const attributes = {
+    'gen_ai.system': 'openai',
+    'gen_ai.operation.name': 'chat',
+    'gen_ai.request.model': 'gpt-bench',
+  };
   let n = 0;
   const work = async () => 'answer';
   const request = async (key: string) => {
@@ -93,10 +108,16 @@ const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floo
  * `beforePath`: an older build of the package's ES module entry (e.g. from
  * `git archive` of an earlier commit), measured as the `before` row.
  */
-export async function runTracingCost(rounds = 7, budgetMs = 400, beforePath = process.env.TRACING_BENCH_BEFORE): Promise<TracingCostResult> {
+export async function runTracingCost(
+  rounds = 7,
+  budgetMs = 400,
+  beforePath = process.env.TRACING_BENCH_BEFORE,
+): Promise<TracingCostResult> {
   const before = beforePath ? ((await import(beforePath)) as EngineModule) : undefined;
   const variants: TracingVariant[] = before ? ['before', ...VARIANTS] : VARIANTS;
-  const samples = new Map<TracingVariant, { leader: number[]; herd: number[] }>(variants.map((v) => [v, { leader: [], herd: [] }]));
+  const samples = new Map<TracingVariant, { leader: number[]; herd: number[] }>(
+    variants.map((v) => [v, { leader: [], herd: [] }]),
+  );
   for (let round = 0; round < rounds; round++) {
     for (let i = 0; i < variants.length; i++) {
       const variant = variants[(round + i) % variants.length];
@@ -108,7 +129,11 @@ export async function runTracingCost(rounds = 7, budgetMs = 400, beforePath = pr
   }
   return {
     rounds,
-    rows: variants.map((variant) => ({ variant, leaderUs: median(samples.get(variant)!.leader), herdUs: median(samples.get(variant)!.herd) })),
+    rows: variants.map((variant) => ({
+      variant,
+      leaderUs: median(samples.get(variant)!.leader),
+      herdUs: median(samples.get(variant)!.herd),
+    })),
   };
 }
 

@@ -64,7 +64,10 @@ async function main(): Promise<void> {
     choices: [
       {
         index: 0,
-        message: { role: 'assistant', content: `Echo: memory prompt number ${i}, answered with a sentence of ordinary length.` },
+        message: {
+          role: 'assistant',
+          content: `Echo: memory prompt number ${i}, answered with a sentence of ordinary length.`,
+        },
         finish_reason: 'stop',
       },
     ],

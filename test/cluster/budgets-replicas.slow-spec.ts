@@ -14,7 +14,11 @@ import { redisServerMissing, startOwnedRedis, type OwnedRedis } from '../support
  * requests over the replicas gets no more than the limit.
  */
 
-const chat = (content: string) => ({ model: 'priced-model', temperature: 0, messages: [{ role: 'user' as const, content }] });
+const chat = (content: string) => ({
+  model: 'priced-model',
+  temperature: 0,
+  messages: [{ role: 'user' as const, content }],
+});
 
 async function ask(url: string, content: string, key = 'sk-fleet-key-0001') {
   const response = await fetch(`${url}/v1/chat/completions`, {
@@ -22,7 +26,11 @@ async function ask(url: string, content: string, key = 'sk-fleet-key-0001') {
     headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
     body: JSON.stringify(chat(content)),
   });
-  return { status: response.status, retryAfter: response.headers.get('retry-after'), body: (await response.json()) as { error?: { code?: string } } };
+  return {
+    status: response.status,
+    retryAfter: response.headers.get('retry-after'),
+    body: (await response.json()) as { error?: { code?: string } },
+  };
 }
 
 describe('budgets shared by replicas through Redis', () => {
@@ -46,11 +54,30 @@ describe('budgets shared by replicas through Redis', () => {
     redis = await startOwnedRedis();
     provider = await startMockProvider({ latencyMs: 5 });
     const dir = mkdtempSync(join(tmpdir(), 'npo-fleet-'));
-    writeFileSync(join(dir, 'keys.json'), JSON.stringify({ 'sk-fleet-key-0001': { name: 'fleet', requestsPerMinute: 4, maxSpend: '21/day' }, 'sk-other-key-0002': { name: 'other' } }));
-    writeFileSync(join(dir, 'prices.json'), JSON.stringify({ 'priced-model': { input: 1_000_000, output: 1_000_000 } }));
+    writeFileSync(
+      join(dir, 'keys.json'),
+      JSON.stringify({
+        'sk-fleet-key-0001': { name: 'fleet', requestsPerMinute: 4, maxSpend: '21/day' },
+        'sk-other-key-0002': { name: 'other' },
+      }),
+    );
+    writeFileSync(
+      join(dir, 'prices.json'),
+      JSON.stringify({ 'priced-model': { input: 1_000_000, output: 1_000_000 } }),
+    );
     replicas = await Promise.all(
       [0, 1].map(() =>
-        startGatewayProcess(['--upstream', provider!.url, '--redis', redis!.url, '--keys-file', join(dir, 'keys.json'), '--prices', join(dir, 'prices.json'), ...flags]),
+        startGatewayProcess([
+          '--upstream',
+          provider!.url,
+          '--redis',
+          redis!.url,
+          '--keys-file',
+          join(dir, 'keys.json'),
+          '--prices',
+          join(dir, 'prices.json'),
+          ...flags,
+        ]),
       ),
     );
     return replicas.map((r) => r.url);
@@ -74,7 +101,13 @@ describe('budgets shared by replicas through Redis', () => {
 
     // The official SDK sees a retryable 429: it waits as Retry-After says and is answered in the next window.
     const counted = countingFetch();
-    const sdk = new OpenAI({ baseURL: `${a}/v1`, apiKey: 'sk-fleet-key-0001', fetch: counted.fetch, maxRetries: 1, timeout: 60_000 });
+    const sdk = new OpenAI({
+      baseURL: `${a}/v1`,
+      apiKey: 'sk-fleet-key-0001',
+      fetch: counted.fetch,
+      maxRetries: 1,
+      timeout: 60_000,
+    });
     const answer = await sdk.chat.completions.create(chat(uniquePrompt('sdk')));
     expect(answer.choices).toHaveLength(1);
     expect(counted.attempts()).toBe(2);
@@ -85,12 +118,12 @@ describe('budgets shared by replicas through Redis', () => {
     const dir = mkdtempSync(join(tmpdir(), 'npo-hup-'));
     const keys = join(dir, 'keys.json');
     writeFileSync(keys, JSON.stringify({ 'sk-hup-key-00001': { name: 'hup' } }));
-    const gateway = await startGatewayProcess(['--upstream', provider!.url, '--keys-file', keys]);
+    const gateway = await startGatewayProcess(['--upstream', provider.url, '--keys-file', keys]);
     replicas.push(gateway);
     expect((await ask(gateway.url, uniquePrompt('before'), 'sk-hup-key-00001')).status).toBe(200);
     writeFileSync(keys, '{"sk-hup-key-00002": {"name": "new"}, broken');
     process.kill(gateway.pid, 'SIGHUP');
-    for (const deadline = Date.now() + 5_000; !gateway.output().includes('not reloaded (SIGHUP)'); ) {
+    for (const deadline = Date.now() + 5_000; !gateway.output().includes('not reloaded (SIGHUP)');) {
       if (Date.now() > deadline) throw new Error(`no reload line:\n${gateway.output()}`);
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
@@ -119,7 +152,18 @@ describe('budgets shared by replicas through Redis', () => {
     writeFileSync(join(dir, 'prices.json'), JSON.stringify({ 'priced-model': { input: 0, output: 1_000_000 } }));
     replicas = await Promise.all(
       [0, 1, 2, 3].map(() =>
-        startGatewayProcess(['--upstream', provider!.url, '--redis', redis!.url, '--prices', join(dir, 'prices.json'), '--max-spend', '16/day', '--log-level', 'warn']),
+        startGatewayProcess([
+          '--upstream',
+          provider!.url,
+          '--redis',
+          redis!.url,
+          '--prices',
+          join(dir, 'prices.json'),
+          '--max-spend',
+          '16/day',
+          '--log-level',
+          'warn',
+        ]),
       ),
     );
     const urls = replicas.map((r) => r.url);
@@ -128,7 +172,11 @@ describe('budgets shared by replicas through Redis', () => {
         const response = await fetch(`${urls[i % 4]}/v1/chat/completions`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ model: 'priced-model', max_tokens: 4, messages: [{ role: 'user', content: `c${i}-${Math.random()} two three` }] }),
+          body: JSON.stringify({
+            model: 'priced-model',
+            max_tokens: 4,
+            messages: [{ role: 'user', content: `c${i}-${Math.random()} two three` }],
+          }),
         });
         const body = (await response.json()) as { error?: { code?: string } };
         return response.status === 200 ? 200 : `${response.status} ${body.error?.code}`;
@@ -138,13 +186,17 @@ describe('budgets shared by replicas through Redis', () => {
     expect(ok).toBeGreaterThanOrEqual(1);
     expect(ok).toBeLessThanOrEqual(5);
     expect(new Set(statuses.filter((s) => s !== 200))).toEqual(new Set(['429 insufficient_quota']));
-    expect(provider!.stats().total).toBe(ok);
+    expect(provider.stats().total).toBe(ok);
     // And the fleet stays at its cap afterwards, on every replica.
     for (const url of urls) {
       const after = await fetch(`${url}/v1/chat/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'priced-model', max_tokens: 4, messages: [{ role: 'user', content: `after ${Math.random()} x` }] }),
+        body: JSON.stringify({
+          model: 'priced-model',
+          max_tokens: 4,
+          messages: [{ role: 'user', content: `after ${Math.random()} x` }],
+        }),
       });
       if (ok >= 4) expect(after.status).toBe(429);
       await after.arrayBuffer();

@@ -19,7 +19,8 @@ const LONG_KIB = 576;
 /** Callers of a key arrive this far apart: the herd spreads over about two seconds of a three-second stream. */
 const ARRIVAL_GAP_MS = 70;
 
-const chat = (content: string) => JSON.stringify({ model: 'mock-model', stream: true, messages: [{ role: 'user', content }] });
+const chat = (content: string) =>
+  JSON.stringify({ model: 'mock-model', stream: true, messages: [{ role: 'user', content }] });
 
 interface Answer {
   key: number;
@@ -49,7 +50,11 @@ function content(answer: Answer): { complete: boolean; text: string; ids: Set<st
   let lost = false;
   for (const d of data) {
     if (d === '[DONE]') continue;
-    const parsed = JSON.parse(d) as { id?: string; error?: { code?: string }; choices?: Array<{ delta: { content?: string } }> };
+    const parsed = JSON.parse(d) as {
+      id?: string;
+      error?: { code?: string };
+      choices?: Array<{ delta: { content?: string } }>;
+    };
     if (parsed.error) {
       if (parsed.error.code === 'leader_lost') lost = true;
       continue;
@@ -82,7 +87,13 @@ const EXPECTED = longReply(LONG_KIB).text;
  * two calls (two ids), or whose content is not the answer's start (an event missing: a hole).
  */
 function tally(answers: Answer[]) {
-  const perKey = Array.from({ length: KEYS }, () => ({ bodies: new Set<string>(), calls: new Set<string>(), complete: 0, lost: 0, mixed: 0 }));
+  const perKey = Array.from({ length: KEYS }, () => ({
+    bodies: new Set<string>(),
+    calls: new Set<string>(),
+    complete: 0,
+    lost: 0,
+    mixed: 0,
+  }));
   for (const answer of answers) {
     const got = content(answer);
     const key = perKey[answer.key];
@@ -122,7 +133,9 @@ describe('streams longer than a replica keeps in flight, across replicas sharing
     provider = await startMockProvider({ latencyMs: 300, streamChunkDelayMs: 1 });
     const url = redis.url;
     const upstream = provider.url;
-    replicas = await Promise.all(Array.from({ length: count }, () => startGatewayProcess(['--upstream', upstream, '--redis', url])));
+    replicas = await Promise.all(
+      Array.from({ length: count }, () => startGatewayProcess(['--upstream', upstream, '--redis', url])),
+    );
     await untilCoordinated(replicas);
     return replicas.map((r) => r.url);
   };
@@ -131,8 +144,15 @@ describe('streams longer than a replica keeps in flight, across replicas sharing
     const urls = await fleet(3);
     const answers = await herds(urls, 'long fleet');
     const perKey = tally(answers);
-    const summary = perKey.map((k) => `${k.complete}/${CALLERS} whole, ${k.lost} lost, ${k.bodies.size} bodies, ${k.calls.size} calls, ${k.mixed} mixed`);
-    expect({ lost: perKey.reduce((n, k) => n + k.lost, 0), mixed: perKey.reduce((n, k) => n + k.mixed, 0), summary }).toEqual({ lost: 0, mixed: 0, summary });
+    const summary = perKey.map(
+      (k) =>
+        `${k.complete}/${CALLERS} whole, ${k.lost} lost, ${k.bodies.size} bodies, ${k.calls.size} calls, ${k.mixed} mixed`,
+    );
+    expect({
+      lost: perKey.reduce((n, k) => n + k.lost, 0),
+      mixed: perKey.reduce((n, k) => n + k.mixed, 0),
+      summary,
+    }).toEqual({ lost: 0, mixed: 0, summary });
     for (const key of perKey) {
       expect(key.complete).toBe(CALLERS);
       expect(key.bodies.size).toBe(1);
@@ -145,9 +165,16 @@ describe('streams longer than a replica keeps in flight, across replicas sharing
     const answers = await herds(urls, 'long evicted');
     const perKey = tally(answers);
     const calls = provider!.stats().byRoute['/v1/chat/completions'];
-    const summary = perKey.map((k) => `${k.complete}/${CALLERS} whole, ${k.lost} lost, ${k.bodies.size} bodies, ${k.calls.size} calls, ${k.mixed} mixed`);
+    const summary = perKey.map(
+      (k) =>
+        `${k.complete}/${CALLERS} whole, ${k.lost} lost, ${k.bodies.size} bodies, ${k.calls.size} calls, ${k.mixed} mixed`,
+    );
     // Eviction may cost calls (a herd's keys gone, some of its callers lead again) but never mixes them.
-    expect({ mixed: perKey.reduce((n, k) => n + k.mixed, 0), twoBodies: perKey.filter((k) => k.bodies.size > 1).length, summary }).toEqual({
+    expect({
+      mixed: perKey.reduce((n, k) => n + k.mixed, 0),
+      twoBodies: perKey.filter((k) => k.bodies.size > 1).length,
+      summary,
+    }).toEqual({
       mixed: 0,
       twoBodies: 0,
       summary,
@@ -177,7 +204,7 @@ describe('streams longer than a worker keeps in flight, across the workers of on
     // Two Nest apps booting at once on a busy machine take long.
     gateway = await startGatewayProcess(['--upstream', provider.url, '--workers', '2'], {}, 120_000);
     const url = gateway.url;
-    for (const deadline = Date.now() + 120_000; ; ) {
+    for (const deadline = Date.now() + 120_000; ;) {
       const health = (await (await fetch(`${url}/health`)).json()) as { workers?: { reporting: number } };
       if (health.workers === undefined || health.workers.reporting === 2) break;
       if (Date.now() > deadline) throw new Error('the workers never both reported');
@@ -185,8 +212,15 @@ describe('streams longer than a worker keeps in flight, across the workers of on
     }
     const answers = await herds([url], 'long workers');
     const perKey = tally(answers);
-    const summary = perKey.map((k) => `${k.complete}/${CALLERS} whole, ${k.lost} lost, ${k.bodies.size} bodies, ${k.calls.size} calls, ${k.mixed} mixed`);
-    expect({ lost: perKey.reduce((n, k) => n + k.lost, 0), mixed: perKey.reduce((n, k) => n + k.mixed, 0), summary }).toEqual({ lost: 0, mixed: 0, summary });
+    const summary = perKey.map(
+      (k) =>
+        `${k.complete}/${CALLERS} whole, ${k.lost} lost, ${k.bodies.size} bodies, ${k.calls.size} calls, ${k.mixed} mixed`,
+    );
+    expect({
+      lost: perKey.reduce((n, k) => n + k.lost, 0),
+      mixed: perKey.reduce((n, k) => n + k.mixed, 0),
+      summary,
+    }).toEqual({ lost: 0, mixed: 0, summary });
     for (const key of perKey) {
       expect(key.complete).toBe(CALLERS);
       expect(key.bodies.size).toBe(1);

@@ -7,7 +7,12 @@ import type { GatherReply, ToWorker } from '../../apps/gateway/src/cluster/messa
 /** A worker of `--workers 2` as the hub sees it, with a registry of its own standing for its metrics. */
 function worker(id: number, registry: Registry) {
   const inbox: ToWorker[] = [];
-  const handle: HubWorker = { id, process: { pid: 3_000 + id }, isConnected: () => true, send: (message) => inbox.push(message) > 0 };
+  const handle: HubWorker = {
+    id,
+    process: { pid: 3_000 + id },
+    isConnected: () => true,
+    send: (message) => inbox.push(message) > 0,
+  };
   return { handle, inbox, registry };
 }
 
@@ -31,7 +36,12 @@ describe("the port's metrics under --workers", () => {
   it('caps model labels for the whole port (each worker within its own cap, their union is not), keeping every token', async () => {
     const workers = [1, 2].map((id) => {
       const registry = new Registry();
-      const tokens = new Counter({ name: 'gateway_tokens_total', help: 'tokens', labelNames: ['direction', 'model'], registers: [registry] });
+      const tokens = new Counter({
+        name: 'gateway_tokens_total',
+        help: 'tokens',
+        labelNames: ['direction', 'model'],
+        registers: [registry],
+      });
       // 40 distinct models on each worker, none shared: 80 for the port, against a cap of 50.
       for (let m = 0; m < 40; m++) tokens.inc({ direction: 'in', model: `model-${id}-${m}` }, 10);
       return worker(id, registry);

@@ -16,7 +16,8 @@ import { redisServerMissing, startOwnedRedis, type OwnedRedis } from '../support
  * as the leader's own callers got it.
  */
 
-const chat = (content: string, stream = false) => JSON.stringify({ model: 'mock-model', stream, messages: [{ role: 'user', content }] });
+const chat = (content: string, stream = false) =>
+  JSON.stringify({ model: 'mock-model', stream, messages: [{ role: 'user', content }] });
 
 async function ask(url: string, body: string, headers: Record<string, string> = {}) {
   const response = await fetch(`${url}/v1/chat/completions`, {
@@ -24,14 +25,23 @@ async function ask(url: string, body: string, headers: Record<string, string> = 
     headers: { 'content-type': 'application/json', authorization: 'Bearer sk-fleet', ...headers },
     body,
   });
-  return { status: response.status, outcome: response.headers.get('x-orchestrator-dedup'), text: await response.text() };
+  return {
+    status: response.status,
+    outcome: response.headers.get('x-orchestrator-dedup'),
+    text: await response.text(),
+  };
 }
 
 /** An answer with what a client can tell apart: status, headers that steer its retries, and the body. */
 async function askWhole(url: string, path: string, body: string) {
   const response = await fetch(`${url}${path}`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: 'Bearer sk-fleet', 'x-api-key': 'sk-fleet', 'anthropic-version': '2023-06-01' },
+    headers: {
+      'content-type': 'application/json',
+      authorization: 'Bearer sk-fleet',
+      'x-api-key': 'sk-fleet',
+      'anthropic-version': '2023-06-01',
+    },
     body,
   });
   return {
@@ -54,7 +64,7 @@ async function health(url: string): Promise<ReplicaHealth> {
 
 /** Polls a replica's /health until `condition` holds. */
 async function waitForHealth(url: string, condition: (h: ReplicaHealth) => boolean, what: string): Promise<void> {
-  for (const deadline = Date.now() + 10_000; ; ) {
+  for (const deadline = Date.now() + 10_000; ;) {
     if (condition(await health(url))) return;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 20)); // polling interval
@@ -63,7 +73,7 @@ async function waitForHealth(url: string, condition: (h: ReplicaHealth) => boole
 
 /** Until a replica's flight is forgotten, i.e. its answer is in the window (memory and Redis). */
 async function stored(url: string): Promise<void> {
-  for (const deadline = Date.now() + 5_000; ; ) {
+  for (const deadline = Date.now() + 5_000; ;) {
     const health = (await (await fetch(`${url}/health`)).json()) as { dedup: { inFlight: number } };
     if (health.dedup.inFlight === 0) return;
     if (Date.now() > deadline) throw new Error('the answer was never stored');
@@ -99,7 +109,16 @@ describe('replicas sharing one Redis', () => {
     provider = await startMockProvider(mock);
     replicas = await Promise.all(
       Array.from({ length: count }, () =>
-        startGatewayProcess(['--upstream', provider.url, '--redis', redis.url, '--probe-interval', '0.2', ...(flags.includes('--breaker-open') ? [] : ['--breaker-open', '30']), ...flags]),
+        startGatewayProcess([
+          '--upstream',
+          provider.url,
+          '--redis',
+          redis.url,
+          '--probe-interval',
+          '0.2',
+          ...(flags.includes('--breaker-open') ? [] : ['--breaker-open', '30']),
+          ...flags,
+        ]),
       ),
     );
     // Every replica has reached Redis (coordination ok) before traffic starts.
@@ -127,7 +146,9 @@ describe('replicas sharing one Redis', () => {
     const texts = answers.map((a) =>
       sseData(a.text)
         .filter((d) => d !== '[DONE]')
-        .map((d) => (JSON.parse(d) as { choices: Array<{ delta: { content?: string } }> }).choices[0]?.delta.content ?? '')
+        .map(
+          (d) => (JSON.parse(d) as { choices: Array<{ delta: { content?: string } }> }).choices[0]?.delta.content ?? '',
+        )
         .join(''),
     );
     expect(new Set(texts).size).toBe(1);
@@ -160,7 +181,9 @@ describe('replicas sharing one Redis', () => {
     expect(stats.byRoute['/v1/chat/completions']).toBeLessThanOrEqual(5);
     // One prober for the fleet, every 0.2 s at most
     // (plus the one that confirmed the outage before the breaker opened).
-    expect(stats.byRoute['/v1/models'] ?? 0).toBeLessThanOrEqual(Math.ceil((performance.now() - outageStarted) / 200) + 2);
+    expect(stats.byRoute['/v1/models'] ?? 0).toBeLessThanOrEqual(
+      Math.ceil((performance.now() - outageStarted) / 200) + 2,
+    );
     provider.setMode('ok');
     for (const url of urls) {
       for (;;) {
@@ -177,7 +200,7 @@ describe('replicas sharing one Redis', () => {
     expect(alone.map((a) => a.status)).toEqual([200, 200]);
     await redis.restart();
     for (const replica of replicas) {
-      for (const deadline = Date.now() + 10_000; ; ) {
+      for (const deadline = Date.now() + 10_000; ;) {
         const health = (await (await fetch(`${replica.url}/health`)).json()) as { coordination: { state: string } };
         // Tried again within a second of the next request: ask, then look.
         await ask(replica.url, chat(uniquePrompt('probe')));
@@ -244,7 +267,18 @@ describe('replicas sharing one Redis', () => {
     gate = new GatedUpstream(provider.url);
     await gate.start();
     // No retries and a breaker that stays closed: each error below is the answer of one call.
-    const flags = ['--upstream', gate.url, '--redis', redis.url, '--retries', '0', '--breaker-failures', '100', '--timeout', '4'];
+    const flags = [
+      '--upstream',
+      gate.url,
+      '--redis',
+      redis.url,
+      '--retries',
+      '0',
+      '--breaker-failures',
+      '100',
+      '--timeout',
+      '4',
+    ];
     replicas = await Promise.all([startGatewayProcess(flags), startGatewayProcess(flags)]);
     const [leaderUrl, followerUrl] = replicas.map((r) => r.url);
     for (const url of [leaderUrl, followerUrl]) {
@@ -269,7 +303,12 @@ describe('replicas sharing one Redis', () => {
       expect(answers.followers.map((f) => f.outcome)).toEqual(['joined', 'joined', 'joined']);
       return answers;
     };
-    const asSeen = ({ status, retryAfter, shouldRetry, text }: Awaited<ReturnType<typeof askWhole>>) => ({ status, retryAfter, shouldRetry, text });
+    const asSeen = ({ status, retryAfter, shouldRetry, text }: Awaited<ReturnType<typeof askWhole>>) => ({
+      status,
+      retryAfter,
+      shouldRetry,
+      text,
+    });
     const chatPath = '/v1/chat/completions';
 
     const unavailable = await herd(chatPath, chat(uniquePrompt('leader 503')), () => {
@@ -295,7 +334,11 @@ describe('replicas sharing one Redis', () => {
     expect(failed.followers.map(asSeen)).toEqual(failed.followers.map(() => asSeen(failed.leader)));
 
     // The same on the Anthropic route, in Anthropic's error shape (each answer names its own request).
-    const messages = JSON.stringify({ model: 'mock-model', max_tokens: 16, messages: [{ role: 'user', content: uniquePrompt('leader 503 messages') }] });
+    const messages = JSON.stringify({
+      model: 'mock-model',
+      max_tokens: 16,
+      messages: [{ role: 'user', content: uniquePrompt('leader 503 messages') }],
+    });
     const anthropic = await herd('/v1/messages', messages, () => {
       provider.setMode('error503');
       gate!.release();
@@ -304,7 +347,10 @@ describe('replicas sharing one Redis', () => {
       const { request_id: _id, ...rest } = JSON.parse(a.text) as { request_id?: string };
       return { ...asSeen(a), text: rest };
     };
-    expect(withoutId(anthropic.leader)).toMatchObject({ status: 503, text: { type: 'error', error: { type: 'overloaded_error' } } });
+    expect(withoutId(anthropic.leader)).toMatchObject({
+      status: 503,
+      text: { type: 'error', error: { type: 'overloaded_error' } },
+    });
     expect(anthropic.followers.map(withoutId)).toEqual(anthropic.followers.map(() => withoutId(anthropic.leader)));
 
     // The gateway's own error: the held call runs out of its time limit (--timeout 4) at the gate.

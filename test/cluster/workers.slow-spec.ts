@@ -30,7 +30,8 @@ import { createClient } from '@keyv/redis';
 
 const KEY = 'sk-workers-suite';
 
-const chat = (content: string, stream = false) => JSON.stringify({ model: 'mock-model', stream, temperature: 0, messages: [{ role: 'user', content }] });
+const chat = (content: string, stream = false) =>
+  JSON.stringify({ model: 'mock-model', stream, temperature: 0, messages: [{ role: 'user', content }] });
 
 interface Answer {
   status: number;
@@ -44,7 +45,11 @@ async function ask(url: string, body: string, key = KEY): Promise<Answer> {
     headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
     body,
   });
-  return { status: response.status, outcome: response.headers.get('x-orchestrator-dedup'), text: await response.text() };
+  return {
+    status: response.status,
+    outcome: response.headers.get('x-orchestrator-dedup'),
+    text: await response.text(),
+  };
 }
 
 /**
@@ -61,7 +66,16 @@ async function askOnNewConnection(url: string, body: string): Promise<{ status: 
   }
 }
 
-function askWholeOnNewConnection(url: string, body: string): Promise<{ status: number; outcome: string | null; retryAfter: string | null; shouldRetry: string | null; text: string }> {
+function askWholeOnNewConnection(
+  url: string,
+  body: string,
+): Promise<{
+  status: number;
+  outcome: string | null;
+  retryAfter: string | null;
+  shouldRetry: string | null;
+  text: string;
+}> {
   return new Promise((resolve, reject) => {
     const req = request(
       `${url}/v1/chat/completions`,
@@ -75,7 +89,13 @@ function askWholeOnNewConnection(url: string, body: string): Promise<{ status: n
             const value = response.headers[name];
             return typeof value === 'string' ? value : null;
           };
-          resolve({ status: response.statusCode ?? 0, outcome: header('x-orchestrator-dedup'), retryAfter: header('retry-after'), shouldRetry: header('x-should-retry'), text });
+          resolve({
+            status: response.statusCode ?? 0,
+            outcome: header('x-orchestrator-dedup'),
+            retryAfter: header('retry-after'),
+            shouldRetry: header('x-should-retry'),
+            text,
+          });
         });
       },
     );
@@ -132,18 +152,25 @@ async function health(url: string): Promise<Health> {
 const startGateway = (args: string[]) => startGatewayProcess(args, {}, 120_000);
 
 /** Polls `condition` until it holds; the failure names what was last seen. */
-async function until<T>(what: string, read: () => Promise<T>, condition: (value: T) => boolean, timeoutMs = 30_000): Promise<T> {
+async function until<T>(
+  what: string,
+  read: () => Promise<T>,
+  condition: (value: T) => boolean,
+  timeoutMs = 30_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await read();
     if (condition(value)) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; last seen: ${JSON.stringify(value).slice(0, 2_000)}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out waiting for ${what}; last seen: ${JSON.stringify(value).slice(0, 2_000)}`);
     await new Promise((resolve) => setTimeout(resolve, 25)); // polling interval
   }
 }
 
 /** Requests the gateway has attached to a call (led or joined) since `before`, across the workers. */
-const attached = (now: Health, before: Health) => now.dedup.miss + now.dedup.joined - (before.dedup.miss + before.dedup.joined);
+const attached = (now: Health, before: Health) =>
+  now.dedup.miss + now.dedup.joined - (before.dedup.miss + before.dedup.joined);
 
 function alive(pid: number): boolean {
   try {
@@ -155,10 +182,15 @@ function alive(pid: number): boolean {
 }
 
 describe('--workers: what crosses between the workers and their primary', () => {
-  it('the leader\'s span goes with its claim: a worker that follows it is told, so its requests link to the leader', () => {
+  it("the leader's span goes with its claim: a worker that follows it is told, so its requests link to the leader", () => {
     const inbox = (id: number) => {
       const messages: ToWorker[] = [];
-      const handle: HubWorker = { id, process: { pid: 2_000 + id }, isConnected: () => true, send: (m) => messages.push(JSON.parse(JSON.stringify(m)) as ToWorker) > 0 };
+      const handle: HubWorker = {
+        id,
+        process: { pid: 2_000 + id },
+        isConnected: () => true,
+        send: (m) => messages.push(JSON.parse(JSON.stringify(m)) as ToWorker) > 0,
+      };
       return { handle, answer: () => messages.filter((m) => m.gw === 're').at(-1)?.v };
     };
     const hub = new PrimaryHub({ maxFlightBytes: 1 << 20, log: () => undefined });
@@ -174,7 +206,7 @@ describe('--workers: what crosses between the workers and their primary', () => 
     expect(b.answer()).toEqual({ role: 'follow', f: 2, events: [] });
   });
 
-  it('the primary, message by message: one lead per key, a late follower gets every event so far, a call too large to keep is not joined late, a dead leader\'s followers are told; one failure count and one prober', () => {
+  it("the primary, message by message: one lead per key, a late follower gets every event so far, a call too large to keep is not joined late, a dead leader's followers are told; one failure count and one prober", () => {
     const worker = (id: number) => {
       const inbox: ToWorker[] = [];
       const handle: HubWorker = {
@@ -183,7 +215,12 @@ describe('--workers: what crosses between the workers and their primary', () => 
         isConnected: () => true,
         send: (message) => inbox.push(JSON.parse(JSON.stringify(message)) as ToWorker) > 0,
       };
-      return { handle, inbox, answer: () => inbox.filter((m) => m.gw === 're').at(-1)?.v, events: () => inbox.filter((m) => m.gw === 'ev') };
+      return {
+        handle,
+        inbox,
+        answer: () => inbox.filter((m) => m.gw === 're').at(-1)?.v,
+        events: () => inbox.filter((m) => m.gw === 'ev'),
+      };
     };
     const head = JSON.stringify({ k: 'h', h: { contentType: 'text/event-stream' } });
     const chunk = JSON.stringify({ k: 'c', c: 'data: 0123456789\n\n' });
@@ -269,7 +306,12 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     const gateway = await startGateway(['--upstream', upstream.url, '--workers', '2', ...flags]);
     gateways.push(gateway);
     // (A gateway whose /health has no workers section cannot tell; it is tested as it is.)
-    const ready = await until('both workers to report in /health', () => health(gateway.url), (h) => h.workers === undefined || h.workers.reporting === 2, 120_000);
+    const ready = await until(
+      'both workers to report in /health',
+      () => health(gateway.url),
+      (h) => h.workers === undefined || h.workers.reporting === 2,
+      120_000,
+    );
     if (ready.workers) expect(ready.workers.list).toHaveLength(2);
     return { gateway, workerPids: ready.workers?.list.map((w) => w.pid) ?? [] };
   };
@@ -330,7 +372,9 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     expect(sequences[0].at(-1)).toBe('[DONE]');
     const content = sequences[0]
       .filter((d) => d !== '[DONE]')
-      .map((d) => (JSON.parse(d) as { choices: Array<{ delta: { content?: string } }> }).choices[0]?.delta.content ?? '')
+      .map(
+        (d) => (JSON.parse(d) as { choices: Array<{ delta: { content?: string } }> }).choices[0]?.delta.content ?? '',
+      )
       .join('');
     expect(content).toBe(`Echo: ${prompt}`);
 
@@ -370,7 +414,10 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     expect([...seenBy].every((pid) => workerPids.includes(pid))).toBe(true);
 
     // --- the status page's summary counts both workers too ---
-    const snapshot = (await (await fetch(`${url}/orchestrator/snapshot`)).json()) as { totals: { miss: number; joined: number }; workers?: unknown[] };
+    const snapshot = (await (await fetch(`${url}/orchestrator/snapshot`)).json()) as {
+      totals: { miss: number; joined: number };
+      workers?: unknown[];
+    };
     expect(snapshot.totals.miss).toBe(2);
     expect(snapshot.totals.joined).toBe(348);
     expect(snapshot.workers).toHaveLength(2);
@@ -392,10 +439,19 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     expect(refusals.slice(-10).every((code) => code === 'circuit_open')).toBe(true);
     // One prober for the port, every 0.2 s at most
     // (plus the one that confirmed the outage before the breaker opened).
-    expect(stats.byRoute['/v1/models'] ?? 0).toBeLessThanOrEqual(Math.ceil((performance.now() - outageStarted) / 200) + 2);
+    expect(stats.byRoute['/v1/models'] ?? 0).toBeLessThanOrEqual(
+      Math.ceil((performance.now() - outageStarted) / 200) + 2,
+    );
     provider.setMode('ok');
-    await until('the breaker to close', () => askOnNewConnection(gateway.url, chat(uniquePrompt('after'))), (a) => a.status === 200, 10_000);
-    const after = await Promise.all(Array.from({ length: 6 }, (_, i) => askOnNewConnection(gateway.url, chat(uniquePrompt(`recovered ${i}`)))));
+    await until(
+      'the breaker to close',
+      () => askOnNewConnection(gateway.url, chat(uniquePrompt('after'))),
+      (a) => a.status === 200,
+      10_000,
+    );
+    const after = await Promise.all(
+      Array.from({ length: 6 }, (_, i) => askOnNewConnection(gateway.url, chat(uniquePrompt(`recovered ${i}`)))),
+    );
     expect(after.map((a) => a.status)).toEqual(after.map(() => 200));
   }, 300_000);
 
@@ -409,21 +465,40 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
       const callsBefore = upstream.calls;
       upstream.hold();
       const leader = askWholeOnNewConnection(url, body);
-      await until("the leader's call to reach the gate", async () => upstream.heldCount, (held) => held === 1);
+      await until(
+        "the leader's call to reach the gate",
+        async () => upstream.heldCount,
+        (held) => held === 1,
+      );
       const followers = Array.from({ length: 4 }, () => askWholeOnNewConnection(url, body));
-      const arrived = await until('the 4 followers to join', () => health(url), (h) => attached(h, before) === 5);
+      const arrived = await until(
+        'the 4 followers to join',
+        () => health(url),
+        (h) => attached(h, before) === 5,
+      );
       failure();
       const answers = { leader: await leader, followers: await Promise.all(followers) };
       upstream.release();
       expect(upstream.calls - callsBefore).toBe(1);
-      expect([answers.leader, ...answers.followers].map((a) => a.outcome).sort()).toEqual(['joined', 'joined', 'joined', 'joined', 'miss']);
+      expect([answers.leader, ...answers.followers].map((a) => a.outcome).sort()).toEqual([
+        'joined',
+        'joined',
+        'joined',
+        'joined',
+        'miss',
+      ]);
       // Both workers took part: the one that did not call followed the other's.
       const share = arrived.workers!.list.map((w) => {
         const was = before.workers!.list.find((b) => b.pid === w.pid)!;
         return w.dedup.miss + w.dedup.joined - (was.dedup.miss + was.dedup.joined);
       });
       expect(share.every((n) => n > 0)).toBe(true);
-      return [answers.leader, ...answers.followers].map(({ status, retryAfter, shouldRetry, text }) => ({ status, retryAfter, shouldRetry, text }));
+      return [answers.leader, ...answers.followers].map(({ status, retryAfter, shouldRetry, text }) => ({
+        status,
+        retryAfter,
+        shouldRetry,
+        text,
+      }));
     };
 
     const unavailable = await herd(chat(uniquePrompt('worker leader 503')), () => {
@@ -441,19 +516,30 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     expect(new Set(timedOut.map((a) => JSON.stringify(a))).size).toBe(1);
   }, 300_000);
 
-  it('the leading worker killed before its answer: the other worker\'s callers get one answer from a single takeover call', async () => {
+  it("the leading worker killed before its answer: the other worker's callers get one answer from a single takeover call", async () => {
     const { gateway } = await start();
     const before = await health(gateway.url);
     upstream.hold();
     const body = chat(uniquePrompt('leader dies'));
-    const herd = Array.from({ length: 20 }, () => ask(gateway.url, body).catch(() => ({ status: 0, outcome: null, text: '' })));
-    const arrived = await until('20 requests to join one call', () => health(gateway.url), (h) => attached(h, before) === 20);
-    const grew = (w: WorkerHealth, field: 'miss' | 'joined') => w.dedup[field] - before.workers!.list.find((b) => b.pid === w.pid)!.dedup[field];
+    const herd = Array.from({ length: 20 }, () =>
+      ask(gateway.url, body).catch(() => ({ status: 0, outcome: null, text: '' })),
+    );
+    const arrived = await until(
+      '20 requests to join one call',
+      () => health(gateway.url),
+      (h) => attached(h, before) === 20,
+    );
+    const grew = (w: WorkerHealth, field: 'miss' | 'joined') =>
+      w.dedup[field] - before.workers!.list.find((b) => b.pid === w.pid)!.dedup[field];
     const leader = arrived.workers!.list.find((w) => grew(w, 'miss') === 1)!;
     const follower = arrived.workers!.list.find((w) => w !== leader)!;
     expect(grew(follower, 'joined')).toBeGreaterThan(0);
     process.kill(leader.pid, 'SIGKILL');
-    await until('the follower to take the call over', async () => upstream.calls, (n) => n === 2);
+    await until(
+      'the follower to take the call over',
+      async () => upstream.calls,
+      (n) => n === 2,
+    );
     upstream.release();
     const answers = await Promise.all(herd);
     const served = answers.filter((a) => a.status !== 0);
@@ -463,7 +549,11 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     expect(new Set(served.map((a) => a.text)).size).toBe(1);
     expect(upstream.calls).toBe(2);
     // The primary replaced the dead worker.
-    await until('a new worker to serve', () => health(gateway.url), (h) => h.workers?.reporting === 2 && !h.workers.list.some((w) => w.pid === leader.pid));
+    await until(
+      'a new worker to serve',
+      () => health(gateway.url),
+      (h) => h.workers?.reporting === 2 && !h.workers.list.some((w) => w.pid === leader.pid),
+    );
   }, 300_000);
 
   it("a worker killed after a scrape: the port's counters keep what it had counted (an upstream call it made is still counted)", async () => {
@@ -471,20 +561,30 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     const url = gateway.url;
     // Each on a connection of its own: node:cluster hands them to the workers in turn, so both make calls.
     for (let i = 0; i < 6; i++) expect((await askOnNewConnection(url, chat(uniquePrompt('counted')))).status).toBe(200);
-    const calls = async () => valueOf(parseMetrics(await (await fetch(`${url}/orchestrator/metrics`)).text()), 'orchestrator_upstream_calls_total', { result: 'ok' });
+    const calls = async () =>
+      valueOf(
+        parseMetrics(await (await fetch(`${url}/orchestrator/metrics`)).text()),
+        'orchestrator_upstream_calls_total',
+        { result: 'ok' },
+      );
     expect(await calls()).toBe(6);
     const h = await health(url);
     const victim = h.workers!.list.find((w) => w.dedup.miss > 0)!;
     process.kill(victim.pid, 'SIGKILL');
     // (A kept-alive connection to the victim fails once: read again.)
-    await until('a new worker to serve', () => health(url).catch(() => undefined), (now) => now?.workers?.reporting === 2 && !now.workers.list.some((w) => w.pid === victim.pid), 120_000);
+    await until(
+      'a new worker to serve',
+      () => health(url).catch(() => undefined),
+      (now) => now?.workers?.reporting === 2 && !now.workers.list.some((w) => w.pid === victim.pid),
+      120_000,
+    );
     // The victim's calls stay counted, whichever worker answers the scrape.
     for (let i = 0; i < 4; i++) expect(await calls()).toBe(6);
     expect((await askOnNewConnection(url, chat(uniquePrompt('after the kill')))).status).toBe(200);
     expect(await calls()).toBe(7);
   }, 300_000);
 
-  it('the leading worker killed in the middle of a stream: the other worker\'s callers get a leader_lost error event, never an answer stitched from a second call', async () => {
+  it("the leading worker killed in the middle of a stream: the other worker's callers get a leader_lost error event, never an answer stitched from a second call", async () => {
     const { gateway } = await start();
     const before = await health(gateway.url);
     const prompt = uniquePrompt('leader dies mid-stream with a few more words to send');
@@ -492,14 +592,27 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     const first = askStreaming(gateway.url, chat(prompt, true));
     await first.started;
     const rest = Array.from({ length: 9 }, () => askStreaming(gateway.url, chat(prompt, true)));
-    const arrived = await until('10 streams on one call', () => health(gateway.url), (h) => attached(h, before) === 10);
-    const leader = arrived.workers!.list.find((w) => w.dedup.miss - before.workers!.list.find((b) => b.pid === w.pid)!.dedup.miss === 1)!;
+    const arrived = await until(
+      '10 streams on one call',
+      () => health(gateway.url),
+      (h) => attached(h, before) === 10,
+    );
+    const leader = arrived.workers!.list.find(
+      (w) => w.dedup.miss - before.workers!.list.find((b) => b.pid === w.pid)!.dedup.miss === 1,
+    )!;
     // The followers have the first chunk: a takeover could only stitch two calls together.
     await Promise.all(rest.map((r) => r.started.catch(() => undefined)));
     process.kill(leader.pid, 'SIGKILL');
     // Let the provider go on: a (wrong) takeover call would then complete, and show below.
     upstream.resume();
-    const outcomes = await Promise.all([first, ...rest].map((r) => r.done.then((a) => a.text, () => 'cut')));
+    const outcomes = await Promise.all(
+      [first, ...rest].map((r) =>
+        r.done.then(
+          (a) => a.text,
+          () => 'cut',
+        ),
+      ),
+    );
     expect(outcomes.some((text) => text.includes('[DONE]'))).toBe(false);
     expect(upstream.calls).toBe(1);
     // The dead worker's callers lost their connection; the other worker's were told why, in their stream.
@@ -508,7 +621,7 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     expect(told.every((text) => sseData(text).some((d) => d.includes('"code":"leader_lost"')))).toBe(true);
   }, 300_000);
 
-  it('with --redis, Redis stays the coordinator of the workers\' calls; /health still lists both', async () => {
+  it("with --redis, Redis stays the coordinator of the workers' calls; /health still lists both", async () => {
     const missing = redisServerMissing();
     if (missing) throw new Error(missing);
     redis = await startOwnedRedis();
@@ -517,12 +630,19 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     const before = await until(
       'Redis coordination in both workers',
       () => health(gateway.url),
-      (h) => h.coordination?.state === 'ok' && h.workers?.reporting === 2 && h.workers.list.every((w) => w.coordination === 'ok'),
+      (h) =>
+        h.coordination?.state === 'ok' &&
+        h.workers?.reporting === 2 &&
+        h.workers.list.every((w) => w.coordination === 'ok'),
     );
     upstream.hold();
     const body = chat(uniquePrompt('workers with redis'));
     const herd = Array.from({ length: 40 }, () => ask(gateway.url, body));
-    await until('the herd of 40 to arrive', () => health(gateway.url), (h) => attached(h, before) === 40);
+    await until(
+      'the herd of 40 to arrive',
+      () => health(gateway.url),
+      (h) => attached(h, before) === 40,
+    );
     upstream.release();
     const answers = await Promise.all(herd);
     expect(answers.every((a) => a.status === 200)).toBe(true);
@@ -542,10 +662,18 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     const { gateway, workerPids } = await start();
     upstream.hold();
     const inFlight = Array.from({ length: 10 }, (_, i) => ask(gateway.url, chat(uniquePrompt(`hangup ${i}`))));
-    await until('10 calls to reach the gate', async () => upstream.heldCount, (n) => n === 10);
+    await until(
+      '10 calls to reach the gate',
+      async () => upstream.heldCount,
+      (n) => n === 10,
+    );
     process.kill(gateway.pid, 'SIGHUP');
     // The primary says what it did with it (the unfixed gateway's workers die of it instead).
-    await until('the primary to handle SIGHUP', async () => gateway.output(), (out) => /SIGHUP|exited/.test(out));
+    await until(
+      'the primary to handle SIGHUP',
+      async () => gateway.output(),
+      (out) => /SIGHUP|exited/.test(out),
+    );
     upstream.release();
     const answers = await Promise.all(inFlight);
     expect(answers.map((a) => a.status)).toEqual(answers.map(() => 200));
@@ -561,9 +689,17 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     const { gateway, workerPids } = await start(['--keys-file', keys]);
     upstream.hold();
     const inFlight = Array.from({ length: 10 }, (_, i) => ask(gateway.url, chat(uniquePrompt(`reload ${i}`))));
-    await until('10 calls to reach the gate', async () => upstream.heldCount, (n) => n === 10);
+    await until(
+      '10 calls to reach the gate',
+      async () => upstream.heldCount,
+      (n) => n === 10,
+    );
     process.kill(gateway.pid, 'SIGHUP');
-    await until('the primary to pass SIGHUP on', async () => gateway.output(), (out) => /SIGHUP|exited/.test(out));
+    await until(
+      'the primary to pass SIGHUP on',
+      async () => gateway.output(),
+      (out) => /SIGHUP|exited/.test(out),
+    );
     upstream.release();
     const answers = await Promise.all(inFlight);
     expect(answers.map((a) => a.status)).toEqual(answers.map(() => 200));
@@ -586,13 +722,26 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
       ({ health: h }) => attached(h, before) === 18,
     );
     process.kill(gateway.pid, 'SIGTERM');
-    await until('the drain to start', async () => gateway.output(), (out) => /draining/.test(out));
+    await until(
+      'the drain to start',
+      async () => gateway.output(),
+      (out) => /draining/.test(out),
+    );
     // Impatient operators: more signals must not turn the drain into a cut.
     process.kill(gateway.pid, 'SIGINT');
     process.kill(gateway.pid, 'SIGTERM');
-    await until('the primary to see the repeated signals', async () => gateway.output(), (out) => (out.match(/already draining/g) ?? []).length === 2 || gateway.child.exitCode !== null || gateway.child.signalCode !== null);
+    await until(
+      'the primary to see the repeated signals',
+      async () => gateway.output(),
+      (out) =>
+        (out.match(/already draining/g) ?? []).length === 2 ||
+        gateway.child.exitCode !== null ||
+        gateway.child.signalCode !== null,
+    );
     upstream.release();
-    const answers = await Promise.all(inFlight.map((p) => p.catch((error: Error) => ({ status: 0, outcome: null, text: error.message }))));
+    const answers = await Promise.all(
+      inFlight.map((p) => p.catch((error: Error) => ({ status: 0, outcome: null, text: error.message }))),
+    );
     expect(answers.map((a) => a.status)).toEqual(answers.map(() => 200));
     expect(new Set(answers.slice(0, 12).map((a) => a.text)).size).toBe(1);
     expect(upstream.calls).toBe(7);

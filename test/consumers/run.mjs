@@ -28,7 +28,9 @@ const wanted = args.filter((arg, i) => !arg.startsWith('--') && !(jobsAt >= 0 &&
 // `_shared/`: files several fixtures use alike, copied into each copy that names them in its package.json's
 // `consumerShared` (same path in both), so that one source serves them all.
 const SHARED = join(here, '_shared');
-const fixtures = readdirSync(here).filter((name) => statSync(join(here, name)).isDirectory() && !name.startsWith('.') && !name.startsWith('_'));
+const fixtures = readdirSync(here).filter(
+  (name) => statSync(join(here, name)).isDirectory() && !name.startsWith('.') && !name.startsWith('_'),
+);
 for (const name of wanted) {
   if (!fixtures.includes(name)) fail(`unknown fixture ${name} (known: ${fixtures.join(', ')})`);
 }
@@ -64,7 +66,12 @@ function fail(message) {
 }
 
 function tail(text, lines = 60) {
-  return text.trimEnd().split('\n').slice(-lines).map((line) => `    | ${line}`).join('\n');
+  return text
+    .trimEnd()
+    .split('\n')
+    .slice(-lines)
+    .map((line) => `    | ${line}`)
+    .join('\n');
 }
 
 // 1. Pack the library (its prepack script builds it), or take the tarball CONSUMERS_TARBALL names (e.g. an
@@ -78,7 +85,12 @@ if (process.env.CONSUMERS_TARBALL) {
   cpSync(process.env.CONSUMERS_TARBALL, join(work, basename(process.env.CONSUMERS_TARBALL)));
   packInfo.filename = basename(process.env.CONSUMERS_TARBALL);
 } else {
-  const packed = await run(npm, ['pack', '--json', '--pack-destination', work, ...cacheArgs], library, join(work, 'pack.log'));
+  const packed = await run(
+    npm,
+    ['pack', '--json', '--pack-destination', work, ...cacheArgs],
+    library,
+    join(work, 'pack.log'),
+  );
   if (packed.code !== 0) {
     console.error(tail(packed.output));
     fail('npm pack failed');
@@ -86,18 +98,27 @@ if (process.env.CONSUMERS_TARBALL) {
   packInfo = JSON.parse(packed.stdout.slice(packed.stdout.indexOf('\n[') + 1))[0];
 }
 const tarball = join(work, packInfo.filename);
-console.log(`pack     ok  ${seconds(Date.now() - step).padStart(7)}  ${packInfo.filename}: ${packInfo.entryCount} files, ${(packInfo.size / 1024).toFixed(1)} kB`);
+console.log(
+  `pack     ok  ${seconds(Date.now() - step).padStart(7)}  ${packInfo.filename}: ${packInfo.entryCount} files, ${(packInfo.size / 1024).toFixed(1)} kB`,
+);
 
 // 2. Check what the tarball holds.
 step = Date.now();
 const problems = checkTarball(packInfo.files.map((file) => file.path));
-const attw = await run(join(repo, 'node_modules', '.bin', 'attw'), [tarball, '--format', 'ascii'], repo, join(work, 'attw.log'));
+const attw = await run(
+  join(repo, 'node_modules', '.bin', 'attw'),
+  [tarball, '--format', 'ascii'],
+  repo,
+  join(work, 'attw.log'),
+);
 if (attw.code !== 0) problems.push(`attw found type resolution problems:\n${attw.output}`);
 if (problems.length) {
   console.log(`tarball  FAIL ${seconds(Date.now() - step).padStart(7)}`);
   for (const problem of problems) console.log(`    - ${problem}`);
 } else {
-  console.log(`tarball  ok  ${seconds(Date.now() - step).padStart(7)}  contents, package.json fields, README links, types for import and require (attw)`);
+  console.log(
+    `tarball  ok  ${seconds(Date.now() - step).padStart(7)}  contents, package.json fields, README links, types for import and require (attw)`,
+  );
 }
 
 // 3. Each fixture: a fresh copy, the tarball installed into it, its own tests.
@@ -123,10 +144,16 @@ async function testFixture(name) {
     recursive: true,
     filter: (source) => !['node_modules', 'dist', 'package-lock.json'].includes(basename(source)),
   });
-  for (const file of JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')).consumerShared ?? []) cpSync(join(SHARED, file), join(dir, file));
+  for (const file of JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')).consumerShared ?? [])
+    cpSync(join(SHARED, file), join(dir, file));
   cpSync(tarball, join(dir, 'nest-prompt-orchestrator.tgz'));
   const t0 = Date.now();
-  const install = await run(npm, ['install', '--prefer-offline', '--no-audit', '--no-fund', ...cacheArgs], dir, join(work, `${name}.install.log`));
+  const install = await run(
+    npm,
+    ['install', '--prefer-offline', '--no-audit', '--no-fund', ...cacheArgs],
+    dir,
+    join(work, `${name}.install.log`),
+  );
   const t1 = Date.now();
   const test = install.code === 0 ? await run(npm, ['test'], dir, join(work, `${name}.test.log`)) : undefined;
   const t2 = Date.now();
@@ -156,7 +183,8 @@ function checkTarball(files) {
     if (!has.has(required)) problems.push(`missing ${required}`);
   }
   for (const file of files) {
-    if (!['LICENSE', 'README.md', 'package.json'].includes(file) && !file.startsWith('dist/')) problems.push(`unexpected file ${file}`);
+    if (!['LICENSE', 'README.md', 'package.json'].includes(file) && !file.startsWith('dist/'))
+      problems.push(`unexpected file ${file}`);
     if (file.endsWith('.map')) problems.push(`source map shipped without its sources: ${file}`);
     if (/\.(c|m)?ts$/.test(file) && !/\.d\.(c|m)?ts$/.test(file)) problems.push(`TypeScript source shipped: ${file}`);
     if (/\.spec\.|\.tsbuildinfo$/.test(file)) problems.push(`test or build artefact shipped: ${file}`);
@@ -167,7 +195,8 @@ function checkTarball(files) {
       .filter((file) => file.startsWith(`dist/${format}/`) && /\.(js|d\.ts)$/.test(file))
       .map((file) => file.slice(`dist/${format}/`.length))
       .sort();
-  if (JSON.stringify(modules('esm')) !== JSON.stringify(modules('cjs'))) problems.push('dist/esm and dist/cjs hold different files');
+  if (JSON.stringify(modules('esm')) !== JSON.stringify(modules('cjs')))
+    problems.push('dist/esm and dist/cjs hold different files');
 
   const manifest = JSON.parse(readFileSync(join(library, 'package.json'), 'utf8'));
   for (const field of ['repository', 'homepage', 'bugs', 'license', 'engines', 'files']) {
@@ -179,12 +208,14 @@ function checkTarball(files) {
   for (const name of ['.', './core', './fastify', './express', './throttler', './internal']) {
     const entry = manifest.exports?.[name];
     for (const condition of ['import', 'require']) {
-      if (!entry?.[condition]?.types || !entry?.[condition]?.default) problems.push(`exports["${name}"].${condition} lacks types or default`);
+      if (!entry?.[condition]?.types || !entry?.[condition]?.default)
+        problems.push(`exports["${name}"].${condition} lacks types or default`);
     }
   }
   // An app without Nest (the core, the Fastify plugin, the Express middleware) must not be made to install it.
   for (const peer of ['@nestjs/common', '@nestjs/core']) {
-    if (manifest.peerDependenciesMeta?.[peer]?.optional !== true) problems.push(`peerDependenciesMeta: ${peer} is not optional`);
+    if (manifest.peerDependenciesMeta?.[peer]?.optional !== true)
+      problems.push(`peerDependenciesMeta: ${peer} is not optional`);
   }
   for (const script of ['preinstall', 'install', 'postinstall']) {
     if (manifest.scripts?.[script]) problems.push(`package.json runs a ${script} script on the consumer's machine`);

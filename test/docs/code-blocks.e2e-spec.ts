@@ -1,5 +1,13 @@
 import { beforeAll, describe, expect, it } from '@jest/globals';
-import { checkBlocks, documentedFiles, extractBlocks, formatErrors, readDocument, type BlockError, type CodeBlock } from './code-blocks.js';
+import {
+  checkBlocks,
+  documentedFiles,
+  extractBlocks,
+  formatErrors,
+  readDocument,
+  type BlockError,
+  type CodeBlock,
+} from './code-blocks.js';
 
 /**
  * Every TypeScript block of README.md, libs/orchestrator/README.md and docs/*.md compiles against the plugin's
@@ -69,8 +77,17 @@ describe('the code block extraction', () => {
 
   it('places a compile error at its line in the document', () => {
     const errors = checkBlocks([
-      { file: 'doc.md', line: 10, code: "import { Dedup } from 'nest-prompt-orchestrator';\n\nDedup({ windowMs: 'soon' });" },
-      { file: 'doc.md', line: 30, code: 'const n: number = s;', context: { code: 'declare const s: string;', line: 27 } },
+      {
+        file: 'doc.md',
+        line: 10,
+        code: "import { Dedup } from 'nest-prompt-orchestrator';\n\nDedup({ windowMs: 'soon' });",
+      },
+      {
+        file: 'doc.md',
+        line: 30,
+        code: 'const n: number = s;',
+        context: { code: 'declare const s: string;', line: 27 },
+      },
     ]);
     expect(errors.map(({ file, line }) => `${file}:${line}`)).toEqual(['doc.md:12', 'doc.md:30']);
   }, 120_000);

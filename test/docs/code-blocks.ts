@@ -57,7 +57,8 @@ const MARKER = /^<!--\s*docs-check:\s*([a-z-]+)\s*(.*)$/;
 export function extractBlocks(file: string, text: string): ExtractResult {
   const lines = text.split('\n');
   const result: ExtractResult = { blocks: [], skipped: [], problems: [] };
-  let pending: { kind: 'skip'; reason: string; line: number } | { kind: 'context'; code: string; line: number } | undefined;
+  let pending:
+    { kind: 'skip'; reason: string; line: number } | { kind: 'context'; code: string; line: number } | undefined;
 
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i];
@@ -66,7 +67,10 @@ export function extractBlocks(file: string, text: string): ExtractResult {
       if (pending) result.problems.push(`${file}:${pending.line}: docs-check marker not followed by a code block`);
       const [, kind, rest] = marker;
       if (kind === 'skip') {
-        const reason = rest.replace(/-->\s*$/, '').trim().replace(/^\((.*)\)$/, '$1');
+        const reason = rest
+          .replace(/-->\s*$/, '')
+          .trim()
+          .replace(/^\((.*)\)$/, '$1');
         if (!rest.trimEnd().endsWith('-->')) result.problems.push(`${file}:${i + 1}: a skip marker takes one line`);
         if (!reason) result.problems.push(`${file}:${i + 1}: docs-check: skip needs a reason`);
         pending = { kind: 'skip', reason, line: i + 1 };
@@ -87,9 +91,13 @@ export function extractBlocks(file: string, text: string): ExtractResult {
     const fence = /^(\s*)(`{3,}|~{3,})\s*([\w+-]*)/.exec(line);
     if (fence) {
       const [, indent, ticks, language] = fence;
-      const close = lines.findIndex((candidate, j) => j > i && candidate.trim().startsWith(ticks) && candidate.trim().replace(/[`~]/g, '') === '');
+      const close = lines.findIndex(
+        (candidate, j) => j > i && candidate.trim().startsWith(ticks) && candidate.trim().replace(/[`~]/g, '') === '',
+      );
       const end = close < 0 ? lines.length : close;
-      const body = lines.slice(i + 1, end).map((codeLine) => (codeLine.startsWith(indent) ? codeLine.slice(indent.length) : codeLine));
+      const body = lines
+        .slice(i + 1, end)
+        .map((codeLine) => (codeLine.startsWith(indent) ? codeLine.slice(indent.length) : codeLine));
       if (TS_LANGUAGES.has(language.toLowerCase())) {
         if (pending?.kind === 'skip') result.skipped.push({ file, line: i + 2, reason: pending.reason });
         else {
@@ -120,12 +128,16 @@ export interface BlockError {
 
 /** Compiles every block in one program; returns the errors, placed at their line in the document. */
 export function checkBlocks(blocks: CodeBlock[]): BlockError[] {
-  const config = ts.getParsedCommandLineOfConfigFile(join(repoRoot, 'tsconfig.json'), {}, {
-    ...ts.sys,
-    onUnRecoverableConfigFileDiagnostic: (diagnostic) => {
-      throw new Error(ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n'));
+  const config = ts.getParsedCommandLineOfConfigFile(
+    join(repoRoot, 'tsconfig.json'),
+    {},
+    {
+      ...ts.sys,
+      onUnRecoverableConfigFileDiagnostic: (diagnostic) => {
+        throw new Error(ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n'));
+      },
     },
-  });
+  );
   if (!config) throw new Error('cannot read tsconfig.json');
   const options: ts.CompilerOptions = { ...config.options, noEmit: true, types: ['node'], incremental: false };
 
@@ -148,7 +160,9 @@ export function checkBlocks(blocks: CodeBlock[]): BlockError[] {
   host.readFile = (path) => virtual.get(path)?.text ?? readFile.call(host, path);
   host.getSourceFile = (path, language, onError, fresh) => {
     const entry = virtual.get(path);
-    return entry ? ts.createSourceFile(path, entry.text, language, true) : getSourceFile.call(host, path, language, onError, fresh);
+    return entry
+      ? ts.createSourceFile(path, entry.text, language, true)
+      : getSourceFile.call(host, path, language, onError, fresh);
   };
 
   const program = ts.createProgram({ rootNames: [...virtual.keys()], options, host });
@@ -179,5 +193,6 @@ export function readDocument(file: string): string {
 export function formatErrors(errors: BlockError[]): string {
   return [...errors]
     .sort((a, b) => a.file.localeCompare(b.file) || a.line - b.line)
-    .map((error) => `${relative('.', join(repoRoot, error.file))}:${error.line}: ${error.message}`).join('\n');
+    .map((error) => `${relative('.', join(repoRoot, error.file))}:${error.line}: ${error.message}`)
+    .join('\n');
 }

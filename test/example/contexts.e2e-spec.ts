@@ -35,7 +35,10 @@ describe('the exchange-rates example as a hybrid app: one breaker for HTTP, Grap
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ query: `{ rates(base: "${base}") { base rates { currency rate } } }` }),
     });
-    return (await response.json()) as { data?: { rates?: { base: string } } | null; errors?: Array<{ message: string; extensions?: Refusal }> };
+    return (await response.json()) as {
+      data?: { rates?: { base: string } } | null;
+      errors?: Array<{ message: string; extensions?: Refusal }>;
+    };
   };
   const tcp = (base: string) => firstValueFrom(client.send<{ base: string }>('rates', { base }));
   const tcpError = (base: string) =>
@@ -62,7 +65,12 @@ describe('the exchange-rates example as a hybrid app: one breaker for HTTP, Grap
       const refused = await graphql('EUR');
       expect(refused.errors?.[0].extensions).toMatchObject({ code: 'CIRCUIT_OPEN', retryAfterMs: expect.any(Number) });
     }
-    if (context === 'TCP') expect(await tcpError('EUR')).toMatchObject({ status: 'error', code: 'CIRCUIT_OPEN', retryAfterMs: expect.any(Number) });
+    if (context === 'TCP')
+      expect(await tcpError('EUR')).toMatchObject({
+        status: 'error',
+        code: 'CIRCUIT_OPEN',
+        retryAfterMs: expect.any(Number),
+      });
   }
 
   beforeAll(async () => {
@@ -109,7 +117,12 @@ describe('the exchange-rates example as a hybrid app: one breaker for HTTP, Grap
       feed.mode = 'ok';
       // The health probe closes it (every 500 ms while open). Asked over TCP: its answers are not kept for a window.
       const deadline = Date.now() + 10_000;
-      while (!(await tcp('USD').then(() => true, () => false))) {
+      while (
+        !(await tcp('USD').then(
+          () => true,
+          () => false,
+        ))
+      ) {
         if (Date.now() > deadline) throw new Error('the breaker did not close after the feed came back');
         await new Promise((resolve) => setTimeout(resolve, 50));
       }

@@ -8,7 +8,11 @@ describe('the exchange-rates example', () => {
   let feed: RatesFeed;
   const get = (path: string) => send(`${running.url}${path}`);
   const setMode = (mode: string) =>
-    send(`${running.url}/feed/mode`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ mode }) });
+    send(`${running.url}/feed/mode`, {
+      method: 'PUT',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ mode }),
+    });
 
   beforeEach(async () => {
     running = await startApp('express', { imports: [ExampleModule] });
@@ -34,7 +38,9 @@ describe('the exchange-rates example', () => {
   });
 
   it('converts through OrchestratorService.run(): conversions from one currency share a feed call', async () => {
-    const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => get(`/convert?from=EUR&to=USD&amount=${i + 1}`)));
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => get(`/convert?from=EUR&to=USD&amount=${i + 1}`)),
+    );
     expect(answers.map((a) => a.status)).toEqual(Array(20).fill(200));
     const rate = answers[0].json.converted;
     expect(answers[9].json.converted).toBeCloseTo(rate * 10, 1);

@@ -31,28 +31,40 @@ describe.each(PLATFORMS)('broken streams are errors, never cached (%s)', (platfo
     });
     afterAll(() => g?.close());
 
-    it.each(MODES)('%s: the SDK iteration throws for the leader and a joiner, and the next request is a new call', async (mode) => {
-      g.provider.setMode(mode, { cutAfterChunks: 2 });
-      const client = new OpenAI({ baseURL: `${g.gatewayUrl}/v1`, apiKey: 'sk-broken', maxRetries: 0 });
-      const params = { model: 'mock-model', stream: true as const, messages: [{ role: 'user' as const, content: uniquePrompt(`${mode} a b c d e f`) }] };
-      const before = g.provider.stats().total;
-      const [leader, joiner] = await Promise.all([client.chat.completions.create(params), client.chat.completions.create(params)]);
-      const errors = await Promise.all([drainOpenAI(leader), drainOpenAI(joiner)]);
-      for (const error of errors) expect(error).toBeInstanceOf(Error);
-      expect(g.provider.stats().total - before).toBe(1);
+    it.each(MODES)(
+      '%s: the SDK iteration throws for the leader and a joiner, and the next request is a new call',
+      async (mode) => {
+        g.provider.setMode(mode, { cutAfterChunks: 2 });
+        const client = new OpenAI({ baseURL: `${g.gatewayUrl}/v1`, apiKey: 'sk-broken', maxRetries: 0 });
+        const params = {
+          model: 'mock-model',
+          stream: true as const,
+          messages: [{ role: 'user' as const, content: uniquePrompt(`${mode} a b c d e f`) }],
+        };
+        const before = g.provider.stats().total;
+        const [leader, joiner] = await Promise.all([
+          client.chat.completions.create(params),
+          client.chat.completions.create(params),
+        ]);
+        const errors = await Promise.all([drainOpenAI(leader), drainOpenAI(joiner)]);
+        for (const error of errors) expect(error).toBeInstanceOf(Error);
+        expect(g.provider.stats().total - before).toBe(1);
 
-      g.provider.setMode('ok');
-      const again = await client.chat.completions.create(params).withResponse();
-      expect(again.response.headers.get('x-orchestrator-dedup')).toBe('miss');
-      expect(await drainOpenAI(again.data)).toBeUndefined();
-      expect(g.provider.stats().total - before).toBe(2);
-    });
+        g.provider.setMode('ok');
+        const again = await client.chat.completions.create(params).withResponse();
+        expect(again.response.headers.get('x-orchestrator-dedup')).toBe('miss');
+        expect(await drainOpenAI(again.data)).toBeUndefined();
+        expect(g.provider.stats().total - before).toBe(2);
+      },
+    );
 
     it('error200: the 200 error body reaches the client as it is, and is not kept', async () => {
       g.provider.setMode('error200');
       const body = { model: 'mock-model', messages: [{ role: 'user', content: uniquePrompt('error200') }] };
       const first = await postJson(`${g.gatewayUrl}/v1/chat/completions`, body);
-      expect(first.json).toEqual({ error: { code: 500, message: 'The mock provider failed (error200 mode).', type: 'server_error' } });
+      expect(first.json).toEqual({
+        error: { code: 500, message: 'The mock provider failed (error200 mode).', type: 'server_error' },
+      });
       g.provider.setMode('ok');
       const second = await postJson(`${g.gatewayUrl}/v1/chat/completions`, body);
       expect(second.status).toBe(200);
@@ -78,19 +90,30 @@ describe.each(PLATFORMS)('broken streams are errors, never cached (%s)', (platfo
       g.provider.setMode('ok');
       const second = await postJson(`${g.gatewayUrl}/completion`, body);
       expect(second.headers.get('x-orchestrator-dedup')).toBe('miss');
-      expect(sseData(second.text).map((data) => JSON.parse(data)).at(-1)).toMatchObject({ stop: true });
+      expect(
+        sseData(second.text)
+          .map((data) => JSON.parse(data))
+          .at(-1),
+      ).toMatchObject({ stop: true });
     });
 
-    it.each(MODES)('%s on /v1/chat/completions: the openai SDK throws, and the next request is a new call', async (mode) => {
-      g.provider.setMode(mode, { cutAfterChunks: 2 });
-      const client = new OpenAI({ baseURL: `${g.gatewayUrl}/v1`, apiKey: 'sk-broken', maxRetries: 0 });
-      const params = { model: 'any', stream: true as const, messages: [{ role: 'user' as const, content: uniquePrompt(`${mode} llama chat a b c d`) }] };
-      expect(await drainOpenAI(await client.chat.completions.create(params))).toBeInstanceOf(Error);
-      g.provider.setMode('ok');
-      const again = await client.chat.completions.create(params).withResponse();
-      expect(again.response.headers.get('x-orchestrator-dedup')).toBe('miss');
-      expect(await drainOpenAI(again.data)).toBeUndefined();
-    });
+    it.each(MODES)(
+      '%s on /v1/chat/completions: the openai SDK throws, and the next request is a new call',
+      async (mode) => {
+        g.provider.setMode(mode, { cutAfterChunks: 2 });
+        const client = new OpenAI({ baseURL: `${g.gatewayUrl}/v1`, apiKey: 'sk-broken', maxRetries: 0 });
+        const params = {
+          model: 'any',
+          stream: true as const,
+          messages: [{ role: 'user' as const, content: uniquePrompt(`${mode} llama chat a b c d`) }],
+        };
+        expect(await drainOpenAI(await client.chat.completions.create(params))).toBeInstanceOf(Error);
+        g.provider.setMode('ok');
+        const again = await client.chat.completions.create(params).withResponse();
+        expect(again.response.headers.get('x-orchestrator-dedup')).toBe('miss');
+        expect(await drainOpenAI(again.data)).toBeUndefined();
+      },
+    );
   });
 
   describe('Anthropic client, --provider anthropic (pass-through)', () => {
@@ -103,7 +126,11 @@ describe.each(PLATFORMS)('broken streams are errors, never cached (%s)', (platfo
     it.each(MODES)('%s: the Anthropic SDK stream throws, and the next request is a new call', async (mode) => {
       g.provider.setMode(mode, { cutAfterChunks: 2 });
       const client = new Anthropic({ baseURL: g.gatewayUrl, apiKey: 'sk-ant-broken', maxRetries: 0 });
-      const params = { model: 'claude-mock', max_tokens: 50, messages: [{ role: 'user' as const, content: uniquePrompt(`${mode} anthropic a b c d`) }] };
+      const params = {
+        model: 'claude-mock',
+        max_tokens: 50,
+        messages: [{ role: 'user' as const, content: uniquePrompt(`${mode} anthropic a b c d`) }],
+      };
       const before = g.provider.stats().total;
       let failure: unknown;
       try {

@@ -14,7 +14,9 @@ import { ensureBuilt, startGatewayProcess, startMockProcess, type AppProcess } f
 
 /** The accept queue the kernel gave the listening socket on `port` (Send-Q of a listening socket in `ss -ltn`). */
 function listenBacklog(port: number): number {
-  const lines = execFileSync('ss', ['-ltnH', `sport = :${port}`], { encoding: 'utf8' }).trim().split('\n');
+  const lines = execFileSync('ss', ['-ltnH', `sport = :${port}`], { encoding: 'utf8' })
+    .trim()
+    .split('\n');
   return Number(lines[0].trim().split(/\s+/)[2]);
 }
 
@@ -45,9 +47,17 @@ describe('a herd of 10,000 on new connections', () => {
     expect(openFilesLimit()).toBeGreaterThanOrEqual(HERD10K_REQUESTS + 512);
     const control = new MockControl(provider.url);
     const before = (await control.stats()).total;
-    const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: `herd on new connections ${process.pid} ${Date.now()}` }] });
+    const body = JSON.stringify({
+      model: 'm',
+      messages: [{ role: 'user', content: `herd on new connections ${process.pid} ${Date.now()}` }],
+    });
     const result = await herd(gateway.url, HERD10K_REQUESTS, body);
-    expect({ failedToOpen: result.failedToOpen, resets: result.resets, otherFailures: result.otherFailures, firstError: result.firstError }).toEqual({
+    expect({
+      failedToOpen: result.failedToOpen,
+      resets: result.resets,
+      otherFailures: result.otherFailures,
+      firstError: result.firstError,
+    }).toEqual({
       failedToOpen: 0,
       resets: 0,
       otherFailures: 0,

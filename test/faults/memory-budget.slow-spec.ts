@@ -45,7 +45,9 @@ describe('the window is bounded in bytes', () => {
       timeout: 240_000,
     });
     const outcome = JSON.parse(stdout) as BatchOutcome;
-    const health = (await (await fetch(`${gateway.url}/health`)).json()) as { window: { bytes: number; maxBytes: number; entries: number } };
+    const health = (await (await fetch(`${gateway.url}/health`)).json()) as {
+      window: { bytes: number; maxBytes: number; entries: number };
+    };
     process.stdout.write(
       `memory budget: ${(outcome.answerBytes / MiB).toFixed(0)} MiB of answers; gateway RSS ${(outcome.baseline / MiB).toFixed(0)} -> ` +
         `peak ${(outcome.peak / MiB).toFixed(0)} MiB; window ${(health.window.bytes / MiB).toFixed(0)} MiB in ${health.window.entries} entries\n`,

@@ -27,12 +27,24 @@ describe('processes started by a suite that times out', () => {
     const pidFile = join(dir, 'pids.json');
     try {
       const jest = [
-        ...['--experimental-vm-modules', join(ROOT, 'node_modules/jest/bin/jest.js'), '--runInBand', '--forceExit', '--ci'],
+        ...[
+          '--experimental-vm-modules',
+          join(ROOT, 'node_modules/jest/bin/jest.js'),
+          '--runInBand',
+          '--forceExit',
+          '--ci',
+        ],
         ...['--roots', '<rootDir>/test/support/fixtures', '--testMatch', '**/*.fixture.ts'],
       ];
-      const run = await execFileOwned(process.execPath, jest, { cwd: ROOT, env: { ...process.env, ORPHANS_PID_FILE: pidFile } }).then(
+      const run = await execFileOwned(process.execPath, jest, {
+        cwd: ROOT,
+        env: { ...process.env, ORPHANS_PID_FILE: pidFile },
+      }).then(
         ({ stdout, stderr }) => ({ code: 0, output: stdout + stderr }),
-        (error: { code?: number; stdout?: string; stderr?: string }) => ({ code: error.code, output: `${error.stdout}${error.stderr}` }),
+        (error: { code?: number; stdout?: string; stderr?: string }) => ({
+          code: error.code,
+          output: `${error.stdout}${error.stderr}`,
+        }),
       );
       // The fixture did time out, holding its processes.
       expect(run.code).toBe(1);

@@ -62,7 +62,7 @@ async function untilWritten(gateway: GatewayUnderTest): Promise<void> {
  */
 async function sharingResumes(a: GatewayUnderTest, b: GatewayUnderTest, label: string): Promise<void> {
   let last: string | null = null;
-  for (const deadline = Date.now() + CONDITION_WAIT_MS; Date.now() < deadline; ) {
+  for (const deadline = Date.now() + CONDITION_WAIT_MS; Date.now() < deadline;) {
     const prompt = uniquePrompt(label);
     expect((await chatThrough(a, prompt)).headers.get('x-orchestrator-dedup')).toBe('miss');
     await untilWritten(a);
@@ -79,7 +79,7 @@ const TEST_TIMEOUT_MS = 300_000;
 
 /** Polls an async condition (no fixed sleeps). */
 async function until(condition: () => Promise<boolean>, what: string): Promise<void> {
-  for (const deadline = Date.now() + CONDITION_WAIT_MS; !(await condition()); ) {
+  for (const deadline = Date.now() + CONDITION_WAIT_MS; !(await condition());) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
@@ -116,95 +116,122 @@ describe.each(PLATFORMS)('Redis faults under the gateway (%s)', (platform) => {
     return started;
   }
 
-  it('Redis down at start: the gateway starts, answers from memory, says degraded once, and shares again once Redis is up', async () => {
-    redis = await startOwnedRedis();
-    await redis.kill();
-    const a = await gateway(redis.url, true);
+  it(
+    'Redis down at start: the gateway starts, answers from memory, says degraded once, and shares again once Redis is up',
+    async () => {
+      redis = await startOwnedRedis();
+      await redis.kill();
+      const a = await gateway(redis.url, true);
 
-    for (let i = 0; i < 5; i++) expect((await chatThrough(a, uniquePrompt('down at start'))).status).toBe(200);
-    const repeat = uniquePrompt('repeat while down');
-    await chatThrough(a, repeat);
-    expect((await chatThrough(a, repeat)).headers.get('x-orchestrator-dedup')).toBe('cached'); // from memory
+      for (let i = 0; i < 5; i++) expect((await chatThrough(a, uniquePrompt('down at start'))).status).toBe(200);
+      const repeat = uniquePrompt('repeat while down');
+      await chatThrough(a, repeat);
+      expect((await chatThrough(a, repeat)).headers.get('x-orchestrator-dedup')).toBe('cached'); // from memory
 
-    const degraded = await health(a);
-    expect(degraded.status).toBe('degraded');
-    expect(degraded.store).toMatchObject({ state: 'degraded', error: expect.any(String) });
-    expect(logger.count(OUTAGE)).toBe(1);
-    expect(logger.count(RECOVERY)).toBe(0);
+      const degraded = await health(a);
+      expect(degraded.status).toBe('degraded');
+      expect(degraded.store).toMatchObject({ state: 'degraded', error: expect.any(String) });
+      expect(logger.count(OUTAGE)).toBe(1);
+      expect(logger.count(RECOVERY)).toBe(0);
 
-    await redis.restart();
-    await waitFor(() => logger.count(RECOVERY) === 1, CONDITION_WAIT_MS, 'the recovery line');
-    // The window and the replica coordination each try Redis again on their own (every second).
-    await until(async () => (await health(a)).status === 'ok', 'health to be ok again');
-    expect(logger.count(OUTAGE)).toBe(1);
+      await redis.restart();
+      await waitFor(() => logger.count(RECOVERY) === 1, CONDITION_WAIT_MS, 'the recovery line');
+      // The window and the replica coordination each try Redis again on their own (every second).
+      await until(async () => (await health(a)).status === 'ok', 'health to be ok again');
+      expect(logger.count(OUTAGE)).toBe(1);
 
-    // Sharing resumes: an answer A stores now is found by another replica.
-    const b = await gateway(redis.url);
-    await sharingResumes(a, b, 'after recovery');
-  }, TEST_TIMEOUT_MS);
+      // Sharing resumes: an answer A stores now is found by another replica.
+      const b = await gateway(redis.url);
+      await sharingResumes(a, b, 'after recovery');
+    },
+    TEST_TIMEOUT_MS,
+  );
 
   // Nest's logger is one per process, so with two replicas here the log is checked in the one-replica cases.
-  it('Redis killed mid-run: requests keep succeeding while it is down, and sharing resumes after a restart', async () => {
-    redis = await startOwnedRedis();
-    const a = await gateway(redis.url);
-    const b = await gateway(redis.url);
-    const shared = uniquePrompt('before the kill');
-    await chatThrough(a, shared);
-    await untilWritten(a);
-    expect((await chatThrough(b, shared)).headers.get('x-orchestrator-dedup')).toBe('cached');
+  it(
+    'Redis killed mid-run: requests keep succeeding while it is down, and sharing resumes after a restart',
+    async () => {
+      redis = await startOwnedRedis();
+      const a = await gateway(redis.url);
+      const b = await gateway(redis.url);
+      const shared = uniquePrompt('before the kill');
+      await chatThrough(a, shared);
+      await untilWritten(a);
+      expect((await chatThrough(b, shared)).headers.get('x-orchestrator-dedup')).toBe('cached');
 
-    await redis.kill();
-    const results = await Promise.all(Array.from({ length: 40 }, (_, i) => chatThrough(i % 2 ? a : b, uniquePrompt(`killed ${i}`))));
-    for (const response of results) expect(response.status).toBe(200);
-    expect(redis.pid).toBeUndefined(); // answered while Redis was down
-    for (const replica of [a, b]) expect((await health(replica)).store.state).toBe('degraded');
+      await redis.kill();
+      const results = await Promise.all(
+        Array.from({ length: 40 }, (_, i) => chatThrough(i % 2 ? a : b, uniquePrompt(`killed ${i}`))),
+      );
+      for (const response of results) expect(response.status).toBe(200);
+      expect(redis.pid).toBeUndefined(); // answered while Redis was down
+      for (const replica of [a, b]) expect((await health(replica)).store.state).toBe('degraded');
 
-    await redis.restart();
-    for (const replica of [a, b]) await until(async () => (await health(replica)).store.state === 'ok', 'both replicas to see Redis back');
-    await sharingResumes(a, b, 'after the restart');
-  }, TEST_TIMEOUT_MS);
+      await redis.restart();
+      for (const replica of [a, b])
+        await until(async () => (await health(replica)).store.state === 'ok', 'both replicas to see Redis back');
+      await sharingResumes(a, b, 'after the restart');
+    },
+    TEST_TIMEOUT_MS,
+  );
 
-  it('Redis frozen (SIGSTOP): no request waits on it; 100 concurrent requests through the official SDK are all answered', async () => {
-    redis = await startOwnedRedis();
-    const a = await gateway(redis.url, true);
-    await chatThrough(a, uniquePrompt('warm'));
-    await until(async () => (await health(a)).store.state === 'ok', 'the store to be reachable before the freeze');
-    // A slow operation on a busy machine may already have been reported (and its recovery): count from here.
-    const outagesBefore = logger.count(OUTAGE);
-    const recoveriesBefore = logger.count(RECOVERY);
-    redis.freeze();
-    // The SDK's own timeout stays out of it (its default is 10 minutes): the answers come while Redis is frozen.
-    const client = new OpenAI({ baseURL: `${a.gatewayUrl}/v1`, apiKey: 'sk-redis-outage', maxRetries: 0 });
-    const answers = await Promise.all(
-      Array.from({ length: 100 }, (_, i) => client.chat.completions.create(chat(uniquePrompt(`frozen ${i}`)) as OpenAI.ChatCompletionCreateParamsNonStreaming)),
-    );
-    expect(answers).toHaveLength(100);
-    expect((await health(a)).store.state).toBe('degraded');
-    expect(logger.count(OUTAGE) - outagesBefore).toBe(1);
+  it(
+    'Redis frozen (SIGSTOP): no request waits on it; 100 concurrent requests through the official SDK are all answered',
+    async () => {
+      redis = await startOwnedRedis();
+      const a = await gateway(redis.url, true);
+      await chatThrough(a, uniquePrompt('warm'));
+      await until(async () => (await health(a)).store.state === 'ok', 'the store to be reachable before the freeze');
+      // A slow operation on a busy machine may already have been reported (and its recovery): count from here.
+      const outagesBefore = logger.count(OUTAGE);
+      const recoveriesBefore = logger.count(RECOVERY);
+      redis.freeze();
+      // The SDK's own timeout stays out of it (its default is 10 minutes): the answers come while Redis is frozen.
+      const client = new OpenAI({ baseURL: `${a.gatewayUrl}/v1`, apiKey: 'sk-redis-outage', maxRetries: 0 });
+      const answers = await Promise.all(
+        Array.from({ length: 100 }, (_, i) =>
+          client.chat.completions.create(
+            chat(uniquePrompt(`frozen ${i}`)) as OpenAI.ChatCompletionCreateParamsNonStreaming,
+          ),
+        ),
+      );
+      expect(answers).toHaveLength(100);
+      expect((await health(a)).store.state).toBe('degraded');
+      expect(logger.count(OUTAGE) - outagesBefore).toBe(1);
 
-    redis.thaw();
-    await waitFor(() => logger.count(RECOVERY) - recoveriesBefore === 1, CONDITION_WAIT_MS, 'the recovery line');
-  }, TEST_TIMEOUT_MS);
+      redis.thaw();
+      await waitFor(() => logger.count(RECOVERY) - recoveriesBefore === 1, CONDITION_WAIT_MS, 'the recovery line');
+    },
+    TEST_TIMEOUT_MS,
+  );
 
-  it('Redis refusing auth: answered from memory, reported degraded with the reason', async () => {
-    redis = await startOwnedRedis({ requirePassword: 'right-password' });
-    const wrong = redis.url.replace('right-password', 'wrong-password');
-    const a = await gateway(wrong, true);
-    expect((await chatThrough(a, uniquePrompt('auth refused'))).status).toBe(200);
-    const state = await health(a);
-    expect(state.status).toBe('degraded');
-    expect(JSON.stringify(state)).not.toContain('wrong-password');
-    expect(logger.count(OUTAGE)).toBe(1);
-    expect(logger.lines.join('\n')).not.toContain('wrong-password');
-  }, TEST_TIMEOUT_MS);
+  it(
+    'Redis refusing auth: answered from memory, reported degraded with the reason',
+    async () => {
+      redis = await startOwnedRedis({ requirePassword: 'right-password' });
+      const wrong = redis.url.replace('right-password', 'wrong-password');
+      const a = await gateway(wrong, true);
+      expect((await chatThrough(a, uniquePrompt('auth refused'))).status).toBe(200);
+      const state = await health(a);
+      expect(state.status).toBe('degraded');
+      expect(JSON.stringify(state)).not.toContain('wrong-password');
+      expect(logger.count(OUTAGE)).toBe(1);
+      expect(logger.lines.join('\n')).not.toContain('wrong-password');
+    },
+    TEST_TIMEOUT_MS,
+  );
 
-  it('shutdown completes while Redis is frozen', async () => {
-    redis = await startOwnedRedis();
-    const a = await gateway(redis.url);
-    await chatThrough(a, uniquePrompt('before freeze'));
-    redis.freeze();
-    // Thawed only once the gateway has closed: a shutdown that waited on Redis would never end.
-    await gateways.splice(gateways.indexOf(a), 1)[0].close();
-    redis.thaw();
-  }, TEST_TIMEOUT_MS);
+  it(
+    'shutdown completes while Redis is frozen',
+    async () => {
+      redis = await startOwnedRedis();
+      const a = await gateway(redis.url);
+      await chatThrough(a, uniquePrompt('before freeze'));
+      redis.freeze();
+      // Thawed only once the gateway has closed: a shutdown that waited on Redis would never end.
+      await gateways.splice(gateways.indexOf(a), 1)[0].close();
+      redis.thaw();
+    },
+    TEST_TIMEOUT_MS,
+  );
 });

@@ -42,7 +42,14 @@ describe.each(PLATFORMS)('graceful shutdown (%s)', (platform) => {
   it('finishes what is in flight, refuses late arrivals with a retryable 503, refuses new connections, exits 0', async () => {
     provider = await startMockProvider({ latencyMs: 800, streamChunkDelayMs: 100 });
     // A grace period of an hour, longer than the test may take: everything in flight is finished, never cut.
-    gateway = await startGatewayProcess(['--platform', platform, '--upstream', provider.url, '--shutdown-grace', '3600']);
+    gateway = await startGatewayProcess([
+      '--platform',
+      platform,
+      '--upstream',
+      provider.url,
+      '--shutdown-grace',
+      '3600',
+    ]);
     const url = gateway.url;
 
     // In flight at SIGTERM: a plain answer (on a kept-alive connection, headers not sent yet) and a stream whose
@@ -92,7 +99,11 @@ describe.each(PLATFORMS)('graceful shutdown (%s)', (platform) => {
     // The provider would answer after ten minutes, longer than the test may take: only the grace period ends the call.
     provider = await startMockProvider({ latencyMs: 600_000 });
     gateway = await startGatewayProcess(['--platform', platform, '--upstream', provider.url, '--shutdown-grace', '1']);
-    const stuck = fetch(`${gateway.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: chat('stuck') }).then(
+    const stuck = fetch(`${gateway.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: chat('stuck'),
+    }).then(
       (r) => r.status,
       () => 'cut',
     );
@@ -108,7 +119,11 @@ describe.each(PLATFORMS)('graceful shutdown (%s)', (platform) => {
     try {
       provider = await startMockProvider({ latencyMs: 300 });
       gateway = await startGatewayProcess(['--platform', platform, '--upstream', provider.url, '--redis', redis.url]);
-      const answer = fetch(`${gateway.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: chat('with redis') });
+      const answer = fetch(`${gateway.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: chat('with redis'),
+      });
       await waitFor(() => provider.stats().total >= 1, 60_000, 'the call to reach the provider');
       gateway.child.kill('SIGTERM');
       expect((await answer).status).toBe(200);

@@ -36,7 +36,18 @@ describe.each(PLATFORMS)('slow clients and the connection table (%s)', (platform
     beforeAll(async () => {
       // No body deadline here: the attacker's connections stay open for the whole test, only the address cap acts.
       g = await startGateway({
-        flags: ['--platform', platform, '--max-connections', '200', '--max-connections-per-address', '100', '--body-timeout', '0', '--gateway-keys', 'gk-1'],
+        flags: [
+          '--platform',
+          platform,
+          '--max-connections',
+          '200',
+          '--max-connections-per-address',
+          '100',
+          '--body-timeout',
+          '0',
+          '--gateway-keys',
+          'gk-1',
+        ],
       });
     });
     afterAll(async () => {
@@ -46,8 +57,16 @@ describe.each(PLATFORMS)('slow clients and the connection table (%s)', (platform
 
     it('300 slow bodies from one address: 100 are held, the rest refused; other addresses are served meanwhile', async () => {
       for (let i = 0; i < 300; i++) held.push(slowBody(g, ATTACKER));
-      await waitFor(() => held.every((c) => c.connected || c.closed), 10_000, 'every attacker connection to be accepted or refused');
-      await waitFor(() => held.filter((c) => c.closed).length >= 200, 10_000, 'the connections over the address cap to be closed');
+      await waitFor(
+        () => held.every((c) => c.connected || c.closed),
+        10_000,
+        'every attacker connection to be accepted or refused',
+      );
+      await waitFor(
+        () => held.filter((c) => c.closed).length >= 200,
+        10_000,
+        'the connections over the address cap to be closed',
+      );
       const open = held.filter((c) => !c.closed);
       expect(open).toHaveLength(100);
       // Refused at once: not one byte of an answer, the connection simply closed.
@@ -55,7 +74,9 @@ describe.each(PLATFORMS)('slow clients and the connection table (%s)', (platform
 
       // While the attacker holds its 100, the victim's probe and a real request are answered.
       expect(await liveProbe(g)).toBe(200);
-      const real = await postJson(`${g.gatewayUrl}/v1/chat/completions`, JSON.parse(BODY), { authorization: 'Bearer gk-1' });
+      const real = await postJson(`${g.gatewayUrl}/v1/chat/completions`, JSON.parse(BODY), {
+        authorization: 'Bearer gk-1',
+      });
       expect(real.status).toBe(200);
 
       // One more from the attacker is refused; one from a third address is not.
@@ -74,7 +95,18 @@ describe.each(PLATFORMS)('slow clients and the connection table (%s)', (platform
     let g: GatewayUnderTest;
     beforeAll(async () => {
       g = await startGateway({
-        flags: ['--platform', platform, '--max-connections', '4', '--body-timeout', '2', '--request-timeout', '30', '--gateway-keys', 'gk-1'],
+        flags: [
+          '--platform',
+          platform,
+          '--max-connections',
+          '4',
+          '--body-timeout',
+          '2',
+          '--request-timeout',
+          '30',
+          '--gateway-keys',
+          'gk-1',
+        ],
       });
     });
     afterAll(() => g?.close());
@@ -96,7 +128,9 @@ describe.each(PLATFORMS)('slow clients and the connection table (%s)', (platform
         }
         // Their slots are free: the probe is answered, and a body sent whole is not affected by the deadline.
         expect(await liveProbe(g)).toBe(200);
-        const real = await postJson(`${g.gatewayUrl}/v1/chat/completions`, JSON.parse(BODY), { authorization: 'Bearer gk-1' });
+        const real = await postJson(`${g.gatewayUrl}/v1/chat/completions`, JSON.parse(BODY), {
+          authorization: 'Bearer gk-1',
+        });
         expect(real.status).toBe(200);
       } finally {
         for (const stop of stops) stop();

@@ -2,7 +2,13 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { createServer, type Server } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { MockControl } from '../bench/mock-control.js';
-import { ensureBuilt, rssOf, startGatewayProcess, startMockProcess, type AppProcess } from '../support/gateway-process.js';
+import {
+  ensureBuilt,
+  rssOf,
+  startGatewayProcess,
+  startMockProcess,
+  type AppProcess,
+} from '../support/gateway-process.js';
 
 /**
  * Clients that open long streams and stop reading them: each one's backlog is
@@ -33,7 +39,13 @@ function oneEventProvider(): Promise<{ server: Server; url: string }> {
     request.on('end', () => {
       if (!body.includes('"stream":true')) {
         response.writeHead(200, { 'content-type': 'application/json' });
-        return void response.end(JSON.stringify({ id: 'one', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'answered' }, finish_reason: 'stop' }] }));
+        return void response.end(
+          JSON.stringify({
+            id: 'one',
+            object: 'chat.completion',
+            choices: [{ index: 0, message: { role: 'assistant', content: 'answered' }, finish_reason: 'stop' }],
+          }),
+        );
       }
       response.writeHead(200, { 'content-type': 'text/event-stream' });
       response.write('data: {"id":"one","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"');
@@ -48,7 +60,11 @@ function oneEventProvider(): Promise<{ server: Server; url: string }> {
       more();
     });
   });
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({ server, url: `http://127.0.0.1:${(server.address() as { port: number }).port}` })));
+  return new Promise((resolve) =>
+    server.listen(0, '127.0.0.1', () =>
+      resolve({ server, url: `http://127.0.0.1:${(server.address() as { port: number }).port}` }),
+    ),
+  );
 }
 
 /** A raw HTTP client that sends one streamed chat request, reads its first bytes, and then reads nothing more. */
@@ -56,7 +72,11 @@ function stalledStream(url: string, index: number, long: boolean): Promise<{ soc
   const { hostname, port } = new URL(url);
   // The mock provider streams one event per prompt word; the one-event provider ignores the prompt.
   const words = long ? Array.from({ length: WORDS }, (_, i) => `w${i}`).join(' ') : 'one';
-  const body = JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: `stalled ${index} ${process.pid} ${words}` }] });
+  const body = JSON.stringify({
+    model: 'm',
+    stream: true,
+    messages: [{ role: 'user', content: `stalled ${index} ${process.pid} ${words}` }],
+  });
   return new Promise((resolve, reject) => {
     const socket = connect(Number(port), hostname, () => {
       socket.write(
@@ -95,7 +115,15 @@ describe.each([
       providerUrl = provider.url;
     }
     // A stalled stream holds its upstream slot while it is held back: the ceiling leaves room for the other caller.
-    gateway = await startGatewayProcess(['--upstream', providerUrl, '--log-level', 'warn', '--concurrency', '64', '--no-adaptive-concurrency']);
+    gateway = await startGatewayProcess([
+      '--upstream',
+      providerUrl,
+      '--log-level',
+      'warn',
+      '--concurrency',
+      '64',
+      '--no-adaptive-concurrency',
+    ]);
   }, 180_000);
   afterAll(() => {
     gateway?.kill();
@@ -114,7 +142,9 @@ describe.each([
     await warm.text();
     const baseline = rssOf(gateway.pid);
 
-    const streams = await Promise.all(Array.from({ length: CLIENTS }, (_, i) => stalledStream(gateway.url, i, !oneEvent)));
+    const streams = await Promise.all(
+      Array.from({ length: CLIENTS }, (_, i) => stalledStream(gateway.url, i, !oneEvent)),
+    );
     try {
       for (const s of streams) expect(s.firstBytes).toMatch(/^HTTP\/1\.1 200/);
       // The gateway has read what it will read of each stream once its RSS stops growing.
@@ -124,7 +154,8 @@ describe.each([
         peak = Math.max(peak, rssOf(gateway.pid));
       }
       // What the stalled streams keep for late joiners and the window stays within the gateway's bound (4 MiB).
-      const held = ((await (await fetch(`${gateway.url}/health`)).json()) as { dedup: { inFlightBytes: number } }).dedup.inFlightBytes;
+      const held = ((await (await fetch(`${gateway.url}/health`)).json()) as { dedup: { inFlightBytes: number } }).dedup
+        .inFlightBytes;
       expect(held).toBeLessThanOrEqual(4 * MiB);
       const other = await fetch(`${gateway.url}/v1/chat/completions`, {
         method: 'POST',
@@ -132,7 +163,8 @@ describe.each([
         body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: `meanwhile ${process.pid}` }] }),
       });
       expect(other.status).toBe(200);
-      const answered = ((await other.json()) as { choices: Array<{ message: { content: string } }> }).choices[0].message.content;
+      const answered = ((await other.json()) as { choices: Array<{ message: { content: string } }> }).choices[0].message
+        .content;
       expect(answered).toContain(oneEvent ? 'answered' : 'meanwhile');
       peak = Math.max(peak, rssOf(gateway.pid));
       if (provider) {
@@ -140,7 +172,9 @@ describe.each([
         const stats = await new MockControl(provider.url).stats();
         expect(stats.total).toBeGreaterThanOrEqual(CLIENTS + 2);
       }
-      process.stdout.write(`stalled readers (${shape}): gateway RSS ${(baseline / MiB).toFixed(0)} -> peak ${(peak / MiB).toFixed(0)} MiB with ${CLIENTS} stalled ~8 MB streams\n`);
+      process.stdout.write(
+        `stalled readers (${shape}): gateway RSS ${(baseline / MiB).toFixed(0)} -> peak ${(peak / MiB).toFixed(0)} MiB with ${CLIENTS} stalled ~8 MB streams\n`,
+      );
       expect(peak - baseline).toBeLessThan(GROWTH_LIMIT);
     } finally {
       for (const s of streams) s.socket.destroy();

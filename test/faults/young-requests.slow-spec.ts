@@ -45,7 +45,12 @@ describe('requests die young under load', () => {
   beforeAll(async () => {
     await ensureBuilt();
     provider = await startMockProcess(['--latency', '0', '--jitter', '0']);
-    gateway = await startGatewayProcess(['--upstream', provider.url, '--no-request-log'], {}, undefined, ['--expose-gc', '--trace-gc-nvp', '--require', FULL_GC_ON_SIGNAL]);
+    gateway = await startGatewayProcess(['--upstream', provider.url, '--no-request-log'], {}, undefined, [
+      '--expose-gc',
+      '--trace-gc-nvp',
+      '--require',
+      FULL_GC_ON_SIGNAL,
+    ]);
   }, 180_000);
   afterAll(() => {
     gateway?.kill();
@@ -59,7 +64,10 @@ describe('requests die young under load', () => {
     const send = async (until: number) => {
       while (sent < until) {
         const n = sent++;
-        const body = JSON.stringify({ model: 'mock-model', messages: [{ role: 'user', content: `young requests ${process.pid} ${n}` }] });
+        const body = JSON.stringify({
+          model: 'mock-model',
+          messages: [{ role: 'user', content: `young requests ${process.pid} ${n}` }],
+        });
         const { statusCode, body: answer } = await pool.request({
           method: 'POST',
           path: '/v1/chat/completions',

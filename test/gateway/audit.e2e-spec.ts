@@ -26,7 +26,8 @@ interface Generated {
 /** 1000 distinct turns, then repeats at 30 s (10), 3 min (20), 30 min (30), 12 h (40) and 3 days (50). */
 function generate(): Generated {
   const lines: string[] = [];
-  const turn = (time: number, user: string, content: string) => JSON.stringify({ time: new Date(time).toISOString(), user, messages: [{ role: 'user', content }] });
+  const turn = (time: number, user: string, content: string) =>
+    JSON.stringify({ time: new Date(time).toISOString(), user, messages: [{ role: 'user', content }] });
   let time = T0;
   for (let i = 0; i < 1000; i++) lines.push(turn((time += 1000), `user-${i % 7}`, `distinct question ${i}`));
   const groups: [number, number, boolean][] = [
@@ -50,7 +51,9 @@ function generate(): Generated {
   }
   lines.push(...later.sort((a, b) => a[0] - b[0]).map(([, line]) => line));
   // Time order across the whole file.
-  const parsed = lines.map((l) => [Date.parse((JSON.parse(l) as { time: string }).time), l] as const).sort((a, b) => a[0] - b[0]);
+  const parsed = lines
+    .map((l) => [Date.parse((JSON.parse(l) as { time: string }).time), l] as const)
+    .sort((a, b) => a[0] - b[0]);
   return { lines: parsed.map(([, l]) => l), turns: 1000 + 2 * 150 };
 }
 
@@ -69,8 +72,12 @@ const HOSTILE = [
 
 function runAudit(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const child = execFile(process.execPath, [join(ROOT, 'dist/apps/gateway/src/audit/main.js'), ...args], { timeout: 60_000 }, (error, stdout, stderr) =>
-      resolve({ code: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    const child = execFile(
+      process.execPath,
+      [join(ROOT, 'dist/apps/gateway/src/audit/main.js'), ...args],
+      { timeout: 60_000 },
+      (error, stdout, stderr) =>
+        resolve({ code: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr }),
     );
     ownChild(child, 'audit');
   });
@@ -83,7 +90,13 @@ describe('the repeat-rate audit', () => {
     for (const line of [...lines.slice(0, 500), ...HOSTILE, ...lines.slice(500)]) audit.addLine(line);
     const report = audit.report();
     expect(report.turns).toBe(turns);
-    expect(report.repeatShare).toEqual({ '1m': 10 / turns, '5m': 30 / turns, '1h': 60 / turns, '24h': 100 / turns, all: 150 / turns });
+    expect(report.repeatShare).toEqual({
+      '1m': 10 / turns,
+      '5m': 30 / turns,
+      '1h': 60 / turns,
+      '24h': 100 / turns,
+      all: 150 / turns,
+    });
     expect(report.sameUserShare).toBeCloseTo(60 / 150, 12);
     expect(report.sameUserShareByWindow['5m']).toBe(1);
     expect(report.savings['5m'].calls).toBe(30);
@@ -108,7 +121,16 @@ describe('the repeat-rate audit', () => {
   it('reads the request log: repeats by dedup key, money from cost and saved, failed answers left out', () => {
     const audit = new RepeatAudit();
     const line = (t: number, key: string, extra: object = {}) =>
-      JSON.stringify({ time: new Date(T0 + t).toISOString(), tenant: 'aaaa', key, outcome: 'miss', status: 200, cost: 0.5, saved: 0, ...extra });
+      JSON.stringify({
+        time: new Date(T0 + t).toISOString(),
+        tenant: 'aaaa',
+        key,
+        outcome: 'miss',
+        status: 200,
+        cost: 0.5,
+        saved: 0,
+        ...extra,
+      });
     audit.addLine(line(0, 'k1'));
     audit.addLine(line(1000, 'k1', { outcome: 'cached', cost: 0, saved: 0.5 }));
     audit.addLine(line(2000, 'k2', { status: 500 }));
@@ -121,14 +143,28 @@ describe('the repeat-rate audit', () => {
     expect(report.malformedLines).toBe(1);
   });
 
-  it('a gateway\'s own request log: the report\'s keys are the log\'s, and the chart shows the money saved beside the repeats', async () => {
+  it("a gateway's own request log: the report's keys are the log's, and the chart shows the money saved beside the repeats", async () => {
     const dir = mkdtempSync(join(tmpdir(), 'npo-audit-log-'));
     const log = join(dir, 'requests.jsonl');
     const g = await startGateway({ flags: ['--request-log', log] });
     try {
-      const body = { model: 'gpt-4o-mini', temperature: 0, messages: [{ role: 'user', content: uniquePrompt('audited') }] };
-      for (let i = 0; i < 3; i++) expect((await postJson(`${g.gatewayUrl}/v1/chat/completions`, body, { authorization: 'Bearer sk-audit' })).status).toBe(200);
-      expect((await postJson(`${g.gatewayUrl}/v1/chat/completions`, { ...body, messages: [{ role: 'user', content: uniquePrompt('once') }] })).status).toBe(200);
+      const body = {
+        model: 'gpt-4o-mini',
+        temperature: 0,
+        messages: [{ role: 'user', content: uniquePrompt('audited') }],
+      };
+      for (let i = 0; i < 3; i++)
+        expect(
+          (await postJson(`${g.gatewayUrl}/v1/chat/completions`, body, { authorization: 'Bearer sk-audit' })).status,
+        ).toBe(200);
+      expect(
+        (
+          await postJson(`${g.gatewayUrl}/v1/chat/completions`, {
+            ...body,
+            messages: [{ role: 'user', content: uniquePrompt('once') }],
+          })
+        ).status,
+      ).toBe(200);
     } finally {
       await g.close();
     }
@@ -175,7 +211,7 @@ describe('the repeat-rate audit', () => {
 
       const human = await runAudit([file]);
       expect(human.stdout).toContain('within 5m');
-      expect(human.stdout).toContain(`${(100 * 30 / turns).toFixed(2)}%`);
+      expect(human.stdout).toContain(`${((100 * 30) / turns).toFixed(2)}%`);
     }, 60_000);
 
     it('answers --help, and a missing file or bad option with a message and exit code 2', async () => {

@@ -23,7 +23,10 @@ const CHAT = '/v1/chat/completions';
 // Stack frames ("    at fn (/path/file.js:1:2)"), file paths with line numbers, dependency paths.
 const STACK_TRACE = /\bat \S+ \(|\bat \/|node_modules|\.[cm]?[jt]s:\d+|Error: .*\n\s+at /;
 
-const validChat = (label = 'valid') => ({ model: 'mock-model', messages: [{ role: 'user', content: uniquePrompt(label) }] });
+const validChat = (label = 'valid') => ({
+  model: 'mock-model',
+  messages: [{ role: 'user', content: uniquePrompt(label) }],
+});
 
 /** The OpenAI error shape, x-should-retry: false, nothing internal leaked. */
 function expectOpenAIError(r: RawResponse, status: number, param?: string | null): void {
@@ -69,22 +72,63 @@ describe.each(PLATFORMS)('bad input on %s', (platform) => {
     expect(r.json.choices[0].message.content).toContain('still serving');
   }
 
-  const cases: Array<{ name: string; send: (url: string) => Promise<RawResponse>; status: number; param?: string | null; mentions?: RegExp }> = [
-    { name: 'malformed JSON', send: (u) => rawPost(u, '{"model": "m", "messages": [}'), status: 400, param: null, mentions: /JSON/ },
+  const cases: Array<{
+    name: string;
+    send: (url: string) => Promise<RawResponse>;
+    status: number;
+    param?: string | null;
+    mentions?: RegExp;
+  }> = [
+    {
+      name: 'malformed JSON',
+      send: (u) => rawPost(u, '{"model": "m", "messages": [}'),
+      status: 400,
+      param: null,
+      mentions: /JSON/,
+    },
     { name: 'truncated JSON', send: (u) => rawPost(u, '{"model": "m"'), status: 400, param: null, mentions: /JSON/ },
     { name: 'an empty body', send: (u) => rawPost(u, ''), status: 400, mentions: /JSON/ },
-    { name: 'a JSON array body', send: (u) => rawPost(u, JSON.stringify([validChat()])), status: 400, param: null, mentions: /JSON object, got an array/ },
+    {
+      name: 'a JSON array body',
+      send: (u) => rawPost(u, JSON.stringify([validChat()])),
+      status: 400,
+      param: null,
+      mentions: /JSON object, got an array/,
+    },
     // Express's strict JSON parser refuses a top-level null as invalid JSON; Fastify parses it and the check names it.
-    { name: 'a JSON null body', send: (u) => rawPost(u, 'null'), status: 400, param: null, mentions: /got null|not valid JSON/ },
-    { name: 'a JSON string body', send: (u) => rawPost(u, '"hello"'), status: 400, param: null, mentions: /got string|not valid JSON/ },
-    { name: 'Content-Type text/plain', send: (u) => rawPost(u, JSON.stringify(validChat()), 'text/plain'), status: 415, mentions: /Content-Type/i },
+    {
+      name: 'a JSON null body',
+      send: (u) => rawPost(u, 'null'),
+      status: 400,
+      param: null,
+      mentions: /got null|not valid JSON/,
+    },
+    {
+      name: 'a JSON string body',
+      send: (u) => rawPost(u, '"hello"'),
+      status: 400,
+      param: null,
+      mentions: /got string|not valid JSON/,
+    },
+    {
+      name: 'Content-Type text/plain',
+      send: (u) => rawPost(u, JSON.stringify(validChat()), 'text/plain'),
+      status: 415,
+      mentions: /Content-Type/i,
+    },
     {
       name: 'Content-Type application/x-www-form-urlencoded',
       send: (u) => rawPost(u, 'model=m&messages=x', 'application/x-www-form-urlencoded'),
       status: 415,
       mentions: /Content-Type/i,
     },
-    { name: 'stream: "yes"', send: (u) => postJson(u, { ...validChat(), stream: 'yes' }), status: 400, param: 'stream', mentions: /stream/ },
+    {
+      name: 'stream: "yes"',
+      send: (u) => postJson(u, { ...validChat(), stream: 'yes' }),
+      status: 400,
+      param: 'stream',
+      mentions: /stream/,
+    },
   ];
 
   for (const c of cases) {
@@ -144,7 +188,12 @@ describe.each(PLATFORMS)('bad input on %s', (platform) => {
       ['thinking', { thinking: { type: 'enabled', budget_tokens: 1024 } }],
       ['tools[0]', { tools: [{ type: 'web_search_20250305', name: 'web_search' }] }],
     ] as const) {
-      const refused = await postJson(`${g.gatewayUrl}/v1/messages`, { model: 'mock-model', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }], ...extra });
+      const refused = await postJson(`${g.gatewayUrl}/v1/messages`, {
+        model: 'mock-model',
+        max_tokens: 5,
+        messages: [{ role: 'user', content: 'hi' }],
+        ...extra,
+      });
       expectAnthropicError(refused, 400, 'invalid_request_error');
       expect(refused.json.error.message).toContain(field);
     }
@@ -160,7 +209,10 @@ describe.each(PLATFORMS)('bad input on %s', (platform) => {
     const anthropic = await postJson(`${g.gatewayUrl}/v1/messages`, { ...big, max_tokens: 5 });
     expectAnthropicError(anthropic, 413, 'request_too_large');
     // Just under the limit is fine.
-    const fits = await postJson(`${g.gatewayUrl}${CHAT}`, { ...validChat(), messages: [{ role: 'user', content: 'y'.repeat(1500) }] });
+    const fits = await postJson(`${g.gatewayUrl}${CHAT}`, {
+      ...validChat(),
+      messages: [{ role: 'user', content: 'y'.repeat(1500) }],
+    });
     expect(fits.status).toBe(200);
     await expectStillServing();
   });
@@ -213,12 +265,18 @@ describe.each(PLATFORMS)('bad input on %s', (platform) => {
         nestedObject,
         chat.slice(0, -1) + `,"metadata":${nestedObject}}`,
         chat.slice(0, -1) + `,"tools":${nestedArray}}`,
-        JSON.stringify({ model: 'mock-model', messages: [{ role: 'user', content: 'PLACEHOLDER' }] }).replace('"PLACEHOLDER"', nestedArray),
+        JSON.stringify({ model: 'mock-model', messages: [{ role: 'user', content: 'PLACEHOLDER' }] }).replace(
+          '"PLACEHOLDER"',
+          nestedArray,
+        ),
       ]) {
         await expectHandled(await rawPost(`${roomy.gatewayUrl}${CHAT}`, body));
       }
       const messages = JSON.stringify({ model: 'm', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] });
-      const anthropic = await rawPost(`${roomy.gatewayUrl}/v1/messages`, messages.slice(0, -1) + `,"system":${nestedArray}}`);
+      const anthropic = await rawPost(
+        `${roomy.gatewayUrl}/v1/messages`,
+        messages.slice(0, -1) + `,"system":${nestedArray}}`,
+      );
       expectAnthropicError(anthropic, 400, 'invalid_request_error');
       // None of it counted against the provider: the breaker is still closed.
       expect((await send(`${roomy.gatewayUrl}/health`)).json.upstream.breaker).toBe('closed');
@@ -237,7 +295,10 @@ describe.each(PLATFORMS)('bad input on %s', (platform) => {
 
     it('a huge string in an allowed field, under the body limit', async () => {
       const huge = 'word '.repeat(400_000); // 2 MB
-      const r = await postJson(`${roomy.gatewayUrl}${CHAT}`, { model: 'mock-model', messages: [{ role: 'user', content: huge }] });
+      const r = await postJson(`${roomy.gatewayUrl}${CHAT}`, {
+        model: 'mock-model',
+        messages: [{ role: 'user', content: huge }],
+      });
       await expectHandled(r);
       const model = await postJson(`${roomy.gatewayUrl}${CHAT}`, { ...validChat(), model: 'm'.repeat(1_000_000) });
       await expectHandled(model);
@@ -246,7 +307,11 @@ describe.each(PLATFORMS)('bad input on %s', (platform) => {
     it('a client that disconnects mid-stream: the gateway keeps serving (others, and that same answer later)', async () => {
       roomy.provider.configure({ streamChunkDelayMs: 30 });
       try {
-        const body = { model: 'mock-model', stream: true, messages: [{ role: 'user', content: uniquePrompt('many words '.repeat(20)) }] };
+        const body = {
+          model: 'mock-model',
+          stream: true,
+          messages: [{ role: 'user', content: uniquePrompt('many words '.repeat(20)) }],
+        };
         const leaver = new AbortController();
         const response = await fetch(`${roomy.gatewayUrl}${CHAT}`, {
           method: 'POST',
@@ -261,7 +326,9 @@ describe.each(PLATFORMS)('bad input on %s', (platform) => {
         leaver.abort();
         await reader.read().catch(() => undefined);
 
-        const others = await Promise.all([1, 2, 3].map(() => postJson(`${roomy.gatewayUrl}${CHAT}`, validChat('while one left'))));
+        const others = await Promise.all(
+          [1, 2, 3].map(() => postJson(`${roomy.gatewayUrl}${CHAT}`, validChat('while one left'))),
+        );
         expect(others.map((o) => o.status)).toEqual([200, 200, 200]);
         // The abandoned stream still completes upstream and is there for a retry.
         await roomy.provider.waitFor((s) => s.inFlight === 0, 5000);
@@ -292,13 +359,18 @@ describe.each(PLATFORMS)('bad input on %s', (platform) => {
       const wrong = await postJson(url, validChat('wrong key'), { authorization: 'Bearer k3' });
       expectOpenAIError(wrong, 401, null);
       expect(wrong.text).not.toContain('k3');
-      const anthropicNone = await postJson(`${keyed.gatewayUrl}/v1/messages`, { ...validChat('no key'), max_tokens: 5 });
+      const anthropicNone = await postJson(`${keyed.gatewayUrl}/v1/messages`, {
+        ...validChat('no key'),
+        max_tokens: 5,
+      });
       expectAnthropicError(anthropicNone, 401, 'authentication_error');
       expect(keyed.provider.stats().total).toBe(0);
 
       // The official SDK with a wrong key: AuthenticationError, no retry.
       await expect(
-        new OpenAI({ baseURL: `${keyed.gatewayUrl}/v1`, apiKey: 'not-a-gateway-key' }).chat.completions.create(validChat('sdk wrong') as never),
+        new OpenAI({ baseURL: `${keyed.gatewayUrl}/v1`, apiKey: 'not-a-gateway-key' }).chat.completions.create(
+          validChat('sdk wrong') as never,
+        ),
       ).rejects.toMatchObject({ status: 401 });
 
       const answer = await new OpenAI({ baseURL: `${keyed.gatewayUrl}/v1`, apiKey: 'k1' }).chat.completions.create(
@@ -322,7 +394,11 @@ describe.each(PLATFORMS)('bad input on %s', (platform) => {
       await new OpenAI({ baseURL: `${keyed.gatewayUrl}/v1`, apiKey: 'sk-client-own-key' }).chat.completions.create(
         validChat('own key') as never,
       );
-      await postJson(`${keyed.gatewayUrl}/v1/messages`, { ...validChat('own key anthropic'), max_tokens: 5 }, { 'x-api-key': 'sk-other-client' });
+      await postJson(
+        `${keyed.gatewayUrl}/v1/messages`,
+        { ...validChat('own key anthropic'), max_tokens: 5 },
+        { 'x-api-key': 'sk-other-client' },
+      );
       expect(keyed.provider.calls().map((c) => c.authHash)).toEqual([
         hashCredential('sk-client-own-key'),
         hashCredential('sk-other-client'),
@@ -334,7 +410,9 @@ describe.each(PLATFORMS)('bad input on %s', (platform) => {
       try {
         const config = ['--platform', platform, '--upstream', leaky.url];
         keyed = await startGateway({ flags: config });
-        const r = await postJson(`${keyed.gatewayUrl}${CHAT}`, validChat('leak'), { authorization: 'Bearer sk-abc123456' });
+        const r = await postJson(`${keyed.gatewayUrl}${CHAT}`, validChat('leak'), {
+          authorization: 'Bearer sk-abc123456',
+        });
         expectOpenAIError(r, 401);
         expect(r.json.error.message).toMatch(/Incorrect API key provided/);
         expect(r.text).not.toContain('sk-abc123456');

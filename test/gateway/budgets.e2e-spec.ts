@@ -5,7 +5,14 @@ import { join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { Budgets } from '../../apps/gateway/src/budgets/budgets.service.js';
-import { countingFetch, postJson, sseData, startGateway as startOn, uniquePrompt, type GatewayUnderTest } from '../support/gateway-harness.js';
+import {
+  countingFetch,
+  postJson,
+  sseData,
+  startGateway as startOn,
+  uniquePrompt,
+  type GatewayUnderTest,
+} from '../support/gateway-harness.js';
 import { PLATFORMS, waitFor } from '../support/platforms.js';
 
 /**
@@ -14,7 +21,12 @@ import { PLATFORMS, waitFor } from '../support/platforms.js';
  * messages, its completion tokens the words it echoes back.
  */
 
-const chat = (content: string, extra: Record<string, unknown> = {}) => ({ model: 'priced-model', temperature: 0, messages: [{ role: 'user' as const, content }], ...extra });
+const chat = (content: string, extra: Record<string, unknown> = {}) => ({
+  model: 'priced-model',
+  temperature: 0,
+  messages: [{ role: 'user' as const, content }],
+  ...extra,
+});
 const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
 // Three words in, four out (the mock's echo): 7 tokens; at 1 USD per token in and out (1e6 per 1M), 7 USD per answer.
 const threeWords = (label: string) => `${label}-${Math.random().toString(36).slice(2, 8)} two three`;
@@ -39,7 +51,8 @@ describe.each(PLATFORMS)('budgets and keys (%s)', (platform) => {
     g = undefined;
   });
   // Every gateway of this suite on the platform under test.
-  const startGateway = (options: Parameters<typeof startOn>[0] = {}) => startOn({ ...options, flags: ['--platform', platform, ...(options.flags ?? [])] });
+  const startGateway = (options: Parameters<typeof startOn>[0] = {}) =>
+    startOn({ ...options, flags: ['--platform', platform, ...(options.flags ?? [])] });
 
   describe('virtual keys', () => {
     const keysFile = (dir: string, keys: Record<string, unknown>) => {
@@ -54,7 +67,10 @@ describe.each(PLATFORMS)('budgets and keys (%s)', (platform) => {
       const file = keysFile(dir, { 'sk-team-alpha-0001': { name: 'alpha' } });
       g = await startGateway({ flags: ['--keys-file', file], env: { OPENAI_API_KEY: 'sk-provider-key' } });
       const unknown = new OpenAI({ baseURL: `${g.gatewayUrl}/v1`, apiKey: 'sk-not-listed-0000', maxRetries: 0 });
-      await expect(unknown.chat.completions.create(chat('hello there'))).rejects.toMatchObject({ status: 401, code: 'invalid_api_key' });
+      await expect(unknown.chat.completions.create(chat('hello there'))).rejects.toMatchObject({
+        status: 401,
+        code: 'invalid_api_key',
+      });
       const known = new OpenAI({ baseURL: `${g.gatewayUrl}/v1`, apiKey: 'sk-team-alpha-0001', maxRetries: 0 });
       const answer = await known.chat.completions.create(chat(uniquePrompt('hello')));
       expect(answer.choices[0].message.content).toContain('hello');
@@ -69,17 +85,28 @@ describe.each(PLATFORMS)('budgets and keys (%s)', (platform) => {
       const { createHash } = await import('node:crypto');
       const hashed = `sha256:${createHash('sha256').update('sk-hashed-key-1234').digest('hex')}`;
       g = await startGateway({ env: { ORCHESTRATOR_KEYS: JSON.stringify({ [hashed]: { name: 'hashed' } }) } });
-      expect((await postJson(`${g.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt('a')), bearer('sk-hashed-key-1234'))).status).toBe(200);
-      expect((await postJson(`${g.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt('a')), bearer('sk-hashed-key-1235'))).status).toBe(401);
+      expect(
+        (await postJson(`${g.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt('a')), bearer('sk-hashed-key-1234')))
+          .status,
+      ).toBe(200);
+      expect(
+        (await postJson(`${g.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt('a')), bearer('sk-hashed-key-1235')))
+          .status,
+      ).toBe(401);
     });
 
     it('reloads the file when it changes and on SIGHUP; a bad file keeps the keys in force and names the problem', async () => {
       const dir = tempDir();
       const file = keysFile(dir, { 'sk-first-key-0001': { name: 'first' } });
       const lines: string[] = [];
-      const logger = { log: (m: unknown) => lines.push(String(m)), warn: (m: unknown) => lines.push(String(m)), error: () => undefined };
+      const logger = {
+        log: (m: unknown) => lines.push(String(m)),
+        warn: (m: unknown) => lines.push(String(m)),
+        error: () => undefined,
+      };
       g = await startGateway({ flags: ['--keys-file', file], logger });
-      const status = async (key: string) => (await postJson(`${g!.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt('r')), bearer(key))).status;
+      const status = async (key: string) =>
+        (await postJson(`${g!.gatewayUrl}/v1/chat/completions`, chat(uniquePrompt('r')), bearer(key))).status;
       expect(await status('sk-second-key-002')).toBe(401);
 
       keysFile(dir, { 'sk-first-key-0001': { name: 'first' }, 'sk-second-key-002': { name: 'second' } });
@@ -104,12 +131,20 @@ describe.each(PLATFORMS)('budgets and keys (%s)', (platform) => {
     });
 
     it('names the caller by its key: two keys never share an answer, one key does', async () => {
-      g = await startGateway({ env: { ORCHESTRATOR_KEYS: JSON.stringify({ 'sk-key-aaaa-0001': { name: 'a' }, 'sk-key-bbbb-0002': { name: 'b' } }) } });
+      g = await startGateway({
+        env: {
+          ORCHESTRATOR_KEYS: JSON.stringify({ 'sk-key-aaaa-0001': { name: 'a' }, 'sk-key-bbbb-0002': { name: 'b' } }),
+        },
+      });
       const body = chat(uniquePrompt('shared'));
       const first = await postJson(`${g.gatewayUrl}/v1/chat/completions`, body, bearer('sk-key-aaaa-0001'));
       const again = await postJson(`${g.gatewayUrl}/v1/chat/completions`, body, bearer('sk-key-aaaa-0001'));
       const other = await postJson(`${g.gatewayUrl}/v1/chat/completions`, body, bearer('sk-key-bbbb-0002'));
-      expect([first.headers.get('x-orchestrator-dedup'), again.headers.get('x-orchestrator-dedup'), other.headers.get('x-orchestrator-dedup')]).toEqual(['miss', 'cached', 'miss']);
+      expect([
+        first.headers.get('x-orchestrator-dedup'),
+        again.headers.get('x-orchestrator-dedup'),
+        other.headers.get('x-orchestrator-dedup'),
+      ]).toEqual(['miss', 'cached', 'miss']);
     });
   });
 
@@ -130,7 +165,12 @@ describe.each(PLATFORMS)('budgets and keys (%s)', (platform) => {
 
       // The official SDK waits as told and tries again in the next window.
       const counted = countingFetch();
-      const sdk = new OpenAI({ baseURL: `${g.gatewayUrl}/v1`, apiKey: 'sk-one-client', fetch: counted.fetch, maxRetries: 2 });
+      const sdk = new OpenAI({
+        baseURL: `${g.gatewayUrl}/v1`,
+        apiKey: 'sk-one-client',
+        fetch: counted.fetch,
+        maxRetries: 2,
+      });
       // A fresh window, filled.
       await new Promise((resolve) => setTimeout(resolve, 1_100));
       expect((await postJson(url, chat(uniquePrompt('fill')), me)).status).toBe(200);
@@ -143,13 +183,19 @@ describe.each(PLATFORMS)('budgets and keys (%s)', (platform) => {
 
     it('counts limits per key: one key over its own limit leaves another key served', async () => {
       g = await startGateway({
-        env: { ORCHESTRATOR_KEYS: JSON.stringify({ 'sk-small-key-001': { name: 'small', requestsPerMinute: 1 }, 'sk-large-key-002': { name: 'large' } }) },
+        env: {
+          ORCHESTRATOR_KEYS: JSON.stringify({
+            'sk-small-key-001': { name: 'small', requestsPerMinute: 1 },
+            'sk-large-key-002': { name: 'large' },
+          }),
+        },
         flags: ['--requests-per-minute', '3'],
       });
       const url = `${g.gatewayUrl}/v1/chat/completions`;
       expect((await postJson(url, chat(uniquePrompt('s')), bearer('sk-small-key-001'))).status).toBe(200);
       expect((await postJson(url, chat(uniquePrompt('s')), bearer('sk-small-key-001'))).status).toBe(429);
-      for (let i = 0; i < 3; i++) expect((await postJson(url, chat(uniquePrompt('l')), bearer('sk-large-key-002'))).status).toBe(200);
+      for (let i = 0; i < 3; i++)
+        expect((await postJson(url, chat(uniquePrompt('l')), bearer('sk-large-key-002'))).status).toBe(200);
       expect((await postJson(url, chat(uniquePrompt('l')), bearer('sk-large-key-002'))).status).toBe(429);
     });
 
@@ -169,7 +215,10 @@ describe.each(PLATFORMS)('budgets and keys (%s)', (platform) => {
   describe('spend caps', () => {
     const prices = (dir: string) => {
       const file = join(dir, 'prices.json');
-      writeFileSync(file, JSON.stringify({ 'priced-model': { input: 1_000_000, output: 1_000_000 }, '*': { input: 0, output: 0 } }));
+      writeFileSync(
+        file,
+        JSON.stringify({ 'priced-model': { input: 1_000_000, output: 1_000_000 }, '*': { input: 0, output: 0 } }),
+      );
       return file;
     };
 
@@ -214,8 +263,13 @@ describe.each(PLATFORMS)('budgets and keys (%s)', (platform) => {
       const dir = tempDir();
       g = await startGateway({ flags: ['--prices', prices(dir), '--max-spend', '7/day', '--no-stream-usage'] });
       const url = `${g.gatewayUrl}/v1/chat/completions`;
-      const asked = sseData((await postJson(url, chat(threeWords('u'), { stream: true, stream_options: { include_usage: true } }))).text);
-      expect(JSON.parse(asked[asked.length - 2])).toMatchObject({ choices: [], usage: { prompt_tokens: 3, completion_tokens: 4 } });
+      const asked = sseData(
+        (await postJson(url, chat(threeWords('u'), { stream: true, stream_options: { include_usage: true } }))).text,
+      );
+      expect(JSON.parse(asked[asked.length - 2])).toMatchObject({
+        choices: [],
+        usage: { prompt_tokens: 3, completion_tokens: 4 },
+      });
       // That one was counted (it reported usage): the cap of 7 is reached.
       expect((await postJson(url, chat(threeWords('v')))).status).toBe(429);
     });
@@ -237,7 +291,11 @@ describe.each(PLATFORMS)('budgets and keys (%s)', (platform) => {
       // One paid answer (7 USD), five free copies (35 USD saved).
       expect(today).toEqual({ spentNano: 7e9, savedNano: 35e9 });
       const health = (await (await fetch(`${g.gatewayUrl}/health`)).json()) as { budgets: Record<string, unknown> };
-      expect(health.budgets).toMatchObject({ maxSpend: { usd: 14, period: 'day' }, day: { spent: 7, saved: 35 }, keys: null });
+      expect(health.budgets).toMatchObject({
+        maxSpend: { usd: 14, period: 'day' },
+        day: { spent: 7, saved: 35 },
+        keys: null,
+      });
       // Under the cap: the copies did not count.
       expect((await postJson(url, chat(threeWords('next')))).status).toBe(200);
       await g.close();
@@ -252,13 +310,20 @@ describe.each(PLATFORMS)('budgets and keys (%s)', (platform) => {
       const dir = tempDir();
       g = await startGateway({ flags: ['--provider', 'anthropic', '--prices', prices(dir)] });
       const client = new Anthropic({ baseURL: g.gatewayUrl, apiKey: 'sk-ant-client', maxRetries: 0 });
-      const stream = client.messages.stream({ model: 'priced-model', max_tokens: 100, messages: [{ role: 'user', content: threeWords('anthropic') }] });
+      const stream = client.messages.stream({
+        model: 'priced-model',
+        max_tokens: 100,
+        messages: [{ role: 'user', content: threeWords('anthropic') }],
+      });
       const message = await stream.finalMessage();
       const tokens = message.usage.input_tokens + message.usage.output_tokens;
       expect(message.usage.input_tokens).toBeGreaterThan(0);
       expect(message.usage.output_tokens).toBeGreaterThan(0);
       // The spend is booked once the gateway has seen the stream's end, which may come after the client's last event.
-      const spentToday = () => Object.entries(g!.app.get(Budgets).ledger.snapshot()).find(([id]) => id.startsWith('day:') && id.endsWith(':*'))?.[1].spentNano;
+      const spentToday = () =>
+        Object.entries(g!.app.get(Budgets).ledger.snapshot()).find(
+          ([id]) => id.startsWith('day:') && id.endsWith(':*'),
+        )?.[1].spentNano;
       await waitFor(() => spentToday() !== undefined && spentToday()! > 0, 10_000, 'the stream to be booked');
       expect(spentToday()).toBe(tokens * 1e9);
     });
@@ -267,7 +332,12 @@ describe.each(PLATFORMS)('budgets and keys (%s)', (platform) => {
       const dir = tempDir();
       g = await startGateway({
         flags: ['--prices', prices(dir)],
-        env: { ORCHESTRATOR_KEYS: JSON.stringify({ 'sk-capped-key-01': { name: 'capped', maxSpend: '7/month' }, 'sk-free-key-0002': { name: 'free' } }) },
+        env: {
+          ORCHESTRATOR_KEYS: JSON.stringify({
+            'sk-capped-key-01': { name: 'capped', maxSpend: '7/month' },
+            'sk-free-key-0002': { name: 'free' },
+          }),
+        },
       });
       const url = `${g.gatewayUrl}/v1/chat/completions`;
       expect((await postJson(url, chat(threeWords('c1')), bearer('sk-capped-key-01'))).status).toBe(200);
@@ -297,8 +367,20 @@ describe.each(PLATFORMS)('budgets and keys (%s)', (platform) => {
       const text = readFileSync(log, 'utf8');
       expect(text).not.toContain('secret-prompt');
       expect(text).not.toContain('sk-logged');
-      const [miss, cached] = text.trim().split('\n').map((l) => JSON.parse(l));
-      expect(miss).toMatchObject({ outcome: 'miss', model: 'priced-model', status: 200, tokensIn: 3, tokensOut: 4, cost: 7, saved: 0, route: 'chat' });
+      const [miss, cached] = text
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l));
+      expect(miss).toMatchObject({
+        outcome: 'miss',
+        model: 'priced-model',
+        status: 200,
+        tokensIn: 3,
+        tokensOut: 4,
+        cost: 7,
+        saved: 0,
+        route: 'chat',
+      });
       expect(cached).toMatchObject({ outcome: 'cached', cost: 0, saved: 7, key: miss.key, tenant: miss.tenant });
       expect(miss.tenant).toMatch(/^[\w-]{12}$/);
       expect(typeof miss.latencyMs).toBe('number');

@@ -1,6 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { ConfigError, defaultMaxConnections, helpText, parseGatewayConfig } from '../../apps/gateway/src/config/gateway-config.js';
+import {
+  ConfigError,
+  defaultMaxConnections,
+  helpText,
+  parseGatewayConfig,
+} from '../../apps/gateway/src/config/gateway-config.js';
 import { startMockProvider, type MockProvider } from '../../apps/mock-provider/src/index.js';
 import { serverOptions } from '../../apps/gateway/src/http/http-server.js';
 import { GATEWAY_MAIN, ROOT, ensureBuilt } from '../support/gateway-process.js';
@@ -104,11 +109,19 @@ function configError(argv: string[], env: NodeJS.ProcessEnv = {}): ConfigError {
 
 describe('parseGatewayConfig', () => {
   it('takes several upstreams: --upstream repeated, or a comma list in the environment', () => {
-    const flags = parseGatewayConfig(['--provider', 'llama', '--upstream', 'http://127.0.0.1:8080/', '--upstream', 'http://127.0.0.1:8081'], {});
-    expect(flags).toMatchObject({ upstream: 'http://127.0.0.1:8080', upstreams: ['http://127.0.0.1:8080', 'http://127.0.0.1:8081'] });
+    const flags = parseGatewayConfig(
+      ['--provider', 'llama', '--upstream', 'http://127.0.0.1:8080/', '--upstream', 'http://127.0.0.1:8081'],
+      {},
+    );
+    expect(flags).toMatchObject({
+      upstream: 'http://127.0.0.1:8080',
+      upstreams: ['http://127.0.0.1:8080', 'http://127.0.0.1:8081'],
+    });
     const env = parseGatewayConfig(['--provider', 'llama'], { LLAMA_CPP_URL: 'http://a:1, http://b:2' });
     expect(env?.upstreams).toEqual(['http://a:1', 'http://b:2']);
-    expect(() => parseGatewayConfig(['--upstream', 'http://a:1', '--upstream', 'http://a:1/'], {})).toThrow(/same URL twice/);
+    expect(() => parseGatewayConfig(['--upstream', 'http://a:1', '--upstream', 'http://a:1/'], {})).toThrow(
+      /same URL twice/,
+    );
   });
 
   it('has working defaults', () => {
@@ -154,7 +167,13 @@ describe('parseGatewayConfig', () => {
       limitsWithoutRedis: 'share',
       gatewayKeys: [],
       providerKey: undefined,
-      budgets: { rateWindowMs: 60_000, streamUsage: true, requestLogMaxBytes: 50 * 1024 * 1024, requestLogFiles: 5, reserveOutputTokens: 4096 },
+      budgets: {
+        rateWindowMs: 60_000,
+        streamUsage: true,
+        requestLogMaxBytes: 50 * 1024 * 1024,
+        requestLogFiles: 5,
+        reserveOutputTokens: 4096,
+      },
       observability: {
         metricsPath: '/orchestrator/metrics',
         metricsTenants: false,
@@ -171,13 +190,22 @@ describe('parseGatewayConfig', () => {
   });
 
   it('reads --max-connections-per-address (half the table by default, loopback bound only when given) and --body-timeout', () => {
-    expect(parseGatewayConfig(['--max-connections', '200'], {})).toMatchObject({ maxConnectionsPerAddress: 100, loopbackLimited: false, bodyTimeoutMs: 10_000 });
-    expect(parseGatewayConfig([], { ORCHESTRATOR_MAX_CONNECTIONS_PER_ADDRESS: '7', ORCHESTRATOR_BODY_TIMEOUT_SECS: '0.5' })).toMatchObject({
+    expect(parseGatewayConfig(['--max-connections', '200'], {})).toMatchObject({
+      maxConnectionsPerAddress: 100,
+      loopbackLimited: false,
+      bodyTimeoutMs: 10_000,
+    });
+    expect(
+      parseGatewayConfig([], { ORCHESTRATOR_MAX_CONNECTIONS_PER_ADDRESS: '7', ORCHESTRATOR_BODY_TIMEOUT_SECS: '0.5' }),
+    ).toMatchObject({
       maxConnectionsPerAddress: 7,
       loopbackLimited: true,
       bodyTimeoutMs: 500,
     });
-    expect(parseGatewayConfig(['--max-connections-per-address', '0', '--body-timeout', '0'], {})).toMatchObject({ maxConnectionsPerAddress: 0, bodyTimeoutMs: 0 });
+    expect(parseGatewayConfig(['--max-connections-per-address', '0', '--body-timeout', '0'], {})).toMatchObject({
+      maxConnectionsPerAddress: 0,
+      bodyTimeoutMs: 0,
+    });
     expect(() => parseGatewayConfig(['--max-connections-per-address', '1.5'], {})).toThrow(/whole number/);
     expect(() => parseGatewayConfig(['--body-timeout=-1'], {})).toThrow(/--body-timeout must be at least 0/);
   });
@@ -189,17 +217,28 @@ describe('parseGatewayConfig', () => {
     expect(() => parseGatewayConfig(['--hold-unavailable=-1'], {})).toThrow(/--hold-unavailable must be at least 0/);
   });
 
-  it('keeps idle client connections open for --keep-alive-timeout (65 s by default, not Node\'s 5 s)', () => {
+  it("keeps idle client connections open for --keep-alive-timeout (65 s by default, not Node's 5 s)", () => {
     const defaults = parseGatewayConfig([], {})!;
     expect(serverOptions(defaults).keepAliveTimeout).toBe(65_000);
     expect(serverOptions(parseGatewayConfig(['--keep-alive-timeout', '10'], {})!).keepAliveTimeout).toBe(10_000);
-    expect(serverOptions(parseGatewayConfig([], { ORCHESTRATOR_KEEP_ALIVE_TIMEOUT_SECS: '90' })!).keepAliveTimeout).toBe(90_000);
+    expect(
+      serverOptions(parseGatewayConfig([], { ORCHESTRATOR_KEEP_ALIVE_TIMEOUT_SECS: '90' })!).keepAliveTimeout,
+    ).toBe(90_000);
     expect(() => parseGatewayConfig(['--keep-alive-timeout', 'soon'], {})).toThrow(ConfigError);
   });
 
   it('reads the observability flags and their variables', () => {
     const config = parseGatewayConfig(
-      ['--metrics-path', '/internal/metrics', '--metrics-tenants', '--log-level', 'warn', '--no-request-log', '--log-prompts', '--no-status-page'],
+      [
+        '--metrics-path',
+        '/internal/metrics',
+        '--metrics-tenants',
+        '--log-level',
+        'warn',
+        '--no-request-log',
+        '--log-prompts',
+        '--no-status-page',
+      ],
       { ORCHESTRATOR_LOG_FORMAT: 'pretty', ORCHESTRATOR_READY_REQUIRES_STORE: '1' },
     );
     expect(config?.observability).toEqual({
@@ -221,24 +260,46 @@ describe('parseGatewayConfig', () => {
   });
 
   it('turns tracing on with --otlp-endpoint or the standard OTEL_* variables, off by default', () => {
-    const traces = (argv: string[], env: NodeJS.ProcessEnv) => parseGatewayConfig(argv, env)?.observability.otlpTracesUrl;
+    const traces = (argv: string[], env: NodeJS.ProcessEnv) =>
+      parseGatewayConfig(argv, env)?.observability.otlpTracesUrl;
     expect(traces([], {})).toBeUndefined();
     expect(traces(['--otlp-endpoint', 'http://127.0.0.1:4318'], {})).toBe('http://127.0.0.1:4318/v1/traces');
     expect(traces(['--otlp-endpoint', 'http://127.0.0.1:4318/v1/traces'], {})).toBe('http://127.0.0.1:4318/v1/traces');
-    expect(traces([], { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/' })).toBe('http://collector:4318/v1/traces');
-    expect(traces([], { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318', OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://tempo:4318/otlp' })).toBe(
-      'http://tempo:4318/otlp',
+    expect(traces([], { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/' })).toBe(
+      'http://collector:4318/v1/traces',
     );
-    expect(traces(['--otlp-endpoint', 'http://a:4318'], { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://b:4318/x' })).toBe('http://a:4318/v1/traces');
+    expect(
+      traces([], {
+        OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318',
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://tempo:4318/otlp',
+      }),
+    ).toBe('http://tempo:4318/otlp');
+    expect(
+      traces(['--otlp-endpoint', 'http://a:4318'], { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://b:4318/x' }),
+    ).toBe('http://a:4318/v1/traces');
     expect(traces(['--otlp-endpoint', 'http://a:4318'], { OTEL_SDK_DISABLED: 'true' })).toBeUndefined();
     expect(traces([], { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://a:4318', OTEL_TRACES_EXPORTER: 'none' })).toBeUndefined();
     expect(parseGatewayConfig([], { OTEL_SERVICE_NAME: 'edge' })?.observability.serviceName).toBe('edge');
-    expect(() => parseGatewayConfig(['--otlp-endpoint', 'grpc://a:4317'], {})).toThrow(/--otlp-endpoint must be an http\(s\) URL/);
+    expect(() => parseGatewayConfig(['--otlp-endpoint', 'grpc://a:4317'], {})).toThrow(
+      /--otlp-endpoint must be an http\(s\) URL/,
+    );
   });
 
   it('reads the budget flags, and refuses bad ones naming the problem', () => {
     const config = parseGatewayConfig(
-      ['--requests-per-minute', '60', '--tokens-per-minute', '1000', '--rate-window', '10', '--max-spend', '$25/day', '--no-stream-usage', '--request-log', '/tmp/r.jsonl'],
+      [
+        '--requests-per-minute',
+        '60',
+        '--tokens-per-minute',
+        '1000',
+        '--rate-window',
+        '10',
+        '--max-spend',
+        '$25/day',
+        '--no-stream-usage',
+        '--request-log',
+        '/tmp/r.jsonl',
+      ],
       { ORCHESTRATOR_KEYS: '{"sk-cli-test-key": {"name": "cli"}}' },
     )!;
     expect(config.budgets).toMatchObject({
@@ -251,17 +312,28 @@ describe('parseGatewayConfig', () => {
       keysJson: '{"sk-cli-test-key": {"name": "cli"}}',
     });
     expect(configError(['--max-spend', '25']).message).toContain('--max-spend must look like 50/day or 1000/month');
-    expect(configError(['--requests-per-minute', '0']).message).toContain('--requests-per-minute must be a whole number');
+    expect(configError(['--requests-per-minute', '0']).message).toContain(
+      '--requests-per-minute must be a whole number',
+    );
     expect(configError(['--rate-window', '-1']).message).toContain('--rate-window');
-    expect(configError(['--keys-file', '/nonexistent/keys.json']).message).toBe('--keys-file: /nonexistent/keys.json: cannot be read (ENOENT)');
-    expect(configError([], { ORCHESTRATOR_KEYS: '{"short": {"name": "x"}}' }).message).toBe('ORCHESTRATOR_KEYS: entry 1: a key must be at least 8 characters');
+    expect(configError(['--keys-file', '/nonexistent/keys.json']).message).toBe(
+      '--keys-file: /nonexistent/keys.json: cannot be read (ENOENT)',
+    );
+    expect(configError([], { ORCHESTRATOR_KEYS: '{"short": {"name": "x"}}' }).message).toBe(
+      'ORCHESTRATOR_KEYS: entry 1: a key must be at least 8 characters',
+    );
     expect(configError(['--prices', '/nonexistent/prices.json']).message).toContain('cannot be read (ENOENT)');
   });
 
   it('reads flags, then the environment; a flag beats its variable', () => {
     const config = parseGatewayConfig(
       ['--provider', 'llama', '--port', '9000', '--timeout', '1.5', '--no-dedup', '--gateway-keys', 'k1, k2,'],
-      { LLAMA_CPP_URL: 'http://10.0.0.2:8080/', ORCHESTRATOR_PORT: '1234', ORCHESTRATOR_DEDUP_SECS: '7', LLAMA_API_KEY: 'lk' },
+      {
+        LLAMA_CPP_URL: 'http://10.0.0.2:8080/',
+        ORCHESTRATOR_PORT: '1234',
+        ORCHESTRATOR_DEDUP_SECS: '7',
+        LLAMA_API_KEY: 'lk',
+      },
     )!;
     expect(config).toMatchObject({
       provider: 'llama',
@@ -273,11 +345,15 @@ describe('parseGatewayConfig', () => {
       gatewayKeys: ['k1', 'k2'],
       providerKey: 'lk',
     });
-    expect(parseGatewayConfig(['--provider', 'anthropic'], { ANTHROPIC_API_KEY: 'ak', OPENAI_API_KEY: 'ok' })).toMatchObject({
+    expect(
+      parseGatewayConfig(['--provider', 'anthropic'], { ANTHROPIC_API_KEY: 'ak', OPENAI_API_KEY: 'ok' }),
+    ).toMatchObject({
       upstream: 'https://api.anthropic.com',
       providerKey: 'ak',
     });
-    expect(parseGatewayConfig([], { ORCHESTRATOR_NO_DEDUP: 'true', OPENAI_BASE_URL: 'http://vllm:8000/v1' })).toMatchObject({
+    expect(
+      parseGatewayConfig([], { ORCHESTRATOR_NO_DEDUP: 'true', OPENAI_BASE_URL: 'http://vllm:8000/v1' }),
+    ).toMatchObject({
       dedup: false,
       upstream: 'http://vllm:8000/v1',
     });
@@ -314,7 +390,7 @@ describe('parseGatewayConfig', () => {
     [['--status-path', '/a b'], /--status-path must look like/],
     [['--metrics-path', '/orchestrator/events'], /is a route of the status page/],
   ])('refuses %j with a message naming the problem', (argv, message) => {
-    expect(configError(argv as string[]).message).toMatch(message);
+    expect(configError(argv).message).toMatch(message);
   });
 
   it('refuses bad environment values, naming the flag they stand for', () => {
@@ -342,7 +418,7 @@ describe('the gateway binary', () => {
     [['--timeout=-1'], '--timeout'],
     [['--provider', 'nope'], '--provider'],
   ])('%j exits with code 2 and a message naming %s, without a stack trace', async (args, flag) => {
-    const run = await runGateway(args as string[]);
+    const run = await runGateway(args);
     expect(run.code).toBe(2);
     expect(run.stderr).toContain(flag);
     expect(run.stderr).toMatch(/^gateway: /);
@@ -386,7 +462,8 @@ describe('the gateway binary', () => {
       const deadline = Date.now() + 60_000;
       let url: string | undefined;
       while (!url) {
-        if (Date.now() > deadline || child.exitCode !== null) throw new Error(`gateway did not start:\n${stdout}\n${stderr}`);
+        if (Date.now() > deadline || child.exitCode !== null)
+          throw new Error(`gateway did not start:\n${stdout}\n${stderr}`);
         url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(stdout)?.[1];
         await new Promise((resolve) => setTimeout(resolve, 20)); // polling interval
       }

@@ -41,7 +41,9 @@ describe('CORS in headless Chromium', () => {
 
   beforeAll(async () => {
     if (!existsSync(CHROMIUM)) {
-      throw new Error(`Chromium is missing at ${CHROMIUM}: install it with "apt-get install -y chromium" (npm test does it first, as root: scripts/test-prerequisites.mjs).`);
+      throw new Error(
+        `Chromium is missing at ${CHROMIUM}: install it with "apt-get install -y chromium" (npm test does it first, as root: scripts/test-prerequisites.mjs).`,
+      );
     }
     browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS, headless: true });
     page = await startPageServer();
@@ -110,7 +112,10 @@ describe('CORS in headless Chromium', () => {
   }, 60_000);
 
   it('without --cors, the browser blocks the call (the preflight is not answered)', async () => {
-    const result = await fetchFromPage(closed.gatewayUrl, { model: 'mock-model', messages: [{ role: 'user', content: 'hi' }] });
+    const result = await fetchFromPage(closed.gatewayUrl, {
+      model: 'mock-model',
+      messages: [{ role: 'user', content: 'hi' }],
+    });
     expect(result.ok).toBe(false);
     expect(result.error).toMatch(/Failed to fetch|TypeError/);
     expect(closed.provider.stats().total).toBe(0);

@@ -53,7 +53,9 @@ describe.each(PLATFORMS)('CORS on %s', (platform) => {
         expect({ path, status: r.status }).toEqual({ path, status: 204 });
         expect(r.headers.get('access-control-allow-origin')).toBe(ORIGIN);
         expect(r.headers.get('access-control-allow-methods')).toContain('POST');
-        expect(r.headers.get('access-control-allow-headers')).toBe('authorization, content-type, x-stainless-retry-count');
+        expect(r.headers.get('access-control-allow-headers')).toBe(
+          'authorization, content-type, x-stainless-retry-count',
+        );
         expect(r.headers.get('access-control-max-age')).toBe('600');
         expect(r.headers.get('vary')).toMatch(/origin/i);
       }
@@ -66,9 +68,14 @@ describe.each(PLATFORMS)('CORS on %s', (platform) => {
       expect(answer.status).toBe(200);
       expect(answer.headers.get('access-control-allow-origin')).toBe(ORIGIN);
       const exposed = (answer.headers.get('access-control-expose-headers') ?? '').toLowerCase();
-      for (const name of ['x-orchestrator-dedup', 'retry-after', 'x-request-id', 'x-should-retry']) expect(exposed).toContain(name);
+      for (const name of ['x-orchestrator-dedup', 'retry-after', 'x-request-id', 'x-should-retry'])
+        expect(exposed).toContain(name);
 
-      const stream = await postJson(`${g.gatewayUrl}/v1/chat/completions`, { ...chat('cors stream'), stream: true }, auth);
+      const stream = await postJson(
+        `${g.gatewayUrl}/v1/chat/completions`,
+        { ...chat('cors stream'), stream: true },
+        auth,
+      );
       expect(stream.headers.get('content-type')).toContain('text/event-stream');
       expect(stream.headers.get('access-control-allow-origin')).toBe(ORIGIN);
 
@@ -89,14 +96,21 @@ describe.each(PLATFORMS)('CORS on %s', (platform) => {
   describe('--cors with a list of origins', () => {
     let g: GatewayUnderTest;
     beforeAll(async () => {
-      g = await startGateway({ flags: ['--platform', platform], env: { ORCHESTRATOR_CORS_ORIGINS: `${ORIGIN}, http://other.example` } });
+      g = await startGateway({
+        flags: ['--platform', platform],
+        env: { ORCHESTRATOR_CORS_ORIGINS: `${ORIGIN}, http://other.example` },
+      });
     });
     afterAll(() => g.close());
 
     it('allows the listed origins only', async () => {
-      const allowed = await postJson(`${g.gatewayUrl}/v1/chat/completions`, chat('listed'), { origin: 'http://other.example' });
+      const allowed = await postJson(`${g.gatewayUrl}/v1/chat/completions`, chat('listed'), {
+        origin: 'http://other.example',
+      });
       expect(allowed.headers.get('access-control-allow-origin')).toBe('http://other.example');
-      const refused = await postJson(`${g.gatewayUrl}/v1/chat/completions`, chat('not listed'), { origin: 'http://evil.example' });
+      const refused = await postJson(`${g.gatewayUrl}/v1/chat/completions`, chat('not listed'), {
+        origin: 'http://evil.example',
+      });
       expect(refused.headers.get('access-control-allow-origin')).toBeNull();
       const refusedPreflight = await preflight(`${g.gatewayUrl}/v1/chat/completions`, 'http://evil.example');
       expect(refusedPreflight.headers.get('access-control-allow-origin')).toBeNull();

@@ -68,12 +68,18 @@ describe.each(PLATFORMS)('dedup through the gateway on %s', (platform) => {
     expect(a1.id).not.toBe(b1.id);
     expect(a2.id).toBe(a1.id);
     expect(b2.id).toBe(b1.id);
-    const hashes = g.provider.calls().map((c) => c.authHash).sort();
+    const hashes = g.provider
+      .calls()
+      .map((c) => c.authHash)
+      .sort();
     expect(hashes).toEqual([hashCredential('sk-tenant-a'), hashCredential('sk-tenant-b')].sort());
   });
 
   it('20 identical streaming requests share 1 provider stream and every client receives the full text', async () => {
-    g = await startGateway({ flags: ['--platform', platform], mock: { latencyMs: LATENCY_MS, streamChunkDelayMs: 20 } });
+    g = await startGateway({
+      flags: ['--platform', platform],
+      mock: { latencyMs: LATENCY_MS, streamChunkDelayMs: 20 },
+    });
     const openai = client(g);
     const prompt = uniquePrompt('a streamed herd with several words in it');
     const texts = await Promise.all(
@@ -128,7 +134,10 @@ describe.each(PLATFORMS)('dedup through the gateway on %s', (platform) => {
   });
 
   it('streams replayed from the window stay byte for byte while the window lets others go and their memory is used again', async () => {
-    g = await startGateway({ flags: ['--platform', platform, '--window-max-bytes', String(1024 * 1024)], mock: { latencyMs: 0, streamChunkDelayMs: 0 } });
+    g = await startGateway({
+      flags: ['--platform', platform, '--window-max-bytes', String(1024 * 1024)],
+      mock: { latencyMs: 0, streamChunkDelayMs: 0 },
+    });
     const url = `${g.gatewayUrl}/v1/chat/completions`;
     const ask = async (content: string) => {
       const response = await fetch(url, {
@@ -139,7 +148,10 @@ describe.each(PLATFORMS)('dedup through the gateway on %s', (platform) => {
       return { outcome: response.headers.get('x-orchestrator-dedup'), text: await response.text() };
     };
     // Streams of about 170 KB: the 1 MiB window keeps the last five, and each one stored lets an older one go.
-    const prompts = Array.from({ length: 12 }, (_, i) => `${uniquePrompt(`stream ${i}`)} ${Array.from({ length: 700 }, (_, w) => `w${i}-${w}`).join(' ')}`);
+    const prompts = Array.from(
+      { length: 12 },
+      (_, i) => `${uniquePrompt(`stream ${i}`)} ${Array.from({ length: 700 }, (_, w) => `w${i}-${w}`).join(' ')}`,
+    );
     const originals: string[] = [];
     for (let i = 0; i < prompts.length; i++) {
       // The next stream is led while the two before it are replayed from the window.

@@ -34,37 +34,42 @@ describe.each(PLATFORMS)('probes without a key (%s)', (platform) => {
     gateway = undefined;
   });
 
-  it.each(KEYS)('with %s: live and ready answer 200 { status } alone; /health and the metrics still want a key', async (_name, flags) => {
-    gateway = await startGateway({ flags: ['--platform', platform, ...flags()] });
-    const base = gateway.gatewayUrl;
-    const withKey = { authorization: `Bearer ${KEY}` };
+  it.each(KEYS)(
+    'with %s: live and ready answer 200 { status } alone; /health and the metrics still want a key',
+    async (_name, flags) => {
+      gateway = await startGateway({ flags: ['--platform', platform, ...flags()] });
+      const base = gateway.gatewayUrl;
+      const withKey = { authorization: `Bearer ${KEY}` };
 
-    for (const path of ['/health/live', '/health/ready']) {
-      for (const headers of [{}, { authorization: 'Bearer sk-not-one-of-its-keys' }] as Array<Record<string, string>>) {
-        const probe = await send(`${base}${path}`, { headers });
-        expect(probe.status).toBe(200);
-        expect(probe.json).toEqual({ status: 'ok' });
-        expect(probe.headers.get('cache-control')).toBe('no-store');
+      for (const path of ['/health/live', '/health/ready']) {
+        for (const headers of [{}, { authorization: 'Bearer sk-not-one-of-its-keys' }] as Array<
+          Record<string, string>
+        >) {
+          const probe = await send(`${base}${path}`, { headers });
+          expect(probe.status).toBe(200);
+          expect(probe.json).toEqual({ status: 'ok' });
+          expect(probe.headers.get('cache-control')).toBe('no-store');
+        }
+        // A key holder gets the whole report, as before.
+        const detailed = await send(`${base}${path}`, { headers: withKey });
+        expect(detailed.status).toBe(200);
+        expect(detailed.json).toMatchObject({ status: 'ok', info: expect.any(Object), details: expect.any(Object) });
       }
-      // A key holder gets the whole report, as before.
-      const detailed = await send(`${base}${path}`, { headers: withKey });
-      expect(detailed.status).toBe(200);
-      expect(detailed.json).toMatchObject({ status: 'ok', info: expect.any(Object), details: expect.any(Object) });
-    }
-    expect((await send(`${base}/health/ready`, { headers: withKey })).json.details).toHaveProperty('upstreams');
+      expect((await send(`${base}/health/ready`, { headers: withKey })).json.details).toHaveProperty('upstreams');
 
-    expect((await send(`${base}/health`)).status).toBe(401);
-    expect((await send(`${base}/v1/health`)).status).toBe(401);
-    expect((await send(`${base}/orchestrator/metrics`)).status).toBe(401);
-    const health = await send(`${base}/health`, { headers: withKey });
-    expect(health.status).toBe(200);
-    expect(health.json.upstream).toMatchObject({ provider: 'openai' });
+      expect((await send(`${base}/health`)).status).toBe(401);
+      expect((await send(`${base}/v1/health`)).status).toBe(401);
+      expect((await send(`${base}/orchestrator/metrics`)).status).toBe(401);
+      const health = await send(`${base}/health`, { headers: withKey });
+      expect(health.status).toBe(200);
+      expect(health.json.upstream).toMatchObject({ provider: 'openai' });
 
-    // Not ready (shutting down): the code says so, and the body still says nothing more.
-    gateway.app.get(OrchestratorService).drain();
-    const draining = await send(`${base}/health/ready`);
-    expect(draining.status).toBe(503);
-    expect(draining.json).toEqual({ status: 'error' });
-    expect((await send(`${base}/health/live`)).json).toEqual({ status: 'ok' });
-  });
+      // Not ready (shutting down): the code says so, and the body still says nothing more.
+      gateway.app.get(OrchestratorService).drain();
+      const draining = await send(`${base}/health/ready`);
+      expect(draining.status).toBe(503);
+      expect(draining.json).toEqual({ status: 'error' });
+      expect((await send(`${base}/health/live`)).json).toEqual({ status: 'ok' });
+    },
+  );
 });

@@ -19,12 +19,14 @@ afterEach(async () => {
 });
 
 const start = async (flags: string[]) => {
-  gateway = await startGateway({ flags: ['--provider', 'llama', '--health-interval', '0.05', '--retries', '0', ...flags] });
+  gateway = await startGateway({
+    flags: ['--provider', 'llama', '--health-interval', '0.05', '--retries', '0', ...flags],
+  });
   return gateway;
 };
 
 async function until(what: string, check: () => Promise<boolean>): Promise<void> {
-  for (const deadline = Date.now() + 10_000; !(await check()); ) {
+  for (const deadline = Date.now() + 10_000; !(await check());) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 20)); // polling interval
   }
@@ -32,9 +34,11 @@ async function until(what: string, check: () => Promise<boolean>): Promise<void>
 
 const metrics = (g: GatewayUnderTest) => scrape(`${g.gatewayUrl}/orchestrator/metrics`);
 const held = async (g: GatewayUnderTest) => valueOf(await metrics(g), 'orchestrator_held_calls', { pool: 'upstream' });
-const holds = async (g: GatewayUnderTest, outcome: string) => valueOf(await metrics(g), 'orchestrator_holds_total', { pool: 'upstream', outcome });
+const holds = async (g: GatewayUnderTest, outcome: string) =>
+  valueOf(await metrics(g), 'orchestrator_holds_total', { pool: 'upstream', outcome });
 const upstreamHealth = async (g: GatewayUnderTest) =>
-  ((await (await fetch(`${g.gatewayUrl}/health`)).json()) as { upstreams: Array<{ health: string }> }).upstreams[0].health;
+  ((await (await fetch(`${g.gatewayUrl}/health`)).json()) as { upstreams: Array<{ health: string }> }).upstreams[0]
+    .health;
 
 /** The simulated server loads its model: /health 503, so the gateway's poll takes it out of rotation. */
 async function loading(g: GatewayUnderTest): Promise<void> {
@@ -62,7 +66,7 @@ describe('--hold-unavailable with --provider llama', () => {
     expect(await holds(g, 'served')).toBe(1);
   });
 
-  it('none back within the hold: 503 no_upstream_available in the route\'s own shape, with Retry-After, and no server called', async () => {
+  it("none back within the hold: 503 no_upstream_available in the route's own shape, with Retry-After, and no server called", async () => {
     const g = await start(['--hold-unavailable', '0.2']);
     await loading(g);
     const native = await complete(g, 'held then refused');
@@ -70,10 +74,17 @@ describe('--hold-unavailable with --provider llama', () => {
     expect(native.headers.get('retry-after')).toBe('1');
     expect(native.headers.get('x-should-retry')).toBe('false');
     // llama.cpp's own shape on its own route (its code is the status), OpenAI's on the OpenAI route.
-    expect(native.json).toEqual({ error: { code: 503, type: 'unavailable_error', message: expect.stringContaining('No upstream') } });
-    const chat = await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'm', messages: [{ role: 'user', content: uniquePrompt('refused chat') }] });
+    expect(native.json).toEqual({
+      error: { code: 503, type: 'unavailable_error', message: expect.stringContaining('No upstream') },
+    });
+    const chat = await postJson(`${g.gatewayUrl}/v1/chat/completions`, {
+      model: 'm',
+      messages: [{ role: 'user', content: uniquePrompt('refused chat') }],
+    });
     expect(chat.status).toBe(503);
-    expect(chat.json).toMatchObject({ error: { code: 'no_upstream_available', type: 'service_unavailable', param: null } });
+    expect(chat.json).toMatchObject({
+      error: { code: 'no_upstream_available', type: 'service_unavailable', param: null },
+    });
     // (The gateway still reads the server's /props now and then: what it is, not a model call.)
     expect(completions(g)).toBe(0);
     expect(g.provider.stats().byRoute['/v1/chat/completions'] ?? 0).toBe(0);

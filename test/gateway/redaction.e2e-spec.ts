@@ -34,7 +34,11 @@ function expectClean(text: string): void {
   for (const data of parsed) expect(JSON.stringify(JSON.parse(data))).not.toContain(PROVIDER_KEY);
 }
 
-const chat = (marker: string, stream: boolean) => ({ model: 'gpt-4o', stream, messages: [{ role: 'user', content: `please ${marker}` }] });
+const chat = (marker: string, stream: boolean) => ({
+  model: 'gpt-4o',
+  stream,
+  messages: [{ role: 'user', content: `please ${marker}` }],
+});
 
 describe('Provider keys in error shapes', () => {
   let gateway: GatewayUnderTest | undefined;
@@ -47,11 +51,16 @@ describe('Provider keys in error shapes', () => {
   const start = async (provider: 'openai' | 'anthropic' | 'llama' = 'openai') => {
     logger = new CapturingLogger();
     const env = { openai: 'OPENAI_API_KEY', anthropic: 'ANTHROPIC_API_KEY', llama: 'LLAMA_API_KEY' }[provider];
-    gateway = await startGateway({ flags: ['--provider', provider, '--retries', '0'], env: { [env]: PROVIDER_KEY }, logger });
+    gateway = await startGateway({
+      flags: ['--provider', provider, '--retries', '0'],
+      env: { [env]: PROVIDER_KEY },
+      logger,
+    });
     return gateway;
   };
 
-  const post = (path: string, body: unknown, headers: Record<string, string> = {}) => postJson(`${gateway!.gatewayUrl}${path}`, body, headers);
+  const post = (path: string, body: unknown, headers: Record<string, string> = {}) =>
+    postJson(`${gateway!.gatewayUrl}${path}`, body, headers);
 
   const expectLogClean = () => {
     for (const line of logger.lines) for (const form of FORMS) expect(line).not.toContain(form);
@@ -65,12 +74,15 @@ describe('Provider keys in error shapes', () => {
     expectLogClean();
   });
 
-  it.each(ESCAPES)('chat, relayed stream: a chunk with "error": null quoting the key in another field (%s)', async (escape) => {
-    await start();
-    const answer = await post('/v1/chat/completions', chat(`mock:quote-key-null-${escape}`, true));
-    expect(answer.text).toContain('[redacted]');
-    expectClean(answer.text);
-  });
+  it.each(ESCAPES)(
+    'chat, relayed stream: a chunk with "error": null quoting the key in another field (%s)',
+    async (escape) => {
+      await start();
+      const answer = await post('/v1/chat/completions', chat(`mock:quote-key-null-${escape}`, true));
+      expect(answer.text).toContain('[redacted]');
+      expectClean(answer.text);
+    },
+  );
 
   it.each([true, false])('chat: a key cut across two chunks (client stream: %s, upstream SSE)', async (stream) => {
     await start();
@@ -92,14 +104,23 @@ describe('Provider keys in error shapes', () => {
 
   it.each(ESCAPED)("/v1/responses: the Responses API's own `event: error` (%s)", async (escape) => {
     await start();
-    const answer = await post('/v1/responses', { model: 'gpt-4o', stream: true, input: `mock:quote-key-responses-${escape}` });
+    const answer = await post('/v1/responses', {
+      model: 'gpt-4o',
+      stream: true,
+      input: `mock:quote-key-responses-${escape}`,
+    });
     expect(answer.text).toContain('[redacted]');
     expectClean(answer.text);
   });
 
   it.each(ESCAPED)('Anthropic: an `event: error` in a relayed stream (%s)', async (escape) => {
     await start('anthropic');
-    const answer = await post('/v1/messages', { model: 'claude-sonnet-4-5', max_tokens: 5, stream: true, messages: [{ role: 'user', content: `mock:quote-key-anthropic-${escape}` }] });
+    const answer = await post('/v1/messages', {
+      model: 'claude-sonnet-4-5',
+      max_tokens: 5,
+      stream: true,
+      messages: [{ role: 'user', content: `mock:quote-key-anthropic-${escape}` }],
+    });
     expect(answer.text).toContain('[redacted]');
     expectClean(answer.text);
   });
@@ -114,18 +135,37 @@ describe('Provider keys in error shapes', () => {
   it("the built gateway's log (stdout, JSON lines at info, prompts included) never holds the key in any shape", async () => {
     await ensureBuilt();
     const provider = await startMockProvider({ latencyMs: 1 });
-    const gatewayProcess = await startGatewayProcess(['--upstream', provider.url, '--retries', '0', '--log-format', 'json', '--log-level', 'info', '--log-prompts'], {
-      OPENAI_API_KEY: PROVIDER_KEY,
-    });
+    const gatewayProcess = await startGatewayProcess(
+      ['--upstream', provider.url, '--retries', '0', '--log-format', 'json', '--log-level', 'info', '--log-prompts'],
+      {
+        OPENAI_API_KEY: PROVIDER_KEY,
+      },
+    );
     try {
       for (const escape of ESCAPES) {
         for (const shape of ['body', 'chat', 'null', 'split'] as const) {
-          expectClean((await postJson(`${gatewayProcess.url}/v1/chat/completions`, chat(`mock:quote-key-${shape}-${escape}`, shape !== 'body'))).text);
+          expectClean(
+            (
+              await postJson(
+                `${gatewayProcess.url}/v1/chat/completions`,
+                chat(`mock:quote-key-${shape}-${escape}`, shape !== 'body'),
+              )
+            ).text,
+          );
         }
-        expectClean((await postJson(`${gatewayProcess.url}/v1/responses`, { model: 'gpt-4o', stream: true, input: `mock:quote-key-responses-${escape}` })).text);
+        expectClean(
+          (
+            await postJson(`${gatewayProcess.url}/v1/responses`, {
+              model: 'gpt-4o',
+              stream: true,
+              input: `mock:quote-key-responses-${escape}`,
+            })
+          ).text,
+        );
       }
       // The request lines are written in batches: the last one is waited for, not a fixed time.
-      for (let lines = 0; lines < 15; lines = gatewayProcess.output().split('"route"').length - 1) await new Promise((resolve) => setTimeout(resolve, 50));
+      for (let lines = 0; lines < 15; lines = gatewayProcess.output().split('"route"').length - 1)
+        await new Promise((resolve) => setTimeout(resolve, 50));
       for (const form of FORMS) expect(gatewayProcess.output()).not.toContain(form);
     } finally {
       gatewayProcess.kill();

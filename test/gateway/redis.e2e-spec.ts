@@ -64,7 +64,9 @@ describe('two gateways sharing the answer window through --redis', () => {
     expect(sdk.data.id).toBe(first.json.id);
 
     // Another tenant does not get it.
-    const other = await postJson(`${b.gatewayUrl}/v1/chat/completions`, body, { authorization: 'Bearer sk-other-tenant' });
+    const other = await postJson(`${b.gatewayUrl}/v1/chat/completions`, body, {
+      authorization: 'Bearer sk-other-tenant',
+    });
     expect(other.headers.get('x-orchestrator-dedup')).toBe('miss');
     expect(other.json.id).not.toBe(first.json.id);
     expect(a.provider.stats().total - before).toBe(2);
@@ -75,7 +77,11 @@ describe('two gateways sharing the answer window through --redis', () => {
     const prompt = uniquePrompt('shared stream with a few words');
     const openaiA = new OpenAI({ baseURL: `${a.gatewayUrl}/v1`, apiKey: 'sk-shared-tenant' });
     const openaiB = new OpenAI({ baseURL: `${b.gatewayUrl}/v1`, apiKey: 'sk-shared-tenant' });
-    const params = { model: 'mock-model', messages: [{ role: 'user' as const, content: prompt }], stream: true as const };
+    const params = {
+      model: 'mock-model',
+      messages: [{ role: 'user' as const, content: prompt }],
+      stream: true as const,
+    };
     const collect = async (client: OpenAI) => {
       const { data, response } = await client.chat.completions.create(params).withResponse();
       let text = '';

@@ -84,7 +84,12 @@ describe('provider outage (503s): the breaker opens and refusals stop the SDK fr
     const total = callsAfter.at(-1)!;
     expect(total).toBeLessThanOrEqual(5);
     expect(callsAfter.slice(firstRefusal).every((n) => n === total)).toBe(true);
-    expect(g.provider.calls().filter((c) => c.route === CHAT).every((c) => c.outcome === 'error503')).toBe(true);
+    expect(
+      g.provider
+        .calls()
+        .filter((c) => c.route === CHAT)
+        .every((c) => c.outcome === 'error503'),
+    ).toBe(true);
 
     const health = await send(`${g.gatewayUrl}/health`);
     expect(health.json.upstream).toMatchObject({ breaker: 'open', state: 'unavailable' });
@@ -149,7 +154,12 @@ describe('hung provider: the gateway timeout turns a hang into a fast failure', 
     await g.provider.waitFor((s) => s.inFlight === 0, 60_000);
     expect(g.provider.config().mode).toBe('hang');
     expect(g.provider.stats().droppedHungConnections).toBe(0);
-    expect(g.provider.calls().filter((c) => c.route === CHAT).every((c) => c.finishedAt !== undefined)).toBe(true);
+    expect(
+      g.provider
+        .calls()
+        .filter((c) => c.route === CHAT)
+        .every((c) => c.finishedAt !== undefined),
+    ).toBe(true);
 
     // Five consecutive timeouts opened the breaker: the next request is refused without reaching the provider (which
     // would hang it).
@@ -181,7 +191,12 @@ describe('connection reset by the provider', () => {
       expect(chatCalls(g) - before).toBe(2);
       expect(error.message).not.toMatch(/node_modules|\bat .*\.(js|ts):\d+/);
     }
-    expect(g.provider.calls().filter((c) => c.route === CHAT).every((c) => c.outcome === 'reset')).toBe(true);
+    expect(
+      g.provider
+        .calls()
+        .filter((c) => c.route === CHAT)
+        .every((c) => c.outcome === 'reset'),
+    ).toBe(true);
     // The gateway itself is fine.
     g.provider.setMode('ok');
     const ok = await openai.chat.completions.create(chatParams('after resets'));
@@ -208,7 +223,12 @@ describe.each(PLATFORMS)('broken streams on %s', (platform) => {
     expect(String(error.message)).toMatch(/interrupted/i);
     expect(text.length).toBeGreaterThan(0); // the chunks before the cut did arrive
     expect(counter.attempts()).toBe(1);
-    expect(g.provider.calls().filter((c) => c.route === CHAT).map((c) => c.outcome)).toEqual(['cut']);
+    expect(
+      g.provider
+        .calls()
+        .filter((c) => c.route === CHAT)
+        .map((c) => c.outcome),
+    ).toEqual(['cut']);
   });
 
   it('the same cut reaches an Anthropic client in front of --provider openai as an error event the SDK raises', async () => {
@@ -230,7 +250,12 @@ describe.each(PLATFORMS)('broken streams on %s', (platform) => {
     expect(error).toBeInstanceOf(Anthropic.APIError);
     expect(types).toContain('message_start');
     expect(types).not.toContain('message_stop');
-    expect(g.provider.calls().filter((c) => c.route === CHAT).map((c) => c.outcome)).toEqual(['cut']);
+    expect(
+      g.provider
+        .calls()
+        .filter((c) => c.route === CHAT)
+        .map((c) => c.outcome),
+    ).toEqual(['cut']);
   });
 
   it('a stream that stalls longer than --timeout ends in an error event the SDK raises, and the upstream is cancelled', async () => {
@@ -249,6 +274,11 @@ describe.each(PLATFORMS)('broken streams on %s', (platform) => {
     expect(String(error.message)).toMatch(/stalled|1000 ms/);
     expect(chunks).toBe(1); // the first chunk came at once, the second never within the limit
     await g.provider.waitFor((s) => s.inFlight === 0, 60_000);
-    expect(g.provider.calls().filter((c) => c.route === CHAT).map((c) => c.outcome)).toEqual(['client_closed']);
+    expect(
+      g.provider
+        .calls()
+        .filter((c) => c.route === CHAT)
+        .map((c) => c.outcome),
+    ).toEqual(['client_closed']);
   });
 });

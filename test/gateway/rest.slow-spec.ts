@@ -48,7 +48,10 @@ describe('a gateway at rest', () => {
     const file = join(dir, 'wakeups.json');
     const mock = await startMockProcess(['--latency', '0']);
     started.push(mock);
-    const gateway = await startGatewayProcess(['--upstream', mock.url], { WAKEUPS_FILE: file }, undefined, ['--import', PRELOAD]);
+    const gateway = await startGatewayProcess(['--upstream', mock.url], { WAKEUPS_FILE: file }, undefined, [
+      '--import',
+      PRELOAD,
+    ]);
     started.push(gateway);
 
     // A request through the whole path (limiter, breaker, window, logs, status board), then the routes that read them.

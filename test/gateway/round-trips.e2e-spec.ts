@@ -3,7 +3,14 @@ import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { embeddingFor } from '../../apps/mock-provider/src/index.js';
 import { PLATFORMS } from '../support/platforms.js';
-import { postJson, send, sseData, startGateway, uniquePrompt, type GatewayUnderTest } from '../support/gateway-harness.js';
+import {
+  postJson,
+  send,
+  sseData,
+  startGateway,
+  uniquePrompt,
+  type GatewayUnderTest,
+} from '../support/gateway-harness.js';
 
 /**
  * Every route the gateway serves, against every provider kind, through the
@@ -164,7 +171,11 @@ function anthropicMessagesTests(get: () => GatewayUnderTest, provider: string) {
 
     // The SDK's own accumulator agrees (and sees max_tokens when the answer is capped).
     const capped = await client.messages
-      .stream({ model: 'mock-model', max_tokens: 2, messages: [{ role: 'user', content: uniquePrompt('capped streamed words') }] })
+      .stream({
+        model: 'mock-model',
+        max_tokens: 2,
+        messages: [{ role: 'user', content: uniquePrompt('capped streamed words') }],
+      })
       .finalMessage();
     expect(capped.stop_reason).toBe('max_tokens');
     expect(capped.usage.output_tokens).toBe(2);
@@ -182,7 +193,12 @@ function openAIOtherRouteTests(get: () => GatewayUnderTest, provider: string) {
     expect(plain.choices[0].finish_reason).toBe('stop');
     expect(plain.usage).toMatchObject({ prompt_tokens: words(prompt), completion_tokens: echoWords(prompt) });
 
-    const streamed = await client.completions.create({ model: 'mock-model', prompt: `${prompt} again`, stream: true, max_tokens: 3 });
+    const streamed = await client.completions.create({
+      model: 'mock-model',
+      prompt: `${prompt} again`,
+      stream: true,
+      max_tokens: 3,
+    });
     let text = '';
     const reasons: string[] = [];
     for await (const chunk of streamed) {
@@ -191,7 +207,12 @@ function openAIOtherRouteTests(get: () => GatewayUnderTest, provider: string) {
         if (choice.finish_reason) reasons.push(choice.finish_reason);
       }
     }
-    expect(text).toBe(`Echo: ${prompt}`.split(/(?<=\s)/).slice(0, 3).join(''));
+    expect(text).toBe(
+      `Echo: ${prompt}`
+        .split(/(?<=\s)/)
+        .slice(0, 3)
+        .join(''),
+    );
     expect(reasons).toEqual(['length']);
   });
 
@@ -281,26 +302,41 @@ describe.each(PLATFORMS)('round trips on %s', (platform) => {
       expect(fresh.headers.get('server-timing')).toMatch(/total;dur=\d+(\.\d+)?/);
       expect(fresh.headers.get('server-timing')).toMatch(/upstream;dur=\d+(\.\d+)?/);
 
-      const propagated = await postJson(`${g.gatewayUrl}/v1/chat/completions`, body, { 'x-request-id': 'client-trace-42.a:b' });
+      const propagated = await postJson(`${g.gatewayUrl}/v1/chat/completions`, body, {
+        'x-request-id': 'client-trace-42.a:b',
+      });
       expect(propagated.headers.get('x-request-id')).toBe('client-trace-42.a:b');
       expect(propagated.headers.get('server-timing')).toMatch(/total;dur=/);
 
-      const hostile = await postJson(`${g.gatewayUrl}/v1/chat/completions`, body, { 'x-request-id': 'bad id with spaces' });
+      const hostile = await postJson(`${g.gatewayUrl}/v1/chat/completions`, body, {
+        'x-request-id': 'bad id with spaces',
+      });
       expect(hostile.headers.get('x-request-id')).not.toBe('bad id with spaces');
       expect(hostile.headers.get('x-request-id')).toMatch(/^[\w.:-]{8,}$/);
 
       // Errors and the SDK see them too.
-      const error = await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'm' }, { 'x-request-id': 'err-trace-1' });
+      const error = await postJson(
+        `${g.gatewayUrl}/v1/chat/completions`,
+        { model: 'm' },
+        { 'x-request-id': 'err-trace-1' },
+      );
       expect(error.status).toBe(400);
       expect(error.headers.get('x-request-id')).toBe('err-trace-1');
       expect(error.headers.get('server-timing')).toMatch(/total;dur=/);
       const { response } = await openaiClient(g)
-        .chat.completions.create({ model: 'mock-model', messages: [{ role: 'user', content: uniquePrompt('sdk headers') }] })
+        .chat.completions.create({
+          model: 'mock-model',
+          messages: [{ role: 'user', content: uniquePrompt('sdk headers') }],
+        })
         .withResponse();
       expect(response.headers.get('x-request-id')).toBeTruthy();
       expect(response.headers.get('server-timing')).toMatch(/total;dur=/);
 
-      const streamed = await postJson(`${g.gatewayUrl}/v1/chat/completions`, { ...body, stream: true }, { 'x-request-id': 'stream-trace-7' });
+      const streamed = await postJson(
+        `${g.gatewayUrl}/v1/chat/completions`,
+        { ...body, stream: true },
+        { 'x-request-id': 'stream-trace-7' },
+      );
       expect(streamed.headers.get('x-request-id')).toBe('stream-trace-7');
       expect(streamed.headers.get('server-timing')).toMatch(/total;dur=/);
       expect(streamed.headers.get('content-type')).toContain('text/event-stream');
@@ -321,8 +357,15 @@ describe.each(PLATFORMS)('round trips on %s', (platform) => {
 
     it('sends chat to llama-server’s own chat route (its template, not a made-up one) and messages to its /v1/messages', async () => {
       const before = g.provider.stats().byRoute;
-      await openaiClient(g).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: uniquePrompt('route') }] });
-      await anthropicClient(g).messages.create({ model: 'm', max_tokens: 8, messages: [{ role: 'user', content: uniquePrompt('route') }] });
+      await openaiClient(g).chat.completions.create({
+        model: 'm',
+        messages: [{ role: 'user', content: uniquePrompt('route') }],
+      });
+      await anthropicClient(g).messages.create({
+        model: 'm',
+        max_tokens: 8,
+        messages: [{ role: 'user', content: uniquePrompt('route') }],
+      });
       const after = g.provider.stats().byRoute;
       expect(after['/v1/chat/completions']).toBe((before['/v1/chat/completions'] ?? 0) + 1);
       expect(after['/v1/messages']).toBe((before['/v1/messages'] ?? 0) + 1);
@@ -333,7 +376,12 @@ describe.each(PLATFORMS)('round trips on %s', (platform) => {
       const prompt = uniquePrompt('native plain');
       const r = await postJson(`${g.gatewayUrl}/completion`, { prompt, n_predict: 2 });
       expect(r.status).toBe(200);
-      expect(r.json).toMatchObject({ stop: true, stop_type: 'limit', tokens_predicted: 2, tokens_evaluated: words(prompt) });
+      expect(r.json).toMatchObject({
+        stop: true,
+        stop_type: 'limit',
+        tokens_predicted: 2,
+        tokens_evaluated: words(prompt),
+      });
       expect(r.json.content).toBe('Echo: ' + prompt.split(' ')[0] + ' ');
       const uncapped = await postJson(`${g.gatewayUrl}/completion`, { prompt: `${prompt} x` });
       expect(uncapped.json).toMatchObject({ content: `Echo: ${prompt} x`, stop: true, stop_type: 'eos' });
@@ -378,7 +426,9 @@ describe.each(PLATFORMS)('round trips on %s', (platform) => {
       });
       expect(r.status).toBe(200);
       expect(r.json.prompt).toContain('<|im_start|>');
-      expect(r.json.prompt).toBe('<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n');
+      expect(r.json.prompt).toBe(
+        '<|im_start|>system\nsys<|im_end|>\n<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n',
+      );
       expect(g.provider.stats().byRoute['/apply-template']).toBeGreaterThanOrEqual(1);
     });
 
@@ -420,7 +470,9 @@ describe.each(PLATFORMS)('round trips on %s', (platform) => {
     it('lists the models in the OpenAI shape', async () => {
       const models: OpenAI.Model[] = [];
       for await (const model of openaiClient(g).models.list()) models.push(model);
-      expect(models).toEqual([{ id: 'mock-model', object: 'model', created: expect.any(Number), owned_by: 'anthropic' }]);
+      expect(models).toEqual([
+        { id: 'mock-model', object: 'model', created: expect.any(Number), owned_by: 'anthropic' },
+      ]);
     });
 
     it('answers routes Anthropic has no equivalent for with 501, which the SDK does not retry', async () => {

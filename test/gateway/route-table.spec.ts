@@ -30,7 +30,10 @@ function documentedRows(): Row[] {
     .split('\n')
     .filter((line) => /^\| `[\w-]+` \|/.test(line))
     .map((line) => {
-      const cells = line.split('|').slice(1, -1).map((c) => c.trim());
+      const cells = line
+        .split('|')
+        .slice(1, -1)
+        .map((c) => c.trim());
       const codes = [...cells[1].matchAll(/`([^`]+)`/g)].map((m) => m[1]);
       const [method, first] = codes[0].split(' ');
       return {
@@ -47,7 +50,10 @@ function documentedRows(): Row[] {
 describe('the route table in docs/gateway.md', () => {
   const rows = documentedRows();
   const providers = Object.fromEntries(
-    PROVIDERS.map((kind) => [kind, createProvider(parseGatewayConfig(['--provider', kind, '--upstream', 'http://127.0.0.1:9'], {})!)]),
+    PROVIDERS.map((kind) => [
+      kind,
+      createProvider(parseGatewayConfig(['--provider', kind, '--upstream', 'http://127.0.0.1:9'], {})!),
+    ]),
   ) as Record<ProviderKind, ReturnType<typeof createProvider>>;
 
   it('lists every route in ROUTES, once', () => {

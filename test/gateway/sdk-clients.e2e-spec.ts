@@ -31,7 +31,10 @@ function anthropic(g: GatewayUnderTest): Anthropic {
 }
 
 /** The OpenAI SDK's tool round trip: the model calls the tool, the result goes back, the model answers from it. */
-async function openAIToolRoundTrip(client: OpenAI, stream: boolean): Promise<{ call: OpenAI.ChatCompletionMessageToolCall; answer: string | null }> {
+async function openAIToolRoundTrip(
+  client: OpenAI,
+  stream: boolean,
+): Promise<{ call: OpenAI.ChatCompletionMessageToolCall; answer: string | null }> {
   const prompt = uniquePrompt('weather in Paris');
   const tools: OpenAI.ChatCompletionTool[] = [
     { type: 'function', function: { name: 'get_weather', description: 'Weather of a city', parameters: WEATHER } },
@@ -41,8 +44,8 @@ async function openAIToolRoundTrip(client: OpenAI, stream: boolean): Promise<{ c
     ? await client.chat.completions.stream({ model: 'mock-model', messages, tools }).finalChatCompletion()
     : await client.chat.completions.create({ model: 'mock-model', messages, tools });
   expect(first.choices[0].finish_reason).toBe('tool_calls');
-  const call = first.choices[0].message.tool_calls![0] as OpenAI.ChatCompletionMessageToolCall;
-  messages.push(first.choices[0].message as OpenAI.ChatCompletionMessageParam);
+  const call = first.choices[0].message.tool_calls![0];
+  messages.push(first.choices[0].message);
   messages.push({ role: 'tool', tool_call_id: call.id, content: 'sunny, 21 C' });
   const second = stream
     ? await client.chat.completions.stream({ model: 'mock-model', messages, tools }).finalChatCompletion()
@@ -105,7 +108,11 @@ describe('official SDKs, the Vercel AI SDK and LangChain through the gateway (si
 
       const events: string[] = [];
       let text = '';
-      for await (const event of await client.responses.create({ model: 'mock-model', input: `${prompt} streamed`, stream: true })) {
+      for await (const event of await client.responses.create({
+        model: 'mock-model',
+        input: `${prompt} streamed`,
+        stream: true,
+      })) {
         events.push(event.type);
         if (event.type === 'response.output_text.delta') text += event.delta;
       }
@@ -117,7 +124,7 @@ describe('official SDKs, the Vercel AI SDK and LangChain through the gateway (si
       expect(helper.output_text).toBe(`Echo: ${prompt} helper`);
 
       const tools: OpenAI.Responses.FunctionTool[] = [
-        { type: 'function', name: 'get_weather', parameters: WEATHER as unknown as Record<string, unknown>, strict: true },
+        { type: 'function', name: 'get_weather', parameters: WEATHER, strict: true },
       ];
       const asked = await client.responses.create({ model: 'mock-model', input: prompt, tools });
       const call = asked.output.find((o) => o.type === 'function_call') as OpenAI.Responses.ResponseFunctionToolCall;
@@ -166,21 +173,30 @@ describe('official SDKs, the Vercel AI SDK and LangChain through the gateway (si
           },
           stopWhen: stepCountIs(3),
         });
-        expect(looped.steps[0].toolCalls[0]).toMatchObject({ toolName: 'get_weather', input: { city: `${prompt} tools` } });
+        expect(looped.steps[0].toolCalls[0]).toMatchObject({
+          toolName: 'get_weather',
+          input: { city: `${prompt} tools` },
+        });
         // The tool's result reached the model (the chat model gets it JSON-encoded, the Responses one as text).
         expect(looped.text.replace(/"/g, '')).toBe(`Echo: cloudy in ${`${prompt} tools`.length} letters`);
       }
     });
 
     it('LangChain ChatOpenAI: invoke, stream and bound tools', async () => {
-      const chat = new ChatOpenAI({ model: 'mock-model', apiKey: KEY, configuration: { baseURL: `${g.gatewayUrl}/v1` } });
+      const chat = new ChatOpenAI({
+        model: 'mock-model',
+        apiKey: KEY,
+        configuration: { baseURL: `${g.gatewayUrl}/v1` },
+      });
       const prompt = uniquePrompt('langchain');
       const answer = await chat.invoke(prompt);
       expect(answer.content).toBe(`Echo: ${prompt}`);
       let streamed = '';
       for await (const chunk of await chat.stream(`${prompt} streamed`)) streamed += String(chunk.content);
       expect(streamed).toBe(`Echo: ${prompt} streamed`);
-      const withTools = chat.bindTools([{ type: 'function', function: { name: 'get_weather', description: 'Weather', parameters: WEATHER } }]);
+      const withTools = chat.bindTools([
+        { type: 'function', function: { name: 'get_weather', description: 'Weather', parameters: WEATHER } },
+      ]);
       const called = await withTools.invoke(`${prompt} tools`);
       expect(called.tool_calls?.[0]).toMatchObject({ name: 'get_weather', args: { city: `${prompt} tools` } });
     });
@@ -203,7 +219,10 @@ describe('official SDKs, the Vercel AI SDK and LangChain through the gateway (si
 
     it('anthropic SDK: tools round trip and countTokens pass through', async () => {
       await anthropicToolRoundTrip(anthropic(g), true);
-      const counted = await anthropic(g).messages.countTokens({ model: 'mock-model', messages: [{ role: 'user', content: 'one two three' }] });
+      const counted = await anthropic(g).messages.countTokens({
+        model: 'mock-model',
+        messages: [{ role: 'user', content: 'one two three' }],
+      });
       expect(counted.input_tokens).toBe(3);
     });
 
@@ -218,7 +237,11 @@ describe('official SDKs, the Vercel AI SDK and LangChain through the gateway (si
 
       const events: string[] = [];
       let text = '';
-      for await (const event of await client.responses.create({ model: 'mock-model', input: `${prompt} streamed`, stream: true })) {
+      for await (const event of await client.responses.create({
+        model: 'mock-model',
+        input: `${prompt} streamed`,
+        stream: true,
+      })) {
         events.push(event.type);
         if (event.type === 'response.output_text.delta') text += event.delta;
       }
@@ -229,7 +252,7 @@ describe('official SDKs, the Vercel AI SDK and LangChain through the gateway (si
       expect(helper.output_text).toBe(`Echo: ${prompt} helper`);
 
       const tools: OpenAI.Responses.FunctionTool[] = [
-        { type: 'function', name: 'get_weather', parameters: WEATHER as unknown as Record<string, unknown>, strict: true },
+        { type: 'function', name: 'get_weather', parameters: WEATHER, strict: true },
       ];
       for (const stream of [false, true]) {
         const asked = stream
@@ -240,7 +263,11 @@ describe('official SDKs, the Vercel AI SDK and LangChain through the gateway (si
         const answered = await client.responses.create({
           model: 'mock-model',
           tools,
-          input: [{ role: 'user', content: prompt }, call, { type: 'function_call_output', call_id: call.call_id, output: 'hail' }],
+          input: [
+            { role: 'user', content: prompt },
+            call,
+            { type: 'function_call_output', call_id: call.call_id, output: 'hail' },
+          ],
         });
         expect(answered.output_text).toBe('Echo: hail');
       }
@@ -248,7 +275,7 @@ describe('official SDKs, the Vercel AI SDK and LangChain through the gateway (si
       expect(g.provider.stats().byRoute['/v1/responses']).toBeUndefined();
     });
 
-    it("Vercel AI SDK: the default (Responses) model works in front of Anthropic, tool loop included", async () => {
+    it('Vercel AI SDK: the default (Responses) model works in front of Anthropic, tool loop included', async () => {
       const model = createOpenAI({ baseURL: `${g.gatewayUrl}/v1`, apiKey: KEY })('mock-model');
       const prompt = uniquePrompt('vercel on anthropic');
       expect((await generateText({ model, prompt })).text).toBe(`Echo: ${prompt}`);
@@ -274,7 +301,9 @@ describe('official SDKs, the Vercel AI SDK and LangChain through the gateway (si
       await expect(
         openai(g).responses.create({ model: 'mock-model', input: 'hi', tools: [{ type: 'web_search' } as never] }),
       ).rejects.toMatchObject({ status: 400, message: expect.stringContaining('tools[0]') });
-      await expect(openai(g).responses.create({ model: 'mock-model', input: 'hi', previous_response_id: 'resp_1' })).rejects.toMatchObject({
+      await expect(
+        openai(g).responses.create({ model: 'mock-model', input: 'hi', previous_response_id: 'resp_1' }),
+      ).rejects.toMatchObject({
         status: 400,
         message: expect.stringContaining('previous_response_id'),
       });

@@ -34,10 +34,19 @@ function loginFrom(base: string, address: string, key: string): Promise<{ status
   const url = new URL(`${base}/orchestrator/login`);
   return new Promise((resolve, reject) => {
     const req = request(
-      { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', localAddress: address, headers: { 'content-type': 'application/json' } },
+      {
+        host: url.hostname,
+        port: url.port,
+        path: url.pathname,
+        method: 'POST',
+        localAddress: address,
+        headers: { 'content-type': 'application/json' },
+      },
       (response) => {
         response.resume();
-        response.on('end', () => resolve({ status: response.statusCode ?? 0, retryAfter: response.headers['retry-after'] }));
+        response.on('end', () =>
+          resolve({ status: response.statusCode ?? 0, retryAfter: response.headers['retry-after'] }),
+        );
       },
     );
     req.on('error', reject);
@@ -65,7 +74,10 @@ describe('status sessions, sign-in and admin data', () => {
 
   it('a keys file of sha256: digests is not enough to forge a session; the key itself still signs in', async () => {
     const digest = sha256(ADMIN);
-    const base = await start(['--keys-file', keysFile({ [`sha256:${digest.toString('hex')}`]: { name: 'ops', admin: true } })]);
+    const base = await start([
+      '--keys-file',
+      keysFile({ [`sha256:${digest.toString('hex')}`]: { name: 'ops', admin: true } }),
+    ]);
     // What a secret derived from the keys file's digests would let anyone who reads the file sign.
     const derived = createHash('sha256').update('status-page\n').update(digest).digest();
     const expires = Math.floor(Date.now() / 1000) + 3600;
@@ -80,11 +92,20 @@ describe('status sessions, sign-in and admin data', () => {
   it('a cookie whose expiry lies beyond the session lifetime is refused, even signed with the right secret', async () => {
     const base = await start(['--gateway-keys', ADMIN, '--session-secret', SECRET]);
     const secret = createHmac('sha256', SECRET).update('status-page\n').update(sha256(ADMIN)).digest();
-    const cookie = (expires: number) => `npo_status=${expires}.${createHmac('sha256', secret).update(String(expires)).digest('base64url')}`;
+    const cookie = (expires: number) =>
+      `npo_status=${expires}.${createHmac('sha256', secret).update(String(expires)).digest('base64url')}`;
     // The year 5138.
-    expect((await send(`${base}/orchestrator/snapshot`, { headers: { cookie: cookie(99_999_999_999) } })).status).toBe(401);
+    expect((await send(`${base}/orchestrator/snapshot`, { headers: { cookie: cookie(99_999_999_999) } })).status).toBe(
+      401,
+    );
     // The same signing within a session's lifetime is accepted: the refusal above is the expiry's alone.
-    expect((await send(`${base}/orchestrator/snapshot`, { headers: { cookie: cookie(Math.floor(Date.now() / 1000) + 3600) } })).status).toBe(200);
+    expect(
+      (
+        await send(`${base}/orchestrator/snapshot`, {
+          headers: { cookie: cookie(Math.floor(Date.now() / 1000) + 3600) },
+        })
+      ).status,
+    ).toBe(200);
   });
 
   it('the cookie is Secure behind a TLS proxy with --trust-proxy, and X-Forwarded-Proto is ignored without it', async () => {
@@ -95,10 +116,12 @@ describe('status sessions, sign-in and admin data', () => {
     expect((await login(trusting, ADMIN)).headers.get('set-cookie')).not.toMatch(/Secure/);
 
     const direct = await start(['--gateway-keys', ADMIN]);
-    expect((await login(direct, ADMIN, { 'x-forwarded-proto': 'https' })).headers.get('set-cookie')).not.toMatch(/Secure/);
+    expect((await login(direct, ADMIN, { 'x-forwarded-proto': 'https' })).headers.get('set-cookie')).not.toMatch(
+      /Secure/,
+    );
   });
 
-  it('two replicas over one Redis accept each other\'s session; a gateway outside the fleet with the same keys does not', async () => {
+  it("two replicas over one Redis accept each other's session; a gateway outside the fleet with the same keys does not", async () => {
     const missing = redisServerMissing();
     if (missing) throw new Error(missing);
     redis = await startOwnedRedis();
@@ -133,21 +156,32 @@ describe('status sessions, sign-in and admin data', () => {
     expect((await loginFrom(base, '127.0.0.50', ADMIN)).status).toBe(204);
   });
 
-  it('metrics and /health need an admin key: a tenant\'s key gets 403 naming what is needed; probes stay open', async () => {
-    const base = await start(['--keys-file', keysFile({ [ADMIN]: { name: 'ops', admin: true }, [TENANT]: { name: 'team' } }), '--gateway-keys', 'sk-gateway-edge-0001']);
+  it("metrics and /health need an admin key: a tenant's key gets 403 naming what is needed; probes stay open", async () => {
+    const base = await start([
+      '--keys-file',
+      keysFile({ [ADMIN]: { name: 'ops', admin: true }, [TENANT]: { name: 'team' } }),
+      '--gateway-keys',
+      'sk-gateway-edge-0001',
+    ]);
     for (const path of ['/orchestrator/metrics', '/health', '/v1/health']) {
       const tenant = await send(`${base}${path}`, { headers: { authorization: `Bearer ${TENANT}` } });
       expect(tenant.status).toBe(403);
       expect(tenant.json.error.code).toBe('admin_key_required');
       expect(tenant.json.error.message).toContain('admin key');
       expect((await send(`${base}${path}`, { headers: { authorization: `Bearer ${ADMIN}` } })).status).toBe(200);
-      expect((await send(`${base}${path}`, { headers: { authorization: 'Bearer sk-gateway-edge-0001' } })).status).toBe(200);
+      expect((await send(`${base}${path}`, { headers: { authorization: 'Bearer sk-gateway-edge-0001' } })).status).toBe(
+        200,
+      );
       expect((await send(`${base}${path}`)).status).toBe(401);
     }
     for (const path of ['/health/live', '/health/ready']) {
       expect((await send(`${base}${path}`)).json).toEqual({ status: 'ok' });
-      expect((await send(`${base}${path}`, { headers: { authorization: `Bearer ${TENANT}` } })).json).toEqual({ status: 'ok' });
-      expect((await send(`${base}${path}`, { headers: { authorization: `Bearer ${ADMIN}` } })).json).toHaveProperty('details');
+      expect((await send(`${base}${path}`, { headers: { authorization: `Bearer ${TENANT}` } })).json).toEqual({
+        status: 'ok',
+      });
+      expect((await send(`${base}${path}`, { headers: { authorization: `Bearer ${ADMIN}` } })).json).toHaveProperty(
+        'details',
+      );
     }
   });
 
@@ -155,7 +189,12 @@ describe('status sessions, sign-in and admin data', () => {
     const file = keysFile({ [TENANT]: { name: 'team' } });
     const base = await start(['--keys-file', file]);
     const gateway = gateways[0];
-    const chat = () => postJson(`${base}/v1/chat/completions`, { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] }, { authorization: `Bearer ${TENANT}` });
+    const chat = () =>
+      postJson(
+        `${base}/v1/chat/completions`,
+        { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] },
+        { authorization: `Bearer ${TENANT}` },
+      );
     expect((await chat()).status).toBe(200);
     const keys = gateway.app.get(Budgets).keys!;
 
@@ -170,7 +209,11 @@ describe('status sessions, sign-in and admin data', () => {
 
   it('a gateway started with a keys file of {} refuses every key', async () => {
     const base = await start(['--keys-file', keysFile({})]);
-    const chat = await postJson(`${base}/v1/chat/completions`, { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] }, { authorization: `Bearer ${TENANT}` });
+    const chat = await postJson(
+      `${base}/v1/chat/completions`,
+      { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] },
+      { authorization: `Bearer ${TENANT}` },
+    );
     expect(chat.status).toBe(401);
   });
 });

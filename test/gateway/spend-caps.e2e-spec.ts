@@ -39,7 +39,9 @@ describe('spend caps fail closed', () => {
   it('refuses a model without a known price under a cap, naming the model and the flags that price it', async () => {
     g = await startGateway({ flags: ['--max-spend', '5/day'] });
     const sdk = new OpenAI({ baseURL: `${g.gatewayUrl}/v1`, apiKey: 'sk-client-0001', maxRetries: 0 });
-    const error = await sdk.chat.completions.create({ model: 'mystery-model-7b', messages: messages(words('u')) }).catch((e: unknown) => e);
+    const error = await sdk.chat.completions
+      .create({ model: 'mystery-model-7b', messages: messages(words('u')) })
+      .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(APIError);
     expect((error as APIError).status).toBe(400);
     expect((error as APIError).code).toBe('model_not_priced');
@@ -55,10 +57,24 @@ describe('spend caps fail closed', () => {
 
   it('lets an unknown model through without a cap, and prices it with --default-price under one', async () => {
     g = await startGateway();
-    expect((await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'mystery-model-7b', messages: messages(words('a')) })).status).toBe(200);
+    expect(
+      (
+        await postJson(`${g.gatewayUrl}/v1/chat/completions`, {
+          model: 'mystery-model-7b',
+          messages: messages(words('a')),
+        })
+      ).status,
+    ).toBe(200);
     await g.close();
     g = await startGateway({ flags: ['--max-spend', '100/day', '--default-price', '1000000/1000000'] });
-    expect((await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'mystery-model-7b', messages: messages(words('b')) })).status).toBe(200);
+    expect(
+      (
+        await postJson(`${g.gatewayUrl}/v1/chat/completions`, {
+          model: 'mystery-model-7b',
+          messages: messages(words('b')),
+        })
+      ).status,
+    ).toBe(200);
     // 3 + 4 tokens at 1 USD each.
     expect(spentToday(g)).toBe(7e9);
   });
@@ -88,7 +104,9 @@ describe('spend caps fail closed', () => {
     g = await startGateway({ flags: ['--prices', prices, '--max-spend', '16/day'], mock: { latencyMs: 300 } });
     const url = `${g.gatewayUrl}/v1/chat/completions`;
     const answers = await Promise.all(
-      Array.from({ length: 100 }, (_, i) => postJson(url, { model: 'priced-model', max_tokens: 4, messages: messages(words(`c${i}-`)) })),
+      Array.from({ length: 100 }, (_, i) =>
+        postJson(url, { model: 'priced-model', max_tokens: 4, messages: messages(words(`c${i}-`)) }),
+      ),
     );
     const ok = answers.filter((r) => r.status === 200).length;
     expect(ok).toBeGreaterThanOrEqual(1);
@@ -108,12 +126,18 @@ describe('spend caps fail closed', () => {
     g = await startGateway({ flags: ['--prices', prices, '--max-spend', '4/day', '--retries', '0'] });
     const url = `${g.gatewayUrl}/v1/chat/completions`;
     g.provider.setMode('error503');
-    expect((await postJson(url, { model: 'priced-model', max_tokens: 4, messages: messages(words('f')) })).status).toBe(503);
+    expect((await postJson(url, { model: 'priced-model', max_tokens: 4, messages: messages(words('f')) })).status).toBe(
+      503,
+    );
     expect(spentToday(g)).toBe(0);
     g.provider.setMode('ok');
-    expect((await postJson(url, { model: 'priced-model', max_tokens: 4, messages: messages(words('g')) })).status).toBe(200);
+    expect((await postJson(url, { model: 'priced-model', max_tokens: 4, messages: messages(words('g')) })).status).toBe(
+      200,
+    );
     expect(spentToday(g)).toBe(4e9);
-    expect((await postJson(url, { model: 'priced-model', max_tokens: 4, messages: messages(words('h')) })).status).toBe(429);
+    expect((await postJson(url, { model: 'priced-model', max_tokens: 4, messages: messages(words('h')) })).status).toBe(
+      429,
+    );
   });
 });
 
@@ -140,11 +164,18 @@ async function startLeakyProvider(status: number): Promise<{ url: string; close:
     req.on('data', (chunk: Buffer) => (received += chunk.toString()));
     req.on('end', () => {
       const sent = String(req.headers.authorization ?? req.headers['x-api-key'] ?? '').replace(/^Bearer /, '');
-      const error = { message: `Incorrect API key provided: ${sent}. Other keys seen: ${SHAPED_KEYS.join(', ')}.`, type: 'invalid_request_error', param: null, code: 'invalid_api_key' };
+      const error = {
+        message: `Incorrect API key provided: ${sent}. Other keys seen: ${SHAPED_KEYS.join(', ')}.`,
+        type: 'invalid_request_error',
+        param: null,
+        code: 'invalid_api_key',
+      };
       if (received.includes('"stream":true')) {
         // A stream that starts, then fails with an error event quoting the keys.
         res.writeHead(200, { 'content-type': 'text/event-stream' });
-        res.write(`data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: 'hi' } }] })}\n\n`);
+        res.write(
+          `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: 'hi' } }] })}\n\n`,
+        );
         res.end(`data: ${JSON.stringify({ error })}\n\n`);
         return;
       }
@@ -185,11 +216,25 @@ describe('keys never leave the gateway in what it says', () => {
     leaky = await startLeakyProvider(500);
     const keys = JSON.stringify({ [VIRTUAL_KEY]: { name: 'team' } });
     gateway = await startGatewayProcess(
-      ['--upstream', leaky.url, '--gateway-keys', GATEWAY_KEY, '--retries', '0', '--log-format', 'json', '--log-prompts'],
+      [
+        '--upstream',
+        leaky.url,
+        '--gateway-keys',
+        GATEWAY_KEY,
+        '--retries',
+        '0',
+        '--log-format',
+        'json',
+        '--log-prompts',
+      ],
       { OPENAI_API_KEY: PROVIDER_KEY, ORCHESTRATOR_KEYS: keys },
     );
     // OpenAI client on an OpenAI provider: the provider's error body is relayed as it came, less the keys.
-    const relayed = await postJson(`${gateway.url}/v1/chat/completions`, { model: 'gpt-4o', messages: messages(`my key is ${VIRTUAL_KEY}`) }, { authorization: `Bearer ${VIRTUAL_KEY}` });
+    const relayed = await postJson(
+      `${gateway.url}/v1/chat/completions`,
+      { model: 'gpt-4o', messages: messages(`my key is ${VIRTUAL_KEY}`) },
+      { authorization: `Bearer ${VIRTUAL_KEY}` },
+    );
     expect(relayed.status).toBe(500);
     expect(relayed.json.error.message).toContain('Incorrect API key provided: [redacted]');
     expectClean(relayed.text);
@@ -203,11 +248,15 @@ describe('keys never leave the gateway in what it says', () => {
     expect(rewritten.json.error.message).toContain('[redacted]');
     expectClean(rewritten.text);
     // A stream the provider started, then failed with an error event quoting the keys.
-    const streamed = await postJson(`${gateway.url}/v1/chat/completions`, { model: 'gpt-4o', stream: true, messages: messages('stream') }, { authorization: `Bearer ${VIRTUAL_KEY}` });
+    const streamed = await postJson(
+      `${gateway.url}/v1/chat/completions`,
+      { model: 'gpt-4o', stream: true, messages: messages('stream') },
+      { authorization: `Bearer ${VIRTUAL_KEY}` },
+    );
     expect(streamed.text).toContain('[redacted]');
     expectClean(streamed.text);
     // The log: request lines (with the prompts, as asked) and the failure's warning.
-    for (const deadline = Date.now() + 5_000; !gateway.output().includes('failed with 500'); ) {
+    for (const deadline = Date.now() + 5_000; !gateway.output().includes('failed with 500');) {
       if (Date.now() > deadline) throw new Error(`no failure line:\n${gateway.output()}`);
       await new Promise((resolve) => setTimeout(resolve, 50));
     }

@@ -34,7 +34,10 @@ describe.each(PLATFORMS)('status page access (%s)', (platform) => {
     const form = await login(base, 'key=page-key-1', { 'content-type': 'application/x-www-form-urlencoded' });
     expect(form.status).toBe(415);
     expect(form.headers.get('set-cookie')).toBeNull();
-    const crossSite = await login(base, '{"key":"page-key-1"}', { 'content-type': 'application/json', origin: 'https://evil.example' });
+    const crossSite = await login(base, '{"key":"page-key-1"}', {
+      'content-type': 'application/json',
+      origin: 'https://evil.example',
+    });
     expect(crossSite.status).toBe(403);
     expect(((await crossSite.json()) as { error: { code: string } }).error.code).toBe('cross_site_request');
     const sameSite = await login(base, '{"key":"page-key-1"}', { 'content-type': 'application/json', origin: base });
@@ -54,7 +57,10 @@ describe.each(PLATFORMS)('status page access (%s)', (platform) => {
   it('with a keys file and no gateway keys, an "admin": true key signs in and watches; other keys cannot', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'status-keys-'));
     const file = join(dir, 'keys.json');
-    writeFileSync(file, JSON.stringify({ 'sk-admin-0001': { name: 'ops', admin: true }, 'sk-team-0001': { name: 'team' } }));
+    writeFileSync(
+      file,
+      JSON.stringify({ 'sk-admin-0001': { name: 'ops', admin: true }, 'sk-team-0001': { name: 'team' } }),
+    );
     const base = await start(['--keys-file', file]);
     expect((await login(base, '{"key":"sk-team-0001"}')).status).toBe(401);
     const signedIn = await login(base, '{"key":"sk-admin-0001"}');
@@ -63,7 +69,9 @@ describe.each(PLATFORMS)('status page access (%s)', (platform) => {
     const snapshot = await fetch(`${base}/orchestrator/snapshot`, { headers: { cookie } });
     expect(snapshot.status).toBe(200);
     // A forged cookie (what a secret derived from no key would allow) is refused.
-    const forged = await fetch(`${base}/orchestrator/snapshot`, { headers: { cookie: `npo_status=9999999999.${'A'.repeat(43)}` } });
+    const forged = await fetch(`${base}/orchestrator/snapshot`, {
+      headers: { cookie: `npo_status=9999999999.${'A'.repeat(43)}` },
+    });
     expect(forged.status).toBe(401);
   });
 
@@ -125,7 +133,10 @@ describe('idle event-stream watchers cannot starve the gateway', () => {
         });
       }),
     );
-    for (const deadline = Date.now() + 240_000; answered.streams + answered.refusedAndClosed < 3_000 && Date.now() < deadline; ) {
+    for (
+      const deadline = Date.now() + 240_000;
+      answered.streams + answered.refusedAndClosed < 3_000 && Date.now() < deadline;
+    ) {
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
     expect(answered.streams).toBe(32);

@@ -50,10 +50,14 @@ async function startRecordingUpstream(): Promise<{ url: string; received: Receiv
 
 const BOUNDARY = '----gateway-test-boundary';
 function multipart(fields: Record<string, string>, file: Buffer): Buffer {
-  const parts = Object.entries(fields).map(([name, value]) => `--${BOUNDARY}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`);
+  const parts = Object.entries(fields).map(
+    ([name, value]) => `--${BOUNDARY}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`,
+  );
   return Buffer.concat([
     Buffer.from(parts.join('')),
-    Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\n`),
+    Buffer.from(
+      `--${BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\n`,
+    ),
     file,
     Buffer.from(`\r\n--${BOUNDARY}--\r\n`),
   ]);
@@ -90,7 +94,10 @@ describe.each(PLATFORMS)('uploads on %s', (platform) => {
 
   it('the openai SDK transcribes through it; JSON bodies there are refused with 415', async () => {
     const client = new OpenAI({ baseURL: `${g.gatewayUrl}/v1`, apiKey: 'sk-upload' });
-    const result = await client.audio.transcriptions.create({ model: 'whisper-1', file: await toFile(Buffer.from('RIFF....WAVE'), 'a.wav') });
+    const result = await client.audio.transcriptions.create({
+      model: 'whisper-1',
+      file: await toFile(Buffer.from('RIFF....WAVE'), 'a.wav'),
+    });
     expect(result.text).toBe('hello from the audio');
     const before = upstream.received.length;
     const json = await send(`${g.gatewayUrl}/v1/audio/transcriptions`, {

@@ -5,7 +5,12 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
-import { hashCredential, startMockProvider, type MockCall, type MockProvider } from '../../apps/mock-provider/src/index.js';
+import {
+  hashCredential,
+  startMockProvider,
+  type MockCall,
+  type MockProvider,
+} from '../../apps/mock-provider/src/index.js';
 import { startGateway, uniquePrompt, type GatewayUnderTest } from '../support/gateway-harness.js';
 import { ensureBuilt, startGatewayProcess, type GatewayProcess } from '../support/gateway-process.js';
 
@@ -31,9 +36,12 @@ function writeFile(name: string, document: unknown): string {
   return path;
 }
 
-const client = (g: GatewayUnderTest, apiKey = CLIENT_KEY) => new OpenAI({ baseURL: `${g.gatewayUrl}/v1`, apiKey, maxRetries: 0 });
+const client = (g: GatewayUnderTest, apiKey = CLIENT_KEY) =>
+  new OpenAI({ baseURL: `${g.gatewayUrl}/v1`, apiKey, maxRetries: 0 });
 const ask = (g: GatewayUnderTest, model: string, content: string, apiKey?: string) =>
-  client(g, apiKey).chat.completions.create({ model, messages: [{ role: 'user', content }] }).withResponse();
+  client(g, apiKey)
+    .chat.completions.create({ model, messages: [{ role: 'user', content }] })
+    .withResponse();
 /** Every credential an upstream received (hashed by the mock; `none` for a call without one). */
 const credentials = (calls: MockCall[]) => new Set(calls.map((c) => c.authHash ?? 'none'));
 const chatCalls = (mock: MockProvider) => mock.calls().filter((c) => c.route === '/v1/chat/completions');
@@ -61,7 +69,18 @@ describe('upstreams with keys of their own', () => {
     });
     g = await startGateway({
       provider: a,
-      flags: ['--upstreams-file', file, '--breaker-failures', '2', '--retries', '0', '--breaker-open', '60', '--probe-interval', '0.05'],
+      flags: [
+        '--upstreams-file',
+        file,
+        '--breaker-failures',
+        '2',
+        '--retries',
+        '0',
+        '--breaker-open',
+        '60',
+        '--probe-interval',
+        '0.05',
+      ],
       env: { KEY_A, OPENAI_API_KEY: PROVIDER_KEY },
     });
   });
@@ -72,7 +91,9 @@ describe('upstreams with keys of their own', () => {
   });
 
   it('gives an upstream its own concurrency ceiling, the others --concurrency', async () => {
-    const health = (await (await fetch(`${g.gatewayUrl}/health`)).json()) as { upstreams: Array<{ name: string; limit: number }> };
+    const health = (await (await fetch(`${g.gatewayUrl}/health`)).json()) as {
+      upstreams: Array<{ name: string; limit: number }>;
+    };
     const limits = Object.fromEntries(health.upstreams.map((u) => [u.name, u.limit]));
     // The adaptive limit starts at 32, below the ceiling: eu's ceiling of 3 holds it there.
     expect(limits).toEqual({ eu: 3, us: 32 });
@@ -98,10 +119,14 @@ describe('upstreams with keys of their own', () => {
   it("probes the second upstream's health with its own key too", async () => {
     // eu's breaker is open: `us` serves alone until its failures open its breaker too, and its probe starts.
     b.setMode('error503');
-    for (let i = 0; i < 2; i++) await expect(ask(g, 'mock-model', uniquePrompt('down'))).rejects.toMatchObject({ status: 503 });
+    for (let i = 0; i < 2; i++)
+      await expect(ask(g, 'mock-model', uniquePrompt('down'))).rejects.toMatchObject({ status: 503 });
     await waitUntil("us's health probe", () => b.calls().some((c) => c.route === '/v1/models'));
     b.setMode('ok');
-    await waitUntil('us back in rotation', async () => (await ask(g, 'mock-model', uniquePrompt('back')).catch(() => undefined)) !== undefined);
+    await waitUntil(
+      'us back in rotation',
+      async () => (await ask(g, 'mock-model', uniquePrompt('back')).catch(() => undefined)) !== undefined,
+    );
     expect(credentials(b.calls())).toEqual(new Set([hashCredential(KEY_B)]));
     expect(credentials(a.calls())).toEqual(new Set([hashCredential(KEY_A)]));
   });
@@ -109,7 +134,10 @@ describe('upstreams with keys of their own', () => {
   it('keeps callers apart by their own key, though every one of them is sent upstream with the same key', async () => {
     const before = chatCalls(b).length;
     const prompt = uniquePrompt('tenants');
-    const [x, y] = await Promise.all([ask(g, 'mock-model', prompt, 'tenant-x-key-0123456789'), ask(g, 'mock-model', prompt, 'tenant-y-key-0123456789')]);
+    const [x, y] = await Promise.all([
+      ask(g, 'mock-model', prompt, 'tenant-x-key-0123456789'),
+      ask(g, 'mock-model', prompt, 'tenant-y-key-0123456789'),
+    ]);
     // Two callers, two calls: an answer is never shared across tenants, whatever key went upstream.
     expect(chatCalls(b).length - before).toBe(2);
     expect(x.data.id).not.toBe(y.data.id);
@@ -131,7 +159,11 @@ describe('a fallback chain across upstream groups and models', () => {
   let requestLog: string;
 
   beforeAll(async () => {
-    [primary, fallback, keyless] = await Promise.all([startMockProvider({ latencyMs: 5 }), startMockProvider({ latencyMs: 5 }), startMockProvider({ latencyMs: 5 })]);
+    [primary, fallback, keyless] = await Promise.all([
+      startMockProvider({ latencyMs: 5 }),
+      startMockProvider({ latencyMs: 5 }),
+      startMockProvider({ latencyMs: 5 }),
+    ]);
     const file = writeFile('upstreams.json', {
       // Without a key of its own the primary is sent OPENAI_API_KEY, as an --upstream is; the groups never are.
       upstreams: [{ name: 'primary', url: primary.url }],
@@ -147,9 +179,20 @@ describe('a fallback chain across upstream groups and models', () => {
     g = await startGateway({
       provider: primary,
       flags: [
-        '--upstreams-file', file,
-        '--breaker-failures', '2', '--retries', '0', '--breaker-open', '60', '--probe-interval', '0.05',
-        '--prices', prices, '--request-log', requestLog,
+        '--upstreams-file',
+        file,
+        '--breaker-failures',
+        '2',
+        '--retries',
+        '0',
+        '--breaker-open',
+        '60',
+        '--probe-interval',
+        '0.05',
+        '--prices',
+        prices,
+        '--request-log',
+        requestLog,
       ],
       env: { KEY_F, OPENAI_API_KEY: PROVIDER_KEY },
     });
@@ -169,7 +212,9 @@ describe('a fallback chain across upstream groups and models', () => {
 
   it('a stream that breaks after its first byte is not sent to the fallback: the client gets the error', async () => {
     primary.setMode('cutStream', { cutAfterChunks: 2 });
-    const stream = await client(g).chat.completions.create({ model: BIG, messages: [{ role: 'user', content: uniquePrompt('cut') }], stream: true }).withResponse();
+    const stream = await client(g)
+      .chat.completions.create({ model: BIG, messages: [{ role: 'user', content: uniquePrompt('cut') }], stream: true })
+      .withResponse();
     expect(stream.response.headers.get('x-orchestrator-upstream')).toBe('primary');
     const models: string[] = [];
     await expect(
@@ -214,11 +259,19 @@ describe('a fallback chain across upstream groups and models', () => {
     const outcomes = results.map((r) => r.response.headers.get('x-orchestrator-dedup'));
     expect(outcomes.filter((o) => o === 'miss')).toHaveLength(1);
     // Joined and replayed copies say which upstream served them too.
-    expect(new Set(results.map((r) => r.response.headers.get('x-orchestrator-upstream')))).toEqual(new Set(['backup-1']));
+    expect(new Set(results.map((r) => r.response.headers.get('x-orchestrator-upstream')))).toEqual(
+      new Set(['backup-1']),
+    );
   });
 
   it('streams are served by the fallback too, with its model in every chunk', async () => {
-    const stream = await client(g).chat.completions.create({ model: BIG, messages: [{ role: 'user', content: uniquePrompt('stream') }], stream: true }).withResponse();
+    const stream = await client(g)
+      .chat.completions.create({
+        model: BIG,
+        messages: [{ role: 'user', content: uniquePrompt('stream') }],
+        stream: true,
+      })
+      .withResponse();
     expect(stream.response.headers.get('x-orchestrator-upstream')).toBe('backup-1');
     const models = new Set<string>();
     for await (const chunk of stream.data) models.add(chunk.model);
@@ -253,11 +306,23 @@ describe('a fallback chain across upstream groups and models', () => {
   it('prices what the fallback used as the model that served it', async () => {
     const { data } = await ask(g, BIG, uniquePrompt('priced'));
     const usage = data.usage!;
-    type Line = { model: string; servedModel?: string; cost: number; tokensIn: number; tokensOut: number; status: number };
+    type Line = {
+      model: string;
+      servedModel?: string;
+      cost: number;
+      tokensIn: number;
+      tokensOut: number;
+      status: number;
+    };
     let line: Line | undefined;
     await waitUntil('the request log line', () => {
-      const lines = readFileSync(requestLog, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Line);
-      line = lines.find((l) => l.tokensIn === usage.prompt_tokens && l.servedModel === SMALL && l.status === 200 && l.cost > 0);
+      const lines = readFileSync(requestLog, 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as Line);
+      line = lines.find(
+        (l) => l.tokensIn === usage.prompt_tokens && l.servedModel === SMALL && l.status === 200 && l.cost > 0,
+      );
       return line !== undefined;
     });
     expect(line!.model).toBe(BIG);
@@ -275,7 +340,10 @@ describe('a fallback chain across upstream groups and models', () => {
       { name: 'backup-1', pool: 'backup', breaker: 'closed' },
       { name: 'keyless-1', pool: 'keyless', breaker: 'closed' },
     ]);
-    expect(health.fallbacks).toEqual({ [BIG]: [{ group: 'backup', model: SMALL }], 'other-model': [{ group: 'keyless' }] });
+    expect(health.fallbacks).toEqual({
+      [BIG]: [{ group: 'backup', model: SMALL }],
+      'other-model': [{ group: 'keyless' }],
+    });
   });
 });
 
@@ -293,7 +361,11 @@ describe('llama.cpp servers with keys of their own', () => {
         { name: 'gpu-2', url: servers[1].url, apiKey: KEY_L2 },
       ],
     });
-    g = await startGateway({ provider: servers[0], flags: ['--provider', 'llama', '--upstreams-file', file, '--health-interval', '0.1'], env: { KEY_L1, LLAMA_API_KEY: PROVIDER_KEY } });
+    g = await startGateway({
+      provider: servers[0],
+      flags: ['--provider', 'llama', '--upstreams-file', file, '--health-interval', '0.1'],
+      env: { KEY_L1, LLAMA_API_KEY: PROVIDER_KEY },
+    });
   });
 
   afterAll(async () => {
@@ -314,7 +386,9 @@ describe('llama.cpp servers with keys of their own', () => {
     expect(answer.headers.get('x-orchestrator-upstream')).toBe('gpu-1');
     expect(credentials(props(servers[0]))).toEqual(new Set([hashCredential(KEY_L1)]));
     expect(credentials(props(servers[1]))).toEqual(new Set([hashCredential(KEY_L2)]));
-    expect(credentials(servers[0].calls().filter((c) => c.route === '/completion'))).toEqual(new Set([hashCredential(KEY_L1)]));
+    expect(credentials(servers[0].calls().filter((c) => c.route === '/completion'))).toEqual(
+      new Set([hashCredential(KEY_L1)]),
+    );
   });
 });
 
@@ -336,21 +410,61 @@ describe('what the gateway says of an upstream and its key: answers, request lin
         const { model, messages } = JSON.parse(body) as { model: string; messages: Array<{ content: string }> };
         if (messages[0].content.includes('leak')) {
           response.writeHead(401, { 'content-type': 'application/json' });
-          response.end(JSON.stringify({ error: { message: `Incorrect API key provided: ${sent}.`, type: 'invalid_request_error', param: null, code: 'invalid_api_key' } }));
+          response.end(
+            JSON.stringify({
+              error: {
+                message: `Incorrect API key provided: ${sent}.`,
+                type: 'invalid_request_error',
+                param: null,
+                code: 'invalid_api_key',
+              },
+            }),
+          );
           return;
         }
         response.writeHead(200, { 'content-type': 'application/json' });
         const usage = { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 };
-        response.end(JSON.stringify({ id: 'chatcmpl-q', object: 'chat.completion', created: 1, model, choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage }));
+        response.end(
+          JSON.stringify({
+            id: 'chatcmpl-q',
+            object: 'chat.completion',
+            created: 1,
+            model,
+            choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
+            usage,
+          }),
+        );
       });
     });
     await new Promise<void>((resolve) => quoting.listen(0, '127.0.0.1', resolve));
     const file = writeFile('upstreams.json', {
       upstreams: [{ name: 'primary', url: primary.url, apiKeyEnv: 'KEY_A' }],
-      groups: { quoting: [{ name: 'quoting-1', url: `http://127.0.0.1:${(quoting.address() as AddressInfo).port}/v1`, apiKeyEnv: 'KEY_Q' }] },
+      groups: {
+        quoting: [
+          {
+            name: 'quoting-1',
+            url: `http://127.0.0.1:${(quoting.address() as AddressInfo).port}/v1`,
+            apiKeyEnv: 'KEY_Q',
+          },
+        ],
+      },
       fallbacks: { 'big-model': [{ group: 'quoting', model: 'small-model' }] },
     });
-    gateway = await startGatewayProcess(['--upstreams-file', file, '--breaker-failures', '1', '--retries', '0', '--breaker-open', '60', '--log-level', 'debug'], { KEY_A, KEY_Q });
+    gateway = await startGatewayProcess(
+      [
+        '--upstreams-file',
+        file,
+        '--breaker-failures',
+        '1',
+        '--retries',
+        '0',
+        '--breaker-open',
+        '60',
+        '--log-level',
+        'debug',
+      ],
+      { KEY_A, KEY_Q },
+    );
   }, 180_000);
 
   afterAll(async () => {
@@ -376,7 +490,14 @@ describe('what the gateway says of an upstream and its key: answers, request lin
     const text = await leaked.text();
     expect(text).toContain('Incorrect API key provided: [redacted].');
     expect(text).not.toContain(KEY_Q);
-    await waitUntil('the request lines', () => gateway.output().split('\n').filter((l) => l.includes('"msg":"request"')).length >= 2);
+    await waitUntil(
+      'the request lines',
+      () =>
+        gateway
+          .output()
+          .split('\n')
+          .filter((l) => l.includes('"msg":"request"')).length >= 2,
+    );
     const output = gateway.output();
     for (const key of [KEY_A, KEY_Q, CLIENT_KEY]) expect(output).not.toContain(key);
   });
@@ -386,9 +507,20 @@ describe('what the gateway says of an upstream and its key: answers, request lin
       .output()
       .split('\n')
       .filter((line) => line.startsWith('{'))
-      .map((line) => JSON.parse(line) as { msg?: string; status?: number; model?: string; servedModel?: string; upstream?: string });
+      .map(
+        (line) =>
+          JSON.parse(line) as {
+            msg?: string;
+            status?: number;
+            model?: string;
+            servedModel?: string;
+            upstream?: string;
+          },
+      );
     const requests = lines.filter((l) => l.msg === 'request');
-    expect(requests.map(({ status, model, servedModel, upstream }) => ({ status, model, servedModel, upstream }))).toEqual([
+    expect(
+      requests.map(({ status, model, servedModel, upstream }) => ({ status, model, servedModel, upstream })),
+    ).toEqual([
       { status: 200, model: 'big-model', servedModel: 'small-model', upstream: 'quoting-1' },
       { status: 401, model: 'big-model', servedModel: 'small-model', upstream: 'quoting-1' },
     ]);
@@ -403,7 +535,11 @@ describe('an Anthropic upstream with a key of its own', () => {
   beforeAll(async () => {
     server = await startMockProvider({ latencyMs: 5 });
     const file = writeFile('upstreams.json', { upstreams: [{ name: 'claude', url: server.url, apiKey: KEY_ANT }] });
-    g = await startGateway({ provider: server, flags: ['--provider', 'anthropic', '--upstreams-file', file], env: { ANTHROPIC_API_KEY: PROVIDER_KEY } });
+    g = await startGateway({
+      provider: server,
+      flags: ['--provider', 'anthropic', '--upstreams-file', file],
+      env: { ANTHROPIC_API_KEY: PROVIDER_KEY },
+    });
   });
 
   afterAll(async () => {
@@ -411,11 +547,15 @@ describe('an Anthropic upstream with a key of its own', () => {
     await server?.close();
   });
 
-  it('is sent it as x-api-key, instead of ANTHROPIC_API_KEY or the client\'s own', async () => {
+  it("is sent it as x-api-key, instead of ANTHROPIC_API_KEY or the client's own", async () => {
     const answer = await fetch(`${g.gatewayUrl}/v1/messages`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', 'x-api-key': CLIENT_KEY, 'anthropic-version': '2023-06-01' },
-      body: JSON.stringify({ model: 'claude-x', max_tokens: 8, messages: [{ role: 'user', content: uniquePrompt('claude') }] }),
+      body: JSON.stringify({
+        model: 'claude-x',
+        max_tokens: 8,
+        messages: [{ role: 'user', content: uniquePrompt('claude') }],
+      }),
     });
     expect(answer.status).toBe(200);
     expect(answer.headers.get('x-orchestrator-upstream')).toBe('claude');

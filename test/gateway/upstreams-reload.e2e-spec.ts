@@ -62,7 +62,8 @@ function linkedFile() {
   const path = join(shown, 'upstreams.json');
   let version = 0;
   let target = '';
-  const write = (document: unknown) => writeFileSync(target, typeof document === 'string' ? document : JSON.stringify(document));
+  const write = (document: unknown) =>
+    writeFileSync(target, typeof document === 'string' ? document : JSON.stringify(document));
   const link = (document: unknown) => {
     target = join(data, `v${++version}.json`);
     write(document);
@@ -89,7 +90,8 @@ describe('an upstreams file reloaded while the gateway runs (--provider openai)'
   const logged = (level: string, text: string) => lines.some((l) => l.level === level && l.text.includes(text));
 
   let client: OpenAI;
-  const ask = (content: string) => client.chat.completions.create({ model: 'mock-model', messages: [{ role: 'user', content }] }).withResponse();
+  const ask = (content: string) =>
+    client.chat.completions.create({ model: 'mock-model', messages: [{ role: 'user', content }] }).withResponse();
   const health = async () => (await (await fetch(`${g.gatewayUrl}/health`)).json()) as Health;
   const member = async (name: string) => (await health()).upstreams.find((u) => u.name === name && !u.draining);
   const chatCalls = (mock: MockProvider) => mock.calls().filter((call) => call.route === '/v1/chat/completions');
@@ -98,12 +100,25 @@ describe('an upstreams file reloaded while the gateway runs (--provider openai)'
   const metrics = async () => (await fetch(`${g.gatewayUrl}/orchestrator/metrics`)).text();
 
   beforeAll(async () => {
-    [a, b, c] = await Promise.all([startMockProvider({ latencyMs: 5 }), startMockProvider({ latencyMs: 5 }), startMockProvider({ latencyMs: 5 })]);
+    [a, b, c] = await Promise.all([
+      startMockProvider({ latencyMs: 5 }),
+      startMockProvider({ latencyMs: 5 }),
+      startMockProvider({ latencyMs: 5 }),
+    ]);
     file.link({ upstreams: [{ name: 'a', url: a.url }] });
     g = await startGateway({
       provider: a,
       // Breakers that never open here: what keeps a member from calls is its place in the pool, not its failures.
-      flags: ['--upstreams-file', file.path, '--health-interval', '0.05', '--retries', '0', '--breaker-failures', '1000'],
+      flags: [
+        '--upstreams-file',
+        file.path,
+        '--health-interval',
+        '0.05',
+        '--retries',
+        '0',
+        '--breaker-failures',
+        '1000',
+      ],
       logger,
     });
     client = new OpenAI({ baseURL: `${g.gatewayUrl}/v1`, apiKey: 'client-key-0123456789', maxRetries: 0 });
@@ -119,7 +134,12 @@ describe('an upstreams file reloaded while the gateway runs (--provider openai)'
     // c's health route (the OpenAI model list) answers 503, and so would its chat route; a fails too.
     c.setMode('error503');
     a.setMode('error503');
-    file.link({ upstreams: [{ name: 'a', url: a.url }, { name: 'c', url: c.url }] });
+    file.link({
+      upstreams: [
+        { name: 'a', url: a.url },
+        { name: 'c', url: c.url },
+      ],
+    });
     await until(() => logged('log', 'upstreams file reloaded (file changed): 2 upstream(s); added c'));
     await until(() => c.calls().filter((call) => call.route === '/v1/models').length >= 2);
     expect(await member('c')).toMatchObject({ pool: 'upstream', health: 'pending', available: false });
@@ -143,7 +163,9 @@ describe('an upstreams file reloaded while the gateway runs (--provider openai)'
     a.setMode('slowStream', { slowChunkDelayMs: 1_000 });
     const earlier = chatCalls(a).length;
     const prompt = uniquePrompt('long');
-    const stream = await client.chat.completions.create({ model: 'mock-model', messages: [{ role: 'user', content: prompt }], stream: true }).withResponse();
+    const stream = await client.chat.completions
+      .create({ model: 'mock-model', messages: [{ role: 'user', content: prompt }], stream: true })
+      .withResponse();
     expect(stream.response.headers.get('x-orchestrator-upstream')).toBe('a');
     const chunks = stream.data[Symbol.asyncIterator]();
     const first = await chunks.next();
@@ -185,7 +207,12 @@ describe('an upstreams file reloaded while the gateway runs (--provider openai)'
   });
 
   it('reloads on SIGHUP, which reads a change no watcher sees (the link target rewritten in place)', async () => {
-    file.rewrite({ upstreams: [{ name: 'c', url: c.url }, { name: 'b', url: b.url, apiKey: KEY_1 }] });
+    file.rewrite({
+      upstreams: [
+        { name: 'c', url: c.url },
+        { name: 'b', url: b.url, apiKey: KEY_1 },
+      ],
+    });
     process.emit('SIGHUP', 'SIGHUP');
     await until(() => logged('log', 'upstreams file reloaded (SIGHUP): 2 upstream(s); added b'));
     await until(async () => (await member('b'))?.available === true);
@@ -196,9 +223,14 @@ describe('an upstreams file reloaded while the gateway runs (--provider openai)'
     expect(new Set(chatCalls(b).map((call) => call.authHash))).toEqual(new Set([hashCredential(KEY_1)]));
   });
 
-  it("gives a member a new key in place: it stays in rotation, and its next call carries the new key", async () => {
+  it('gives a member a new key in place: it stays in rotation, and its next call carries the new key', async () => {
     const checks = b.calls().filter((call) => call.route === '/v1/models').length;
-    file.rewrite({ upstreams: [{ name: 'c', url: c.url }, { name: 'b', url: b.url, apiKey: KEY_2 }] });
+    file.rewrite({
+      upstreams: [
+        { name: 'c', url: c.url },
+        { name: 'b', url: b.url, apiKey: KEY_2 },
+      ],
+    });
     process.emit('SIGHUP', 'SIGHUP');
     await until(() => logged('log', 'upstreams file reloaded (SIGHUP): 2 upstream(s); new key for b'));
     expect(await member('b')).toMatchObject({ health: 'up', available: true });
@@ -211,7 +243,12 @@ describe('an upstreams file reloaded while the gateway runs (--provider openai)'
   });
 
   it('keeps the upstreams in force when the new file cannot be used, and says why in one warning', async () => {
-    file.link({ upstreams: [{ name: 'c', url: c.url }, { name: 'b', url: 'ftp://127.0.0.1:1', apiKey: KEY_2 }] });
+    file.link({
+      upstreams: [
+        { name: 'c', url: c.url },
+        { name: 'b', url: 'ftp://127.0.0.1:1', apiKey: KEY_2 },
+      ],
+    });
     await until(() => logged('warn', 'upstreams file not reloaded'));
     const warning = lines.find((l) => l.level === 'warn' && l.text.includes('upstreams file not reloaded'))!.text;
     expect(warning).toBe(
@@ -234,10 +271,19 @@ describe('an upstreams file reloaded while the gateway runs (--provider llama)',
   const { until, end } = waits();
   const file = linkedFile();
   const lines: string[] = [];
-  const logger = { log: (m: unknown) => lines.push(String(m)), warn: (m: unknown) => lines.push(String(m)), error: () => undefined };
+  const logger = {
+    log: (m: unknown) => lines.push(String(m)),
+    warn: (m: unknown) => lines.push(String(m)),
+    error: () => undefined,
+  };
   const completion = (prompt: string) =>
-    fetch(`${g.gatewayUrl}/completion`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt, n_predict: 4 }) });
-  const member = async (name: string) => ((await (await fetch(`${g.gatewayUrl}/health`)).json()) as Health).upstreams.find((u) => u.name === name);
+    fetch(`${g.gatewayUrl}/completion`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt, n_predict: 4 }),
+    });
+  const member = async (name: string) =>
+    ((await (await fetch(`${g.gatewayUrl}/health`)).json()) as Health).upstreams.find((u) => u.name === name);
   const completions = (mock: MockProvider) => mock.calls().filter((call) => call.route === '/completion');
 
   beforeAll(async () => {
@@ -245,7 +291,18 @@ describe('an upstreams file reloaded while the gateway runs (--provider llama)',
     file.link({ upstreams: [{ name: 'gpu-1', url: first.url }] });
     g = await startGateway({
       provider: first,
-      flags: ['--provider', 'llama', '--upstreams-file', file.path, '--health-interval', '0.05', '--retries', '0', '--breaker-failures', '1000'],
+      flags: [
+        '--provider',
+        'llama',
+        '--upstreams-file',
+        file.path,
+        '--health-interval',
+        '0.05',
+        '--retries',
+        '0',
+        '--breaker-failures',
+        '1000',
+      ],
       logger,
     });
   });
@@ -256,12 +313,19 @@ describe('an upstreams file reloaded while the gateway runs (--provider llama)',
     await Promise.all([first?.close(), second?.close()]);
   });
 
-  it("puts a server added to the file in rotation at its first /health 200, and not before", async () => {
+  it('puts a server added to the file in rotation at its first /health 200, and not before', async () => {
     // The new server is loading its model (/health 503); the first one fails too.
     second.setMode('error503');
     first.setMode('error503');
-    file.link({ upstreams: [{ name: 'gpu-1', url: first.url }, { name: 'gpu-2', url: second.url }] });
-    await until(() => lines.some((l) => l.startsWith('upstreams file reloaded (file changed): 2 upstream(s); added gpu-2')));
+    file.link({
+      upstreams: [
+        { name: 'gpu-1', url: first.url },
+        { name: 'gpu-2', url: second.url },
+      ],
+    });
+    await until(() =>
+      lines.some((l) => l.startsWith('upstreams file reloaded (file changed): 2 upstream(s); added gpu-2')),
+    );
     await until(() => second.stats().healthChecks >= 2);
     expect(await member('gpu-2')).toMatchObject({ health: 'loading', available: false });
     for (let i = 0; i < 2; i++) expect((await completion(uniquePrompt('loading'))).status).toBe(503);

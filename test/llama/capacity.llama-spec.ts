@@ -26,8 +26,8 @@ interface UpstreamHealth {
   inFlight: number;
   slots?: number;
 }
-const upstreamsOf = async (gateway: GatewayInFront): Promise<UpstreamHealth[]> => JSON.parse((await observe(gateway.url, { path: '/health' })).text).upstreams;
-
+const upstreamsOf = async (gateway: GatewayInFront): Promise<UpstreamHealth[]> =>
+  JSON.parse((await observe(gateway.url, { path: '/health' })).text).upstreams;
 
 describe('capacity: two llama-servers of two slots each behind one gateway', () => {
   let a: LlamaServer;
@@ -59,7 +59,7 @@ describe('capacity: two llama-servers of two slots each behind one gateway', () 
     return gateway;
   };
 
-  it('learns each server\'s slots and reports each upstream in /health and readiness', async () => {
+  it("learns each server's slots and reports each upstream in /health and readiness", async () => {
     const g = await front();
     const upstreams = await upstreamsOf(g);
     expect(upstreams).toHaveLength(2);
@@ -95,14 +95,18 @@ describe('capacity: two llama-servers of two slots each behind one gateway', () 
 
   it('40 distinct long requests with a short --timeout all succeed: the clock starts when a request gets its slot', async () => {
     const g = await front(['--timeout', '4']);
-    const answers = await Promise.all(Array.from({ length: 40 }, (_, i) => observe(g.url, { path: '/completion', body: long(100 + i, 600) })));
+    const answers = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => observe(g.url, { path: '/completion', body: long(100 + i, 600) })),
+    );
     expect(answers.map((r) => r.status)).toEqual(Array(40).fill(200));
     for (const answer of answers) expect(JSON.parse(answer.text).tokens_predicted).toBe(600);
   }, 120_000);
 
   it('one server killed mid-run: every request is still answered, by the other', async () => {
     const g = await front();
-    const requests = Array.from({ length: 16 }, (_, i) => observe(g.url, { path: '/completion', body: long(200 + i, 300) }));
+    const requests = Array.from({ length: 16 }, (_, i) =>
+      observe(g.url, { path: '/completion', body: long(200 + i, 300) }),
+    );
     await sleep(400);
     process.kill(b.pid!, 'SIGKILL');
     const answers = await Promise.all(requests);

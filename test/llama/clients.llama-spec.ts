@@ -50,7 +50,11 @@ describe('clients against llama-server, direct and through the gateway', () => {
         max_tokens: 4,
         temperature: 0,
       });
-      return { text: answer.choices[0].message.content, finish: answer.choices[0].finish_reason, usage: answer.usage?.completion_tokens };
+      return {
+        text: answer.choices[0].message.content,
+        finish: answer.choices[0].finish_reason,
+        usage: answer.usage?.completion_tokens,
+      };
     });
     expect(plain[1]).toEqual(plain[0]);
     expect(plain[1]).toMatchObject({ text: expect.any(String), finish: 'length', usage: 4 });
@@ -77,7 +81,13 @@ describe('clients against llama-server, direct and through the gateway', () => {
       const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: KEY });
       const plain = await client.completions.create({ model: 'any', prompt: 'Hello', max_tokens: 3, temperature: 0 });
       let streamed = '';
-      for await (const chunk of await client.completions.create({ model: 'any', prompt: 'Hello', max_tokens: 3, temperature: 0, stream: true })) {
+      for await (const chunk of await client.completions.create({
+        model: 'any',
+        prompt: 'Hello',
+        max_tokens: 3,
+        temperature: 0,
+        stream: true,
+      })) {
         streamed += chunk.choices[0]?.text ?? '';
       }
       return { plain: plain.choices[0].text, streamed };
@@ -92,7 +102,13 @@ describe('clients against llama-server, direct and through the gateway', () => {
       const plain = await client.responses.create({ model: 'any', input: 'Hi', max_output_tokens: 3, temperature: 0 });
       const types: string[] = [];
       let streamed = '';
-      for await (const event of await client.responses.create({ model: 'any', input: 'Hi', max_output_tokens: 3, temperature: 0, stream: true })) {
+      for await (const event of await client.responses.create({
+        model: 'any',
+        input: 'Hi',
+        max_output_tokens: 3,
+        temperature: 0,
+        stream: true,
+      })) {
         types.push(event.type);
         if (event.type === 'response.output_text.delta') streamed += event.delta;
       }
@@ -105,8 +121,8 @@ describe('clients against llama-server, direct and through the gateway', () => {
 
   it("openai: the responses.stream() helper fails the same way both ways (this llama-server's events lack output_index)", async () => {
     const outcomes = await both((base) =>
-      new OpenAI({ baseURL: `${base}/v1`, apiKey: KEY })
-        .responses.stream({ model: 'any', input: 'Hi', max_output_tokens: 3, temperature: 0 })
+      new OpenAI({ baseURL: `${base}/v1`, apiKey: KEY }).responses
+        .stream({ model: 'any', input: 'Hi', max_output_tokens: 3, temperature: 0 })
         .finalResponse()
         .then(
           (r) => `ok: ${r.output_text}`,
@@ -120,7 +136,12 @@ describe('clients against llama-server, direct and through the gateway', () => {
     const result = await both(async (base) => {
       const client = new Anthropic({ baseURL: base, apiKey: KEY });
       // temperature is not in this SDK's request types any more; the server still reads it.
-      const params = { model: 'any', max_tokens: 3, temperature: 0, messages: MESSAGES } as Anthropic.MessageCreateParamsNonStreaming;
+      const params = {
+        model: 'any',
+        max_tokens: 3,
+        temperature: 0,
+        messages: MESSAGES,
+      } as Anthropic.MessageCreateParamsNonStreaming;
       const message = await client.messages.create(params);
       const final = await client.messages.stream(params).finalMessage();
       const counted = await client.messages.countTokens({ model: 'any', messages: MESSAGES });
@@ -156,7 +177,13 @@ describe('clients against llama-server, direct and through the gateway', () => {
 
   it('LangChain ChatOpenAI: invoke and stream', async () => {
     const result = await both(async (base) => {
-      const chat = new ChatOpenAI({ model: 'any', apiKey: KEY, temperature: 0, maxTokens: 3, configuration: { baseURL: `${base}/v1` } });
+      const chat = new ChatOpenAI({
+        model: 'any',
+        apiKey: KEY,
+        temperature: 0,
+        maxTokens: 3,
+        configuration: { baseURL: `${base}/v1` },
+      });
       const answer = await chat.invoke('Hi');
       let streamed = '';
       for await (const chunk of await chat.stream('Hi')) streamed += String(chunk.content);
@@ -172,7 +199,11 @@ describe('clients against llama-server, direct and through the gateway', () => {
         .create({ model: 'any', messages: [{ role: 'user', content: 'ab '.repeat(400) }] })
         .then(
           () => undefined,
-          (error: InstanceType<typeof OpenAI.APIError>) => ({ status: error.status, message: error.message, type: error.type }),
+          (error: InstanceType<typeof OpenAI.APIError>) => ({
+            status: error.status,
+            message: error.message,
+            type: error.type,
+          }),
         ),
     );
     expect(errors[1]).toEqual(errors[0]);

@@ -39,31 +39,111 @@ interface Case extends Exchange {
 
 const GENERATION: Case[] = [
   { name: 'native completion', path: '/completion', body: { prompt: 'Hello', n_predict: 4, ...SAMPLING } },
-  { name: 'native completion (alias /completions)', path: '/completions', body: { prompt: 'Hello there', n_predict: 3, ...SAMPLING } },
-  { name: 'native completion, token prompt', path: '/completion', body: { prompt: [72, 105], n_predict: 3, ...SAMPLING } },
-  { name: 'native completion, multi-prompt', path: '/completion', body: { prompt: ['Hi', 'Yo'], n_predict: 2, ...SAMPLING } },
-  { name: 'native completion with a stop word', path: '/completion', body: { prompt: 'Hello', n_predict: 8, stop: ['i'], ...SAMPLING } },
+  {
+    name: 'native completion (alias /completions)',
+    path: '/completions',
+    body: { prompt: 'Hello there', n_predict: 3, ...SAMPLING },
+  },
+  {
+    name: 'native completion, token prompt',
+    path: '/completion',
+    body: { prompt: [72, 105], n_predict: 3, ...SAMPLING },
+  },
+  {
+    name: 'native completion, multi-prompt',
+    path: '/completion',
+    body: { prompt: ['Hi', 'Yo'], n_predict: 2, ...SAMPLING },
+  },
+  {
+    name: 'native completion with a stop word',
+    path: '/completion',
+    body: { prompt: 'Hello', n_predict: 8, stop: ['i'], ...SAMPLING },
+  },
   { name: 'OpenAI completions', path: '/v1/completions', body: { prompt: 'Hello', max_tokens: 3, ...SAMPLING } },
   { name: 'chat', path: '/v1/chat/completions', body: { messages: CHAT, max_tokens: 4, ...SAMPLING } },
-  { name: 'chat (alias /chat/completions)', path: '/chat/completions', body: { messages: CHAT, max_tokens: 3, ...SAMPLING } },
-  { name: 'chat without a model', path: '/v1/chat/completions', body: { messages: [{ role: 'user', content: 'no model' }], max_tokens: 2, ...SAMPLING } },
-  { name: 'chat with any model name', path: '/v1/chat/completions', body: { model: 'gpt-4o', messages: CHAT, max_tokens: 2, ...SAMPLING } },
-  { name: 'chat with an unknown role', path: '/v1/chat/completions', body: { messages: [{ role: 'wizard', content: 'Hi' }], max_tokens: 2, ...SAMPLING } },
+  {
+    name: 'chat (alias /chat/completions)',
+    path: '/chat/completions',
+    body: { messages: CHAT, max_tokens: 3, ...SAMPLING },
+  },
+  {
+    name: 'chat without a model',
+    path: '/v1/chat/completions',
+    body: { messages: [{ role: 'user', content: 'no model' }], max_tokens: 2, ...SAMPLING },
+  },
+  {
+    name: 'chat with any model name',
+    path: '/v1/chat/completions',
+    body: { model: 'gpt-4o', messages: CHAT, max_tokens: 2, ...SAMPLING },
+  },
+  {
+    name: 'chat with an unknown role',
+    path: '/v1/chat/completions',
+    body: { messages: [{ role: 'wizard', content: 'Hi' }], max_tokens: 2, ...SAMPLING },
+  },
   { name: 'chat with no messages', path: '/v1/chat/completions', body: { messages: [], max_tokens: 2, ...SAMPLING } },
-  { name: 'chat with max_tokens 0 (one token)', path: '/v1/chat/completions', body: { messages: CHAT, max_tokens: 0, ...SAMPLING } },
-  { name: 'chat with logprobs', path: '/v1/chat/completions', body: { messages: CHAT, max_tokens: 2, logprobs: true, top_logprobs: 2, ...SAMPLING } },
-  { name: 'chat with tools (the template ignores them)', path: '/v1/chat/completions', body: { messages: CHAT, max_tokens: 2, tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }], ...SAMPLING } },
+  {
+    name: 'chat with max_tokens 0 (one token)',
+    path: '/v1/chat/completions',
+    body: { messages: CHAT, max_tokens: 0, ...SAMPLING },
+  },
+  {
+    name: 'chat with logprobs',
+    path: '/v1/chat/completions',
+    body: { messages: CHAT, max_tokens: 2, logprobs: true, top_logprobs: 2, ...SAMPLING },
+  },
+  {
+    name: 'chat with tools (the template ignores them)',
+    path: '/v1/chat/completions',
+    body: {
+      messages: CHAT,
+      max_tokens: 2,
+      tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }],
+      ...SAMPLING,
+    },
+  },
   { name: 'Responses API', path: '/v1/responses', body: { input: 'Hi', max_output_tokens: 3, ...SAMPLING } },
-  { name: 'Responses API (alias /responses), input items', path: '/responses', body: { input: [{ role: 'user', content: 'Hey' }], max_output_tokens: 2, ...SAMPLING } },
-  { name: 'Anthropic messages', path: '/v1/messages', body: { model: 'x', max_tokens: 3, messages: CHAT, ...SAMPLING }, mask: ['input_tokens'] },
-  { name: 'Anthropic messages without max_tokens, with a stop sequence', path: '/v1/messages', body: { messages: CHAT, stop_sequences: ['t'], ...SAMPLING }, mask: ['input_tokens'] },
-  { name: 'Anthropic messages with a system prompt and an unknown role', path: '/v1/messages', body: { system: 'S', max_tokens: 2, messages: [{ role: 'wizard', content: 'Hi' }], ...SAMPLING }, mask: ['input_tokens'] },
+  {
+    name: 'Responses API (alias /responses), input items',
+    path: '/responses',
+    body: { input: [{ role: 'user', content: 'Hey' }], max_output_tokens: 2, ...SAMPLING },
+  },
+  {
+    name: 'Anthropic messages',
+    path: '/v1/messages',
+    body: { model: 'x', max_tokens: 3, messages: CHAT, ...SAMPLING },
+    mask: ['input_tokens'],
+  },
+  {
+    name: 'Anthropic messages without max_tokens, with a stop sequence',
+    path: '/v1/messages',
+    body: { messages: CHAT, stop_sequences: ['t'], ...SAMPLING },
+    mask: ['input_tokens'],
+  },
+  {
+    name: 'Anthropic messages with a system prompt and an unknown role',
+    path: '/v1/messages',
+    body: { system: 'S', max_tokens: 2, messages: [{ role: 'wizard', content: 'Hi' }], ...SAMPLING },
+    mask: ['input_tokens'],
+  },
 ];
 
 const STREAMS: Case[] = [
-  ...GENERATION.filter((c) => !c.name.includes('multi-prompt')).map((c) => ({ ...c, name: `${c.name}, streamed`, body: { ...(c.body as object), stream: true } })),
-  { name: 'chat streamed with include_usage', path: '/v1/chat/completions', body: { messages: CHAT, max_tokens: 3, stream: true, stream_options: { include_usage: true }, ...SAMPLING } },
-  { name: 'native streamed with progress', path: '/completion', body: { prompt: 'Hello', n_predict: 2, stream: true, return_progress: true, ...SAMPLING } },
+  ...GENERATION.filter((c) => !c.name.includes('multi-prompt')).map((c) => ({
+    ...c,
+    name: `${c.name}, streamed`,
+    body: { ...(c.body as object), stream: true },
+  })),
+  {
+    name: 'chat streamed with include_usage',
+    path: '/v1/chat/completions',
+    body: { messages: CHAT, max_tokens: 3, stream: true, stream_options: { include_usage: true }, ...SAMPLING },
+  },
+  {
+    name: 'native streamed with progress',
+    path: '/completion',
+    body: { prompt: 'Hello', n_predict: 2, stream: true, return_progress: true, ...SAMPLING },
+  },
 ];
 
 const UTILITY: Case[] = [
@@ -73,7 +153,11 @@ const UTILITY: Case[] = [
   { name: 'detokenize', path: '/detokenize', body: { tokens: [72, 105] } },
   { name: 'detokenize {}', path: '/detokenize', body: {} },
   { name: 'apply-template', path: '/apply-template', body: { messages: [{ role: 'system', content: 'S' }, ...CHAT] } },
-  { name: 'apply-template, prefill', path: '/apply-template', body: { messages: [...CHAT, { role: 'assistant', content: 'Par' }] } },
+  {
+    name: 'apply-template, prefill',
+    path: '/apply-template',
+    body: { messages: [...CHAT, { role: 'assistant', content: 'Par' }] },
+  },
   { name: 'chat input_tokens', path: '/v1/chat/completions/input_tokens', body: { messages: CHAT } },
   { name: 'chat input_tokens (alias)', path: '/chat/completions/input_tokens', body: { messages: CHAT } },
   { name: 'responses input_tokens', path: '/v1/responses/input_tokens', body: { input: 'Hi' } },
@@ -112,10 +196,26 @@ const METADATA: Case[] = [
 
 const ERRORS: Case[] = [
   { name: 'context overflow, native', path: '/completion', body: { prompt: OVERFLOW, n_predict: 1 } },
-  { name: 'context overflow, native streamed', path: '/completion', body: { prompt: OVERFLOW, n_predict: 1, stream: true } },
-  { name: 'context overflow, chat', path: '/v1/chat/completions', body: { messages: [{ role: 'user', content: OVERFLOW }], max_tokens: 1 } },
-  { name: 'context overflow, chat streamed', path: '/v1/chat/completions', body: { messages: [{ role: 'user', content: OVERFLOW }], max_tokens: 1, stream: true } },
-  { name: 'context overflow, Anthropic', path: '/v1/messages', body: { max_tokens: 1, messages: [{ role: 'user', content: OVERFLOW }] } },
+  {
+    name: 'context overflow, native streamed',
+    path: '/completion',
+    body: { prompt: OVERFLOW, n_predict: 1, stream: true },
+  },
+  {
+    name: 'context overflow, chat',
+    path: '/v1/chat/completions',
+    body: { messages: [{ role: 'user', content: OVERFLOW }], max_tokens: 1 },
+  },
+  {
+    name: 'context overflow, chat streamed',
+    path: '/v1/chat/completions',
+    body: { messages: [{ role: 'user', content: OVERFLOW }], max_tokens: 1, stream: true },
+  },
+  {
+    name: 'context overflow, Anthropic',
+    path: '/v1/messages',
+    body: { max_tokens: 1, messages: [{ role: 'user', content: OVERFLOW }] },
+  },
   { name: 'context overflow, Responses', path: '/v1/responses', body: { input: OVERFLOW, max_output_tokens: 1 } },
   { name: 'prompt with an unknown token id', path: '/completion', body: { prompt: [99999] } },
   { name: 'detokenize an unknown token id (a 500)', path: '/detokenize', body: { tokens: [99999] } },
@@ -127,10 +227,26 @@ const ERRORS: Case[] = [
   { name: 'bad grammar', path: '/completion', body: { prompt: 'Hi', grammar: 'root ::= (' } },
   { name: 'chat without messages', path: '/v1/chat/completions', body: { model: 'x' } },
   { name: 'chat with messages not an array', path: '/v1/chat/completions', body: { messages: { role: 'user' } } },
-  { name: 'chat message without a role (a 500)', path: '/v1/chat/completions', body: { messages: [{ content: 'Hi' }] } },
+  {
+    name: 'chat message without a role (a 500)',
+    path: '/v1/chat/completions',
+    body: { messages: [{ content: 'Hi' }] },
+  },
   { name: 'chat message without content', path: '/v1/chat/completions', body: { messages: [{ role: 'user' }] } },
-  { name: 'chat with an unknown content part', path: '/v1/chat/completions', body: { messages: [{ role: 'user', content: [{ type: 'bogus', text: 'x' }] }] } },
-  { name: 'chat with an image and no projector (a 500)', path: '/v1/chat/completions', body: { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } }] }] } },
+  {
+    name: 'chat with an unknown content part',
+    path: '/v1/chat/completions',
+    body: { messages: [{ role: 'user', content: [{ type: 'bogus', text: 'x' }] }] },
+  },
+  {
+    name: 'chat with an image and no projector (a 500)',
+    path: '/v1/chat/completions',
+    body: {
+      messages: [
+        { role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } }] },
+      ],
+    },
+  },
   { name: 'Anthropic without messages (a 500)', path: '/v1/messages', body: {} },
   { name: 'Anthropic max_tokens -5', path: '/v1/messages', body: { max_tokens: -5, messages: CHAT } },
   { name: 'Anthropic count_tokens without messages (a 500)', path: '/v1/messages/count_tokens', body: {} },
@@ -171,10 +287,18 @@ describe('llama-server, direct and through the gateway', () => {
     for (const c of STREAMS) {
       it(c.name, async () => {
         await same(c);
-        const direct = await observe(server.url, { ...c, body: { ...(c.body as object), n_predict: 1, max_tokens: 1, max_output_tokens: 1 } });
-        const proxied = await observe(gateway.url, { ...c, body: { ...(c.body as object), n_predict: 1, max_tokens: 1, max_output_tokens: 1 } });
+        const direct = await observe(server.url, {
+          ...c,
+          body: { ...(c.body as object), n_predict: 1, max_tokens: 1, max_output_tokens: 1 },
+        });
+        const proxied = await observe(gateway.url, {
+          ...c,
+          body: { ...(c.body as object), n_predict: 1, max_tokens: 1, max_output_tokens: 1 },
+        });
         // The last bytes (the end marker, or the end of the stop:true chunk) are the server's.
-        expect(proxied.text.slice(-20).replace(/[A-Za-z0-9]{32}/g, '')).toBe(direct.text.slice(-20).replace(/[A-Za-z0-9]{32}/g, ''));
+        expect(proxied.text.slice(-20).replace(/[A-Za-z0-9]{32}/g, '')).toBe(
+          direct.text.slice(-20).replace(/[A-Za-z0-9]{32}/g, ''),
+        );
         expect(proxied.contentType).toBe('text/event-stream');
       });
     }
@@ -199,7 +323,10 @@ describe('llama-server, direct and through the gateway', () => {
       expect(proxied.text).toContain('"dynatemp_range":0.0');
       expect(proxied.text).toContain('"top_n_sigma":-1.0');
       expect(proxied.text).toContain('"temperature":0.800000011920929');
-      const echoed = await observe(gateway.url, { path: '/completion', body: { prompt: 'Hi', n_predict: 1, temperature: 0.00001, top_p: 1e-7 } });
+      const echoed = await observe(gateway.url, {
+        path: '/completion',
+        body: { prompt: 'Hi', n_predict: 1, temperature: 0.00001, top_p: 1e-7 },
+      });
       expect(echoed.text).toContain('"temperature":9.999999747378752e-06');
       expect(echoed.text).toContain('"top_p":1.0000000116860974e-07');
     });
@@ -209,7 +336,10 @@ describe('llama-server, direct and through the gateway', () => {
     for (const c of ERRORS) it(c.name, () => same(c));
 
     it('context overflow keeps code 400, n_prompt_tokens and n_ctx', async () => {
-      const r = await observe(gateway.url, { path: '/v1/chat/completions', body: { messages: [{ role: 'user', content: OVERFLOW }] } });
+      const r = await observe(gateway.url, {
+        path: '/v1/chat/completions',
+        body: { messages: [{ role: 'user', content: OVERFLOW }] },
+      });
       expect(r.status).toBe(400);
       expect(JSON.parse(r.text)).toEqual({
         error: {
@@ -245,13 +375,19 @@ describe('llama-server, direct and through the gateway', () => {
     });
 
     it('both answer a preflight on any path without a key', async () => {
-      const headers = { origin: 'http://page.example', 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' };
+      const headers = {
+        origin: 'http://page.example',
+        'access-control-request-method': 'POST',
+        'access-control-request-headers': 'content-type',
+      };
       for (const path of ['/v1/chat/completions', '/nope']) {
         const direct = await observe(server.url, { method: 'OPTIONS', path, headers });
         const proxied = await observe(gateway.url, { method: 'OPTIONS', path, headers });
         expect(direct.status).toBe(200);
         expect(proxied.status).toBe(204); // KNOWN DIFFERENCE: 204 No Content, the usual preflight answer
-        expect(proxied.headers.get('access-control-allow-origin')).toBe(direct.headers.get('access-control-allow-origin'));
+        expect(proxied.headers.get('access-control-allow-origin')).toBe(
+          direct.headers.get('access-control-allow-origin'),
+        );
         expect(proxied.headers.get('access-control-allow-methods')).toContain('POST');
       }
     });
@@ -263,9 +399,15 @@ describe('llama-server, direct and through the gateway', () => {
       const direct = await observe(server.url, c);
       const proxied = await observe(gateway.url, c);
       expect(direct.status).toBe(500);
-      expect(JSON.parse(direct.text).error).toMatchObject({ code: 500, type: 'server_error', message: expect.stringContaining('parse_error') });
+      expect(JSON.parse(direct.text).error).toMatchObject({
+        code: 500,
+        type: 'server_error',
+        message: expect.stringContaining('parse_error'),
+      });
       expect(proxied.status).toBe(400);
-      expect(JSON.parse(proxied.text)).toEqual({ error: { code: 400, message: expect.stringMatching(/not valid JSON/), type: 'invalid_request_error' } });
+      expect(JSON.parse(proxied.text)).toEqual({
+        error: { code: 400, message: expect.stringMatching(/not valid JSON/), type: 'invalid_request_error' },
+      });
     });
 
     it('a JSON body sent as text/plain: the server reads it; the gateway answers 415 (a page may send text/plain to any origin without a preflight)', async () => {
@@ -279,8 +421,12 @@ describe('llama-server, direct and through the gateway', () => {
         const direct = await observe(server.url, c);
         const proxied = await observe(gateway.url, c);
         expect([direct.status, proxied.status]).toEqual([404, 404]);
-        expect(JSON.parse(direct.text)).toEqual({ error: { message: 'File Not Found', type: 'not_found_error', code: 404 } });
-        expect(JSON.parse(proxied.text)).toEqual({ error: { code: 404, message: expect.stringContaining('Invalid URL'), type: 'not_found_error' } });
+        expect(JSON.parse(direct.text)).toEqual({
+          error: { message: 'File Not Found', type: 'not_found_error', code: 404 },
+        });
+        expect(JSON.parse(proxied.text)).toEqual({
+          error: { code: 404, message: expect.stringContaining('Invalid URL'), type: 'not_found_error' },
+        });
       }
     });
 
@@ -290,7 +436,10 @@ describe('llama-server, direct and through the gateway', () => {
       const proxied = await observe(gateway.url, c);
       expect([direct.status, proxied.status]).toEqual([400, 400]);
       expect(JSON.parse(direct.text).error.message).toBe("'messages' is required");
-      expect(JSON.parse(proxied.text).error).toMatchObject({ type: 'invalid_request_error', message: expect.stringContaining('got an array') });
+      expect(JSON.parse(proxied.text).error).toMatchObject({
+        type: 'invalid_request_error',
+        message: expect.stringContaining('got an array'),
+      });
     });
 
     it('GET /health is the gateway\'s own (status "ok" plus the upstream as its breaker sees it)', async () => {
@@ -323,7 +472,11 @@ describe('llama-server with optional features, direct and through the gateway', 
         { name: 'embedding', path: '/embedding', body: { content: 'Hi' } },
         { name: 'embeddings (alias)', path: '/embeddings', body: { input: ['Hi', 'Yo'] } },
         { name: 'v1 embeddings', path: '/v1/embeddings', body: { input: 'Hi', model: 'x' } },
-        { name: 'v1 embeddings base64', path: '/v1/embeddings', body: { input: ['Hi', 'Yo'], encoding_format: 'base64' } },
+        {
+          name: 'v1 embeddings base64',
+          path: '/v1/embeddings',
+          body: { input: ['Hi', 'Yo'], encoding_format: 'base64' },
+        },
         { name: 'v1 embeddings without input', path: '/v1/embeddings', body: {} },
         { name: 'v1 embeddings empty input', path: '/v1/embeddings', body: { input: '' } },
         { name: 'raw vectors', path: '/embedding', body: { content: 'Hi', embd_normalize: -1 } },
@@ -345,7 +498,12 @@ describe('llama-server with optional features, direct and through the gateway', 
       await compare(p, { name: 'no query', path: '/v1/reranking', body: { documents: ['b'] } });
       await compare(p, { name: 'no documents', path: '/rerank', body: { query: 'a' } });
       // Rank pooling on a model without a rank head gives noise (0.0 and -0.0 in varying places): the shape is compared.
-      await compare(p, { name: 'embeddings with rank pooling', path: '/v1/embeddings', body: { input: 'Hi' }, mask: ['embedding'] });
+      await compare(p, {
+        name: 'embeddings with rank pooling',
+        path: '/v1/embeddings',
+        body: { input: 'Hi' },
+        mask: ['embedding'],
+      });
     } finally {
       await p.close();
     }
@@ -369,8 +527,18 @@ describe('llama-server with optional features, direct and through the gateway', 
       expect(series(proxied.text)).toEqual(series(direct.text));
 
       await compare(p, { name: 'POST props', path: '/props', body: { n_ctx: 512 } });
-      await compare(p, { name: 'slot save', method: 'POST', path: '/slots/0?action=save', body: { filename: 's0.bin' } });
-      await compare(p, { name: 'slot restore', method: 'POST', path: '/slots/0?action=restore', body: { filename: 's0.bin' } });
+      await compare(p, {
+        name: 'slot save',
+        method: 'POST',
+        path: '/slots/0?action=save',
+        body: { filename: 's0.bin' },
+      });
+      await compare(p, {
+        name: 'slot restore',
+        method: 'POST',
+        path: '/slots/0?action=restore',
+        body: { filename: 's0.bin' },
+      });
       // Erasing changes the slot: each side erases what a restore just put back.
       for (const base of [p.server.url, p.gateway.url]) {
         await observe(base, { method: 'POST', path: '/slots/0?action=restore', body: { filename: 's0.bin' } });
@@ -381,11 +549,28 @@ describe('llama-server with optional features, direct and through the gateway', 
       const erasedProxied = await observe(p.gateway.url, { method: 'POST', path: '/slots/0?action=erase' });
       expect(comparable(erasedProxied)).toEqual(comparable(erasedDirect));
       if (!p.server.external) expect(JSON.parse(erasedProxied.text).n_erased).toBeGreaterThan(0);
-      await compare(p, { name: 'slot save without a filename (a 500)', method: 'POST', path: '/slots/0?action=save', body: {} });
-      await compare(p, { name: 'slot save outside the directory', method: 'POST', path: '/slots/0?action=save', body: { filename: '../x.bin' } });
+      await compare(p, {
+        name: 'slot save without a filename (a 500)',
+        method: 'POST',
+        path: '/slots/0?action=save',
+        body: {},
+      });
+      await compare(p, {
+        name: 'slot save outside the directory',
+        method: 'POST',
+        path: '/slots/0?action=save',
+        body: { filename: '../x.bin' },
+      });
       await compare(p, { name: 'slot: unknown action', method: 'POST', path: '/slots/0?action=nope' });
-      await compare(p, { name: 'slot: an id that needs escaping', method: 'POST', path: '/slots/a%2Fb%20c?action=erase' });
-      const slots = async (base: string) => (JSON.parse((await observe(base, { path: '/slots' })).text) as Array<{ id: number; n_ctx: number }>).map(({ id, n_ctx }) => ({ id, n_ctx }));
+      await compare(p, {
+        name: 'slot: an id that needs escaping',
+        method: 'POST',
+        path: '/slots/a%2Fb%20c?action=erase',
+      });
+      const slots = async (base: string) =>
+        (JSON.parse((await observe(base, { path: '/slots' })).text) as Array<{ id: number; n_ctx: number }>).map(
+          ({ id, n_ctx }) => ({ id, n_ctx }),
+        );
       expect(await slots(p.gateway.url)).toEqual(await slots(p.server.url));
     } finally {
       await p.close();
@@ -418,18 +603,33 @@ describe('llama-server with optional features, direct and through the gateway', 
     const p = await pair({});
     try {
       const body = { prompt: 'Hello', n_predict: 3, stream: true, ...SAMPLING };
-      const started = await observe(p.gateway.url, { path: '/completion', body, headers: { 'x-conversation-id': 'conv-gw' } });
+      const started = await observe(p.gateway.url, {
+        path: '/completion',
+        body,
+        headers: { 'x-conversation-id': 'conv-gw' },
+      });
       expect(started.status).toBe(200);
       // The server marks the buffered stream done just after its last bytes: wait for that before comparing.
       for (let i = 0; i < 50; i++) {
-        const seen = await observe(p.server.url, { path: '/v1/streams/lookup', body: { conversation_ids: ['conv-gw'] } });
+        const seen = await observe(p.server.url, {
+          path: '/v1/streams/lookup',
+          body: { conversation_ids: ['conv-gw'] },
+        });
         if (JSON.parse(seen.text)[0]?.is_done === true) break;
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
-      const lookup = await compare(p, { name: 'lookup', path: '/v1/streams/lookup', body: { conversation_ids: ['conv-gw'] } });
-      expect(JSON.parse(lookup.proxied.text)).toEqual([expect.objectContaining({ conversation_id: 'conv-gw', is_done: true })]);
+      const lookup = await compare(p, {
+        name: 'lookup',
+        path: '/v1/streams/lookup',
+        body: { conversation_ids: ['conv-gw'] },
+      });
+      expect(JSON.parse(lookup.proxied.text)).toEqual([
+        expect.objectContaining({ conversation_id: 'conv-gw', is_done: true }),
+      ]);
       const replayed = await compare(p, { name: 'replay', path: '/v1/stream?conv_id=conv-gw' });
-      expect(sseEvents(replayed.proxied.text).map((e) => mask(e.data))).toEqual(sseEvents(started.text).map((e) => mask(e.data)));
+      expect(sseEvents(replayed.proxied.text).map((e) => mask(e.data))).toEqual(
+        sseEvents(started.text).map((e) => mask(e.data)),
+      );
       await compare(p, { name: 'replay from an offset', path: '/v1/stream?conv_id=conv-gw&from=10' });
       await compare(p, { name: 'bad offset', path: '/v1/stream?conv_id=conv-gw&from=x' });
     } finally {

@@ -16,7 +16,9 @@ describe('generations longer than --timeout on two llama-servers', () => {
 
   beforeAll(async () => {
     // Four slots of 2,048 tokens each: room for a 2,000-token generation in every slot.
-    servers = await Promise.all([0, 1].map(() => startLlamaServer({ ctx: 8192, args: ['--parallel', '4'], allowExternal: false })));
+    servers = await Promise.all(
+      [0, 1].map(() => startLlamaServer({ ctx: 8192, args: ['--parallel', '4'], allowExternal: false })),
+    );
   }, 60_000);
   afterEach(async () => {
     await gateway?.close();
@@ -32,7 +34,10 @@ describe('generations longer than --timeout on two llama-servers', () => {
     const url = gateway.url;
     const answers = await Promise.all(
       Array.from({ length: 40 }, (_, i) =>
-        observe(url, { path: '/completion', body: completion(`Long story number ${i}:`, 2000) }).then((r) => ({ status: r.status, text: r.text.slice(0, 300) })),
+        observe(url, { path: '/completion', body: completion(`Long story number ${i}:`, 2000) }).then((r) => ({
+          status: r.status,
+          text: r.text.slice(0, 300),
+        })),
       ),
     );
     const statuses = answers.map((a) => a.status);
@@ -41,7 +46,9 @@ describe('generations longer than --timeout on two llama-servers', () => {
     expect(answers.filter((a) => a.status !== 200 && a.status !== 504 && a.status !== 429)).toEqual([]);
     // The time limit is what this exercises.
     expect(statuses.filter((s) => s === 504).length).toBeGreaterThan(0);
-    const health = JSON.parse((await observe(url, { path: '/health' })).text) as { upstreams: { name: string; breaker: string }[] };
+    const health = JSON.parse((await observe(url, { path: '/health' })).text) as {
+      upstreams: { name: string; breaker: string }[];
+    };
     expect(health.upstreams).toHaveLength(2);
     for (const upstream of health.upstreams) expect(upstream.breaker).toBe('closed');
     const short = await observe(url, { path: '/completion', body: completion('A short one:', 8) });

@@ -11,9 +11,14 @@ import { gatewayInFront, observe, type GatewayInFront } from './support.js';
  */
 
 const COMPLETION = { path: '/completion', body: { prompt: 'Hello', n_predict: 3, seed: 1, temperature: 0 } };
-const CHAT = { path: '/v1/chat/completions', body: { messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2, seed: 1, temperature: 0 } };
-const nCtx = async (base: string) => JSON.parse((await observe(base, { path: '/props' })).text).default_generation_settings.n_ctx;
-const dedup = async (base: string, c: typeof COMPLETION | typeof CHAT) => (await observe(base, c)).headers.get('x-orchestrator-dedup');
+const CHAT = {
+  path: '/v1/chat/completions',
+  body: { messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2, seed: 1, temperature: 0 },
+};
+const nCtx = async (base: string) =>
+  JSON.parse((await observe(base, { path: '/props' })).text).default_generation_settings.n_ctx;
+const dedup = async (base: string, c: typeof COMPLETION | typeof CHAT) =>
+  (await observe(base, c)).headers.get('x-orchestrator-dedup');
 
 describe('a llama-server restarted behind the gateway', () => {
   let server: LlamaServer;

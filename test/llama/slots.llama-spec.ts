@@ -13,10 +13,17 @@ import { gatewayInFront, observe, sleep, until, type GatewayInFront } from './su
 
 // 2,000 tokens fill most of a slot's context (the model was trained on 2,048): about 2 s alone here, more when the
 // slots run side by side; a short request takes a few milliseconds.
-const long = (label: string, stream = false) => ({ prompt: `Story ${label}:`, n_predict: 2000, ignore_eos: true, temperature: 0, stream });
+const long = (label: string, stream = false) => ({
+  prompt: `Story ${label}:`,
+  n_predict: 2000,
+  ignore_eos: true,
+  temperature: 0,
+  stream,
+});
 const short = (label: string) => ({ prompt: `Hi ${label}`, n_predict: 8, temperature: 0 });
 /** `until`, asking every 25 ms: slot counts change within a generation's first tokens. */
-const untilSoon = (what: string, check: () => Promise<boolean>, timeoutMs?: number) => until(what, check, timeoutMs, 25);
+const untilSoon = (what: string, check: () => Promise<boolean>, timeoutMs?: number) =>
+  until(what, check, timeoutMs, 25);
 
 interface UpstreamHealth {
   health: string;
@@ -25,9 +32,12 @@ interface UpstreamHealth {
   inFlight: number;
   queued: number;
 }
-const upstreamOf = async (gateway: GatewayInFront): Promise<UpstreamHealth> => JSON.parse((await observe(gateway.url, { path: '/health' })).text).upstreams[0];
+const upstreamOf = async (gateway: GatewayInFront): Promise<UpstreamHealth> =>
+  JSON.parse((await observe(gateway.url, { path: '/health' })).text).upstreams[0];
 const detachedOf = async (gateway: GatewayInFront): Promise<number> =>
-  JSON.parse((await observe(gateway.url, { path: '/health' })).text).limiters.find((l: { name: string }) => l.name === 'upstream').detached;
+  JSON.parse((await observe(gateway.url, { path: '/health' })).text).limiters.find(
+    (l: { name: string }) => l.name === 'upstream',
+  ).detached;
 
 /** The server's own gauges (Prometheus text): slots processing, and requests waiting in its queue for one. */
 async function gauges(server: LlamaServer): Promise<{ processing: number; deferred: number }> {
@@ -57,7 +67,11 @@ function watchQueues(server: LlamaServer, gateway: GatewayInFront) {
 
 /** A request straight to the server (not through the gateway), and when its answer ended. */
 async function direct(server: LlamaServer, body: unknown): Promise<{ status: number; endedAt: number }> {
-  const response = await fetch(`${server.url}/completion`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const response = await fetch(`${server.url}/completion`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   await response.text();
   return { status: response.status, endedAt: performance.now() };
 }
@@ -75,10 +89,16 @@ describe('slots as the server reports them', () => {
 
   /** A server of `parallel` slots and the gateway in front of it, once the gateway has read the server's load. */
   async function start(parallel: number, options: LlamaServerOptions, flags: string[]) {
-    server = await startLlamaServer({ ctx: 2048 * parallel, metrics: true, allowExternal: false, ...options, args: ['--parallel', String(parallel)] });
+    server = await startLlamaServer({
+      ctx: 2048 * parallel,
+      metrics: true,
+      allowExternal: false,
+      ...options,
+      args: ['--parallel', String(parallel)],
+    });
     gateway = await gatewayInFront(server.url, flags);
     const g = gateway;
-    await untilSoon('the gateway has read the server\'s slots and load', async () => {
+    await untilSoon("the gateway has read the server's slots and load", async () => {
       const upstream = await upstreamOf(g);
       return upstream.health === 'up' && upstream.slots === parallel && upstream.slotsBusyElsewhere === 0;
     });
@@ -94,7 +114,10 @@ describe('slots as the server reports them', () => {
       const { server: s, gateway: g } = await start(2, options, ['--timeout', '1']);
       // Another client fills both slots with generations of several seconds.
       const others = [direct(s, long('elsewhere 1')), direct(s, long('elsewhere 2'))];
-      await untilSoon('the gateway sees both slots busy elsewhere', async () => (await upstreamOf(g)).slotsBusyElsewhere === 2);
+      await untilSoon(
+        'the gateway sees both slots busy elsewhere',
+        async () => (await upstreamOf(g)).slotsBusyElsewhere === 2,
+      );
 
       const stop = watchQueues(s, g);
       const answer = await observe(g.url, { path: '/completion', body: short('through the gateway') });

@@ -2,7 +2,13 @@ import type { INestApplication } from '@nestjs/common';
 import type { AddressInfo } from 'node:net';
 import { parseGatewayConfig } from '../../apps/gateway/src/config/gateway-config.js';
 import { createGateway } from '../../apps/gateway/src/gateway.factory.js';
-import { llamaServerAvailable, llamaToolDir, startLlamaServer, type LlamaServer, type LlamaServerOptions } from '../support/llama-server.js';
+import {
+  llamaServerAvailable,
+  llamaToolDir,
+  startLlamaServer,
+  type LlamaServer,
+  type LlamaServerOptions,
+} from '../support/llama-server.js';
 import { existsSync } from 'node:fs';
 
 /** Helpers of the suites that run against a real llama-server (`npm run test:llama`). */
@@ -19,7 +25,8 @@ export async function gatewayInFront(upstream: string, flags: string[] = []): Pr
   if (!config) throw new Error('no config');
   const app = await createGateway(config, { logger: false });
   await app.listen(0, '127.0.0.1');
-  if (config.platform === 'fastify') await (app.getHttpAdapter().getInstance() as { ready(): Promise<unknown> }).ready();
+  if (config.platform === 'fastify')
+    await (app.getHttpAdapter().getInstance() as { ready(): Promise<unknown> }).ready();
   const { port } = app.getHttpServer().address() as AddressInfo;
   return {
     url: `http://127.0.0.1:${port}`,
@@ -78,7 +85,12 @@ export async function observe(base: string, exchange: Exchange): Promise<Observe
     if ((error as { cause?: { code?: string } }).cause?.code !== 'UND_ERR_SOCKET') throw error;
     response = await send();
   }
-  return { status: response.status, contentType: response.headers.get('content-type'), headers: response.headers, text: await response.text() };
+  return {
+    status: response.status,
+    contentType: response.headers.get('content-type'),
+    headers: response.headers,
+    text: await response.text(),
+  };
 }
 
 // Values that change from run to run (facts §9): ids, clocks, timings, what the prompt cache held, which slot ran it.
@@ -155,15 +167,22 @@ export function comparable(observed: Observed, extraMask: readonly string[] = []
   // A 204 has no content, so no content type (the server still names one).
   const type = observed.status === 204 ? '' : (observed.contentType ?? '');
   let body: unknown = observed.text;
-  if (type.startsWith('text/event-stream')) body = sseEvents(observed.text).map((e) => ({ ...e, data: mask(e.data, extraMask) }));
-  else if (type.startsWith('application/json') && observed.text !== '') body = mask(JSON.parse(observed.text), extraMask);
+  if (type.startsWith('text/event-stream'))
+    body = sseEvents(observed.text).map((e) => ({ ...e, data: mask(e.data, extraMask) }));
+  else if (type.startsWith('application/json') && observed.text !== '')
+    body = mask(JSON.parse(observed.text), extraMask);
   return { status: observed.status, contentType: type, body };
 }
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Waits until `check` holds, asking every `pollMs`; fails naming `what` after `timeoutMs`. */
-export async function until(what: string, check: () => Promise<boolean>, timeoutMs = 15_000, pollMs = 100): Promise<void> {
+export async function until(
+  what: string,
+  check: () => Promise<boolean>,
+  timeoutMs = 15_000,
+  pollMs = 100,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (await check()) return;

@@ -20,7 +20,8 @@ afterEach(async () => {
   g = undefined;
 });
 
-const client = (gateway: GatewayUnderTest) => new OpenAI({ baseURL: `${gateway.gatewayUrl}/v1`, apiKey: 'sk-client-metrics', maxRetries: 0 });
+const client = (gateway: GatewayUnderTest) =>
+  new OpenAI({ baseURL: `${gateway.gatewayUrl}/v1`, apiKey: 'sk-client-metrics', maxRetries: 0 });
 const metricsOf = (gateway: GatewayUnderTest) => scrape(`${gateway.gatewayUrl}${METRICS}`);
 const delta = (before: Sample[], after: Sample[], name: string, labels: Record<string, string> = {}) =>
   valueOf(after, name, labels) - valueOf(before, name, labels);
@@ -28,7 +29,10 @@ const delta = (before: Sample[], after: Sample[], name: string, labels: Record<s
 const present = (samples: Sample[], name: string, labels: Record<string, string>) =>
   samples.some((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v));
 /** Requests counted, the scrapes themselves (route `control`) left out. */
-const dataRequests = (samples: Sample[]) => samples.filter((s) => s.name === 'gateway_requests_total' && s.labels.route !== 'control').reduce((n, s) => n + s.value, 0);
+const dataRequests = (samples: Sample[]) =>
+  samples
+    .filter((s) => s.name === 'gateway_requests_total' && s.labels.route !== 'control')
+    .reduce((n, s) => n + s.value, 0);
 
 async function waitFor(check: () => Promise<boolean>, what: string, ms = 5_000): Promise<void> {
   const deadline = Date.now() + ms;
@@ -45,10 +49,16 @@ describe('label bounds', () => {
     const huge = 'Y'.repeat(100_000);
     let promptTokens = 0;
     for (const model of [huge, 'model with spaces {and} "quotes"', 'meta-llama/Llama-3.1-8B-Instruct']) {
-      const answer = await openai.chat.completions.create({ model, messages: [{ role: 'user', content: uniquePrompt('label') }] });
+      const answer = await openai.chat.completions.create({
+        model,
+        messages: [{ role: 'user', content: uniquePrompt('label') }],
+      });
       promptTokens += answer.usage!.prompt_tokens;
     }
-    await waitFor(async () => valueOf(await metricsOf(g!), 'gateway_tokens_total', { direction: 'in' }) >= promptTokens, 'the three requests to be counted');
+    await waitFor(
+      async () => valueOf(await metricsOf(g!), 'gateway_tokens_total', { direction: 'in' }) >= promptTokens,
+      'the three requests to be counted',
+    );
     const response = await fetch(`${g.gatewayUrl}${METRICS}`);
     const text = await response.text();
     expect(text).not.toContain('YYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYYY');
@@ -63,42 +73,68 @@ describe('label bounds', () => {
 describe('promtool', () => {
   it('`promtool check metrics` accepts the scrape (prom-client default metrics included)', async () => {
     const found = spawnSync('promtool', ['--version'], { encoding: 'utf8' });
-    if (found.error) throw new Error('promtool is not installed: run `npm run test:prerequisites` (Debian package prometheus)');
+    if (found.error)
+      throw new Error('promtool is not installed: run `npm run test:prerequisites` (Debian package prometheus)');
     g = await startGateway({ flags: ['--breaker-failures', '2', '--retries', '0'] });
     const openai = client(g);
-    await openai.chat.completions.create({ model: 'gpt-4o-mini', stream: true, messages: [{ role: 'user', content: uniquePrompt('lint') }] }).then(async (s) => {
-      for await (const _ of s) void _;
+    await openai.chat.completions
+      .create({ model: 'gpt-4o-mini', stream: true, messages: [{ role: 'user', content: uniquePrompt('lint') }] })
+      .then(async (s) => {
+        for await (const _ of s) void _;
+      });
+    await fetch(`${g.gatewayUrl}${CHAT}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer sk-x' },
+      body: '{not json',
     });
-    await fetch(`${g.gatewayUrl}${CHAT}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer sk-x' }, body: '{not json' });
     const text = await (await fetch(`${g.gatewayUrl}${METRICS}`)).text();
     const checked = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
-    expect({ status: checked.status, problems: `${checked.stdout}${checked.stderr}` }).toEqual({ status: 0, problems: '' });
+    expect({ status: checked.status, problems: `${checked.stdout}${checked.stderr}` }).toEqual({
+      status: 0,
+      problems: '',
+    });
   });
 });
 
 describe('counters from the start', () => {
   it('breaker transitions, refusals and request outcomes are exposed at 0 before any request, so the first open is an increase from 0', async () => {
-    g = await startGateway({ flags: ['--breaker-failures', '2', '--retries', '0', '--breaker-open', '60'], mock: { latencyMs: 5 } });
+    g = await startGateway({
+      flags: ['--breaker-failures', '2', '--retries', '0', '--breaker-open', '60'],
+      mock: { latencyMs: 5 },
+    });
     const start = await metricsOf(g);
-    for (const [from, to] of [['closed', 'open'], ['open', 'half_open'], ['half_open', 'closed'], ['half_open', 'open']]) {
+    for (const [from, to] of [
+      ['closed', 'open'],
+      ['open', 'half_open'],
+      ['half_open', 'closed'],
+      ['half_open', 'open'],
+    ]) {
       expect(present(start, 'orchestrator_breaker_transitions_total', { name: 'upstream', from, to })).toBe(true);
     }
     for (const reason of ['circuit_open', 'overloaded', 'queue_timeout', 'shutting_down', 'no_upstream_available']) {
       expect(present(start, 'orchestrator_refusals_total', { upstream: 'upstream', reason })).toBe(true);
     }
-    for (const outcome of ['miss', 'joined', 'cached', 'none', 'refused', 'error']) expect(present(start, 'gateway_requests_total', { route: 'chat', outcome })).toBe(true);
-    for (const cause of ['circuit_open', 'overloaded', 'rate_limit_exceeded']) expect(present(start, 'gateway_refusals_total', { cause })).toBe(true);
+    for (const outcome of ['miss', 'joined', 'cached', 'none', 'refused', 'error'])
+      expect(present(start, 'gateway_requests_total', { route: 'chat', outcome })).toBe(true);
+    for (const cause of ['circuit_open', 'overloaded', 'rate_limit_exceeded'])
+      expect(present(start, 'gateway_refusals_total', { cause })).toBe(true);
     expect(dataRequests(start)).toBe(0);
 
     const openai = client(g);
     g.provider.setMode('error503');
     for (let i = 0; i < 2; i++) {
-      await expect(openai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: uniquePrompt('open') }] })).rejects.toMatchObject({ status: 503 });
+      await expect(
+        openai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: uniquePrompt('open') }] }),
+      ).rejects.toMatchObject({ status: 503 });
     }
     const opened = await metricsOf(g);
     // What `increase(orchestrator_breaker_transitions_total{to="open"}[15m])` computes over these two scrapes: 1.
-    expect(valueOf(start, 'orchestrator_breaker_transitions_total', { name: 'upstream', from: 'closed', to: 'open' })).toBe(0);
-    expect(valueOf(opened, 'orchestrator_breaker_transitions_total', { name: 'upstream', from: 'closed', to: 'open' })).toBe(1);
+    expect(
+      valueOf(start, 'orchestrator_breaker_transitions_total', { name: 'upstream', from: 'closed', to: 'open' }),
+    ).toBe(0);
+    expect(
+      valueOf(opened, 'orchestrator_breaker_transitions_total', { name: 'upstream', from: 'closed', to: 'open' }),
+    ).toBe(1);
   });
 });
 
@@ -107,7 +143,11 @@ describe('every request counted once, by how it ended', () => {
     g = await startGateway();
     const before = await metricsOf(g);
     for (let i = 0; i < 10; i++) {
-      const response = await fetch(`${g.gatewayUrl}${CHAT}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer sk-x' }, body: `{"model": "m", ${i}` });
+      const response = await fetch(`${g.gatewayUrl}${CHAT}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: 'Bearer sk-x' },
+        body: `{"model": "m", ${i}`,
+      });
       expect(response.status).toBe(400);
       await response.arrayBuffer();
     }
@@ -115,19 +155,32 @@ describe('every request counted once, by how it ended', () => {
     const after = await metricsOf(g);
     expect(dataRequests(after) - dataRequests(before)).toBe(10);
     expect(delta(before, after, 'gateway_requests_total', { route: 'chat', outcome: 'error' })).toBe(10);
-    expect(delta(before, after, 'gateway_request_duration_seconds_count', { route: 'chat', status_class: '4xx', outcome: 'error' })).toBe(10);
+    expect(
+      delta(before, after, 'gateway_request_duration_seconds_count', {
+        route: 'chat',
+        status_class: '4xx',
+        outcome: 'error',
+      }),
+    ).toBe(10);
   });
 
   it('an outage: circuit_open refusals are "refused" and counted by cause, never "miss"', async () => {
-    g = await startGateway({ flags: ['--breaker-failures', '3', '--retries', '0', '--breaker-open', '60'], mock: { latencyMs: 5 } });
+    g = await startGateway({
+      flags: ['--breaker-failures', '3', '--retries', '0', '--breaker-open', '60'],
+      mock: { latencyMs: 5 },
+    });
     const openai = client(g);
     const before = await metricsOf(g);
     g.provider.setMode('error503');
     for (let i = 0; i < 3; i++) {
-      await expect(openai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: uniquePrompt('fail') }] })).rejects.toMatchObject({ status: 503 });
+      await expect(
+        openai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: uniquePrompt('fail') }] }),
+      ).rejects.toMatchObject({ status: 503 });
     }
     for (let i = 0; i < 4; i++) {
-      await expect(openai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: uniquePrompt('refused') }] })).rejects.toMatchObject({
+      await expect(
+        openai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: uniquePrompt('refused') }] }),
+      ).rejects.toMatchObject({
         code: 'circuit_open',
       });
     }
@@ -137,7 +190,13 @@ describe('every request counted once, by how it ended', () => {
     expect(delta(before, after, 'gateway_refusals_total', { cause: 'circuit_open' })).toBe(4);
     expect(delta(before, after, 'gateway_requests_total', { route: 'chat', outcome: 'error' })).toBe(3);
     expect(delta(before, after, 'gateway_requests_total', { outcome: 'miss' })).toBe(0);
-    expect(delta(before, after, 'gateway_request_duration_seconds_count', { route: 'chat', status_class: '5xx', outcome: 'refused' })).toBe(4);
+    expect(
+      delta(before, after, 'gateway_request_duration_seconds_count', {
+        route: 'chat',
+        status_class: '5xx',
+        outcome: 'refused',
+      }),
+    ).toBe(4);
   });
 });
 
@@ -146,9 +205,17 @@ describe('latency and money', () => {
     g = await startGateway({ mock: { latencyMs: 50 } });
     const openai = client(g);
     const before = await metricsOf(g);
-    const params = { model: 'gpt-4o-mini', temperature: 0, stream: true as const, messages: [{ role: 'user' as const, content: uniquePrompt('stream') }] };
+    const params = {
+      model: 'gpt-4o-mini',
+      temperature: 0,
+      stream: true as const,
+      messages: [{ role: 'user' as const, content: uniquePrompt('stream') }],
+    };
     for await (const _ of await openai.chat.completions.create(params)) void _;
-    await waitFor(async () => delta(before, await metricsOf(g!), 'gateway_requests_total', { route: 'chat' }) >= 1, 'the stream to be counted');
+    await waitFor(
+      async () => delta(before, await metricsOf(g!), 'gateway_requests_total', { route: 'chat' }) >= 1,
+      'the stream to be counted',
+    );
     const streamed = await metricsOf(g);
     expect(delta(before, streamed, 'gateway_time_to_first_token_seconds_count', { route: 'chat' })).toBe(1);
     expect(delta(before, streamed, 'gateway_upstream_first_byte_seconds_count', { upstream: 'upstream' })).toBe(1);
@@ -157,13 +224,23 @@ describe('latency and money', () => {
     expect(delta(before, streamed, 'gateway_spent_usd_total', { model: 'gpt-4o-mini' })).toBeGreaterThan(0);
 
     // Not streamed: no time to first token.
-    await openai.chat.completions.create({ ...params, stream: false, messages: [{ role: 'user', content: uniquePrompt('whole') }] });
+    await openai.chat.completions.create({
+      ...params,
+      stream: false,
+      messages: [{ role: 'user', content: uniquePrompt('whole') }],
+    });
     // The same stream again: from the window, its cost saved.
     for await (const _ of await openai.chat.completions.create(params)) void _;
-    await waitFor(async () => delta(streamed, await metricsOf(g!), 'gateway_requests_total', { route: 'chat' }) >= 2, 'both to be counted');
+    await waitFor(
+      async () => delta(streamed, await metricsOf(g!), 'gateway_requests_total', { route: 'chat' }) >= 2,
+      'both to be counted',
+    );
     const after = await metricsOf(g);
     expect(delta(streamed, after, 'gateway_time_to_first_token_seconds_count', { route: 'chat' })).toBe(1);
     expect(delta(streamed, after, 'gateway_requests_total', { route: 'chat', outcome: 'cached' })).toBe(1);
-    expect(delta(streamed, after, 'gateway_saved_usd_total', { model: 'gpt-4o-mini' })).toBeCloseTo(valueOf(streamed, 'gateway_spent_usd_total', { model: 'gpt-4o-mini' }), 12);
+    expect(delta(streamed, after, 'gateway_saved_usd_total', { model: 'gpt-4o-mini' })).toBeCloseTo(
+      valueOf(streamed, 'gateway_spent_usd_total', { model: 'gpt-4o-mini' }),
+      12,
+    );
   });
 });

@@ -43,11 +43,24 @@ describe('the status page of two replicas sharing a Redis, in headless Chromium'
 
   beforeAll(async () => {
     if (!existsSync(CHROMIUM)) {
-      throw new Error(`Chromium is missing at ${CHROMIUM}: install it with "apt-get install -y chromium" (npm test does it first, as root: scripts/test-prerequisites.mjs).`);
+      throw new Error(
+        `Chromium is missing at ${CHROMIUM}: install it with "apt-get install -y chromium" (npm test does it first, as root: scripts/test-prerequisites.mjs).`,
+      );
     }
     redis = await startOwnedRedis();
     provider = await startMockProvider({ latencyMs: LATENCY_MS });
-    const flags = ['--redis', redis.url, '--redis-prefix', 'fleet-page', '--breaker-failures', '2', '--retries', '0', '--breaker-open', '60'];
+    const flags = [
+      '--redis',
+      redis.url,
+      '--redis-prefix',
+      'fleet-page',
+      '--breaker-failures',
+      '2',
+      '--retries',
+      '0',
+      '--breaker-open',
+      '60',
+    ];
     a = await startGateway({ provider, flags });
     b = await startGateway({ provider, flags });
     browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS, headless: true });
@@ -72,7 +85,10 @@ describe('the status page of two replicas sharing a Redis, in headless Chromium'
     await page.waitForFunction(
       (ports) => {
         const rows = [...document.querySelectorAll('#fleet tr')];
-        return rows.filter((tr) => tr.children[1]?.textContent === 'ok').length === 2 && ports.every((p) => rows.some((tr) => tr.textContent?.includes(`:${p}`)));
+        return (
+          rows.filter((tr) => tr.children[1]?.textContent === 'ok').length === 2 &&
+          ports.every((p) => rows.some((tr) => tr.textContent?.includes(`:${p}`)))
+        );
       },
       ports,
       { timeout: 15_000 },
@@ -80,7 +96,9 @@ describe('the status page of two replicas sharing a Redis, in headless Chromium'
     const rows = await page.locator('#fleet tr').allTextContents();
     expect(rows.some((row) => row.includes(`:${port(a)} (this page)`))).toBe(true);
     expect(rows.some((row) => row.includes(`:${port(b)}`) && !row.includes('this page'))).toBe(true);
-    const health = (await (await fetch(`${b.gatewayUrl}/health`)).json()) as { fleet: Array<{ port: number; self: boolean; state: string }> };
+    const health = (await (await fetch(`${b.gatewayUrl}/health`)).json()) as {
+      fleet: Array<{ port: number; self: boolean; state: string }>;
+    };
     expect(health.fleet.map((m) => [m.port, m.self, m.state]).sort()).toEqual(
       [
         [Number(port(a)), false, 'ok'],
@@ -90,8 +108,13 @@ describe('the status page of two replicas sharing a Redis, in headless Chromium'
   });
 
   it('shows the callers of both replicas waiting on the one call of a herd', async () => {
-    const body = { model: 'gpt-4o-mini', temperature: 0, messages: [{ role: 'user', content: uniquePrompt('fleet herd') }] };
-    const send = (g: GatewayUnderTest) => postJson(`${g.gatewayUrl}/v1/chat/completions`, body, { authorization: 'Bearer sk-fleet' });
+    const body = {
+      model: 'gpt-4o-mini',
+      temperature: 0,
+      messages: [{ role: 'user', content: uniquePrompt('fleet herd') }],
+    };
+    const send = (g: GatewayUnderTest) =>
+      postJson(`${g.gatewayUrl}/v1/chat/completions`, body, { authorization: 'Bearer sk-fleet' });
     const herd = [...Array.from({ length: 15 }, () => send(a)), ...Array.from({ length: 15 }, () => send(b))];
     // While the one call runs: 30 callers on one call (15 here, 15 on the other replica), in the page's own words.
     await until(() => document.getElementById('callers-waiting')?.textContent === '30', LATENCY_MS + 10_000);
@@ -104,7 +127,9 @@ describe('the status page of two replicas sharing a Redis, in headless Chromium'
     expect(provider.stats().byRoute['/v1/chat/completions']).toBe(1);
     // Each replica counts what its own joined callers saved, also the one whose callers joined the other's call.
     for (const g of [a, b]) {
-      const snapshot = (await (await fetch(`${g.gatewayUrl}/orchestrator/snapshot`)).json()) as { saved: { calls: number; tokens: number } };
+      const snapshot = (await (await fetch(`${g.gatewayUrl}/orchestrator/snapshot`)).json()) as {
+        saved: { calls: number; tokens: number };
+      };
       expect(snapshot.saved.calls).toBeGreaterThanOrEqual(14);
       expect(snapshot.saved.tokens).toBeGreaterThan(0);
     }
@@ -114,22 +139,33 @@ describe('the status page of two replicas sharing a Redis, in headless Chromium'
     expect(await page.locator('#by-model tr').first().textContent()).toContain('gpt-4o-mini');
   }, 40_000);
 
-  it('keeps the provider\'s own 503 on the page during the outage, beside the refusals it causes', async () => {
+  it("keeps the provider's own 503 on the page during the outage, beside the refusals it causes", async () => {
     provider.configure({ latencyMs: 5 });
     provider.setMode('error503');
-    const ask = () => postJson(`${a.gatewayUrl}/v1/chat/completions`, { model: 'gpt-4o-mini', messages: [{ role: 'user', content: uniquePrompt('outage') }] });
+    const ask = () =>
+      postJson(`${a.gatewayUrl}/v1/chat/completions`, {
+        model: 'gpt-4o-mini',
+        messages: [{ role: 'user', content: uniquePrompt('outage') }],
+      });
     expect((await ask()).status).toBe(503);
     expect((await ask()).status).toBe(503);
     // More refusals than the list of recent errors keeps: the cause must not scroll away.
     for (let i = 0; i < 25; i++) expect((await ask()).json?.error?.code).toBe('circuit_open');
-    await until(() => [...document.querySelectorAll('#causes tr')].some((tr) => tr.textContent?.startsWith('circuit_open') && tr.children[3]?.textContent === '25'));
+    await until(() =>
+      [...document.querySelectorAll('#causes tr')].some(
+        (tr) => tr.textContent?.startsWith('circuit_open') && tr.children[3]?.textContent === '25',
+      ),
+    );
     const causes = await page.locator('#causes tr').allTextContents();
     expect(causes.some((row) => row.startsWith('upstream_error (provider)503'))).toBe(true);
     // The old list scrolled: only refusals are left in it.
     const recent = await page.locator('#errors tr').allTextContents();
     expect(recent.every((row) => row.includes('circuit_open'))).toBe(true);
     // Both replicas see the shared breaker open.
-    await until(() => [...document.querySelectorAll('#fleet tr')].filter((tr) => tr.children[2]?.textContent === 'open').length === 2);
+    await until(
+      () =>
+        [...document.querySelectorAll('#fleet tr')].filter((tr) => tr.children[2]?.textContent === 'open').length === 2,
+    );
     await page.screenshot({ path: SCREENSHOT, fullPage: true });
     provider.setMode('ok');
   }, 30_000);

@@ -36,11 +36,24 @@ describe('status page in headless Chromium', () => {
 
   beforeAll(async () => {
     if (!existsSync(CHROMIUM)) {
-      throw new Error(`Chromium is missing at ${CHROMIUM}: install it with "apt-get install -y chromium" (npm test does it first, as root: scripts/test-prerequisites.mjs).`);
+      throw new Error(
+        `Chromium is missing at ${CHROMIUM}: install it with "apt-get install -y chromium" (npm test does it first, as root: scripts/test-prerequisites.mjs).`,
+      );
     }
     browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS, headless: true });
     g = await startGateway({
-      flags: ['--gateway-keys', KEY, '--breaker-failures', '2', '--retries', '0', '--breaker-open', '60', '--probe-interval', '0.2'],
+      flags: [
+        '--gateway-keys',
+        KEY,
+        '--breaker-failures',
+        '2',
+        '--retries',
+        '0',
+        '--breaker-open',
+        '60',
+        '--probe-interval',
+        '0.2',
+      ],
       mock: { latencyMs: 400 },
     });
   }, 60_000);
@@ -61,7 +74,9 @@ describe('status page in headless Chromium', () => {
     await page.goto(`${g.gatewayUrl}/orchestrator`);
     await page.fill('#key', 'not-the-key');
     await page.click('button[type=submit]');
-    await page.waitForFunction(() => document.getElementById('message')?.textContent !== '', undefined, { timeout: 5_000 });
+    await page.waitForFunction(() => document.getElementById('message')?.textContent !== '', undefined, {
+      timeout: 5_000,
+    });
     expect(await page.locator('#upstreams').count()).toBe(0);
 
     await page.fill('#key', KEY);
@@ -70,14 +85,22 @@ describe('status page in headless Chromium', () => {
     await page.waitForSelector('#upstreams', { state: 'attached', timeout: 10_000 });
     await until(() => document.getElementById('conn')?.textContent === 'live');
     const cookies = await context.cookies();
-    expect(cookies.find((c) => c.name === 'npo_status')).toMatchObject({ httpOnly: true, sameSite: 'Strict', path: '/orchestrator' });
+    expect(cookies.find((c) => c.name === 'npo_status')).toMatchObject({
+      httpOnly: true,
+      sameSite: 'Strict',
+      path: '/orchestrator',
+    });
     // Before any call, the upstream is listed (each upstream is, from start-up) but nobody knows its state.
     expect(await text('#upstreams')).toMatch(/^upstream unknown/);
   });
 
   it('shows a herd: one miss, the rest joined, calls and tokens saved, priced', async () => {
     const openai = new OpenAI({ baseURL: `${g.gatewayUrl}/v1`, apiKey: KEY, maxRetries: 0 });
-    const params = { model: 'gpt-4o-mini', temperature: 0, messages: [{ role: 'user' as const, content: uniquePrompt('page herd') }] };
+    const params = {
+      model: 'gpt-4o-mini',
+      temperature: 0,
+      messages: [{ role: 'user' as const, content: uniquePrompt('page herd') }],
+    };
     await Promise.all(Array.from({ length: 20 }, () => openai.chat.completions.create(params)));
     expect(g.provider.stats().byRoute['/v1/chat/completions']).toBe(1);
     await until(() => document.getElementById('total-joined')?.textContent === '19');
@@ -96,10 +119,20 @@ describe('status page in headless Chromium', () => {
     const openai = new OpenAI({ baseURL: `${g.gatewayUrl}/v1`, apiKey: KEY, maxRetries: 0 });
     g.provider.setMode('error503');
     for (let i = 0; i < 2; i++) {
-      await expect(openai.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: uniquePrompt('fail') }] })).rejects.toMatchObject({ status: 503 });
+      await expect(
+        openai.chat.completions.create({
+          model: 'gpt-4o-mini',
+          messages: [{ role: 'user', content: uniquePrompt('fail') }],
+        }),
+      ).rejects.toMatchObject({ status: 503 });
     }
     for (let i = 0; i < 3; i++) {
-      await expect(openai.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: uniquePrompt('refused') }] })).rejects.toMatchObject({ code: 'circuit_open' });
+      await expect(
+        openai.chat.completions.create({
+          model: 'gpt-4o-mini',
+          messages: [{ role: 'user', content: uniquePrompt('refused') }],
+        }),
+      ).rejects.toMatchObject({ code: 'circuit_open' });
     }
     await until(() => document.querySelector('[data-upstream="upstream"] .breaker-state')?.textContent === 'open');
     expect(await text('[data-upstream="upstream"] .timeline li')).toMatch(/closed → open/);

@@ -39,7 +39,12 @@ declare const document: {
   querySelectorAll(selector: string): Iterable<Element>;
 };
 declare const window: { innerWidth: number };
-declare const axe: { run(context: unknown, options: unknown): Promise<{ violations: Array<{ id: string; impact: string; nodes: Array<{ target: string[] }> }> }> };
+declare const axe: {
+  run(
+    context: unknown,
+    options: unknown,
+  ): Promise<{ violations: Array<{ id: string; impact: string; nodes: Array<{ target: string[] }> }> }>;
+};
 
 const CHROMIUM = '/usr/bin/chromium';
 const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'];
@@ -55,11 +60,24 @@ describe('the status page as an operator reads it, in headless Chromium', () => 
 
   beforeAll(async () => {
     if (!existsSync(CHROMIUM)) {
-      throw new Error(`Chromium is missing at ${CHROMIUM}: install it with "apt-get install -y chromium" (npm test does it first, as root: scripts/test-prerequisites.mjs).`);
+      throw new Error(
+        `Chromium is missing at ${CHROMIUM}: install it with "apt-get install -y chromium" (npm test does it first, as root: scripts/test-prerequisites.mjs).`,
+      );
     }
     redis = await startOwnedRedis();
     provider = await startMockProvider({ latencyMs: 5 });
-    const flags = ['--redis', redis.url, '--redis-prefix', 'operator-page', '--breaker-failures', '2', '--retries', '0', '--breaker-open', '60'];
+    const flags = [
+      '--redis',
+      redis.url,
+      '--redis-prefix',
+      'operator-page',
+      '--breaker-failures',
+      '2',
+      '--retries',
+      '0',
+      '--breaker-open',
+      '60',
+    ];
     a = await startGateway({ provider, flags });
     b = await startGateway({ provider, flags });
     browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS, headless: true });
@@ -78,12 +96,17 @@ describe('the status page as an operator reads it, in headless Chromium', () => 
   });
 
   const until = (fn: () => boolean, timeout = 15_000) => page.waitForFunction(fn, undefined, { timeout });
-  const ask = (g: GatewayUnderTest, label: string) => postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'gpt-4o-mini', messages: [{ role: 'user', content: uniquePrompt(label) }] });
+  const ask = (g: GatewayUnderTest, label: string) =>
+    postJson(`${g.gatewayUrl}/v1/chat/completions`, {
+      model: 'gpt-4o-mini',
+      messages: [{ role: 'user', content: uniquePrompt(label) }],
+    });
   const port = (g: GatewayUnderTest) => new URL(g.gatewayUrl).port;
 
   it('"Last hour" counts the model API requests only: not scrapes, probes, the page or its event stream', async () => {
     for (let i = 0; i < 5; i++) {
-      for (const path of ['/health', '/health/ready', '/orchestrator/metrics', '/orchestrator/snapshot', '/nowhere']) await (await fetch(`${a.gatewayUrl}${path}`)).arrayBuffer();
+      for (const path of ['/health', '/health/ready', '/orchestrator/metrics', '/orchestrator/snapshot', '/nowhere'])
+        await (await fetch(`${a.gatewayUrl}${path}`)).arrayBuffer();
     }
     // A second page, opened and closed: its document and its event stream are requests too.
     const other = await browser.newPage();
@@ -92,7 +115,9 @@ describe('the status page as an operator reads it, in headless Chromium', () => 
     for (let i = 0; i < 3; i++) expect((await ask(a, 'hour')).status).toBe(200);
     await until(() => document.getElementById('hour-requests')?.textContent === '3');
     // A snapshot later, it still says 3 (the control requests above would have been counted by now).
-    const snapshot = (await (await fetch(`${a.gatewayUrl}/orchestrator/snapshot`)).json()) as { hour: { hour: { requests: number; outcomes: Record<string, number> } } };
+    const snapshot = (await (await fetch(`${a.gatewayUrl}/orchestrator/snapshot`)).json()) as {
+      hour: { hour: { requests: number; outcomes: Record<string, number> } };
+    };
     expect(snapshot.hour.hour.requests).toBe(3);
     expect(snapshot.hour.hour.outcomes.unrouted).toBe(0);
     expect(await page.locator('#h-hour').textContent()).toContain('model API');
@@ -104,7 +129,17 @@ describe('the status page as an operator reads it, in headless Chromium', () => 
     expect(card).toContain('in flight / concurrency limit');
     expect(card).toContain('queued / queue limit');
     const headings = await page.locator('#fleet').locator('xpath=ancestor::table').locator('th').allTextContents();
-    expect(headings).toEqual(['process', 'state', 'breaker', 'calls here (callers)', 'upstream calls / concurrency limit', 'queued', 'req/s', 'saved', 'heard']);
+    expect(headings).toEqual([
+      'process',
+      'state',
+      'breaker',
+      'calls here (callers)',
+      'upstream calls / concurrency limit',
+      'queued',
+      'req/s',
+      'saved',
+      'heard',
+    ]);
     const self = await page.locator('#fleet tr').first().locator('td').allTextContents();
     // Nothing waits: the queue column is the count alone, never "0 / <concurrency limit>".
     expect(self[5]).toBe('0');
@@ -114,7 +149,11 @@ describe('the status page as an operator reads it, in headless Chromium', () => 
   it('a call joined from both replicas is one call for the fleet', async () => {
     provider.configure({ latencyMs: 4_000 });
     try {
-      const body = { model: 'gpt-4o-mini', temperature: 0, messages: [{ role: 'user', content: uniquePrompt('fleet once') }] };
+      const body = {
+        model: 'gpt-4o-mini',
+        temperature: 0,
+        messages: [{ role: 'user', content: uniquePrompt('fleet once') }],
+      };
       const send = (g: GatewayUnderTest) => postJson(`${g.gatewayUrl}/v1/chat/completions`, body);
       const herd = [...Array.from({ length: 3 }, () => send(a)), ...Array.from({ length: 3 }, () => send(b))];
       await until(() => document.getElementById('callers-waiting')?.textContent === '6', 12_000);
@@ -125,7 +164,7 @@ describe('the status page as an operator reads it, in headless Chromium', () => 
     }
   }, 30_000);
 
-  it('the upstream card and this process\'s fleet row show one breaker state, at every snapshot', async () => {
+  it("the upstream card and this process's fleet row show one breaker state, at every snapshot", async () => {
     // Every snapshot the page draws, the two are read together.
     await page.evaluate(() => {
       const seen: Array<[string, string]> = [];
@@ -156,13 +195,17 @@ describe('the status page as an operator reads it, in headless Chromium', () => 
       await page.addScriptTag({ path: AXE });
       const violations = await page.evaluate(async () => {
         const result = await axe.run(document, { resultTypes: ['violations'] });
-        return result.violations.map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`);
+        return result.violations.map(
+          (v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`,
+        );
       });
       expect(violations).toEqual([]);
       const overflowing = await page.evaluate(() => {
         const found: string[] = [];
-        const describe = (el: Element) => `${(el as unknown as { tagName: string }).tagName.toLowerCase()}${el.getAttribute('id') ? '#' + el.getAttribute('id') : ''}.${el.className}`;
-        if (document.documentElement.scrollWidth > window.innerWidth) found.push(`page scrolls sideways: ${document.documentElement.scrollWidth} > ${window.innerWidth}`);
+        const describe = (el: Element) =>
+          `${(el as unknown as { tagName: string }).tagName.toLowerCase()}${el.getAttribute('id') ? '#' + el.getAttribute('id') : ''}.${el.className}`;
+        if (document.documentElement.scrollWidth > window.innerWidth)
+          found.push(`page scrolls sideways: ${document.documentElement.scrollWidth} > ${window.innerWidth}`);
         for (const el of document.querySelectorAll('main *')) {
           // A table's own scroll region may be wider inside: that region is what must fit (and be focusable).
           const region = el.closest('.scroll');
@@ -171,10 +214,12 @@ describe('the status page as an operator reads it, in headless Chromium', () => 
           if (!parent || (el as unknown as { tagName: string }).tagName === 'svg' || el.closest('svg')) continue;
           const box = el.getBoundingClientRect();
           const outer = parent.getBoundingClientRect();
-          if (box.width > 0 && (box.right > outer.right + 1 || box.left < outer.left - 1)) found.push(`${describe(el)} overflows ${describe(parent)}`);
+          if (box.width > 0 && (box.right > outer.right + 1 || box.left < outer.left - 1))
+            found.push(`${describe(el)} overflows ${describe(parent)}`);
         }
         for (const region of document.querySelectorAll('.scroll')) {
-          if (region.scrollWidth > region.clientWidth && region.getAttribute('tabindex') !== '0') found.push(`${describe(region)} scrolls but cannot be focused`);
+          if (region.scrollWidth > region.clientWidth && region.getAttribute('tabindex') !== '0')
+            found.push(`${describe(region)} scrolls but cannot be focused`);
         }
         return found;
       });
@@ -183,14 +228,18 @@ describe('the status page as an operator reads it, in headless Chromium', () => 
       if (width === 1280) {
         // Wide enough for every table: none needs its scroll region.
         const scrolled = await page.evaluate(() =>
-          [...document.querySelectorAll('.scroll')].filter((r) => r.scrollWidth > r.clientWidth).map((r) => r.getAttribute('aria-label')),
+          [...document.querySelectorAll('.scroll')]
+            .filter((r) => r.scrollWidth > r.clientWidth)
+            .map((r) => r.getAttribute('aria-label')),
         );
         expect(scrolled).toEqual([]);
         // The fleet table's last column ("heard") is in view, not cut off.
         const fleet = await page.evaluate(() => {
           const table = document.getElementById('fleet')!.closest('table')!;
           const shown = (table.closest('.scroll') ?? table.closest('section'))!.getBoundingClientRect();
-          const last = (table as unknown as { querySelector(s: string): Element }).querySelector('th:last-child').getBoundingClientRect();
+          const last = (table as unknown as { querySelector(s: string): Element })
+            .querySelector('th:last-child')
+            .getBoundingClientRect();
           return { last: last.right, shown: shown.right };
         });
         expect(fleet.last).toBeLessThanOrEqual(fleet.shown);
@@ -204,8 +253,14 @@ describe('the status page as an operator reads it, in headless Chromium', () => 
     redis.freeze();
     try {
       await until(() => document.getElementById('store')?.dataset.state === 'unreachable');
-      expect(await page.locator('#store').textContent()).toMatch(/^Redis: unreachable for \d+ s \(.+\)\. The other processes’ state is unknown\./);
-      await until(() => [...document.querySelectorAll('#fleet tr')].some((tr) => tr.children[1]?.textContent === 'unknown (store unreachable)'));
+      expect(await page.locator('#store').textContent()).toMatch(
+        /^Redis: unreachable for \d+ s \(.+\)\. The other processes’ state is unknown\./,
+      );
+      await until(() =>
+        [...document.querySelectorAll('#fleet tr')].some(
+          (tr) => tr.children[1]?.textContent === 'unknown (store unreachable)',
+        ),
+      );
       const rows = await page.locator('#fleet tr').allTextContents();
       expect(rows.some((row) => row.includes(`:${port(b)}`) && row.includes('unknown (store unreachable)'))).toBe(true);
       // Long past the time a member turns silent: still unknown, never silent (its silence says nothing now).
@@ -223,8 +278,14 @@ describe('the status page as an operator reads it, in headless Chromium', () => 
     expect(await page.locator('#stale').isHidden()).toBe(true);
     await a.close();
     await until(() => document.body.classList.contains('stale') && document.getElementById('stale')?.hidden === false);
-    expect(await page.locator('#stale').textContent()).toMatch(/^Connection lost: figures as of \d\d:\d\d:\d\d, not live\.$/);
-    const struck = await page.evaluate(() => (globalThis as unknown as { getComputedStyle(e: unknown): { textDecorationLine: string; filter: string } }).getComputedStyle(document.getElementById('hour-requests')));
+    expect(await page.locator('#stale').textContent()).toMatch(
+      /^Connection lost: figures as of \d\d:\d\d:\d\d, not live\.$/,
+    );
+    const struck = await page.evaluate(() =>
+      (
+        globalThis as unknown as { getComputedStyle(e: unknown): { textDecorationLine: string; filter: string } }
+      ).getComputedStyle(document.getElementById('hour-requests')),
+    );
     expect(struck.textDecorationLine).toBe('line-through');
   }, 30_000);
 });

@@ -29,19 +29,31 @@ const SERVER = 2;
 const CLIENT = 3;
 
 /** The OTLP/HTTP traces route of a collector, keeping whatever it is sent. */
-async function startReceiver(): Promise<{ url: string; spans: OtlpSpan[]; resources: Array<Record<string, unknown>>; close(): Promise<void> }> {
+async function startReceiver(): Promise<{
+  url: string;
+  spans: OtlpSpan[];
+  resources: Array<Record<string, unknown>>;
+  close(): Promise<void>;
+}> {
   const spans: OtlpSpan[] = [];
   const resources: Array<Record<string, unknown>> = [];
   const server: Server = createServer((request, response) => {
     const chunks: Buffer[] = [];
     request.on('data', (chunk: Buffer) => chunks.push(chunk));
     request.on('end', () => {
-      if (request.method !== 'POST' || request.url !== '/v1/traces' || !/json/.test(request.headers['content-type'] ?? '')) {
+      if (
+        request.method !== 'POST' ||
+        request.url !== '/v1/traces' ||
+        !/json/.test(request.headers['content-type'] ?? '')
+      ) {
         response.writeHead(404).end();
         return;
       }
       const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as {
-        resourceSpans: Array<{ resource: { attributes: Array<{ key: string; value: Record<string, unknown> }> }; scopeSpans: Array<{ spans: OtlpSpan[] }> }>;
+        resourceSpans: Array<{
+          resource: { attributes: Array<{ key: string; value: Record<string, unknown> }> };
+          scopeSpans: Array<{ spans: OtlpSpan[] }>;
+        }>;
       };
       for (const resource of body.resourceSpans) {
         resources.push(attributesOf(resource.resource.attributes));
@@ -80,11 +92,20 @@ describe.each(PLATFORMS)('OpenTelemetry traces from the gateway on %s', (platfor
 
   it('a herd of 10: 10 server spans continuing each caller, 1 client span, 9 links to the leader, GenAI attributes', async () => {
     receiver = await startReceiver();
-    g = await startGateway({ flags: ['--platform', platform, '--otlp-endpoint', receiver.url], mock: { latencyMs: 1_500 } });
-    const callers = Array.from({ length: 10 }, (_, i) => ({ traceId: `${i + 1}`.padStart(32, 'e'), spanId: `${i + 1}`.padStart(16, 'f') }));
+    g = await startGateway({
+      flags: ['--platform', platform, '--otlp-endpoint', receiver.url],
+      mock: { latencyMs: 1_500 },
+    });
+    const callers = Array.from({ length: 10 }, (_, i) => ({
+      traceId: `${i + 1}`.padStart(32, 'e'),
+      spanId: `${i + 1}`.padStart(16, 'f'),
+    }));
     const body = { model: 'mock-model', messages: [{ role: 'user', content: uniquePrompt('traced herd') }] };
     const herd = callers.map((c) =>
-      postJson(`${g!.gatewayUrl}/v1/chat/completions`, body, { authorization: 'Bearer sk-traced', traceparent: `00-${c.traceId}-${c.spanId}-01` }),
+      postJson(`${g!.gatewayUrl}/v1/chat/completions`, body, {
+        authorization: 'Bearer sk-traced',
+        traceparent: `00-${c.traceId}-${c.spanId}-01`,
+      }),
     );
     const orchestrator = g.app.get(OrchestratorService);
     await waitFor(() => orchestrator.health().dedup.joined === 9, 10_000, '9 requests joined to the first');
@@ -156,10 +177,14 @@ describe.each(PLATFORMS)('OpenTelemetry traces from the gateway on %s', (platfor
     receiver = await startReceiver();
     g = await startGateway({ flags: ['--platform', platform, '--otlp-endpoint', receiver.url] });
     const caller = { traceId: 'c'.repeat(32), spanId: 'd'.repeat(16) };
-    const answer = await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'mock-model', messages: [{ role: 'user', content: uniquePrompt('propagated') }] }, {
-      traceparent: `00-${caller.traceId}-${caller.spanId}-01`,
-      tracestate: 'vendor=opaque',
-    });
+    const answer = await postJson(
+      `${g.gatewayUrl}/v1/chat/completions`,
+      { model: 'mock-model', messages: [{ role: 'user', content: uniquePrompt('propagated') }] },
+      {
+        traceparent: `00-${caller.traceId}-${caller.spanId}-01`,
+        tracestate: 'vendor=opaque',
+      },
+    );
     expect(answer.status).toBe(200);
     const body = JSON.parse(answer.text) as { id: string; model: string };
     await g.close();
@@ -175,44 +200,80 @@ describe.each(PLATFORMS)('OpenTelemetry traces from the gateway on %s', (platfor
       'gen_ai.usage.input_tokens': expect.any(Number),
       'gen_ai.usage.output_tokens': expect.any(Number),
     });
-    const reasons = call.attributes?.find((a) => a.key === 'gen_ai.response.finish_reasons')?.value as { arrayValue?: { values: Array<{ stringValue: string }> } };
+    const reasons = call.attributes?.find((a) => a.key === 'gen_ai.response.finish_reasons')?.value as {
+      arrayValue?: { values: Array<{ stringValue: string }> };
+    };
     expect(reasons?.arrayValue?.values.map((v) => v.stringValue)).toEqual(['stop']);
   }, 30_000);
 
   it('a streamed answer: its id, model and finish reason on the client span, read as the stream passes', async () => {
     receiver = await startReceiver();
     g = await startGateway({ flags: ['--platform', platform, '--otlp-endpoint', receiver.url] });
-    const answer = await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'mock-model', stream: true, messages: [{ role: 'user', content: uniquePrompt('streamed') }] });
+    const answer = await postJson(`${g.gatewayUrl}/v1/chat/completions`, {
+      model: 'mock-model',
+      stream: true,
+      messages: [{ role: 'user', content: uniquePrompt('streamed') }],
+    });
     expect(answer.status).toBe(200);
-    const first = JSON.parse(answer.text.split('\n').find((line) => line.startsWith('data: {'))!.slice(6)) as { id: string; model: string };
+    const first = JSON.parse(
+      answer.text
+        .split('\n')
+        .find((line) => line.startsWith('data: {'))!
+        .slice(6),
+    ) as { id: string; model: string };
     await g.close();
     const [call] = receiver.spans.filter((s) => s.kind === CLIENT);
-    expect(attributesOf(call.attributes)).toMatchObject({ 'gen_ai.response.id': first.id, 'gen_ai.response.model': first.model });
-    const reasons = call.attributes?.find((a) => a.key === 'gen_ai.response.finish_reasons')?.value as { arrayValue?: { values: Array<{ stringValue: string }> } };
+    expect(attributesOf(call.attributes)).toMatchObject({
+      'gen_ai.response.id': first.id,
+      'gen_ai.response.model': first.model,
+    });
+    const reasons = call.attributes?.find((a) => a.key === 'gen_ai.response.finish_reasons')?.value as {
+      arrayValue?: { values: Array<{ stringValue: string }> };
+    };
     expect(reasons?.arrayValue?.values.map((v) => v.stringValue)).toEqual(['stop']);
   }, 30_000);
 
   it('a translated call (OpenAI client, Anthropic provider): the provider gets the traceparent, the client span its answer', async () => {
     receiver = await startReceiver();
-    g = await startGateway({ flags: ['--platform', platform, '--provider', 'anthropic', '--otlp-endpoint', receiver.url] });
-    const answer = await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'claude-mock', max_tokens: 50, messages: [{ role: 'user', content: uniquePrompt('translated') }] }, { 'x-api-key': 'sk-ant-test' });
+    g = await startGateway({
+      flags: ['--platform', platform, '--provider', 'anthropic', '--otlp-endpoint', receiver.url],
+    });
+    const answer = await postJson(
+      `${g.gatewayUrl}/v1/chat/completions`,
+      { model: 'claude-mock', max_tokens: 50, messages: [{ role: 'user', content: uniquePrompt('translated') }] },
+      { 'x-api-key': 'sk-ant-test' },
+    );
     expect(answer.status).toBe(200);
     await g.close();
     const [call] = receiver.spans.filter((s) => s.kind === CLIENT);
     const [received] = g.provider.calls().filter((c) => c.route === '/v1/messages');
     expect(received.headers?.traceparent).toBe(`00-${call.traceId}-${call.spanId}-01`);
     const attributes = attributesOf(call.attributes);
-    expect(attributes).toMatchObject({ 'gen_ai.provider.name': 'anthropic', 'gen_ai.response.model': expect.any(String), 'gen_ai.usage.input_tokens': expect.any(Number) });
+    expect(attributes).toMatchObject({
+      'gen_ai.provider.name': 'anthropic',
+      'gen_ai.response.model': expect.any(String),
+      'gen_ai.usage.input_tokens': expect.any(Number),
+    });
     expect(attributes['gen_ai.response.id']).toMatch(/^msg_/);
-    const reasons = call.attributes?.find((a) => a.key === 'gen_ai.response.finish_reasons')?.value as { arrayValue?: { values: Array<{ stringValue: string }> } };
+    const reasons = call.attributes?.find((a) => a.key === 'gen_ai.response.finish_reasons')?.value as {
+      arrayValue?: { values: Array<{ stringValue: string }> };
+    };
     expect(reasons?.arrayValue?.values.map((v) => v.stringValue)).toEqual(['end_turn']);
   }, 30_000);
 
   it('scrapes, probes and the status page make no spans; only the model API does', async () => {
     receiver = await startReceiver();
     g = await startGateway({ flags: ['--platform', platform, '--otlp-endpoint', receiver.url] });
-    for (const path of ['/health', '/orchestrator/metrics', '/orchestrator', '/nowhere']) await fetch(`${g.gatewayUrl}${path}`).then((r) => r.arrayBuffer());
-    expect((await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'mock-model', messages: [{ role: 'user', content: uniquePrompt('only') }] })).status).toBe(200);
+    for (const path of ['/health', '/orchestrator/metrics', '/orchestrator', '/nowhere'])
+      await fetch(`${g.gatewayUrl}${path}`).then((r) => r.arrayBuffer());
+    expect(
+      (
+        await postJson(`${g.gatewayUrl}/v1/chat/completions`, {
+          model: 'mock-model',
+          messages: [{ role: 'user', content: uniquePrompt('only') }],
+        })
+      ).status,
+    ).toBe(200);
     await g.close();
     expect(receiver.spans.filter((s) => s.kind === SERVER).map((s) => s.name)).toEqual(['POST /v1/chat/completions']);
   }, 30_000);
@@ -225,23 +286,44 @@ describe.each(PLATFORMS)('OpenTelemetry traces from the gateway on %s', (platfor
       // What the operator's environment says (the SDK's environment detector reads the process's own).
       process.env.OTEL_SERVICE_NAME = 'llm-gateway-eu';
       process.env.OTEL_RESOURCE_ATTRIBUTES = 'deployment.environment.name=staging,service.namespace=llm';
-      for (let i = 0; i < 2; i++) replicas.push(await startGateway({ flags: ['--platform', platform, '--otlp-endpoint', receiver.url], env: { OTEL_SERVICE_NAME: 'llm-gateway-eu' } }));
+      for (let i = 0; i < 2; i++)
+        replicas.push(
+          await startGateway({
+            flags: ['--platform', platform, '--otlp-endpoint', receiver.url],
+            env: { OTEL_SERVICE_NAME: 'llm-gateway-eu' },
+          }),
+        );
     } finally {
-      for (const [key, value] of [['OTEL_SERVICE_NAME', saved.name], ['OTEL_RESOURCE_ATTRIBUTES', saved.attributes]] as const) {
+      for (const [key, value] of [
+        ['OTEL_SERVICE_NAME', saved.name],
+        ['OTEL_RESOURCE_ATTRIBUTES', saved.attributes],
+      ] as const) {
         if (value === undefined) delete process.env[key];
         else process.env[key] = value;
       }
     }
     try {
       for (const replica of replicas) {
-        expect((await postJson(`${replica.gatewayUrl}/v1/chat/completions`, { model: 'mock-model', messages: [{ role: 'user', content: uniquePrompt('replica') }] })).status).toBe(200);
+        expect(
+          (
+            await postJson(`${replica.gatewayUrl}/v1/chat/completions`, {
+              model: 'mock-model',
+              messages: [{ role: 'user', content: uniquePrompt('replica') }],
+            })
+          ).status,
+        ).toBe(200);
       }
     } finally {
       for (const replica of replicas) await replica.close();
     }
     expect(receiver.resources.length).toBeGreaterThanOrEqual(2);
     for (const resource of receiver.resources) {
-      expect(resource).toMatchObject({ 'service.name': 'llm-gateway-eu', 'deployment.environment.name': 'staging', 'service.namespace': 'llm', 'service.version': '0.1.0' });
+      expect(resource).toMatchObject({
+        'service.name': 'llm-gateway-eu',
+        'deployment.environment.name': 'staging',
+        'service.namespace': 'llm',
+        'service.version': '0.1.0',
+      });
       expect(resource['service.instance.id']).toMatch(/^[\da-f-]{36}$/);
     }
     expect(new Set(receiver.resources.map((r) => r['service.instance.id'])).size).toBe(2);
@@ -254,7 +336,14 @@ describe.each(PLATFORMS)('OpenTelemetry traces from the gateway on %s', (platfor
     g = await startGateway({ flags: ['--platform', platform, '--otlp-endpoint', gone.url] });
     const metrics = async () => (await fetch(`${g!.gatewayUrl}/orchestrator/metrics`)).text();
     expect(await metrics()).toMatch(/^gateway_trace_export_failures_total 0$/m);
-    expect((await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'mock-model', messages: [{ role: 'user', content: uniquePrompt('collector down') }] })).status).toBe(200);
+    expect(
+      (
+        await postJson(`${g.gatewayUrl}/v1/chat/completions`, {
+          model: 'mock-model',
+          messages: [{ role: 'user', content: uniquePrompt('collector down') }],
+        })
+      ).status,
+    ).toBe(200);
     await g.app.get(GatewayTracing).flush();
     // The exporter gives up on a refused connection after its own retries: counted once that export is over.
     let text = await metrics();
@@ -265,38 +354,54 @@ describe.each(PLATFORMS)('OpenTelemetry traces from the gateway on %s', (platfor
     expect(text).toMatch(/^gateway_trace_export_failures_total 1$/m);
   }, 40_000);
 
-  it('an outage: the provider\'s 503 is on the client span and on the server span as a failure', async () => {
+  it("an outage: the provider's 503 is on the client span and on the server span as a failure", async () => {
     receiver = await startReceiver();
     g = await startGateway({ flags: ['--platform', platform, '--otlp-endpoint', receiver.url, '--retries', '0'] });
     g.provider.setMode('error503');
-    const failed = await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'mock-model', messages: [{ role: 'user', content: uniquePrompt('outage') }] });
+    const failed = await postJson(`${g.gatewayUrl}/v1/chat/completions`, {
+      model: 'mock-model',
+      messages: [{ role: 'user', content: uniquePrompt('outage') }],
+    });
     expect(failed.status).toBe(503);
     await g.close();
     const [call] = receiver.spans.filter((s) => s.kind === CLIENT);
-    expect(attributesOf(call.attributes)).toMatchObject({ 'http.response.status_code': 503, 'orchestrator.upstream.result': 'error' });
+    expect(attributesOf(call.attributes)).toMatchObject({
+      'http.response.status_code': 503,
+      'orchestrator.upstream.result': 'error',
+    });
     expect(call.status?.code).toBe(2);
     const server = receiver.spans.find((s) => s.kind === SERVER && s.name === 'POST /v1/chat/completions')!;
     expect(attributesOf(server.attributes)).toMatchObject({ 'http.response.status_code': 503 });
     expect(server.status?.code).toBe(2);
   }, 30_000);
 
-  it('a pool of two: each attempt\'s client span names the upstream it went to', async () => {
+  it("a pool of two: each attempt's client span names the upstream it went to", async () => {
     receiver = await startReceiver();
-    const [first, second] = await Promise.all([startMockProvider({ latencyMs: 5 }), startMockProvider({ latencyMs: 5 })]);
+    const [first, second] = await Promise.all([
+      startMockProvider({ latencyMs: 5 }),
+      startMockProvider({ latencyMs: 5 }),
+    ]);
     try {
       // The first answers 503: every call fails over to the second, and both attempts have a client span.
       first.setMode('error503');
       const pool = ['--upstream', first.url, '--upstream', second.url];
-      g = await startGateway({ provider: first, flags: ['--platform', platform, '--otlp-endpoint', receiver.url, '--retries', '0', ...pool] });
+      g = await startGateway({
+        provider: first,
+        flags: ['--platform', platform, '--otlp-endpoint', receiver.url, '--retries', '0', ...pool],
+      });
       for (let i = 0; i < 4; i++) {
-        const answer = await postJson(`${g.gatewayUrl}/v1/chat/completions`, { model: 'mock-model', messages: [{ role: 'user', content: uniquePrompt('pool') }] });
+        const answer = await postJson(`${g.gatewayUrl}/v1/chat/completions`, {
+          model: 'mock-model',
+          messages: [{ role: 'user', content: uniquePrompt('pool') }],
+        });
         expect(answer.status).toBe(200);
       }
       await g.close();
       const port = (url: string) => Number(new URL(url).port);
       const calls = receiver.spans.filter((s) => s.kind === CLIENT).map((s) => attributesOf(s.attributes));
       expect(calls.filter((c) => c['server.port'] === port(second.url))).toHaveLength(4);
-      for (const call of calls) expect(call['orchestrator.upstream']).toBe(`upstream@127.0.0.1:${String(call['server.port'])}`);
+      for (const call of calls)
+        expect(call['orchestrator.upstream']).toBe(`upstream@127.0.0.1:${String(call['server.port'])}`);
       expect(second.stats().byRoute['/v1/chat/completions']).toBe(4);
     } finally {
       await first.close();

@@ -15,7 +15,11 @@ interface Health {
   fleet: Array<{ self: boolean; breaker: string }>;
 }
 interface Snapshot {
-  upstreams: Array<{ name: string; breaker?: { state: string }; member?: { health: string; available: boolean; limitMode: string | null } }>;
+  upstreams: Array<{
+    name: string;
+    breaker?: { state: string };
+    member?: { health: string; available: boolean; limitMode: string | null };
+  }>;
 }
 
 async function waitFor<T>(read: () => Promise<T>, done: (value: T) => boolean, what: string): Promise<T> {
@@ -40,7 +44,18 @@ describe('a pool of two failing upstreams, as /health, the fleet, the request li
     for (const p of providers) p.setMode('error503');
     gateway = await startGatewayProcess([
       ...providers.flatMap((p) => ['--upstream', p.url]),
-      ...['--redis', redis.url, '--redis-prefix', 'pool-view', '--breaker-failures', '2', '--retries', '0', '--breaker-open', '60'],
+      ...[
+        '--redis',
+        redis.url,
+        '--redis-prefix',
+        'pool-view',
+        '--breaker-failures',
+        '2',
+        '--retries',
+        '0',
+        '--breaker-open',
+        '60',
+      ],
     ]);
   }, 180_000);
 
@@ -81,7 +96,7 @@ describe('a pool of two failing upstreams, as /health, the fleet, the request li
         .filter((line) => line.startsWith('{'))
         .map((line) => JSON.parse(line) as { msg?: string; error?: string; breaker?: string | null })
         .filter((l) => l.msg === 'request' && l.error === 'upstream_error');
-    const failed = await waitFor(failedLines, (lines) => lines.length > 0, 'the failed requests\' lines');
+    const failed = await waitFor(failedLines, (lines) => lines.length > 0, "the failed requests' lines");
     for (const line of failed) expect(['closed', 'open', 'half_open']).toContain(line.breaker);
   }, 60_000);
 });

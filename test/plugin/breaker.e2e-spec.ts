@@ -96,7 +96,12 @@ const moduleOptions: OrchestratorModuleOptions = {
 
 function expectCircuitOpen(answer: Awaited<ReturnType<typeof postJson>>) {
   expect(answer.status).toBe(503);
-  expect(answer.json).toEqual({ statusCode: 503, error: 'Service Unavailable', code: 'circuit_open', message: expect.any(String) });
+  expect(answer.json).toEqual({
+    statusCode: 503,
+    error: 'Service Unavailable',
+    code: 'circuit_open',
+    message: expect.any(String),
+  });
   const retryAfter = answer.headers.get('retry-after');
   expect(retryAfter).toMatch(/^\d+$/);
   expect(Number(retryAfter)).toBeGreaterThanOrEqual(1);
@@ -154,7 +159,7 @@ describe.each(PLATFORMS)('circuit breaker on %s', (platform) => {
     expect(upstream.calls).toBe(5);
   });
 
-  it('never opens on the caller\'s own 4xx errors', async () => {
+  it("never opens on the caller's own 4xx errors", async () => {
     await start();
     upstream.mode = 'bad-request';
     for (let i = 1; i <= 10; i++) {

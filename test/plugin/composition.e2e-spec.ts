@@ -78,7 +78,8 @@ class DefaultsController {
 }
 
 const sse = (n: number) => `data: {"n":${n}}\n\n`;
-const formatError = (error: unknown) => `event: error\ndata: ${JSON.stringify({ message: (error as Error).message })}\n\n`;
+const formatError = (error: unknown) =>
+  `event: error\ndata: ${JSON.stringify({ message: (error as Error).message })}\n\n`;
 
 /** The class sets the total time (10 s); the idle gap between chunks comes from the module (50 ms). */
 @Controller('timed')
@@ -222,7 +223,7 @@ describe.each(PLATFORMS)('composition on %s', (platform) => {
   });
 
   describe('resolution: route > class > module', () => {
-    it('gives a route its own @Concurrency limit over its class\'s, and the class\'s over the module\'s', async () => {
+    it("gives a route its own @Concurrency limit over its class's, and the class's over the module's", async () => {
       await start();
       // Route b first, then a, then b again: the outcome must not depend on which route was hit first.
       const b = Array.from({ length: 6 }, (_, i) => postJson(`${url}/limited/b`, { q: `b${i}`, hold: true }));
@@ -248,7 +249,7 @@ describe.each(PLATFORMS)('composition on %s', (platform) => {
       expect((await Promise.all(d)).map((r) => r.status).sort()).toEqual([200, 200, 200, 429]);
     });
 
-    it('applies the module\'s timeout fields to a route whose class has @Timeout, and only there; a route\'s @Timeout wins', async () => {
+    it("applies the module's timeout fields to a route whose class has @Timeout, and only there; a route's @Timeout wins", async () => {
       await start();
       const since = Date.now();
       const classTimed = postJson(`${url}/timed/slow`, { q: 'class' });
@@ -336,7 +337,10 @@ describe.each(PLATFORMS)('composition on %s', (platform) => {
 
     it('@Dedup(false) turns dedup off for one route of a @Dedup() class', async () => {
       await start();
-      const solo = [postJson(`${url}/mixed/solo`, { q: 'same', hold: true }), postJson(`${url}/mixed/solo`, { q: 'same', hold: true })];
+      const solo = [
+        postJson(`${url}/mixed/solo`, { q: 'same', hold: true }),
+        postJson(`${url}/mixed/solo`, { q: 'same', hold: true }),
+      ];
       await waitFor(() => upstream.calls === 2, 10_000, 'two calls on the solo route');
       const shared = [
         postJson(`${url}/mixed/shared`, { q: 'same', hold: true }),

@@ -1,6 +1,12 @@
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
 import { Body, Controller, HttpCode, Post } from '@nestjs/common';
-import { CircuitBreaker, Concurrency, OrchestratorModule, OrchestratorService, Timeout } from 'nest-prompt-orchestrator';
+import {
+  CircuitBreaker,
+  Concurrency,
+  OrchestratorModule,
+  OrchestratorService,
+  Timeout,
+} from 'nest-prompt-orchestrator';
 import { Gate, PLATFORMS, postJson, startApp, waitFor, type RunningApp } from '../support/platforms.js';
 
 /** Stands in for an upstream: records every call it receives and holds each one until the test opens the gate. */
@@ -100,7 +106,12 @@ async function answeredWhileHeld<T>(request: Promise<T>, what: string, timeoutMs
 }
 
 // Nest's error shape (the module's default errorShape), with the orchestrator's code.
-const overloadBody = (code: string) => ({ statusCode: 429, error: 'Too Many Requests', code, message: expect.any(String) });
+const overloadBody = (code: string) => ({
+  statusCode: 429,
+  error: 'Too Many Requests',
+  code,
+  message: expect.any(String),
+});
 
 describe.each(PLATFORMS)('concurrency on %s', (platform) => {
   let running: RunningApp;
@@ -130,7 +141,16 @@ describe.each(PLATFORMS)('concurrency on %s', (platform) => {
       '16 calls in flight and 4 queued',
     );
     expect(upstream.calls).toBe(16);
-    expect(limiter('WorkController.work')).toEqual({ name: 'WorkController.work', limit: 16, mode: 'fixed', ceiling: 16, inFlight: 16, queued: 4, queueSize: 1000, detached: 0 });
+    expect(limiter('WorkController.work')).toEqual({
+      name: 'WorkController.work',
+      limit: 16,
+      mode: 'fixed',
+      ceiling: 16,
+      inFlight: 16,
+      queued: 4,
+      queueSize: 1000,
+      detached: 0,
+    });
 
     upstream.gate.resolve();
     const answers = await Promise.all(requests);
@@ -149,7 +169,10 @@ describe.each(PLATFORMS)('concurrency on %s', (platform) => {
     await waitFor(() => limiter('overflow')?.queued === 1, 10_000, 'the second request queued');
 
     // Answered while the gate is still closed: the third request is not queued.
-    const third = await answeredWhileHeld(postJson(`${running.url}/tight/overflow`, { n: 3 }), 'the third request to be refused');
+    const third = await answeredWhileHeld(
+      postJson(`${running.url}/tight/overflow`, { n: 3 }),
+      'the third request to be refused',
+    );
     expect(third.status).toBe(429);
     expect(third.json).toEqual(overloadBody('overloaded'));
     expect(third.headers.get('retry-after')).toBe('1');
@@ -230,7 +253,10 @@ describe.each(PLATFORMS)('concurrency on %s', (platform) => {
       const timedOut = await answeredWhileHeld(postJson(`${running.url}/tight/guarded`, { n: i }), 'a queue timeout');
       expect(timedOut.status).toBe(429);
       expect(timedOut.json).toEqual(overloadBody('queue_timeout'));
-      const overloaded = await answeredWhileHeld(postJson(`${running.url}/tight/guarded-full`, { n: i }), 'an overload refusal');
+      const overloaded = await answeredWhileHeld(
+        postJson(`${running.url}/tight/guarded-full`, { n: i }),
+        'an overload refusal',
+      );
       expect(overloaded.status).toBe(429);
       expect(overloaded.json).toEqual(overloadBody('overloaded'));
     }

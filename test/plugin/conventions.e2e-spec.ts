@@ -1,5 +1,16 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
-import { Body, Controller, Get, HttpCode, HttpException, Module, Post, Query, Res, type LoggerService } from '@nestjs/common';
+import {
+  Body,
+  Controller,
+  Get,
+  HttpCode,
+  HttpException,
+  Module,
+  Post,
+  Query,
+  Res,
+  type LoggerService,
+} from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import {
   CallTimeout,
@@ -140,7 +151,11 @@ describe.each(PLATFORMS)('Nest conventions on %s', (platform) => {
     expect(refused.json).toMatchObject({ code: 'circuit_open' });
     expect(calls.a).toBe(2); // open after a's own threshold of 2
     expect((await send(`${url}/c/b`)).status).toBe(200); // a's failures are not b's
-    const names = app.get(OrchestratorService).health().breakers.map((b) => b.name).sort();
+    const names = app
+      .get(OrchestratorService)
+      .health()
+      .breakers.map((b) => b.name)
+      .sort();
     expect(names).toEqual(['ConventionsController.a', 'ConventionsController.b']);
   });
 
@@ -165,7 +180,11 @@ describe.each(PLATFORMS)('Nest conventions on %s', (platform) => {
     expect((await send(`${url}/shop`)).json).toMatchObject({ code: 'circuit_open' });
     expect(calls.shop).toBe(2);
     expect((await send(`${url}/admin`)).status).toBe(200);
-    const names = app.get(OrchestratorService).health().breakers.map((b) => b.name).sort();
+    const names = app
+      .get(OrchestratorService)
+      .health()
+      .breakers.map((b) => b.name)
+      .sort();
     expect(names).toEqual(['ItemsController.list', 'ItemsController.list#2']);
   });
 
@@ -184,9 +203,9 @@ describe.each(PLATFORMS)('Nest conventions on %s', (platform) => {
         return {};
       }
     }
-    await expect(startApp(platform, { imports: [OrchestratorModule.forRoot()], controllers: [ClashController] })).rejects.toThrow(
-      /ClashController\.y and ClashController\.x share the breaker "payments" with different settings/,
-    );
+    await expect(
+      startApp(platform, { imports: [OrchestratorModule.forRoot()], controllers: [ClashController] }),
+    ).rejects.toThrow(/ClashController\.y and ClashController\.x share the breaker "payments" with different settings/);
   });
 
   it('a POST shares a call in flight but is not replayed afterwards, unless the route sets a window', async () => {
@@ -228,26 +247,38 @@ describe.each(PLATFORMS)('Nest conventions on %s', (platform) => {
     expect(cached.headers.get('x-computed-at')).toBe('call-1');
   });
 
-  it('answers its own errors in Nest\'s shape, with the code and the retry headers; @CallTimeout and its alias @Timeout', async () => {
+  it("answers its own errors in Nest's shape, with the code and the retry headers; @CallTimeout and its alias @Timeout", async () => {
     const { url } = await start();
     for (const path of ['slow', 'slow-alias']) {
       const answer = await send(`${url}/c/${path}`);
       expect(answer.status).toBe(504);
-      expect(answer.json).toEqual({ statusCode: 504, message: expect.any(String), error: 'Gateway Timeout', code: 'upstream_timeout' });
+      expect(answer.json).toEqual({
+        statusCode: 504,
+        message: expect.any(String),
+        error: 'Gateway Timeout',
+        code: 'upstream_timeout',
+      });
       expect(answer.headers.get('x-should-retry')).toBe('false');
     }
   });
 
   it('answers in the OpenAI shape when the module is told to (errorShape: openai)', async () => {
     calls = {};
-    running = await startApp(platform, { imports: [OrchestratorModule.forRoot({ errorShape: 'openai' })], controllers: [ConventionsController] });
+    running = await startApp(platform, {
+      imports: [OrchestratorModule.forRoot({ errorShape: 'openai' })],
+      controllers: [ConventionsController],
+    });
     const answer = await send(`${running.url}/c/slow`);
     expect(answer.status).toBe(504);
-    expect(answer.json).toEqual({ error: { message: expect.any(String), type: 'timeout', param: null, code: 'upstream_timeout' } });
+    expect(answer.json).toEqual({
+      error: { message: expect.any(String), type: 'timeout', param: null, code: 'upstream_timeout' },
+    });
     expect(answer.headers.get('x-should-retry')).toBe('false');
     // Another import asking for the other shape is a difference like any other.
     await expect(
-      Test.createTestingModule({ imports: [OrchestratorModule.forRoot({ errorShape: 'openai' }), FeatureModule] }).compile(),
+      Test.createTestingModule({
+        imports: [OrchestratorModule.forRoot({ errorShape: 'openai' }), FeatureModule],
+      }).compile(),
     ).rejects.toThrow(/different options/);
   });
 });
@@ -255,7 +286,11 @@ describe.each(PLATFORMS)('Nest conventions on %s', (platform) => {
 describe('decorators in an app without OrchestratorModule', () => {
   it('warn at start-up that they do nothing', async () => {
     const warnings: string[] = [];
-    const logger: LoggerService = { log() {}, error() {}, warn: (message: unknown) => void warnings.push(String(message)) };
+    const logger: LoggerService = {
+      log() {},
+      error() {},
+      warn: (message: unknown) => void warnings.push(String(message)),
+    };
     @Controller('lonely')
     class LonelyController {
       @Get()
@@ -272,7 +307,10 @@ describe('decorators in an app without OrchestratorModule', () => {
 
     // With the module imported, nothing to say.
     warnings.length = 0;
-    const withModule = await Test.createTestingModule({ imports: [OrchestratorModule.forRoot()], controllers: [LonelyController] }).compile();
+    const withModule = await Test.createTestingModule({
+      imports: [OrchestratorModule.forRoot()],
+      controllers: [LonelyController],
+    }).compile();
     const served = withModule.createNestApplication({ logger });
     await served.init();
     await served.close();

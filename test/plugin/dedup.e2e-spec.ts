@@ -79,7 +79,17 @@ describe.each(PLATFORMS)('dedup on %s', (platform) => {
   });
 
   it('makes a new call once the window has passed', async () => {
-    jest.useFakeTimers({ doNotFake: ['nextTick', 'setImmediate', 'setTimeout', 'setInterval', 'clearTimeout', 'clearInterval', 'queueMicrotask'] });
+    jest.useFakeTimers({
+      doNotFake: [
+        'nextTick',
+        'setImmediate',
+        'setTimeout',
+        'setInterval',
+        'clearTimeout',
+        'clearInterval',
+        'queueMicrotask',
+      ],
+    });
     try {
       upstream.gate.resolve();
       const first = await postJson(`${running.url}/ask`, { q: 'w' });

@@ -39,16 +39,18 @@ describe('memory bounds of dedup', () => {
    * adds nothing to the window.
    */
   const isKept = (i: number) =>
-    orchestrator.run<number>({ key: `key-${i}`, dedup: true }, () => Promise.reject(new ProbeMiss())).then(
-      (value) => {
-        expect(value).toBe(i);
-        return true;
-      },
-      (error: unknown) => {
-        if (error instanceof ProbeMiss) return false;
-        throw error;
-      },
-    );
+    orchestrator
+      .run<number>({ key: `key-${i}`, dedup: true }, () => Promise.reject(new ProbeMiss()))
+      .then(
+        (value) => {
+          expect(value).toBe(i);
+          return true;
+        },
+        (error: unknown) => {
+          if (error instanceof ProbeMiss) return false;
+          throw error;
+        },
+      );
 
   it(`keeps no flight and at most ${MAX_ENTRIES} window entries after ${KEYS} distinct keys`, async () => {
     let runs = 0;

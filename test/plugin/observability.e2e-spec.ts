@@ -62,7 +62,10 @@ describe.each(PLATFORMS)('OrchestratorObservabilityModule on %s', (platform) => 
     running = await startApp(platform, {
       imports: [
         OrchestratorModule.forRoot({ breakers: { 'quotes-feed': { failureThreshold: 2, openMs: 60_000 } } }),
-        OrchestratorObservabilityModule.forRoot({ metrics: { path: '/internal/metrics', defaultMetrics: false }, logger }),
+        OrchestratorObservabilityModule.forRoot({
+          metrics: { path: '/internal/metrics', defaultMetrics: false },
+          logger,
+        }),
       ],
       controllers: [QuotesController],
     });
@@ -71,12 +74,22 @@ describe.each(PLATFORMS)('OrchestratorObservabilityModule on %s', (platform) => 
     // The gate opens once the whole herd is in: one call started, nine joined it (on a busy machine that can take
     // far longer than any fixed wait; opened early, the late ones would be answered from the window instead).
     const orchestrator = running.app.get(OrchestratorService);
-    await waitFor(() => calls === 1 && orchestrator.health().dedup.joined === 9, 10_000, 'one call and 9 requests joined to it');
+    await waitFor(
+      () => calls === 1 && orchestrator.health().dedup.joined === 9,
+      10_000,
+      'one call and 9 requests joined to it',
+    );
     gate.resolve();
     await Promise.all(herd);
     expect(calls).toBe(1);
     let samples = await scrape(`${url}/internal/metrics`);
-    expect(valueOf(samples, 'orchestrator_requests_total', { route: 'QuotesController.quote', upstream: 'quotes-feed', outcome: 'miss' })).toBe(1);
+    expect(
+      valueOf(samples, 'orchestrator_requests_total', {
+        route: 'QuotesController.quote',
+        upstream: 'quotes-feed',
+        outcome: 'miss',
+      }),
+    ).toBe(1);
     expect(valueOf(samples, 'orchestrator_requests_total', { outcome: 'joined' })).toBe(9);
     expect(valueOf(samples, 'orchestrator_upstream_calls_saved_total', { upstream: 'quotes-feed' })).toBe(9);
     expect(valueOf(samples, 'process_cpu_seconds_total')).toBe(0); // defaultMetrics: false
@@ -86,10 +99,18 @@ describe.each(PLATFORMS)('OrchestratorObservabilityModule on %s', (platform) => 
     expect((await postJson(`${url}/quotes`, { symbol: 'Z' })).status).toBe(503);
     samples = await scrape(`${url}/internal/metrics`);
     expect(valueOf(samples, 'orchestrator_breaker_state', { name: 'quotes-feed' })).toBe(2);
-    expect(valueOf(samples, 'orchestrator_breaker_transitions_total', { name: 'quotes-feed', from: 'closed', to: 'open' })).toBe(1);
-    expect(valueOf(samples, 'orchestrator_refusals_total', { upstream: 'quotes-feed', reason: 'circuit_open' })).toBe(1);
+    expect(
+      valueOf(samples, 'orchestrator_breaker_transitions_total', { name: 'quotes-feed', from: 'closed', to: 'open' }),
+    ).toBe(1);
+    expect(valueOf(samples, 'orchestrator_refusals_total', { upstream: 'quotes-feed', reason: 'circuit_open' })).toBe(
+      1,
+    );
     expect(lines).toEqual([
-      { level: 'warn', fields: { event: 'breaker_transition', breaker: 'quotes-feed', from: 'closed', to: 'open' }, message: expect.stringContaining('opened') },
+      {
+        level: 'warn',
+        fields: { event: 'breaker_transition', breaker: 'quotes-feed', from: 'closed', to: 'open' },
+        message: expect.stringContaining('opened'),
+      },
     ]);
 
     const live = await fetch(`${url}/health/live`);
@@ -105,7 +126,10 @@ describe.each(PLATFORMS)('OrchestratorObservabilityModule on %s', (platform) => 
 
   it('serves nothing it was told not to', async () => {
     running = await startApp(platform, {
-      imports: [OrchestratorModule.forRoot(), OrchestratorObservabilityModule.forRoot({ metrics: false, health: false })],
+      imports: [
+        OrchestratorModule.forRoot(),
+        OrchestratorObservabilityModule.forRoot({ metrics: false, health: false }),
+      ],
       controllers: [QuotesController],
     });
     expect((await fetch(`${running.url}/metrics`)).status).toBe(404);

@@ -62,7 +62,12 @@ async function openStream(url: string, body: unknown, signal?: AbortSignal): Pro
   });
   const reader = response.body!.getReader();
   const decoder = new TextDecoder();
-  const stream: ClientStream = { status: response.status, headers: response.headers, text: '', done: undefined as never };
+  const stream: ClientStream = {
+    status: response.status,
+    headers: response.headers,
+    text: '',
+    done: undefined as never,
+  };
   stream.done = (async () => {
     for (;;) {
       const { done, value } = await reader.read();

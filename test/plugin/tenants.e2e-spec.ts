@@ -1,6 +1,12 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { Body, Controller, Post } from '@nestjs/common';
-import { Concurrency, Dedup, OrchestratorModule, OrchestratorService, type OrchestratorModuleOptions } from 'nest-prompt-orchestrator';
+import {
+  Concurrency,
+  Dedup,
+  OrchestratorModule,
+  OrchestratorService,
+  type OrchestratorModuleOptions,
+} from 'nest-prompt-orchestrator';
 import { Gate, PLATFORMS, postJson, startApp, waitFor, type RunningApp } from '../support/platforms.js';
 
 /**
@@ -51,7 +57,10 @@ describe.each(PLATFORMS)('tenants and reuse on plain routes (%s)', (platform) =>
     gate = new Gate();
     gate.resolve();
     slowGate = new Gate();
-    running = await startApp(platform, { imports: [OrchestratorModule.forRoot(options)], controllers: [AskController, SlowController] });
+    running = await startApp(platform, {
+      imports: [OrchestratorModule.forRoot(options)],
+      controllers: [AskController, SlowController],
+    });
     return running.url;
   };
   const outcome = (r: { headers: Headers }) => r.headers.get('x-orchestrator-dedup');
@@ -123,7 +132,10 @@ describe.each(PLATFORMS)('tenants and reuse on plain routes (%s)', (platform) =>
       const url = await start();
       const orchestrator = running!.app.get(OrchestratorService);
       gate = new Gate();
-      const both = [postJson(`${url}/ask`, { q: 'sampled', keep: false }), postJson(`${url}/ask`, { q: 'sampled', keep: false })];
+      const both = [
+        postJson(`${url}/ask`, { q: 'sampled', keep: false }),
+        postJson(`${url}/ask`, { q: 'sampled', keep: false }),
+      ];
       await waitFor(() => orchestrator.health().dedup.joined === 1, 5_000, 'the second request to join the first');
       gate.resolve();
       const [a, b] = await Promise.all(both);

@@ -2,7 +2,13 @@ import { afterEach, describe, expect, it } from '@jest/globals';
 import { Body, Controller, HttpCode, Post } from '@nestjs/common';
 import * as api from '@opentelemetry/api';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
-import { Dedup, OrchestratorModule, OrchestratorService, RequestTracing, TRACE_ATTRIBUTES as A } from 'nest-prompt-orchestrator';
+import {
+  Dedup,
+  OrchestratorModule,
+  OrchestratorService,
+  RequestTracing,
+  TRACE_ATTRIBUTES as A,
+} from 'nest-prompt-orchestrator';
 import { Gate, PLATFORMS, postJson, startApp, waitFor, type RunningApp } from '../support/platforms.js';
 
 /**
@@ -39,14 +45,30 @@ describe.each(PLATFORMS)('tracing through OrchestratorInterceptor on %s', (platf
     const exporter = new InMemorySpanExporter();
     const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
     const tracing = new RequestTracing(api, { tracerProvider: provider });
-    running = await startApp(platform, { imports: [OrchestratorModule.forRoot({ tracing })], controllers: [QuotesController] });
-    const callers = Array.from({ length: 10 }, (_, i) => ({ traceId: `${i}`.padStart(32, 'c'), spanId: `${i}`.padStart(16, 'd') }));
-    const herd = callers.map((c) => postJson(`${running!.url}/quotes`, { symbol: 'ACME' }, { traceparent: `00-${c.traceId}-${c.spanId}-01` }));
+    running = await startApp(platform, {
+      imports: [OrchestratorModule.forRoot({ tracing })],
+      controllers: [QuotesController],
+    });
+    const callers = Array.from({ length: 10 }, (_, i) => ({
+      traceId: `${i}`.padStart(32, 'c'),
+      spanId: `${i}`.padStart(16, 'd'),
+    }));
+    const herd = callers.map((c) =>
+      postJson(`${running!.url}/quotes`, { symbol: 'ACME' }, { traceparent: `00-${c.traceId}-${c.spanId}-01` }),
+    );
     const orchestrator = running.app.get(OrchestratorService);
-    await waitFor(() => calls === 1 && orchestrator.health().dedup.joined === 9, 10_000, 'one call and 9 requests joined to it');
+    await waitFor(
+      () => calls === 1 && orchestrator.health().dedup.joined === 9,
+      10_000,
+      'one call and 9 requests joined to it',
+    );
     gate.resolve();
     expect((await Promise.all(herd)).map((r) => r.status)).toEqual(Array(10).fill(200));
-    await waitFor(() => exporter.getFinishedSpans().filter((s) => s.kind === api.SpanKind.SERVER).length === 10, 5_000, '10 server spans');
+    await waitFor(
+      () => exporter.getFinishedSpans().filter((s) => s.kind === api.SpanKind.SERVER).length === 10,
+      5_000,
+      '10 server spans',
+    );
 
     const spans = exporter.getFinishedSpans();
     const server = spans.filter((s) => s.kind === api.SpanKind.SERVER);
@@ -55,11 +77,17 @@ describe.each(PLATFORMS)('tracing through OrchestratorInterceptor on %s', (platf
     for (const span of server) {
       const caller = callers.find((c) => c.traceId === span.spanContext().traceId);
       expect(span.parentSpanContext?.spanId).toBe(caller?.spanId);
-      expect(span.attributes).toMatchObject({ 'http.request.method': 'POST', 'http.route': '/quotes', 'http.response.status_code': 200 });
+      expect(span.attributes).toMatchObject({
+        'http.request.method': 'POST',
+        'http.route': '/quotes',
+        'http.response.status_code': 200,
+      });
     }
     const leader = server.find((s) => s.attributes[A.dedupOutcome] === 'miss')!;
     const joined = server.filter((s) => s.attributes[A.dedupOutcome] === 'joined');
     expect(joined).toHaveLength(9);
-    expect(joined.flatMap((s) => s.links.map((l) => l.context.spanId))).toEqual(Array(9).fill(leader.spanContext().spanId));
+    expect(joined.flatMap((s) => s.links.map((l) => l.context.spanId))).toEqual(
+      Array(9).fill(leader.spanContext().spanId),
+    );
   });
 });

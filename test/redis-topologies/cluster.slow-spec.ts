@@ -2,7 +2,16 @@ import { afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { uniquePrompt } from '../support/gateway-harness.js';
 import { ensureBuilt } from '../support/gateway-process.js';
 import { redisCli, redisServerMissing, startRedisCluster, type OwnedRedisCluster } from '../support/redis-server.js';
-import { ask, coordinated, expectCoordinatedAgain, expectExactRateLimit, expectExactSpendCap, expectOneCallPerHerd, startFleet, type Fleet } from './fleet.js';
+import {
+  ask,
+  coordinated,
+  expectCoordinatedAgain,
+  expectExactRateLimit,
+  expectExactSpendCap,
+  expectOneCallPerHerd,
+  startFleet,
+  type Fleet,
+} from './fleet.js';
 
 /**
  * Four replicas given one node of a real Redis Cluster (3 masters) this suite
@@ -39,17 +48,18 @@ describe('replicas sharing a Redis Cluster', () => {
     for (const replica of fleet.replicas) expect(replica.output()).not.toMatch(/CROSSSLOT|MOVED|unknown command/);
   }, 240_000);
 
-  it('the master holding a herd\'s lease killed mid-call: every caller is answered, and after the failover a herd makes 1 call again', async () => {
+  it("the master holding a herd's lease killed mid-call: every caller is answered, and after the failover a herd makes 1 call again", async () => {
     cluster = await startRedisCluster({ masters: 3, replicasPerMaster: 1 });
     fleet = await startFleet(['--redis', cluster.url], { mock: { latencyMs: 2_000 } });
     const prompt = uniquePrompt('cluster failover');
     const herd = Promise.all(Array.from({ length: 20 }, (_, i) => ask(fleet!.urls[i % 4], prompt)));
     // The leader has its lease and the call is on its way: kill the master that holds the lease.
     let leaseHolder: number | undefined;
-    for (const deadline = Date.now() + 10_000; leaseHolder === undefined; ) {
+    for (const deadline = Date.now() + 10_000; leaseHolder === undefined;) {
       for (const node of cluster.nodes.filter((n) => n.pid !== undefined)) {
         const keys = await redisCli(node.port, ['keys', 'npo:lease:*']).catch(() => '');
-        if (keys.trim() && /role:master/.test(await redisCli(node.port, ['info', 'replication']))) leaseHolder = node.port;
+        if (keys.trim() && /role:master/.test(await redisCli(node.port, ['info', 'replication'])))
+          leaseHolder = node.port;
       }
       if (Date.now() > deadline) throw new Error('no lease was taken');
     }

@@ -30,15 +30,21 @@ export interface Fleet {
   stop(): Promise<void>;
 }
 
-export async function startFleet(redisFlags: string[], options: { count?: number; mock?: MockProviderOptions; flags?: string[] } = {}): Promise<Fleet> {
+export async function startFleet(
+  redisFlags: string[],
+  options: { count?: number; mock?: MockProviderOptions; flags?: string[] } = {},
+): Promise<Fleet> {
   const provider = await startMockProvider(options.mock ?? { latencyMs: 300 });
   const dir = mkdtempSync(join(tmpdir(), 'npo-topology-'));
-  writeFileSync(join(dir, 'keys.json'), JSON.stringify({
+  writeFileSync(
+    join(dir, 'keys.json'),
+    JSON.stringify({
       [KEY]: { name: 'herd' },
       [ADMIN_KEY]: { name: 'admin', admin: true },
       [RATE_KEY]: { name: 'rated', requestsPerMinute: RATE },
       [SPEND_KEY]: { name: 'capped', maxSpend: `${CAP_USD}/day` },
-    }));
+    }),
+  );
   // 4 output tokens at 1 USD each, input free: an answer with max_tokens 4 holds 4 USD in flight.
   writeFileSync(join(dir, 'prices.json'), JSON.stringify({ 'priced-model': { input: 0, output: 1_000_000 } }));
   const replicas: AppProcess[] = [];
@@ -50,13 +56,19 @@ export async function startFleet(redisFlags: string[], options: { count?: number
     const started = await Promise.all(
       Array.from({ length: options.count ?? 4 }, () =>
         startGatewayProcess([
-          '--upstream', provider.url,
+          '--upstream',
+          provider.url,
           ...redisFlags,
-          '--keys-file', join(dir, 'keys.json'),
-          '--prices', join(dir, 'prices.json'),
-          '--max-spend', '100000/day',
-          '--rate-window', '60',
-          '--log-level', 'warn',
+          '--keys-file',
+          join(dir, 'keys.json'),
+          '--prices',
+          join(dir, 'prices.json'),
+          '--max-spend',
+          '100000/day',
+          '--rate-window',
+          '60',
+          '--log-level',
+          'warn',
           ...(options.flags ?? []),
         ]),
       ),
@@ -79,7 +91,11 @@ export async function ask(url: string, content: string, options: { key?: string;
   const response = await fetch(`${url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: `Bearer ${options.key ?? KEY}` },
-    body: JSON.stringify({ model: 'priced-model', ...(options.maxTokens ? { max_tokens: options.maxTokens } : {}), messages: [{ role: 'user', content }] }),
+    body: JSON.stringify({
+      model: 'priced-model',
+      ...(options.maxTokens ? { max_tokens: options.maxTokens } : {}),
+      messages: [{ role: 'user', content }],
+    }),
   });
   const text = await response.text();
   let code: string | undefined;
@@ -95,9 +111,14 @@ export async function ask(url: string, content: string, options: { key?: string;
 async function herd(fleet: Fleet, label: string, count: number): Promise<{ calls: number; answers: number }> {
   const before = fleet.provider.stats().total;
   const prompt = uniquePrompt(label);
-  const answers = await Promise.all(Array.from({ length: count }, (_, i) => ask(fleet.urls[i % fleet.urls.length], prompt)));
+  const answers = await Promise.all(
+    Array.from({ length: count }, (_, i) => ask(fleet.urls[i % fleet.urls.length], prompt)),
+  );
   expect(answers.map((a) => a.status)).toEqual(answers.map(() => 200));
-  return { calls: fleet.provider.stats().total - before, answers: new Set(answers.map((a) => (JSON.parse(a.text) as { id: string }).id)).size };
+  return {
+    calls: fleet.provider.stats().total - before,
+    answers: new Set(answers.map((a) => (JSON.parse(a.text) as { id: string }).id)).size,
+  };
 }
 
 /** `count` identical requests round-robin over the replicas: one upstream call, one answer for all. */
@@ -110,20 +131,34 @@ export async function expectOneCallPerHerd(fleet: Fleet, label: string, count = 
  * last Redis operation failed acts alone for a second, and learns the new
  * master on its next try), then `herds` more in a row must each make one.
  */
-export async function expectCoordinatedAgain(fleet: Fleet, label: string, herds = 3, timeoutMs = 30_000): Promise<void> {
+export async function expectCoordinatedAgain(
+  fleet: Fleet,
+  label: string,
+  herds = 3,
+  timeoutMs = 30_000,
+): Promise<void> {
   for (let i = 0, deadline = Date.now() + timeoutMs; ; i++) {
     const { calls } = await herd(fleet, `${label} settling ${i}`, 20);
     if (calls === 1) break;
-    if (Date.now() > deadline) throw new Error(`herds still made ${calls} calls:\n${fleet.replicas.map((r) => r.output().slice(-1_500)).join('\n---\n')}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `herds still made ${calls} calls:\n${fleet.replicas.map((r) => r.output().slice(-1_500)).join('\n---\n')}`,
+      );
   }
   for (let i = 0; i < herds; i++) await expectOneCallPerHerd(fleet, `${label} ${i}`, 20);
 }
 
 /** 4 x RATE different requests at once, spread over the replicas: exactly RATE are let in. */
 export async function expectExactRateLimit(fleet: Fleet): Promise<void> {
-  const answers = await Promise.all(Array.from({ length: 4 * RATE }, (_, i) => ask(fleet.urls[i % fleet.urls.length], uniquePrompt(`rate ${i}`), { key: RATE_KEY })));
+  const answers = await Promise.all(
+    Array.from({ length: 4 * RATE }, (_, i) =>
+      ask(fleet.urls[i % fleet.urls.length], uniquePrompt(`rate ${i}`), { key: RATE_KEY }),
+    ),
+  );
   expect(answers.filter((a) => a.status === 200)).toHaveLength(RATE);
-  expect(new Set(answers.filter((a) => a.status !== 200).map((a) => `${a.status} ${a.code}`))).toEqual(new Set(['429 rate_limit_exceeded']));
+  expect(new Set(answers.filter((a) => a.status !== 200).map((a) => `${a.status} ${a.code}`))).toEqual(
+    new Set(['429 rate_limit_exceeded']),
+  );
 }
 
 /**
@@ -132,9 +167,16 @@ export async function expectExactRateLimit(fleet: Fleet): Promise<void> {
  * then every replica refuses.
  */
 export async function expectExactSpendCap(fleet: Fleet): Promise<void> {
-  const answers = await Promise.all(Array.from({ length: 40 }, (_, i) => ask(fleet.urls[i % fleet.urls.length], uniquePrompt(`spend ${i}`), { key: SPEND_KEY, maxTokens: 4 })));
+  const answers = await Promise.all(
+    Array.from({ length: 40 }, (_, i) =>
+      ask(fleet.urls[i % fleet.urls.length], uniquePrompt(`spend ${i}`), { key: SPEND_KEY, maxTokens: 4 }),
+    ),
+  );
   const refused = new Set(answers.filter((a) => a.status !== 200).map((a) => `${a.status} ${a.code}`));
   expect(answers.filter((a) => a.status === 200)).toHaveLength(CAP_USD / 4);
   expect(refused).toEqual(new Set(['429 insufficient_quota']));
-  for (const url of fleet.urls) expect((await ask(url, uniquePrompt('after the cap'), { key: SPEND_KEY, maxTokens: 4 })).code).toBe('insufficient_quota');
+  for (const url of fleet.urls)
+    expect((await ask(url, uniquePrompt('after the cap'), { key: SPEND_KEY, maxTokens: 4 })).code).toBe(
+      'insufficient_quota',
+    );
 }

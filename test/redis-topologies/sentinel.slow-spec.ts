@@ -2,7 +2,16 @@ import { afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { uniquePrompt } from '../support/gateway-harness.js';
 import { ensureBuilt } from '../support/gateway-process.js';
 import { redisServerMissing, startSentinelSet, type OwnedSentinelSet } from '../support/redis-server.js';
-import { ask, coordinated, expectCoordinatedAgain, expectExactRateLimit, expectExactSpendCap, expectOneCallPerHerd, startFleet, type Fleet } from './fleet.js';
+import {
+  ask,
+  coordinated,
+  expectCoordinatedAgain,
+  expectExactRateLimit,
+  expectExactSpendCap,
+  expectOneCallPerHerd,
+  startFleet,
+  type Fleet,
+} from './fleet.js';
 
 /**
  * Four replicas given a Sentinel (`redis+sentinel://host:port/name`) watching
@@ -40,7 +49,9 @@ describe('replicas sharing Redis through Sentinel', () => {
     set = await startSentinelSet();
     fleet = await startFleet(['--redis', set.url], { mock: { latencyMs: 2_000 } });
     const old = await set.master();
-    const herd = Promise.all(Array.from({ length: 20 }, (_, i) => ask(fleet!.urls[i % 4], uniquePrompt('sentinel failover'))));
+    const herd = Promise.all(
+      Array.from({ length: 20 }, (_, i) => ask(fleet!.urls[i % 4], uniquePrompt('sentinel failover'))),
+    );
     await new Promise((resolve) => setTimeout(resolve, 500)); // the herd is in flight (its calls take 2 s)
     await old.kill();
     const answers = await herd;

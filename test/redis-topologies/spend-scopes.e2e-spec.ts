@@ -29,7 +29,7 @@ describe('spend per scope, one slot each', () => {
 
   const ledger = (prefix: string) => new SpendLedger({ redis: client, slotPerScope: true, prefix, now: () => now });
 
-  it('holds against every scope under tagged keys, and settles each scope\'s totals', async () => {
+  it("holds against every scope under tagged keys, and settles each scope's totals", async () => {
     const spend = ledger('tagged');
     const caps: ScopedCap[] = [
       { scope: 'tenant', cap: { usd: 10, period: 'day' } },

@@ -1,7 +1,15 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { rmSync } from 'node:fs';
 import { ensureBuilt, startGatewayProcess, type AppProcess } from '../support/gateway-process.js';
-import { makeTlsFiles, redisServerMissing, startOwnedRedis, startRedisCluster, type OwnedRedis, type OwnedRedisCluster, type TlsFiles } from '../support/redis-server.js';
+import {
+  makeTlsFiles,
+  redisServerMissing,
+  startOwnedRedis,
+  startRedisCluster,
+  type OwnedRedis,
+  type OwnedRedisCluster,
+  type TlsFiles,
+} from '../support/redis-server.js';
 import { expectExactRateLimit, expectExactSpendCap, expectOneCallPerHerd, startFleet, type Fleet } from './fleet.js';
 
 /**
@@ -39,7 +47,16 @@ describe('replicas sharing a Redis over TLS', () => {
   it('rediss:// with --redis-ca, --redis-cert, --redis-key: a herd over 4 replicas makes 1 call; a rate limit and a spend cap are exact', async () => {
     redis = await startOwnedRedis({ tls });
     expect(redis.url).toMatch(/^rediss:/);
-    fleet = await startFleet(['--redis', redis.url, '--redis-ca', tls.ca, '--redis-cert', tls.clientCert, '--redis-key', tls.clientKey]);
+    fleet = await startFleet([
+      '--redis',
+      redis.url,
+      '--redis-ca',
+      tls.ca,
+      '--redis-cert',
+      tls.clientCert,
+      '--redis-key',
+      tls.clientKey,
+    ]);
     await expectOneCallPerHerd(fleet, 'tls herd');
     await expectExactRateLimit(fleet);
     await expectExactSpendCap(fleet);
@@ -48,7 +65,16 @@ describe('replicas sharing a Redis over TLS', () => {
   it('a Redis Cluster over TLS (tls-cluster yes), given one node and the same flags: a herd over 4 replicas makes 1 call; a spend cap is exact', async () => {
     cluster = await startRedisCluster({ masters: 3, tls });
     expect(cluster.url).toMatch(/^rediss:/);
-    fleet = await startFleet(['--redis', cluster.nodes[1].url, '--redis-ca', tls.ca, '--redis-cert', tls.clientCert, '--redis-key', tls.clientKey]);
+    fleet = await startFleet([
+      '--redis',
+      cluster.nodes[1].url,
+      '--redis-ca',
+      tls.ca,
+      '--redis-cert',
+      tls.clientCert,
+      '--redis-key',
+      tls.clientKey,
+    ]);
     await expectOneCallPerHerd(fleet, 'tls cluster herd');
     await expectExactSpendCap(fleet);
     for (const replica of fleet.replicas) expect(replica.output()).not.toMatch(/CROSSSLOT|MOVED/);
@@ -61,18 +87,33 @@ describe('replicas sharing a Redis over TLS', () => {
       ['--redis-ca', tls.clientCert, '--redis-cert', tls.clientCert, '--redis-key', tls.clientKey],
     ];
     for (const flags of attempts) {
-      const failure = await startGatewayProcess(['--upstream', 'http://127.0.0.1:9', '--redis', redis.url, ...flags]).then(
+      const failure = await startGatewayProcess([
+        '--upstream',
+        'http://127.0.0.1:9',
+        '--redis',
+        redis.url,
+        ...flags,
+      ]).then(
         (started) => {
           gateway = started;
           return 'started';
         },
         (error: Error) => error.message,
       );
-      expect(failure).toMatch(/Redis refused the TLS connection \(.+\): check --redis-ca, --redis-cert and --redis-key/);
+      expect(failure).toMatch(
+        /Redis refused the TLS connection \(.+\): check --redis-ca, --redis-cert and --redis-key/,
+      );
       expect(failure).not.toContain('PRIVATE KEY');
     }
     // A Redis not reachable yet is no such error: the gateway starts (and acts alone until it is).
-    gateway = await startGatewayProcess(['--upstream', 'http://127.0.0.1:9', '--redis', 'rediss://127.0.0.1:9', '--redis-ca', tls.ca]);
+    gateway = await startGatewayProcess([
+      '--upstream',
+      'http://127.0.0.1:9',
+      '--redis',
+      'rediss://127.0.0.1:9',
+      '--redis-ca',
+      tls.ca,
+    ]);
     expect(gateway.output()).not.toContain('refused the TLS connection');
   }, 120_000);
 });

@@ -40,7 +40,11 @@ export function ownChild<T extends ChildProcess>(child: T, label: string): T {
 }
 
 /** `execFile`, promised (utf8 output), its child recorded like any other. */
-export function execFileOwned(file: string, args: readonly string[], options: ExecFileOptions = {}): Promise<{ stdout: string; stderr: string }> {
+export function execFileOwned(
+  file: string,
+  args: readonly string[],
+  options: ExecFileOptions = {},
+): Promise<{ stdout: string; stderr: string }> {
   const pending = promisify(execFile)(file, args, { ...options, encoding: 'utf8' });
   ownChild(pending.child, file);
   return pending;

@@ -41,7 +41,8 @@ export async function startGateway(options: StartOptions = {}): Promise<GatewayU
     // Request lines would flood the test output: silent unless a test's own flags ask for a level.
     // A test's own --upstream (or upstreams file) replaces the simulated provider's (--upstream given twice would
     // make a pool of two).
-    const upstream = flags.includes('--upstream') || flags.includes('--upstreams-file') ? [] : ['--upstream', provider.url];
+    const upstream =
+      flags.includes('--upstream') || flags.includes('--upstreams-file') ? [] : ['--upstream', provider.url];
     const config = parseGatewayConfig([...upstream, '--log-level', 'silent', ...flags], options.env ?? {});
     if (!config) throw new Error('parseGatewayConfig returned no config (was --help passed?)');
     app = await createGateway(config, { logger: options.logger ?? false });
@@ -104,7 +105,12 @@ export { send, postJson, type RawResponse } from './platforms.js';
 export function sseData(text: string): string[] {
   return text
     .split(/\r?\n\r?\n/)
-    .flatMap((event) => event.split(/\r?\n/).filter((line) => line.startsWith('data:')).map((line) => line.slice(5).trim()))
+    .flatMap((event) =>
+      event
+        .split(/\r?\n/)
+        .filter((line) => line.startsWith('data:'))
+        .map((line) => line.slice(5).trim()),
+    )
     .filter((data) => data.length > 0);
 }
 

@@ -18,8 +18,11 @@ export const GATEWAY_MAIN = join(ROOT, 'dist/apps/gateway/src/main.js');
  */
 export async function ensureBuilt(): Promise<void> {
   await new Promise<void>((resolve, reject) => {
-    execFile(process.execPath, [join(ROOT, 'scripts/build-if-stale.mjs'), '--check'], { cwd: ROOT }, (error, stdout, stderr) =>
-      error ? reject(new Error(`${stdout}${stderr}`)) : resolve(),
+    execFile(
+      process.execPath,
+      [join(ROOT, 'scripts/build-if-stale.mjs'), '--check'],
+      { cwd: ROOT },
+      (error, stdout, stderr) => (error ? reject(new Error(`${stdout}${stderr}`)) : resolve()),
     );
   });
 }
@@ -44,11 +47,24 @@ export type GatewayProcess = AppProcess;
 const START_TIMEOUT_MS = 120_000;
 
 /** Starts a built app and waits (bounded) for its "listening on http://..." line. */
-async function startApp(main: string, args: string[], env: NodeJS.ProcessEnv, startTimeoutMs = START_TIMEOUT_MS, nodeArgs: readonly string[] = []): Promise<AppProcess> {
-  const child = ownChild(spawn(process.execPath, [...nodeArgs, main, ...args], { cwd: ROOT, env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] }), main);
+async function startApp(
+  main: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  startTimeoutMs = START_TIMEOUT_MS,
+  nodeArgs: readonly string[] = [],
+): Promise<AppProcess> {
+  const child = ownChild(
+    spawn(process.execPath, [...nodeArgs, main, ...args], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    }),
+    main,
+  );
   let output = '';
-  child.stdout!.on('data', (b: Buffer) => (output += b.toString()));
-  child.stderr!.on('data', (b: Buffer) => (output += b.toString()));
+  child.stdout.on('data', (b: Buffer) => (output += b.toString()));
+  child.stderr.on('data', (b: Buffer) => (output += b.toString()));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   const kill = () => {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
@@ -67,7 +83,12 @@ async function startApp(main: string, args: string[], env: NodeJS.ProcessEnv, st
 }
 
 /** Starts the built gateway with `args` (`--port 0` is added), and `nodeArgs` beside the flags it always runs with. */
-export function startGatewayProcess(args: string[], env: NodeJS.ProcessEnv = {}, startTimeoutMs?: number, nodeArgs: readonly string[] = []): Promise<AppProcess> {
+export function startGatewayProcess(
+  args: string[],
+  env: NodeJS.ProcessEnv = {},
+  startTimeoutMs?: number,
+  nodeArgs: readonly string[] = [],
+): Promise<AppProcess> {
   return startApp(GATEWAY_MAIN, ['--port', '0', ...args], env, startTimeoutMs, [...GATEWAY_NODE_FLAGS, ...nodeArgs]);
 }
 
@@ -84,12 +105,20 @@ export function rssOf(pid: number): number {
 }
 
 /** Until every replica says it coordinates through Redis (`/health`'s `coordination`), within `timeoutMs` each. */
-export async function untilCoordinated(replicas: ReadonlyArray<{ url: string; output?: () => string }>, options: { timeoutMs?: number; headers?: Record<string, string> } = {}): Promise<void> {
+export async function untilCoordinated(
+  replicas: ReadonlyArray<{ url: string; output?: () => string }>,
+  options: { timeoutMs?: number; headers?: Record<string, string> } = {},
+): Promise<void> {
   for (const replica of replicas) {
-    for (const deadline = Date.now() + (options.timeoutMs ?? 60_000); ; ) {
-      const health = (await (await fetch(`${replica.url}/health`, { headers: options.headers })).json()) as { coordination: { state: string } | null };
+    for (const deadline = Date.now() + (options.timeoutMs ?? 60_000); ;) {
+      const health = (await (await fetch(`${replica.url}/health`, { headers: options.headers })).json()) as {
+        coordination: { state: string } | null;
+      };
       if (health.coordination?.state === 'ok') break;
-      if (Date.now() > deadline) throw new Error(`${replica.url} never coordinated through Redis${replica.output ? `:\n${replica.output().slice(-2_000)}` : ''}`);
+      if (Date.now() > deadline)
+        throw new Error(
+          `${replica.url} never coordinated through Redis${replica.output ? `:\n${replica.output().slice(-2_000)}` : ''}`,
+        );
       await new Promise((resolve) => setTimeout(resolve, 50)); // polling interval
     }
   }

@@ -4,5 +4,6 @@ import { CHILDREN_DIR_VARIABLE, killRecorded } from './child-registry.mjs';
 export default function globalTeardown() {
   const dir = process.env[CHILDREN_DIR_VARIABLE];
   if (!dir) return;
-  for (const { pid, label } of killRecorded(dir)) process.stderr.write(`killed ${label} (pid ${pid}), left running by a test\n`);
+  for (const { pid, label } of killRecorded(dir))
+    process.stderr.write(`killed ${label} (pid ${pid}), left running by a test\n`);
 }

@@ -229,7 +229,19 @@ async function stopChild(child: ChildProcess, graceMs = 5_000): Promise<void> {
 }
 
 function serverArgs(options: LlamaServerOptions, model: string, port: number, extra: string[]): string[] {
-  const args = ['-m', model, '--host', '127.0.0.1', '--port', String(port), '-c', String(options.ctx ?? 512), '--jinja', '-t', '1'];
+  const args = [
+    '-m',
+    model,
+    '--host',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    '-c',
+    String(options.ctx ?? 512),
+    '--jinja',
+    '-t',
+    '1',
+  ];
   if (options.embeddings) args.push('--embeddings', '--pooling', 'mean');
   if (options.metrics) args.push('--metrics');
   if (options.slots === true) args.push('--slots');
@@ -312,17 +324,24 @@ export async function startLlamaServer(options: LlamaServerOptions = {}): Promis
       child.once('error', (error) => (spawnError = error));
 
       const deadline = Date.now() + (options.readyTimeoutMs ?? 120_000);
-      const ready = await waitHealthy(`http://127.0.0.1:${port}`, deadline, () => exited(child) || spawnError !== undefined);
+      const ready = await waitHealthy(
+        `http://127.0.0.1:${port}`,
+        deadline,
+        () => exited(child) || spawnError !== undefined,
+      );
       if (ready && !exited(child)) return { child, port };
 
       await stopChild(child);
       const tail = output.trim().split('\n').slice(-15).join('\n');
       if (spawnError) throw new Error(`cannot run ${binary}: ${spawnError.message}`);
       if (/couldn't bind/i.test(output)) continue; // someone took the port between the probe and the bind
-      const why = exited(child) && child.exitCode !== null ? `exited with code ${child.exitCode}` : 'was not ready in time';
+      const why =
+        exited(child) && child.exitCode !== null ? `exited with code ${child.exitCode}` : 'was not ready in time';
       throw new Error(`llama-server ${why} (port ${port}):\n${tail}`);
     }
-    throw new Error(`llama-server could not bind a port after 3 attempts:\n${output.trim().split('\n').slice(-5).join('\n')}`);
+    throw new Error(
+      `llama-server could not bind a port after 3 attempts:\n${output.trim().split('\n').slice(-5).join('\n')}`,
+    );
   };
 
   let extra = options.args ?? [];

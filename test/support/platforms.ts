@@ -53,7 +53,7 @@ export interface RawResponse {
   headers: Headers;
   text: string;
   // Tests read into the body freely; a failed read fails the test anyway.
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+
   json: any;
 }
 
@@ -62,7 +62,12 @@ export async function send(
   url: string,
   init: { method?: string; headers?: Record<string, string>; body?: string; signal?: AbortSignal } = {},
 ): Promise<RawResponse> {
-  const response = await fetch(url, { method: init.method ?? 'GET', headers: init.headers, body: init.body, signal: init.signal });
+  const response = await fetch(url, {
+    method: init.method ?? 'GET',
+    headers: init.headers,
+    body: init.body,
+    signal: init.signal,
+  });
   const text = await response.text();
   let json: unknown;
   try {

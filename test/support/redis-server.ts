@@ -76,7 +76,18 @@ export async function startOwnedRedis(options: OwnedRedisOptions = {}): Promise<
       ? options.argv(port)
       : [
           ...(tls
-            ? ['--port', '0', '--tls-port', String(port), '--tls-cert-file', tls.serverCert, '--tls-key-file', tls.serverKey, '--tls-ca-cert-file', tls.ca]
+            ? [
+                '--port',
+                '0',
+                '--tls-port',
+                String(port),
+                '--tls-cert-file',
+                tls.serverCert,
+                '--tls-key-file',
+                tls.serverKey,
+                '--tls-ca-cert-file',
+                tls.ca,
+              ]
             : ['--port', String(port)]),
           ...['--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'],
           ...(options.args?.(port) ?? []),
@@ -173,12 +184,14 @@ const run = execFileOwned;
 /** `redis-cli -p PORT args...` (TLS when `tls` is given), its output. */
 export async function redisCli(port: number, args: string[], tls?: TlsFiles): Promise<string> {
   const secure = tls ? ['--tls', '--cacert', tls.ca, '--cert', tls.clientCert, '--key', tls.clientKey] : [];
-  const { stdout } = await run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...secure, ...args], { timeout: 30_000 });
+  const { stdout } = await run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...secure, ...args], {
+    timeout: 30_000,
+  });
   return stdout;
 }
 
 async function until(what: string, check: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
-  for (const deadline = Date.now() + timeoutMs; ; ) {
+  for (const deadline = Date.now() + timeoutMs; ;) {
     if (await check().catch(() => false)) return;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 100)); // polling interval
@@ -202,7 +215,9 @@ export interface OwnedRedisCluster {
  * `redis-cli --cluster create`. A node unreachable for a second is failed
  * over (`cluster-node-timeout 1000`).
  */
-export async function startRedisCluster(options: { masters?: number; replicasPerMaster?: number; tls?: TlsFiles } = {}): Promise<OwnedRedisCluster> {
+export async function startRedisCluster(
+  options: { masters?: number; replicasPerMaster?: number; tls?: TlsFiles } = {},
+): Promise<OwnedRedisCluster> {
   const tls = options.tls;
   const masters = options.masters ?? 3;
   const replicas = options.replicasPerMaster ?? 0;
@@ -218,7 +233,14 @@ export async function startRedisCluster(options: { masters?: number; replicasPer
         await startOwnedRedis({
           tls,
           args: (port) => [
-            ...['--cluster-enabled', 'yes', '--cluster-config-file', join(dir, `nodes-${port}.conf`), '--cluster-node-timeout', '1000'],
+            ...[
+              '--cluster-enabled',
+              'yes',
+              '--cluster-config-file',
+              join(dir, `nodes-${port}.conf`),
+              '--cluster-node-timeout',
+              '1000',
+            ],
             // Each node its own file for the copies replication makes; a replica may take over however long ago it
             // last heard from its master (an idle test cluster pings rarely).
             ...['--dir', dir, '--dbfilename', `dump-${port}.rdb`, '--cluster-replica-validity-factor', '0'],
@@ -227,14 +249,31 @@ export async function startRedisCluster(options: { masters?: number; replicasPer
         }),
       );
     }
-    await redisCli(nodes[0].port, ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', String(replicas), '--cluster-yes'], tls);
+    await redisCli(
+      nodes[0].port,
+      [
+        '--cluster',
+        'create',
+        ...nodes.map((n) => `127.0.0.1:${n.port}`),
+        '--cluster-replicas',
+        String(replicas),
+        '--cluster-yes',
+      ],
+      tls,
+    );
     const healthy = async () => {
       const alive = () => nodes.filter((n) => n.pid !== undefined);
-      await until('the cluster to serve every slot', async () => {
-        const infos = await Promise.all(alive().map((n) => redisCli(n.port, ['cluster', 'info'], tls)));
-        return infos.every((info) => /cluster_state:ok/.test(info) && /cluster_slots_ok:16384/.test(info));
-      }, 60_000).catch(async (error: Error) => {
-        const views = await Promise.all(alive().map((n) => redisCli(n.port, ['cluster', 'nodes'], tls).catch((e: Error) => e.message)));
+      await until(
+        'the cluster to serve every slot',
+        async () => {
+          const infos = await Promise.all(alive().map((n) => redisCli(n.port, ['cluster', 'info'], tls)));
+          return infos.every((info) => /cluster_state:ok/.test(info) && /cluster_slots_ok:16384/.test(info));
+        },
+        60_000,
+      ).catch(async (error: Error) => {
+        const views = await Promise.all(
+          alive().map((n) => redisCli(n.port, ['cluster', 'nodes'], tls).catch((e: Error) => e.message)),
+        );
         throw new Error(`${error.message}; the nodes say:\n${views.join('\n')}`);
       });
     };
@@ -289,9 +328,20 @@ export async function startSentinelSet(name = 'mymaster'): Promise<OwnedSentinel
     const files = (port: number) => ['--dir', dir, '--dbfilename', `dump-${port}.rdb`];
     const primary = await startOwnedRedis({ args: files });
     started.push(primary);
-    const replica = await startOwnedRedis({ args: (port) => [...files(port), '--replicaof', '127.0.0.1', String(primary.port), '--replica-announce-ip', '127.0.0.1'] });
+    const replica = await startOwnedRedis({
+      args: (port) => [
+        ...files(port),
+        '--replicaof',
+        '127.0.0.1',
+        String(primary.port),
+        '--replica-announce-ip',
+        '127.0.0.1',
+      ],
+    });
     started.push(replica);
-    await until('the replica to be in sync', async () => /master_link_status:up/.test(await redisCli(replica.port, ['info', 'replication'])));
+    await until('the replica to be in sync', async () =>
+      /master_link_status:up/.test(await redisCli(replica.port, ['info', 'replication'])),
+    );
     const sentinel = await startOwnedRedis({
       argv: (port) => {
         // Sentinel rewrites its config file: one per start.
@@ -313,20 +363,37 @@ export async function startSentinelSet(name = 'mymaster'): Promise<OwnedSentinel
     started.push(sentinel);
     const nodes = [primary, replica];
     const master = async () => {
-      const [, port] = (await redisCli(sentinel.port, ['sentinel', 'get-master-addr-by-name', name])).trim().split('\n');
+      const [, port] = (await redisCli(sentinel.port, ['sentinel', 'get-master-addr-by-name', name]))
+        .trim()
+        .split('\n');
       return nodes.find((n) => n.port === Number(port))!;
     };
     // Sentinel has found the replica (so it can fail over).
-    await until('Sentinel to know the replica', async () => /slave|replica/.test(await redisCli(sentinel.port, ['sentinel', 'replicas', name])) && (await redisCli(sentinel.port, ['sentinel', 'replicas', name])).includes(String(replica.port)));
+    await until(
+      'Sentinel to know the replica',
+      async () =>
+        /slave|replica/.test(await redisCli(sentinel.port, ['sentinel', 'replicas', name])) &&
+        (await redisCli(sentinel.port, ['sentinel', 'replicas', name])).includes(String(replica.port)),
+    );
     const failedOver = async (old: OwnedRedis) => {
       let next: OwnedRedis | undefined;
       await until('Sentinel to promote the replica', async () => {
         next = await master();
-        return next !== undefined && next !== old && /role:master/.test(await redisCli(next.port, ['info', 'replication']));
+        return (
+          next !== undefined && next !== old && /role:master/.test(await redisCli(next.port, ['info', 'replication']))
+        );
       });
       return next!;
     };
-    return { url: `redis+sentinel://127.0.0.1:${sentinel.port}/${name}`, name, sentinel, nodes, master, failedOver, close };
+    return {
+      url: `redis+sentinel://127.0.0.1:${sentinel.port}/${name}`,
+      name,
+      sentinel,
+      nodes,
+      master,
+      failedOver,
+      close,
+    };
   } catch (error) {
     await close();
     throw error;
@@ -338,14 +405,61 @@ export async function makeTlsFiles(): Promise<TlsFiles> {
   const dir = mkdtempSync(join(tmpdir(), 'npo-redis-tls-'));
   const file = (name: string) => join(dir, name);
   const openssl = (args: string[]) => run('openssl', args, { timeout: 60_000 });
-  await openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', file('ca.key'), '-out', file('ca.crt'), '-days', '2', '-subj', '/CN=npo test CA']);
+  await openssl([
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-keyout',
+    file('ca.key'),
+    '-out',
+    file('ca.crt'),
+    '-days',
+    '2',
+    '-subj',
+    '/CN=npo test CA',
+  ]);
   writeFileSync(file('server.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
   for (const [who, extra] of [
     ['server', ['-extfile', file('server.ext')]],
     ['client', []],
   ] as const) {
-    await openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', file(`${who}.key`), '-out', file(`${who}.csr`), '-subj', `/CN=npo test ${who}`]);
-    await openssl(['x509', '-req', '-in', file(`${who}.csr`), '-CA', file('ca.crt'), '-CAkey', file('ca.key'), '-CAcreateserial', '-out', file(`${who}.crt`), '-days', '2', ...extra]);
+    await openssl([
+      'req',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-keyout',
+      file(`${who}.key`),
+      '-out',
+      file(`${who}.csr`),
+      '-subj',
+      `/CN=npo test ${who}`,
+    ]);
+    await openssl([
+      'x509',
+      '-req',
+      '-in',
+      file(`${who}.csr`),
+      '-CA',
+      file('ca.crt'),
+      '-CAkey',
+      file('ca.key'),
+      '-CAcreateserial',
+      '-out',
+      file(`${who}.crt`),
+      '-days',
+      '2',
+      ...extra,
+    ]);
   }
-  return { dir, ca: file('ca.crt'), serverCert: file('server.crt'), serverKey: file('server.key'), clientCert: file('client.crt'), clientKey: file('client.key') };
+  return {
+    dir,
+    ca: file('ca.crt'),
+    serverCert: file('server.crt'),
+    serverKey: file('server.key'),
+    clientCert: file('client.crt'),
+    clientKey: file('client.key'),
+  };
 }

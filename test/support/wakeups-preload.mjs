@@ -57,6 +57,9 @@ syncBuiltinESMExports();
 process.on('exit', () => {
   if (!file) return;
   const now = Date.now();
-  const closed = monitors.map(({ made, enabled }) => ({ made, enabled: enabled.map(([from, to]) => [from, to ?? now]) }));
+  const closed = monitors.map(({ made, enabled }) => ({
+    made,
+    enabled: enabled.map(([from, to]) => [from, to ?? now]),
+  }));
   writeFileSync(file, JSON.stringify({ fired, monitors: closed }));
 });

@@ -16,7 +16,13 @@ export class ConversionService {
   async convert(from: string, to: string, amount: number) {
     if (!Number.isFinite(amount)) throw new BadRequestException('amount must be a number');
     const latest = await this.orchestrator.run(
-      { key: `rates:${from}`, dedup: { windowMs: 10_000 }, breaker: 'rates-feed', concurrency: { name: 'rates-feed' }, timeout: 2_000 },
+      {
+        key: `rates:${from}`,
+        dedup: { windowMs: 10_000 },
+        breaker: 'rates-feed',
+        concurrency: { name: 'rates-feed' },
+        timeout: 2_000,
+      },
       (signal) => this.feed.latest(from, signal),
     );
     const rate = latest.rates[to];

@@ -20,7 +20,10 @@ export interface HybridAppOptions {
  */
 export async function startHybridApp(options: HybridAppOptions): Promise<INestApplication> {
   const app = await NestFactory.create(ExampleModule, { logger: options.logger ?? ['error', 'warn'] });
-  app.connectMicroservice<MicroserviceOptions>({ transport: Transport.TCP, options: { host: options.host, port: options.rpcPort } }, { inheritAppConfig: true });
+  app.connectMicroservice<MicroserviceOptions>(
+    { transport: Transport.TCP, options: { host: options.host, port: options.rpcPort } },
+    { inheritAppConfig: true },
+  );
   await app.startAllMicroservices();
   await app.listen(options.port, options.host);
   return app;

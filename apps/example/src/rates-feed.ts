@@ -28,7 +28,10 @@ export class RatesFeed {
   private aborted = 0;
 
   /** Rates of one unit of `base` in a few other currencies. */
-  async latest(base: string, signal: AbortSignal): Promise<{ base: string; rates: Record<string, number>; asOf: string }> {
+  async latest(
+    base: string,
+    signal: AbortSignal,
+  ): Promise<{ base: string; rates: Record<string, number>; asOf: string }> {
     this.calls++;
     this.inFlight++;
     this.maxInFlight = Math.max(this.maxInFlight, this.inFlight);
@@ -74,7 +77,8 @@ export class RatesFeed {
 const USD_VALUE: Record<string, number> = { USD: 1, EUR: 1.08, GBP: 1.27, CHF: 1.13, JPY: 0.0067 };
 
 function ratesFor(base: string): Record<string, number> {
-  const value = (code: string) => USD_VALUE[code] ?? 0.5 + ([...code].reduce((sum, char) => sum + char.charCodeAt(0), 0) % 100) / 100;
+  const value = (code: string) =>
+    USD_VALUE[code] ?? 0.5 + ([...code].reduce((sum, char) => sum + char.charCodeAt(0), 0) % 100) / 100;
   const rates: Record<string, number> = {};
   for (const code of Object.keys(USD_VALUE)) {
     if (code !== base) rates[code] = Math.round((value(base) / value(code)) * 10_000) / 10_000;

@@ -18,7 +18,8 @@ export class RatesHandlers {
   @Concurrency({ name: 'rates-feed' })
   @CallTimeout(2_000)
   rates(@Payload() data: { base?: unknown } | undefined, @CallSignal() signal: AbortSignal) {
-    if (typeof data?.base !== 'string' || data.base === '') throw new RpcException({ status: 'error', code: 'BAD_REQUEST', message: 'base must be a currency code' });
+    if (typeof data?.base !== 'string' || data.base === '')
+      throw new RpcException({ status: 'error', code: 'BAD_REQUEST', message: 'base must be a currency code' });
     return this.feed.latest(data.base.toUpperCase(), signal);
   }
 }

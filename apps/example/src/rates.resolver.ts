@@ -30,6 +30,10 @@ export class RatesResolver {
   @CallTimeout(2_000)
   async rates(@Args('base', { type: () => String }) base: string, @CallSignal() signal: AbortSignal): Promise<Rates> {
     const latest = await this.feed.latest(base.toUpperCase(), signal);
-    return { base: latest.base, asOf: latest.asOf, rates: Object.entries(latest.rates).map(([currency, rate]) => ({ currency, rate })) };
+    return {
+      base: latest.base,
+      asOf: latest.asOf,
+      rates: Object.entries(latest.rates).map(([currency, rate]) => ({ currency, rate })),
+    };
   }
 }

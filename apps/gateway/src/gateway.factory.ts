@@ -28,7 +28,10 @@ export interface CreateGatewayOptions {
 const MULTIPART = 'multipart/form-data';
 
 /** Builds the gateway app on the configured platform (not yet listening). */
-export async function createGateway(config: GatewayConfig, options: CreateGatewayOptions = {}): Promise<INestApplication> {
+export async function createGateway(
+  config: GatewayConfig,
+  options: CreateGatewayOptions = {},
+): Promise<INestApplication> {
   redactor.add(config.gatewayKeys);
   // Provider keys are also looked for in a stream's ordinary events (a provider quoting one outside an error).
   redactor.watch([config.providerKey, ...upstreamKeys(config)]);
@@ -37,7 +40,10 @@ export async function createGateway(config: GatewayConfig, options: CreateGatewa
   // Nest's own warnings and errors go through the same logger: one format on stdout.
   const logger = options.logger ?? nestLoggerOf(log);
   if (config.allowedHosts === '*') {
-    log.warn({ context: 'Gateway' }, '--allowed-hosts * answers any Host: a DNS-rebinding web page can reach this gateway and spend its provider key (docs/security.md)');
+    log.warn(
+      { context: 'Gateway' },
+      '--allowed-hosts * answers any Host: a DNS-rebinding web page can reach this gateway and spend its provider key (docs/security.md)',
+    );
   }
   let app: INestApplication;
   if (config.platform === 'fastify') {
@@ -105,7 +111,10 @@ export async function createGateway(config: GatewayConfig, options: CreateGatewa
  * late arrivals with a retryable 503, then close the app (breakers, stores,
  * upstream connections). Resolves with what happened.
  */
-export async function stopGateway(app: INestApplication, config: GatewayConfig): Promise<{ finished: boolean; cut: number }> {
+export async function stopGateway(
+  app: INestApplication,
+  config: GatewayConfig,
+): Promise<{ finished: boolean; cut: number }> {
   const outcome = await app.get(Lifecycle).drain(app.getHttpServer() as Server, config.shutdownGraceMs);
   await app.close();
   return outcome;

@@ -1,8 +1,19 @@
 import { RedisHealthMetrics } from './shared-state/redis-health-metrics.js';
-import { Global, Logger as NestLogger, Module, type DynamicModule, type MiddlewareConsumer, type NestModule } from '@nestjs/common';
+import {
+  Global,
+  Logger as NestLogger,
+  Module,
+  type DynamicModule,
+  type MiddlewareConsumer,
+  type NestModule,
+} from '@nestjs/common';
 import { APP_GUARD } from '@nestjs/core';
 import type { Logger } from 'pino';
-import { OrchestratorModule, OrchestratorObservabilityModule, type OrchestratorModuleOptions } from 'nest-prompt-orchestrator';
+import {
+  OrchestratorModule,
+  OrchestratorObservabilityModule,
+  type OrchestratorModuleOptions,
+} from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from './config/gateway-config.js';
 import { GatewayService } from './gateway.service.js';
 import { GATEWAY_CONFIG, GATEWAY_LOGGER } from './common/gateway.tokens.js';
@@ -21,7 +32,14 @@ import { Budgets } from './budgets/budgets.service.js';
 import { GatewayGuard } from './http/gateway.guard.js';
 import { Lifecycle } from './common/lifecycle.js';
 import { RequestContextMiddleware } from './http/request-context.middleware.js';
-import { UPSTREAM_POOL, everyMember, fallbackGroups, gatewayFailover, memberSettings, upstreamMembers } from './upstreams/upstream-set.js';
+import {
+  UPSTREAM_POOL,
+  everyMember,
+  fallbackGroups,
+  gatewayFailover,
+  memberSettings,
+  upstreamMembers,
+} from './upstreams/upstream-set.js';
 import { UpstreamRotation } from './upstream-rotation.js';
 import { HealthController } from './health.controller.js';
 
@@ -40,7 +58,10 @@ class GatewayCoreModule {
         // Opened (and its topology found) before anything that shares through it is made.
         {
           provide: REDIS_LINK,
-          useFactory: () => (config.redisUrl ? openRedisLink({ url: config.redisUrl, tls: config.redisTls }, new NestLogger('Gateway')) : null),
+          useFactory: () =>
+            config.redisUrl
+              ? openRedisLink({ url: config.redisUrl, tls: config.redisTls }, new NestLogger('Gateway'))
+              : null,
         },
         SharedState,
         WorkerCoordination,
@@ -50,7 +71,18 @@ class GatewayCoreModule {
         // The SDK is loaded only when traces are exported.
         { provide: GatewayTracing, useFactory: () => GatewayTracing.create(config, logger) },
       ],
-      exports: [GATEWAY_CONFIG, GATEWAY_LOGGER, GatewayService, Lifecycle, SharedState, WorkerCoordination, UsageLedger, Budgets, SessionSecret, GatewayTracing],
+      exports: [
+        GATEWAY_CONFIG,
+        GATEWAY_LOGGER,
+        GatewayService,
+        Lifecycle,
+        SharedState,
+        WorkerCoordination,
+        UsageLedger,
+        Budgets,
+        SessionSecret,
+        GatewayTracing,
+      ],
     };
   }
 }
@@ -88,8 +120,18 @@ export function orchestratorOptions(
     upstreams: {
       // While no upstream is in rotation (a llama.cpp server restarting, loading its model), a request waits for one,
       // as many at once as may wait for a slot.
-      [UPSTREAM_POOL]: { members: upstreamMembers(config), shouldFailover, dynamic, hold: { ms: config.holdUnavailableMs, maxHeld: config.queueSize } },
-      ...Object.fromEntries([...fallbackGroups(config)].map(([group, groupMembers]) => [group, { members: groupMembers, shouldFailover, dynamic }])),
+      [UPSTREAM_POOL]: {
+        members: upstreamMembers(config),
+        shouldFailover,
+        dynamic,
+        hold: { ms: config.holdUnavailableMs, maxHeld: config.queueSize },
+      },
+      ...Object.fromEntries(
+        [...fallbackGroups(config)].map(([group, groupMembers]) => [
+          group,
+          { members: groupMembers, shouldFailover, dynamic },
+        ]),
+      ),
     },
     windowStores: shared.windowStore ? [shared.windowStore] : undefined,
     // Redis coordinates whoever shares it (replicas and workers alike); without it, the workers of --workers
@@ -122,11 +164,15 @@ export class GatewayModule implements NestModule {
         }),
       ],
       // The proxied routes are served by the data plane, ahead of these (see gateway.factory.ts).
-      controllers: [
-        HealthController,
-        ...(o.statusPath === undefined ? [] : [statusController(o.statusPath)]),
+      controllers: [HealthController, ...(o.statusPath === undefined ? [] : [statusController(o.statusPath)])],
+      providers: [
+        { provide: APP_GUARD, useClass: GatewayGuard },
+        StatusBoard,
+        GatewayTelemetry,
+        UpstreamRotation,
+        FleetHeartbeat,
+        RedisHealthMetrics,
       ],
-      providers: [{ provide: APP_GUARD, useClass: GatewayGuard }, StatusBoard, GatewayTelemetry, UpstreamRotation, FleetHeartbeat, RedisHealthMetrics],
     };
   }
 

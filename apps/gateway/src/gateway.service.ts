@@ -11,7 +11,13 @@ import { createProvider } from './providers/provider.factory.js';
 import { ROUTES, type Provider, type Translation, type UpstreamPlan } from './providers/provider.js';
 import { translateSse } from './translate/sse.js';
 import { checkStreamEnd } from './upstreams/stream-end.js';
-import { UpstreamClient, UpstreamHttpError, UpstreamProtocolError, looksLikeJson, startsWithErrorField } from './upstreams/upstream-client.js';
+import {
+  UpstreamClient,
+  UpstreamHttpError,
+  UpstreamProtocolError,
+  looksLikeJson,
+  startsWithErrorField,
+} from './upstreams/upstream-client.js';
 import { UpstreamIdentity } from './upstreams/upstream-identity.js';
 import { urlFor, urlOn, type UpstreamTarget } from './upstreams/upstream-set.js';
 import { Budgets } from './budgets/budgets.service.js';
@@ -98,7 +104,11 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
       return this.budgets.settle(context, body, usage);
     };
     // The attempt's upstream is sent its own key, if it has one.
-    const auth = { clientKey: clientKey(caller.headers), headers: caller.headers, upstream: caller.upstream?.target as UpstreamTarget | undefined };
+    const auth = {
+      clientKey: clientKey(caller.headers),
+      headers: caller.headers,
+      upstream: caller.upstream?.target as UpstreamTarget | undefined,
+    };
     // An upload keeps its own Content-Type (the multipart boundary is in it).
     const uploadType = ROUTES[route].body === 'multipart' ? caller.headers['content-type'] : undefined;
     const call = {
@@ -145,7 +155,8 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
       answer = await this.upstream.open(call);
     } catch (error) {
       // A lost connection may be a restart: the model behind the URL may have changed.
-      if (isTransientFailure(error) && !(error as { status?: unknown }).status) void this.identity.check(this.provider.authHeaders(auth));
+      if (isTransientFailure(error) && !(error as { status?: unknown }).status)
+        void this.identity.check(this.provider.authHeaders(auth));
       throw error;
     }
     context.upstreamAnsweredAt = performance.now();
@@ -157,10 +168,17 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
         const end = ROUTES[route].streamEnd ?? plan.api;
         const checked = end === false ? text : checkStreamEnd(text, end);
         const chunks = tapUsage(checked, false, (usage) => void settle(usage)).pipe(redactErrors(auth.clientKey));
-        return new StreamedResponse(chunks, { contentType: answer.contentType ?? SSE.contentType }, streamErrorEvent(context.api));
+        return new StreamedResponse(
+          chunks,
+          { contentType: answer.contentType ?? SSE.contentType },
+          streamErrorEvent(context.api),
+        );
       }
       // A translated stream is checked by its translator.
-      const chunks: Observable<string> = translateSse(tapUsage(text, false, (usage) => void settle(usage)), translation.stream(body as Json)).pipe(redactErrors(auth.clientKey));
+      const chunks: Observable<string> = translateSse(
+        tapUsage(text, false, (usage) => void settle(usage)),
+        translation.stream(body as Json),
+      ).pipe(redactErrors(auth.clientKey));
       return new StreamedResponse(chunks, SSE, streamErrorEvent(context.api));
     }
     const bytes = await answer.bytes();
@@ -176,7 +194,8 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     if (answer.status < 300) await settle(usageOfJson(bytes));
     else this.budgets.release(context);
     const json = parseJson(bytes);
-    if (typeof json !== 'object' || json === null) throw new UpstreamProtocolError('The provider sent a body that is not a JSON object.');
+    if (typeof json !== 'object' || json === null)
+      throw new UpstreamProtocolError('The provider sent a body that is not a JSON object.');
     // The provider's own answer, before translation: its id, model and finish reasons on the call's client span.
     if (context.span?.recording) context.span.setUpstreamAttributes(GatewayTracing.responseAttributes(json));
     return new RawResponse(Buffer.from(JSON.stringify(translation.response(json as Json))));
@@ -222,7 +241,8 @@ function redactErrors(presented: string | undefined) {
       let held = '';
       const send = (text: string) => {
         if (text.length === 0) return;
-        if (text.includes('"error"') || text.includes('event: error') || text.includes('event:error')) subscriber.next(redactor.json(text, [presented]));
+        if (text.includes('"error"') || text.includes('event: error') || text.includes('event:error'))
+          subscriber.next(redactor.json(text, [presented]));
         else if (redactor.mayQuote(text, presented)) subscriber.next(redactor.json(text, [presented], false));
         else subscriber.next(text);
       };

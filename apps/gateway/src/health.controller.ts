@@ -1,7 +1,14 @@
 import { Controller, Get, Header, Inject, Req, Res, SetMetadata } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { IncomingMessage } from 'node:http';
-import { OrchestratorService, livenessReport, readinessReport, type DedupOutcome, type HealthReport, type LimiterSnapshot } from 'nest-prompt-orchestrator';
+import {
+  OrchestratorService,
+  livenessReport,
+  readinessReport,
+  type DedupOutcome,
+  type HealthReport,
+  type LimiterSnapshot,
+} from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from './config/gateway-config.js';
 import { GATEWAY_CONFIG } from './common/gateway.tokens.js';
 import { Budgets } from './budgets/budgets.service.js';
@@ -87,7 +94,11 @@ export class HealthController {
       ? {
           redis: () => {
             const problem = redis.problem;
-            return { status: redis.state === 'up' || !requireStore ? ('up' as const) : ('down' as const), state: redis.state, ...(problem ? { cause: problem.cause, error: problem.error } : {}) };
+            return {
+              status: redis.state === 'up' || !requireStore ? ('up' as const) : ('down' as const),
+              state: redis.state,
+              ...(problem ? { cause: problem.cause, error: problem.error } : {}),
+            };
           },
         }
       : undefined;
@@ -115,16 +126,30 @@ export class HealthController {
     // Redis's, or the workers' own through their primary.
     const coordination = health.coordination;
     // Whether coordination through Redis works, and why not (null without --redis).
-    const redis = this.shared.health ? { ...this.shared.health.view(), limitsWithoutRedis: this.config.limitsWithoutRedis } : null;
+    const redis = this.shared.health
+      ? { ...this.shared.health.view(), limitsWithoutRedis: this.config.limitsWithoutRedis }
+      : null;
     const report = {
       // Degraded: answers keep coming, but from memory only and per replica (Redis is unusable).
-      status: store?.state === 'degraded' || coordination?.state === 'degraded' || redis?.state === 'down' ? 'degraded' : 'ok',
+      status:
+        store?.state === 'degraded' || coordination?.state === 'degraded' || redis?.state === 'down'
+          ? 'degraded'
+          : 'ok',
       upstream: {
         provider: this.config.provider,
         // Several upstreams: available while any of them is in rotation.
-        state: primary.length > 1
-          ? primary.some((u) => u.available) ? 'available' : 'unavailable'
-          : !known ? 'unknown' : state === 'closed' && primary[0]?.health !== 'down' ? 'available' : state === 'half_open' ? 'recovering' : 'unavailable',
+        state:
+          primary.length > 1
+            ? primary.some((u) => u.available)
+              ? 'available'
+              : 'unavailable'
+            : !known
+              ? 'unknown'
+              : state === 'closed' && primary[0]?.health !== 'down'
+                ? 'available'
+                : state === 'half_open'
+                  ? 'recovering'
+                  : 'unavailable',
         breaker: state,
       },
       // Each upstream: its pool (`upstream`, or a fallback group), health check, breaker, slots or adaptive limit, in flight, queued.
@@ -133,7 +158,12 @@ export class HealthController {
       ...(fallbacks?.size ? { fallbacks: Object.fromEntries(fallbacks) } : {}),
       breakers: health.breakers,
       limiters: health.limiters,
-      dedup: { inFlight: health.inFlight, callersWaiting: health.callersWaiting, inFlightBytes: health.inFlightBytes, ...health.dedup },
+      dedup: {
+        inFlight: health.inFlight,
+        callersWaiting: health.callersWaiting,
+        inFlightBytes: health.inFlightBytes,
+        ...health.dedup,
+      },
       window: { entries: health.window.entries, bytes: health.window.bytes, maxBytes: health.window.maxBytes },
       store: store ?? null,
       coordination: coordination ?? null,
@@ -151,7 +181,10 @@ export class HealthController {
     return {
       ...report,
       status: degraded ? 'degraded' : report.status,
-      coordination: degraded && report.coordination?.state !== 'degraded' ? { state: 'degraded' as const, error: 'another worker is not coordinated' } : report.coordination,
+      coordination:
+        degraded && report.coordination?.state !== 'degraded'
+          ? { state: 'degraded' as const, error: 'another worker is not coordinated' }
+          : report.coordination,
       limiters: sumLimiters(parts.map((p) => p.limiters)),
       dedup: {
         inFlight: sum((p) => p.inFlight),
@@ -161,7 +194,11 @@ export class HealthController {
         joined: sum((p) => p.dedup.joined),
         cached: sum((p) => p.dedup.cached),
       },
-      window: { entries: sum((p) => p.window.entries), bytes: sum((p) => p.window.bytes), maxBytes: sum((p) => p.window.maxBytes) },
+      window: {
+        entries: sum((p) => p.window.entries),
+        bytes: sum((p) => p.window.bytes),
+        maxBytes: sum((p) => p.window.maxBytes),
+      },
       workers: {
         configured: this.config.workers,
         count: port.parts.length + port.silent.length,

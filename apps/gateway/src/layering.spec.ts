@@ -46,7 +46,11 @@ function runtimeImports(file: string): string[] {
   const found: string[] = [];
   for (const m of text.matchAll(/^(import|export)\s+(type\s+)?([^;]*?)\s*from\s+'(\.[^']+)'/gms)) {
     if (m[2]) continue;
-    const names = /^\{([^}]*)\}$/.exec(m[3].trim())?.[1].split(',').map((n) => n.trim()).filter(Boolean);
+    const names = /^\{([^}]*)\}$/
+      .exec(m[3].trim())?.[1]
+      .split(',')
+      .map((n) => n.trim())
+      .filter(Boolean);
     if (names && names.length > 0 && names.every((n) => n.startsWith('type '))) continue;
     found.push(resolve(dirname(file), m[4]));
   }
@@ -56,7 +60,12 @@ function runtimeImports(file: string): string[] {
 
 const files = sources(src);
 const edges = files.flatMap((file) =>
-  runtimeImports(file).map((target) => ({ file: relative(src, file), from: folderOf(file), to: folderOf(target), spec: relative(src, target) })),
+  runtimeImports(file).map((target) => ({
+    file: relative(src, file),
+    from: folderOf(file),
+    to: folderOf(target),
+    spec: relative(src, target),
+  })),
 );
 
 describe('gateway layering', () => {
@@ -66,13 +75,16 @@ describe('gateway layering', () => {
   });
 
   it('imports only from its own layer or below', () => {
-    const upward = edges.filter((e) => LAYERS.indexOf(e.to) > LAYERS.indexOf(e.from)).map((e) => `${e.file} -> ${e.spec}`);
+    const upward = edges
+      .filter((e) => LAYERS.indexOf(e.to) > LAYERS.indexOf(e.from))
+      .map((e) => `${e.file} -> ${e.spec}`);
     expect(upward).toEqual([]);
   });
 
   it('has no cycle between folders', () => {
     const next = new Map<string, Set<string>>();
-    for (const e of edges) if (e.from !== e.to) (next.get(e.from) ?? next.set(e.from, new Set()).get(e.from)!).add(e.to);
+    for (const e of edges)
+      if (e.from !== e.to) (next.get(e.from) ?? next.set(e.from, new Set()).get(e.from)!).add(e.to);
     const cycles: string[] = [];
     const walk = (folder: string, path: string[]) => {
       for (const to of next.get(folder) ?? []) {

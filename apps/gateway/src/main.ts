@@ -49,16 +49,21 @@ async function serve(config: GatewayConfig): Promise<void> {
   if (config.platform === 'fastify') await listen({ port: config.port, host: config.host, backlog: LISTEN_BACKLOG });
   else await listen(config.port, config.host, LISTEN_BACKLOG);
   // A worker of --workers: the supervisor says where the port listens.
-  if (cluster.isPrimary) console.log(listeningLine(config, boundPort((app.getHttpServer() as Server).address(), config.port)));
+  if (cluster.isPrimary)
+    console.log(listeningLine(config, boundPort((app.getHttpServer() as Server).address(), config.port)));
 
   let stopping = false;
   const stop = (signal: NodeJS.Signals) => {
     if (stopping) return;
     stopping = true;
-    console.log(`gateway: ${signal}: no new connections; draining requests in flight (at most ${config.shutdownGraceMs / 1000} s)`);
+    console.log(
+      `gateway: ${signal}: no new connections; draining requests in flight (at most ${config.shutdownGraceMs / 1000} s)`,
+    );
     stopGateway(app, config).then(
       ({ finished, cut }) => {
-        console.log(finished ? 'gateway: drained; stopped' : `gateway: grace period over, ${cut} request(s) cut; stopped`);
+        console.log(
+          finished ? 'gateway: drained; stopped' : `gateway: grace period over, ${cut} request(s) cut; stopped`,
+        );
         process.exit(0);
       },
       (error: unknown) => {
@@ -128,7 +133,9 @@ function supervise(config: GatewayConfig): void {
   process.on('SIGHUP', () => {
     const files = [config.budgets.keysFile, config.upstreamsFile?.path].filter((file) => file !== undefined);
     if (stopping || files.length === 0) {
-      console.log(`gateway: SIGHUP: ${stopping ? 'draining' : 'no --keys-file or --upstreams-file to reload'}; nothing to do`);
+      console.log(
+        `gateway: SIGHUP: ${stopping ? 'draining' : 'no --keys-file or --upstreams-file to reload'}; nothing to do`,
+      );
       return;
     }
     // Each worker holds its own copy of the keys and of the upstreams.

@@ -29,4 +29,9 @@
  * it only at start, so these are command-line flags. Workers of `--workers`
  * inherit them.
  */
-export const GATEWAY_NODE_FLAGS: readonly string[] = ['--min-semi-space-size=16', '--max-semi-space-size=16', '--heap-growing-percent=300', '--no-allocation-site-pretenuring'];
+export const GATEWAY_NODE_FLAGS: readonly string[] = [
+  '--min-semi-space-size=16',
+  '--max-semi-space-size=16',
+  '--heap-growing-percent=300',
+  '--no-allocation-site-pretenuring',
+];

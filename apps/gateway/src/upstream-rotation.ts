@@ -6,7 +6,13 @@ import { GATEWAY_CONFIG } from './common/gateway.tokens.js';
 import { GatewayTracing } from './observability/gateway-tracing.js';
 import { FirstCheck, HealthPoller, type MemberChecks } from './upstreams/health-poller.js';
 import { LiveUpstreams } from './upstreams/live-upstreams.js';
-import { UPSTREAM_POOL, gatewayFailover, memberSettings, urlFor, type UpstreamTarget } from './upstreams/upstream-set.js';
+import {
+  UPSTREAM_POOL,
+  gatewayFailover,
+  memberSettings,
+  urlFor,
+  type UpstreamTarget,
+} from './upstreams/upstream-set.js';
 import type { UpstreamsFile } from './upstreams/upstreams-file.js';
 
 /**
@@ -41,7 +47,11 @@ export class UpstreamRotation implements OnApplicationBootstrap, OnModuleDestroy
     }
     const file = config.upstreamsFile;
     if (!file) return;
-    this.checks ??= new FirstCheck({ intervalMs: config.healthIntervalMs, headers, url: (target) => urlFor(gateway.provider.healthUrl(), config, target.url) });
+    this.checks ??= new FirstCheck({
+      intervalMs: config.healthIntervalMs,
+      headers,
+      url: (target) => urlFor(gateway.provider.healthUrl(), config, target.url),
+    });
     this.live = new LiveUpstreams(file, {
       registry: orchestrator.upstreams,
       settingsOf: (member) => memberSettings(config, gateway, member),

@@ -5,7 +5,9 @@ import { chooseTool, lastToolResult } from './tools.js';
 
 function anthropicTools(body: Record<string, unknown>): Array<{ name: string; schema: unknown }> {
   const tools = Array.isArray(body.tools) ? body.tools : [];
-  return tools.flatMap((t) => (isRecord(t) && typeof t.name === 'string' ? [{ name: t.name, schema: t.input_schema }] : []));
+  return tools.flatMap((t) =>
+    isRecord(t) && typeof t.name === 'string' ? [{ name: t.name, schema: t.input_schema }] : [],
+  );
 }
 
 function anthropicChoice(value: unknown): 'auto' | 'none' | 'required' | { name: string } {
@@ -40,7 +42,10 @@ function inputTokens(body: Record<string, unknown>): number {
 async function messages(exchange: Exchange, body: Record<string, unknown>): Promise<void> {
   const history = body.messages as unknown[];
   const toolResult = lastToolResult(history);
-  const call = toolResult === undefined ? chooseTool(anthropicTools(body), anthropicChoice(body.tool_choice), lastUserText(history)) : undefined;
+  const call =
+    toolResult === undefined
+      ? chooseTool(anthropicTools(body), anthropicChoice(body.tool_choice), lastUserText(history))
+      : undefined;
   const reply = echoReply(toolResult ?? lastUserText(history), body.max_tokens);
   const id = `msg_mock_${exchange.seq}`;
   const toolId = `toolu_mock_${exchange.seq}`;
@@ -54,7 +59,9 @@ async function messages(exchange: Exchange, body: Record<string, unknown>): Prom
     cache_creation_input_tokens: 0,
     cache_read_input_tokens: 0,
   };
-  const block = call ? { type: 'tool_use', id: toolId, name: call.name, input: call.args } : { type: 'text', text: reply.text };
+  const block = call
+    ? { type: 'tool_use', id: toolId, name: call.name, input: call.args }
+    : { type: 'text', text: reply.text };
 
   if (!exchange.call.stream) {
     exchange.sendJson(200, {
@@ -92,7 +99,11 @@ async function messages(exchange: Exchange, body: Record<string, unknown>): Prom
     if (call) {
       const half = Math.ceil(args.length / 2);
       for (const partial of [args.slice(0, half), args.slice(half)]) {
-        yield namedSse('content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'input_json_delta', partial_json: partial } });
+        yield namedSse('content_block_delta', {
+          type: 'content_block_delta',
+          index: 0,
+          delta: { type: 'input_json_delta', partial_json: partial },
+        });
       }
     } else {
       for (const piece of reply.pieces) {

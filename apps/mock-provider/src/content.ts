@@ -129,7 +129,7 @@ export function detokenize(ids: readonly number[]): string {
 }
 
 export const CHATML_TEMPLATE =
-  "{% for message in messages %}" +
+  '{% for message in messages %}' +
   "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}" +
   '{% endfor %}' +
   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";

@@ -148,8 +148,17 @@ export class Exchange {
     this.setOutcome('cut');
     this.finish();
     if (this.config.mode === 'errorStream') {
-      const error = errorBody(this.family, 'internal', 'The mock provider failed mid-stream (errorStream mode).', this.seq);
-      this.res.write(this.family === 'anthropic' ? `event: error\ndata: ${JSON.stringify(error)}\n\n` : `data: ${JSON.stringify(error)}\n\n`);
+      const error = errorBody(
+        this.family,
+        'internal',
+        'The mock provider failed mid-stream (errorStream mode).',
+        this.seq,
+      );
+      this.res.write(
+        this.family === 'anthropic'
+          ? `event: error\ndata: ${JSON.stringify(error)}\n\n`
+          : `data: ${JSON.stringify(error)}\n\n`,
+      );
     }
     this.res.end();
   }

@@ -7,7 +7,11 @@ const STREAM_BODY = JSON.stringify({ model: 'gpt-test', stream: true, messages: 
 
 /** The body's pieces as they were read, and the response's headers. */
 async function streamOf(provider: MockProvider): Promise<{ pieces: string[]; headers: Headers }> {
-  const response = await fetch(`${provider.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: STREAM_BODY });
+  const response = await fetch(`${provider.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: STREAM_BODY,
+  });
   const reader = response.body!.getReader();
   const decoder = new TextDecoder();
   const pieces: string[] = [];
@@ -26,7 +30,10 @@ describe('fixed answers, spaced', () => {
 
   it('reads --event-interval-ms and --events-per-write', () => {
     const command = parseCli(['--fixed-answers', '20', '--event-interval-ms', '2.5', '--events-per-write', '3'], {});
-    expect(command).toEqual({ kind: 'run', options: { fixedAnswerEvents: 20, fixedEventIntervalMs: 2.5, fixedEventsPerWrite: 3 } });
+    expect(command).toEqual({
+      kind: 'run',
+      options: { fixedAnswerEvents: 20, fixedEventIntervalMs: 2.5, fixedEventsPerWrite: 3 },
+    });
   });
 
   it('sends the same stream as one write does, in pieces of whole events, without a length', async () => {

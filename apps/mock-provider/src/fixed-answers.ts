@@ -35,7 +35,14 @@ export class FixedAnswers {
         created,
         model,
         system_fingerprint: 'fp_mock',
-        choices: [{ index: 0, message: { role: 'assistant', content: 'A fixed answer.', refusal: null }, logprobs: null, finish_reason: 'stop' }],
+        choices: [
+          {
+            index: 0,
+            message: { role: 'assistant', content: 'A fixed answer.', refusal: null },
+            logprobs: null,
+            finish_reason: 'stop',
+          },
+        ],
         usage: { prompt_tokens: 10, completion_tokens: 3, total_tokens: 13 },
       }),
     );

@@ -23,7 +23,8 @@ const HOLE_JSON = JSON.stringify(HOLE).slice(1, -1);
 export function escapeKey(key: string, escape: QuoteEscape): string {
   const plain = JSON.stringify(key).slice(1, -1);
   if (escape === 'dash') return plain.replace(/-/g, '\\u002d');
-  if (escape === 'all') return [...key].map((char) => `\\u${char.charCodeAt(0).toString(16).padStart(4, '0')}`).join('');
+  if (escape === 'all')
+    return [...key].map((char) => `\\u${char.charCodeAt(0).toString(16).padStart(4, '0')}`).join('');
   return plain;
 }
 
@@ -47,18 +48,28 @@ export async function quoteKey(exchange: Exchange, shape: QuoteShape, escape: Qu
   if (shape === 'body') {
     const body = json({ error: { message, type: 'invalid_request_error', param: null, code: 'invalid_api_key' } }, key);
     exchange.call.status = 401;
-    res.writeHead(401, { 'content-type': 'application/json; charset=utf-8', 'content-length': String(Buffer.byteLength(body)) });
+    res.writeHead(401, {
+      'content-type': 'application/json; charset=utf-8',
+      'content-length': String(Buffer.byteLength(body)),
+    });
     res.end(body);
     return;
   }
   exchange.call.status = 200;
   res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
-  const first = { id: 'chatcmpl-quote', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: 'Hi' }, finish_reason: null }] };
+  const first = {
+    id: 'chatcmpl-quote',
+    object: 'chat.completion.chunk',
+    choices: [{ index: 0, delta: { content: 'Hi' }, finish_reason: null }],
+  };
   let events: string[];
   switch (shape) {
     case 'chat':
     case 'split':
-      events = [`data: ${JSON.stringify(first)}\n\n`, `event: error\ndata: ${json({ message, type: 'server_error', code: 'invalid_api_key' }, key)}\n\n`];
+      events = [
+        `data: ${JSON.stringify(first)}\n\n`,
+        `event: error\ndata: ${json({ message, type: 'server_error', code: 'invalid_api_key' }, key)}\n\n`,
+      ];
       break;
     case 'null':
       events = [`data: ${json({ ...first, error: null, detail: message }, key)}\n\n`, 'data: [DONE]\n\n'];
@@ -76,7 +87,10 @@ export async function quoteKey(exchange: Exchange, shape: QuoteShape, escape: Qu
       ];
       break;
     case 'llama':
-      events = [`data: ${JSON.stringify({ content: 'Hi', stop: false, index: 0 })}\n\n`, `data: ${json({ error: { code: 401, message, type: 'authentication_error' } }, key)}\n\n`];
+      events = [
+        `data: ${JSON.stringify({ content: 'Hi', stop: false, index: 0 })}\n\n`,
+        `data: ${json({ error: { code: 401, message, type: 'authentication_error' } }, key)}\n\n`,
+      ];
       break;
   }
   for (const event of events) {
@@ -91,4 +105,3 @@ export async function quoteKey(exchange: Exchange, shape: QuoteShape, escape: Qu
   }
   res.end();
 }
-

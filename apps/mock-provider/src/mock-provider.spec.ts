@@ -96,7 +96,12 @@ describe('mock provider', () => {
 
       const stats = mock.stats();
       expect(stats.total).toBe(4);
-      expect(stats.byRoute).toEqual({ '/v1/chat/completions': 1, '/chat/completions': 1, '/v1/messages': 1, '/completion': 1 });
+      expect(stats.byRoute).toEqual({
+        '/v1/chat/completions': 1,
+        '/chat/completions': 1,
+        '/v1/messages': 1,
+        '/completion': 1,
+      });
       expect(stats.byMode).toEqual({ ok: 3, error503: 1 });
       expect(stats.healthChecks).toBe(1);
       expect(stats.notFound).toBe(1);
@@ -158,7 +163,9 @@ describe('mock provider', () => {
         id: 'chatcmpl-mock-1',
         object: 'chat.completion',
         model: 'mock-model',
-        choices: [{ index: 0, message: { role: 'assistant', content: 'Echo: second question' }, finish_reason: 'stop' }],
+        choices: [
+          { index: 0, message: { role: 'assistant', content: 'Echo: second question' }, finish_reason: 'stop' },
+        ],
         usage: { prompt_tokens: 8, completion_tokens: 3, total_tokens: 11 },
       });
       const second = (await (await post('/v1/chat/completions', CHAT_BODY)).json()) as Json;
@@ -178,17 +185,18 @@ describe('mock provider', () => {
       const payloads = dataPayloads(text);
       expect(payloads[payloads.length - 1]).toBe('[DONE]');
       const chunks = payloads.slice(0, -1).map(parse);
-      const choice = (chunk: Json): Json => (chunk.choices as Json[])[0] as Json;
+      const choice = (chunk: Json): Json => (chunk.choices as Json[])[0];
 
-      expect(choice(chunks[0] as Json).delta).toEqual({ role: 'assistant', content: '' });
+      expect(choice(chunks[0]).delta).toEqual({ role: 'assistant', content: '' });
       const contentChunks = chunks.slice(1, -2);
       expect(contentChunks).toHaveLength(5);
       expect(contentChunks.map((c) => (choice(c).delta as Json).content).join('')).toBe('Echo: hello brave new world');
-      expect(choice(chunks[chunks.length - 2] as Json)).toMatchObject({ delta: {}, finish_reason: 'stop' });
-      const usageChunk = chunks[chunks.length - 1] as Json;
+      expect(choice(chunks[chunks.length - 2])).toMatchObject({ delta: {}, finish_reason: 'stop' });
+      const usageChunk = chunks[chunks.length - 1];
       expect(usageChunk.choices).toEqual([]);
       expect(usageChunk.usage).toEqual({ prompt_tokens: 4, completion_tokens: 5, total_tokens: 9 });
-      for (const chunk of chunks) expect(chunk).toMatchObject({ id: 'chatcmpl-mock-1', object: 'chat.completion.chunk' });
+      for (const chunk of chunks)
+        expect(chunk).toMatchObject({ id: 'chatcmpl-mock-1', object: 'chat.completion.chunk' });
       expect(mock.calls()[0]).toMatchObject({ stream: true, outcome: 'ok', status: 200 });
     });
 
@@ -205,10 +213,14 @@ describe('mock provider', () => {
       const { text } = await readAll(await post('/v1/chat/completions', body));
       const payloads = dataPayloads(text);
       expect(payloads[payloads.length - 1]).toBe('[DONE]');
-      const pieces = payloads.slice(0, -1).map((p) => ((parse(p).choices as Array<{ delta: { content?: string } }>)[0]?.delta.content ?? ''));
+      const pieces = payloads
+        .slice(0, -1)
+        .map((p) => (parse(p).choices as Array<{ delta: { content?: string } }>)[0]?.delta.content ?? '');
       const content = pieces.filter((piece) => piece !== '');
       expect(content).toHaveLength(16);
-      expect(content.every((piece, i) => piece.length === 512 && piece.startsWith(String(i).padStart(6, '0')))).toBe(true);
+      expect(content.every((piece, i) => piece.length === 512 && piece.startsWith(String(i).padStart(6, '0')))).toBe(
+        true,
+      );
     });
 
     it('cuts the answer at max_tokens words with finish_reason length', async () => {
@@ -218,11 +230,15 @@ describe('mock provider', () => {
 
     it('answers legacy completions, streamed and not', async () => {
       const plain = (await (await post('/v1/completions', { prompt: 'say this' })).json()) as Json;
-      expect(plain).toMatchObject({ id: 'cmpl-mock-1', object: 'text_completion', choices: [{ text: 'Echo: say this' }] });
+      expect(plain).toMatchObject({
+        id: 'cmpl-mock-1',
+        object: 'text_completion',
+        choices: [{ text: 'Echo: say this' }],
+      });
       const { text } = await readAll(await post('/v1/completions', { prompt: 'say this', stream: true }));
       const payloads = dataPayloads(text);
       expect(payloads[payloads.length - 1]).toBe('[DONE]');
-      const pieces = payloads.slice(0, -1).map((p) => ((parse(p).choices as Json[])[0] as Json).text);
+      const pieces = payloads.slice(0, -1).map((p) => (parse(p).choices as Json[])[0].text);
       expect(pieces.join('')).toBe('Echo: say this');
     });
 
@@ -234,7 +250,9 @@ describe('mock provider', () => {
       expect(data[0]?.embedding).toEqual(data[2]?.embedding);
       expect(data[0]?.embedding).not.toEqual(data[1]?.embedding);
 
-      const single = (await (await post('/v1/embeddings', { input: 'alpha', encoding_format: 'base64' })).json()) as Json;
+      const single = (await (
+        await post('/v1/embeddings', { input: 'alpha', encoding_format: 'base64' })
+      ).json()) as Json;
       const encoded = (single.data as Array<{ embedding: string }>)[0]?.embedding ?? '';
       const bytes = Buffer.from(encoded, 'base64');
       const decoded = Array.from(new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4));
@@ -328,7 +346,7 @@ describe('mock provider', () => {
       expect(text).not.toContain('[DONE]');
       expect(text).not.toContain('event:');
       const chunks = dataPayloads(text).map(parse);
-      const last = chunks[chunks.length - 1] as Json;
+      const last = chunks[chunks.length - 1];
       expect(last).toMatchObject({ stop: true, content: '', stop_type: 'eos', tokens_predicted: 3 });
       const partials = chunks.slice(0, -1);
       expect(partials.every((c) => c.stop === false)).toBe(true);
@@ -381,12 +399,19 @@ describe('mock provider', () => {
       try {
         const models = await fetch(`${keyed.url}/v1/models`);
         expect(models.status).toBe(401);
-        expect(await models.json()).toMatchObject({ error: { type: 'invalid_request_error', code: 'invalid_api_key' } });
-        const anthropic = await fetch(`${keyed.url}/v1/messages`, { method: 'POST', body: JSON.stringify(ANTHROPIC_BODY) });
+        expect(await models.json()).toMatchObject({
+          error: { type: 'invalid_request_error', code: 'invalid_api_key' },
+        });
+        const anthropic = await fetch(`${keyed.url}/v1/messages`, {
+          method: 'POST',
+          body: JSON.stringify(ANTHROPIC_BODY),
+        });
         expect(await anthropic.json()).toMatchObject({ type: 'error', error: { type: 'authentication_error' } });
         const bad = await fetch(`${keyed.url}/v1/models`, { headers: { authorization: 'Bearer wrong-123' } });
         expect(((await bad.json()) as { error: { message: string } }).error.message).toContain('wrong-123');
-        expect((await fetch(`${keyed.url}/v1/models`, { headers: { authorization: 'Bearer sk-good' } })).status).toBe(200);
+        expect((await fetch(`${keyed.url}/v1/models`, { headers: { authorization: 'Bearer sk-good' } })).status).toBe(
+          200,
+        );
         expect((await fetch(`${keyed.url}/v1/models`, { headers: { 'x-api-key': 'sk-good' } })).status).toBe(200);
         keyed.setMode('error503');
         expect((await fetch(`${keyed.url}/v1/models`)).status).toBe(503);
@@ -465,7 +490,7 @@ describe('mock provider', () => {
       expect(error).toBeDefined();
       const payloads = dataPayloads(text);
       expect(payloads).toHaveLength(2);
-      expect(((parse(payloads[0] ?? '').choices as Json[])[0] as Json).delta).toMatchObject({ role: 'assistant' });
+      expect((parse(payloads[0] ?? '').choices as Json[])[0].delta).toMatchObject({ role: 'assistant' });
       expect(text).not.toContain('[DONE]');
       expect(mock.calls()[0]).toMatchObject({ outcome: 'cut', stream: true, status: 200 });
 

@@ -67,7 +67,16 @@ function initialOutcome(mode: MockMode): MockOutcome {
 }
 
 /** Request headers kept in the call log: the ones that change an answer or its billing; never a credential. */
-export const RECORDED_HEADERS = ['openai-organization', 'openai-project', 'anthropic-version', 'anthropic-beta', 'x-request-id', 'x-conversation-id', 'traceparent', 'tracestate'];
+export const RECORDED_HEADERS = [
+  'openai-organization',
+  'openai-project',
+  'anthropic-version',
+  'anthropic-beta',
+  'x-request-id',
+  'x-conversation-id',
+  'traceparent',
+  'tracestate',
+];
 
 function recordedHeaders(req: IncomingMessage): { headers?: Record<string, string> } {
   let headers: Record<string, string> | undefined;
@@ -92,9 +101,16 @@ function credentialHash(req: IncomingMessage): string | undefined {
 function keyRefusal(req: IncomingMessage): string | undefined {
   const authorization = req.headers.authorization;
   const apiKey = req.headers['x-api-key'];
-  const key = typeof authorization === 'string' && authorization !== '' ? authorization.replace(/^Bearer\s+/i, '') : typeof apiKey === 'string' ? apiKey : '';
+  const key =
+    typeof authorization === 'string' && authorization !== ''
+      ? authorization.replace(/^Bearer\s+/i, '')
+      : typeof apiKey === 'string'
+        ? apiKey
+        : '';
   if (key === '') return "You didn't provide an API key. You need to provide your API key in an Authorization header.";
-  return key.startsWith('sk-') ? undefined : `Incorrect API key provided: ${key}. You can find your API key at https://platform.openai.com/account/api-keys.`;
+  return key.startsWith('sk-')
+    ? undefined
+    : `Incorrect API key provided: ${key}. You can find your API key at https://platform.openai.com/account/api-keys.`;
 }
 
 function splitUrl(rawUrl: string | undefined): { path: string; query: string } {
@@ -152,7 +168,11 @@ class MockProviderServer implements MockProvider {
         intervalMs: checkDelay(options.fixedEventIntervalMs ?? 0, 'fixedEventIntervalMs'),
         eventsPerWrite: Math.max(1, checkCount(options.fixedEventsPerWrite ?? 1, 'fixedEventsPerWrite')),
       };
-      this.fixed = new FixedAnswers(checkCount(options.fixedAnswerEvents, 'fixedAnswerEvents'), this.current.model, spacing);
+      this.fixed = new FixedAnswers(
+        checkCount(options.fixedAnswerEvents, 'fixedAnswerEvents'),
+        this.current.model,
+        spacing,
+      );
     }
     this.server = createServer((req, res) => {
       this.handle(req, res).catch(() => {
@@ -315,14 +335,23 @@ class MockProviderServer implements MockProvider {
   }
 
   /** `fixedAnswerEvents`: one prepared answer, the request counted and read as bytes only (see `FixedAnswers`). */
-  private async fixedAnswer(req: IncomingMessage, res: ServerResponse, path: string, receivedAt: number, fixed: FixedAnswers): Promise<void> {
+  private async fixedAnswer(
+    req: IncomingMessage,
+    res: ServerResponse,
+    path: string,
+    receivedAt: number,
+    fixed: FixedAnswers,
+  ): Promise<void> {
     const body = await readBytes(req, this.maxBodyBytes);
     if (body === undefined) {
       if (!res.destroyed) writeJson(res, 413, NOT_FOUND_BODY);
       return;
     }
     const stream = FixedAnswers.streams(body);
-    const call = this.recorder.begin({ route: path, method: 'POST', mode: 'ok', stream, receivedAt, outcome: 'ok' }, false);
+    const call = this.recorder.begin(
+      { route: path, method: 'POST', mode: 'ok', stream, receivedAt, outcome: 'ok' },
+      false,
+    );
     const latency = this.current.latencyMs;
     if (latency > 0) await new Promise((resolve) => setTimeout(resolve, latency));
     call.status = res.destroyed ? undefined : fixed.write(res, stream);
@@ -362,7 +391,11 @@ class MockProviderServer implements MockProvider {
     }
     if (mode === 'error429') {
       const retry = modeOptions.retryAfterSeconds;
-      exchange.sendError('rate_limited', 'The mock provider is in error429 mode.', retry === null ? {} : { 'retry-after': String(retry) });
+      exchange.sendError(
+        'rate_limited',
+        'The mock provider is in error429 mode.',
+        retry === null ? {} : { 'retry-after': String(retry) },
+      );
       return;
     }
     if (mode === 'error503') {
@@ -414,7 +447,9 @@ class MockProviderServer implements MockProvider {
     if (slow) await exchange.wait(Number(slow[1]));
     if (mode === 'error200' && record?.stream !== true) {
       // llama-server answers some failures with a 200 whose body is an error object.
-      exchange.sendJson(200, { error: { code: 500, message: 'The mock provider failed (error200 mode).', type: 'server_error' } });
+      exchange.sendJson(200, {
+        error: { code: 500, message: 'The mock provider failed (error200 mode).', type: 'server_error' },
+      });
       return;
     }
     await route.handle(exchange, record ?? {});
@@ -496,10 +531,10 @@ class MockProviderServer implements MockProvider {
     try {
       if (path === '/__mock/mode') {
         const { mode, ...modeOptions } = parsed.value;
-        const dropped = this.setMode(checkMode(mode), modeOptions as MockModeOptions);
+        const dropped = this.setMode(checkMode(mode), modeOptions);
         writeJson(res, 200, { ...this.config(), droppedHungConnections: dropped }, headers);
       } else {
-        this.configure(parsed.value as MockTuning);
+        this.configure(parsed.value);
         writeJson(res, 200, this.config(), headers);
       }
     } catch (error) {

@@ -1,5 +1,16 @@
 /** Failure modes the mock can be switched into at run time. */
-export const MOCK_MODES = ['ok', 'error503', 'hang', 'reset', 'slowStream', 'cutStream', 'truncStream', 'errorStream', 'error200', 'error429'] as const;
+export const MOCK_MODES = [
+  'ok',
+  'error503',
+  'hang',
+  'reset',
+  'slowStream',
+  'cutStream',
+  'truncStream',
+  'errorStream',
+  'error200',
+  'error429',
+] as const;
 
 export type MockMode = (typeof MOCK_MODES)[number];
 

@@ -69,7 +69,11 @@ async function chatCompletions(exchange: Exchange, body: Record<string, unknown>
     ? longReply(Number(long[1]))
     : schema === undefined
       ? echoReply(answerText, body.max_completion_tokens ?? body.max_tokens)
-      : { text: JSON.stringify(valueForSchema(schema, answerText)), pieces: [JSON.stringify(valueForSchema(schema, answerText))], truncated: false };
+      : {
+          text: JSON.stringify(valueForSchema(schema, answerText)),
+          pieces: [JSON.stringify(valueForSchema(schema, answerText))],
+          truncated: false,
+        };
   const callId = `call_mock_${exchange.seq}`;
   const args = call ? JSON.stringify(call.args) : '';
   const completionTokens = call ? countWords(args) : reply.pieces.length;
@@ -81,7 +85,12 @@ async function chatCompletions(exchange: Exchange, body: Record<string, unknown>
 
   if (!exchange.call.stream) {
     const message = call
-      ? { role: 'assistant', content: null, refusal: null, tool_calls: [{ id: callId, type: 'function', function: { name: call.name, arguments: args } }] }
+      ? {
+          role: 'assistant',
+          content: null,
+          refusal: null,
+          tool_calls: [{ id: callId, type: 'function', function: { name: call.name, arguments: args } }],
+        }
       : { role: 'assistant', content: reply.text, refusal: null };
     exchange.sendJson(200, {
       id,
@@ -105,8 +114,12 @@ async function chatCompletions(exchange: Exchange, body: Record<string, unknown>
   function* events(): Generator<string> {
     yield chunk({ role: 'assistant', content: call ? null : '' }, null);
     if (call) {
-      yield chunk({ tool_calls: [{ index: 0, id: callId, type: 'function', function: { name: call.name, arguments: '' } }] }, null);
-      for (const part of fragments(args)) yield chunk({ tool_calls: [{ index: 0, function: { arguments: part } }] }, null);
+      yield chunk(
+        { tool_calls: [{ index: 0, id: callId, type: 'function', function: { name: call.name, arguments: '' } }] },
+        null,
+      );
+      for (const part of fragments(args))
+        yield chunk({ tool_calls: [{ index: 0, function: { arguments: part } }] }, null);
     } else {
       for (const piece of reply.pieces) yield chunk({ content: piece }, null);
     }
@@ -175,7 +188,10 @@ function validateEmbeddings(body: Record<string, unknown>): string | undefined {
     return "'encoding_format' must be 'float' or 'base64'.";
   }
   const dims = body.dimensions;
-  if (dims !== undefined && !(Number.isInteger(dims) && (dims as number) >= 1 && (dims as number) <= MAX_EMBEDDING_DIMS)) {
+  if (
+    dims !== undefined &&
+    !(Number.isInteger(dims) && (dims as number) >= 1 && (dims as number) <= MAX_EMBEDDING_DIMS)
+  ) {
     return `'dimensions' must be an integer from 1 to ${MAX_EMBEDDING_DIMS}.`;
   }
   return undefined;
@@ -203,8 +219,11 @@ function responsesInput(input: unknown): { userText: string; toolOutput?: string
   if (typeof input === 'string') return { userText: input, allText: input };
   const items = Array.isArray(input) ? input.filter(isRecord) : [];
   const last = items[items.length - 1];
-  const allText = items.map((i) => (typeof i.output === 'string' ? i.output : promptToText(textOfParts(i.content)))).join('\n');
-  if (last && last.type === 'function_call_output') return { userText: '', toolOutput: String(last.output ?? ''), allText };
+  const allText = items
+    .map((i) => (typeof i.output === 'string' ? i.output : promptToText(textOfParts(i.content))))
+    .join('\n');
+  if (last && last.type === 'function_call_output')
+    return { userText: '', toolOutput: String(last.output ?? ''), allText };
   const users = items.filter((i) => i.role === 'user');
   const user = users[users.length - 1];
   return { userText: user ? textOfParts(user.content) : '', allText };
@@ -228,19 +247,32 @@ async function responses(exchange: Exchange, body: Record<string, unknown>): Pro
   const tools = (Array.isArray(body.tools) ? body.tools : []).flatMap((t) =>
     isRecord(t) && t.type === 'function' && typeof t.name === 'string' ? [{ name: t.name, schema: t.parameters }] : [],
   );
-  const choice = body.tool_choice === 'none' || body.tool_choice === 'required' ? body.tool_choice : isRecord(body.tool_choice) && typeof body.tool_choice.name === 'string' ? { name: body.tool_choice.name } : 'auto';
+  const choice =
+    body.tool_choice === 'none' || body.tool_choice === 'required'
+      ? body.tool_choice
+      : isRecord(body.tool_choice) && typeof body.tool_choice.name === 'string'
+        ? { name: body.tool_choice.name }
+        : 'auto';
   const call = input.toolOutput === undefined ? chooseTool(tools, choice, input.userText) : undefined;
-  const format = isRecord(body.text) && isRecord(body.text.format) && body.text.format.type === 'json_schema' ? body.text.format : undefined;
+  const format =
+    isRecord(body.text) && isRecord(body.text.format) && body.text.format.type === 'json_schema'
+      ? body.text.format
+      : undefined;
   const answerText = input.toolOutput ?? input.userText;
   const reply = format
-    ? { text: JSON.stringify(valueForSchema(format.schema, answerText)), pieces: [JSON.stringify(valueForSchema(format.schema, answerText))], truncated: false }
+    ? {
+        text: JSON.stringify(valueForSchema(format.schema, answerText)),
+        pieces: [JSON.stringify(valueForSchema(format.schema, answerText))],
+        truncated: false,
+      }
     : echoReply(answerText, body.max_output_tokens);
   const seq = exchange.seq;
   const id = `resp_mock_${seq}`;
   const createdAt = unixSeconds();
   const model = exchange.requestedModel;
   const args = call ? JSON.stringify(call.args) : '';
-  const inputTokens = countWords(input.allText) + countWords(typeof body.instructions === 'string' ? body.instructions : '');
+  const inputTokens =
+    countWords(input.allText) + countWords(typeof body.instructions === 'string' ? body.instructions : '');
   const outputTokens = call ? countWords(args) : reply.pieces.length;
   const usage = {
     input_tokens: inputTokens,
@@ -250,7 +282,14 @@ async function responses(exchange: Exchange, body: Record<string, unknown>): Pro
     total_tokens: inputTokens + outputTokens,
   };
   const item = call
-    ? { type: 'function_call', id: `fc_mock_${seq}`, call_id: `call_mock_${seq}`, name: call.name, arguments: args, status: 'completed' }
+    ? {
+        type: 'function_call',
+        id: `fc_mock_${seq}`,
+        call_id: `call_mock_${seq}`,
+        name: call.name,
+        arguments: args,
+        status: 'completed',
+      }
     : {
         type: 'message',
         id: `msg_mock_${seq}`,
@@ -293,23 +332,49 @@ async function responses(exchange: Exchange, body: Record<string, unknown>): Pro
     yield ev('response.in_progress', { response: response('in_progress', [], false) });
     if (call) {
       const fc = item as { id: string };
-      yield ev('response.output_item.added', { output_index: 0, item: { ...item, arguments: '', status: 'in_progress' } });
-      for (const part of fragments(args)) yield ev('response.function_call_arguments.delta', { item_id: fc.id, output_index: 0, delta: part });
+      yield ev('response.output_item.added', {
+        output_index: 0,
+        item: { ...item, arguments: '', status: 'in_progress' },
+      });
+      for (const part of fragments(args))
+        yield ev('response.function_call_arguments.delta', { item_id: fc.id, output_index: 0, delta: part });
       yield ev('response.function_call_arguments.done', { item_id: fc.id, output_index: 0, arguments: args });
       yield ev('response.output_item.done', { output_index: 0, item });
     } else {
       const msg = item as { id: string };
       const part = { type: 'output_text', text: '', annotations: [], logprobs: [] };
-      yield ev('response.output_item.added', { output_index: 0, item: { ...item, status: 'in_progress', content: [] } });
+      yield ev('response.output_item.added', {
+        output_index: 0,
+        item: { ...item, status: 'in_progress', content: [] },
+      });
       yield ev('response.content_part.added', { item_id: msg.id, output_index: 0, content_index: 0, part });
       for (const piece of reply.pieces) {
-        yield ev('response.output_text.delta', { item_id: msg.id, output_index: 0, content_index: 0, delta: piece, logprobs: [] });
+        yield ev('response.output_text.delta', {
+          item_id: msg.id,
+          output_index: 0,
+          content_index: 0,
+          delta: piece,
+          logprobs: [],
+        });
       }
-      yield ev('response.output_text.done', { item_id: msg.id, output_index: 0, content_index: 0, text: reply.text, logprobs: [] });
-      yield ev('response.content_part.done', { item_id: msg.id, output_index: 0, content_index: 0, part: { ...part, text: reply.text } });
+      yield ev('response.output_text.done', {
+        item_id: msg.id,
+        output_index: 0,
+        content_index: 0,
+        text: reply.text,
+        logprobs: [],
+      });
+      yield ev('response.content_part.done', {
+        item_id: msg.id,
+        output_index: 0,
+        content_index: 0,
+        part: { ...part, text: reply.text },
+      });
       yield ev('response.output_item.done', { output_index: 0, item });
     }
-    yield ev(incomplete ? 'response.incomplete' : 'response.completed', { response: response(finalStatus, [item], true) });
+    yield ev(incomplete ? 'response.incomplete' : 'response.completed', {
+      response: response(finalStatus, [item], true),
+    });
   }
   await exchange.sendStream(events());
 }

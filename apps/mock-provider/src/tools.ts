@@ -22,7 +22,9 @@ export function valueForSchema(schema: unknown, text: string, depth = 0): unknow
   switch (type) {
     case 'object': {
       const properties = isRecord(schema.properties) ? schema.properties : {};
-      return Object.fromEntries(Object.entries(properties).map(([name, sub]) => [name, valueForSchema(sub, text, depth + 1)]));
+      return Object.fromEntries(
+        Object.entries(properties).map(([name, sub]) => [name, valueForSchema(sub, text, depth + 1)]),
+      );
     }
     case 'array':
       return [valueForSchema(schema.items, text, depth + 1)];
@@ -54,13 +56,16 @@ export function chooseTool(
 export function openAITools(body: Record<string, unknown>): Array<{ name: string; schema: unknown }> {
   const tools = Array.isArray(body.tools) ? body.tools : [];
   return tools.flatMap((t) =>
-    isRecord(t) && isRecord(t.function) && typeof t.function.name === 'string' ? [{ name: t.function.name, schema: t.function.parameters }] : [],
+    isRecord(t) && isRecord(t.function) && typeof t.function.name === 'string'
+      ? [{ name: t.function.name, schema: t.function.parameters }]
+      : [],
   );
 }
 
 export function openAIChoice(value: unknown): 'auto' | 'none' | 'required' | { name: string } {
   if (value === 'none' || value === 'required') return value;
-  if (isRecord(value) && isRecord(value.function) && typeof value.function.name === 'string') return { name: value.function.name };
+  if (isRecord(value) && isRecord(value.function) && typeof value.function.name === 'string')
+    return { name: value.function.name };
   return 'auto';
 }
 

@@ -25,7 +25,11 @@ export { currentCallSignal } from './nest/contexts/call-scope.js';
 /** A fallback answer: a value, or `(cause, ...args) => value`. */
 export type { FallbackAnswer } from './nest/contexts/fallback.js';
 /** What GraphQL, microservice and WebSocket callers get for an orchestrator error. */
-export { OrchestratorGraphQLError, errorPayload as orchestratorErrorPayload, type OrchestratorErrorPayload } from './nest/contexts/context-errors.js';
+export {
+  OrchestratorGraphQLError,
+  errorPayload as orchestratorErrorPayload,
+  type OrchestratorErrorPayload,
+} from './nest/contexts/context-errors.js';
 
 // The framework-free engine and its types, as `nest-prompt-orchestrator/core` has them.
 export * from './core/index.js';
@@ -49,7 +53,11 @@ export {
   type OrchestratorObservabilityOptions,
   type OrchestratorHealthOptions,
 } from './nest/observability/observability.module.js';
-export { OrchestratorMetrics, type OrchestratorMetricsOptions, type MetricsRegistry } from './nest/observability/orchestrator-metrics.js';
+export {
+  OrchestratorMetrics,
+  type OrchestratorMetricsOptions,
+  type MetricsRegistry,
+} from './nest/observability/orchestrator-metrics.js';
 export { logOrchestratorEvents, type StructuredLogger } from './nest/observability/orchestrator-event-log.js';
 export {
   livenessReport,
@@ -58,4 +66,3 @@ export {
   type HealthIndicatorResult,
   type ReadinessOptions,
 } from './nest/observability/orchestrator-health.js';
-

@@ -10,7 +10,14 @@
  * public `Orchestrator` type.
  */
 export { hashIdentity, type CallRequest, type LocalAnswer, type Reuse, type StartedCall } from './core/orchestrator.js';
-export { startLocalCall, startCall, peekLocalCall, answerLocalCall, noteClientGone, keepWindowBytes } from './core/low-level-calls.js';
+export {
+  startLocalCall,
+  startCall,
+  peekLocalCall,
+  answerLocalCall,
+  noteClientGone,
+  keepWindowBytes,
+} from './core/low-level-calls.js';
 export { withFallbacks, type FailoverPlan } from './core/upstreams/failover-call.js';
 export { isOverloadSignal } from './core/breaker/failure-classifier.js';
 export { DEDUP_HEADER } from './core/http/answer-headers.js';
@@ -20,7 +27,13 @@ export { toCallEvents, type CallWork } from './core/call.js';
 export type { CallEvent, Chunk, FlowControl } from './core/events.js';
 export { ChunkEvent } from './core/events.js';
 export type { WindowPayload, ByteKeeper } from './core/dedup/answer-window.js';
-export { dedupKey, keyHead, BodyTooDeepError, type DedupKeyInput, type DedupKeyOptions } from './core/dedup/dedup-key.js';
+export {
+  dedupKey,
+  keyHead,
+  BodyTooDeepError,
+  type DedupKeyInput,
+  type DedupKeyOptions,
+} from './core/dedup/dedup-key.js';
 export { RepeatedBodies, type RepeatedBodiesOptions } from './core/dedup/repeated-bodies.js';
 export { openAIErrorBody } from './core/http/errors.js';
 export { reuseOf } from './core/http/cache-control.js';

@@ -16,7 +16,12 @@ ok('require() resolves to dist/cjs, import to dist/esm');
 
 const cjs = require('nest-prompt-orchestrator');
 const esm = await import('nest-prompt-orchestrator');
-assert.deepEqual(Object.keys(cjs).filter((name) => name !== '__esModule').sort(), Object.keys(esm).sort());
+assert.deepEqual(
+  Object.keys(cjs)
+    .filter((name) => name !== '__esModule')
+    .sort(),
+  Object.keys(esm).sort(),
+);
 assert.notEqual(cjs.OrchestratorModule, esm.OrchestratorModule);
 ok('both builds export the same names (and are two copies)');
 
@@ -39,7 +44,12 @@ class AskController {
   }
 }
 const method = (name, decorators) =>
-  Reflect.decorate(decorators, AskController.prototype, name, Object.getOwnPropertyDescriptor(AskController.prototype, name));
+  Reflect.decorate(
+    decorators,
+    AskController.prototype,
+    name,
+    Object.getOwnPropertyDescriptor(AskController.prototype, name),
+  );
 method('ask', [Post(), HttpCode(200), cjs.Dedup({ windowMs: 60_000 }), cjs.CallTimeout(5_000)]);
 Body()(AskController.prototype, 'ask', 0);
 cjs.CallSignal()(AskController.prototype, 'ask', 1);
@@ -79,7 +89,12 @@ try {
   assert.match(require.resolve('nest-prompt-orchestrator/throttler'), /dist[\\/]cjs[\\/]throttler[\\/]index\.js$/);
   const throttlerCjs = require('nest-prompt-orchestrator/throttler');
   const throttler = await import('nest-prompt-orchestrator/throttler');
-  assert.deepEqual(Object.keys(throttlerCjs).filter((name) => name !== '__esModule').sort(), Object.keys(throttler).sort());
+  assert.deepEqual(
+    Object.keys(throttlerCjs)
+      .filter((name) => name !== '__esModule')
+      .sort(),
+    Object.keys(throttler).sort(),
+  );
   ok('nest-prompt-orchestrator/throttler resolves for require and import');
 
   const { APP_GUARD } = await import('@nestjs/core');
@@ -89,13 +104,24 @@ try {
       return { pong: true };
     }
   }
-  Reflect.decorate([Get()], PingController.prototype, 'ping', Object.getOwnPropertyDescriptor(PingController.prototype, 'ping'));
+  Reflect.decorate(
+    [Get()],
+    PingController.prototype,
+    'ping',
+    Object.getOwnPropertyDescriptor(PingController.prototype, 'ping'),
+  );
   Reflect.decorate([Controller('ping')], PingController);
   class LimitedModule {}
   Reflect.decorate(
     [
       Module({
-        imports: [ThrottlerModule.forRoot({ throttlers: [{ ttl: 60_000, limit: 2 }], storage: new throttler.MemoryWindowCounters(), errorMessage: throttler.rateLimitErrorBody().error.message })],
+        imports: [
+          ThrottlerModule.forRoot({
+            throttlers: [{ ttl: 60_000, limit: 2 }],
+            storage: new throttler.MemoryWindowCounters(),
+            errorMessage: throttler.rateLimitErrorBody().error.message,
+          }),
+        ],
         controllers: [PingController],
         providers: [{ provide: APP_GUARD, useClass: ThrottlerGuard }],
       }),

@@ -54,7 +54,8 @@ interface HealthSource {
 export const callersWaiting = (orchestrator: HealthSource) => orchestrator.health().callersWaiting;
 
 /** Calls queued behind a concurrency limiter, over all of them. */
-export const queued = (orchestrator: HealthSource) => orchestrator.health().limiters.reduce((sum, l) => sum + l.queued, 0);
+export const queued = (orchestrator: HealthSource) =>
+  orchestrator.health().limiters.reduce((sum, l) => sum + l.queued, 0);
 
 /**
  * The promises, with their rejections handled: calls a test leaves pending when it fails (the app is closed under

@@ -6,7 +6,16 @@ import type { MercuriusDriverConfig } from '@nestjs/mercurius';
 import { createRequire } from 'node:module';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { Args, Field, Int, Mutation, ObjectType, Query, Resolver, GraphQLModule } from '@nestjs/graphql';
-import { CallSignal, CallTimeout, CircuitBreaker, Concurrency, Dedup, Fallback, OrchestratorModule, OrchestratorService } from 'nest-prompt-orchestrator';
+import {
+  CallSignal,
+  CallTimeout,
+  CircuitBreaker,
+  Concurrency,
+  Dedup,
+  Fallback,
+  OrchestratorModule,
+  OrchestratorService,
+} from 'nest-prompt-orchestrator';
 import { waitFor } from '../../support/platforms.js';
 import { Backend, callersWaiting, queued, pending } from './backend.js';
 
@@ -52,14 +61,21 @@ class SummaryResolver {
 
   @Mutation(() => Summary)
   @CircuitBreaker({ failureThreshold: 2, openMs: 60_000 })
-  @Fallback((_cause: unknown, _root: unknown, args: { n: number }) => ({ call: 0, echo: String(args.n), fallback: true }))
+  @Fallback((_cause: unknown, _root: unknown, args: { n: number }) => ({
+    call: 0,
+    echo: String(args.n),
+    fallback: true,
+  }))
   withFallback(@Args('n', { type: () => Int }) n: number) {
     return summary(n);
   }
 }
 
 @Module({
-  imports: [OrchestratorModule.forRoot(), GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true })],
+  imports: [
+    OrchestratorModule.forRoot(),
+    GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true }),
+  ],
   providers: [SummaryResolver],
 })
 class ApolloAppModule {}
@@ -67,14 +83,20 @@ class ApolloAppModule {}
 // Mercurius loads @fastify/static at once, which requires the ESM-only content-disposition 3: Jest's CommonJS loader
 // cannot on Node 20 (Node itself can). It serves no file here, so that one module is stood in for, and Mercurius is
 // loaded after that.
-jest.mock(createRequire(createRequire(import.meta.url).resolve('@fastify/static')).resolve('content-disposition'), () => ({
-  create: (filename: string) => `attachment; filename="${filename}"`,
-}));
+jest.mock(
+  createRequire(createRequire(import.meta.url).resolve('@fastify/static')).resolve('content-disposition'),
+  () => ({
+    create: (filename: string) => `attachment; filename="${filename}"`,
+  }),
+);
 
 async function mercuriusApp(): Promise<INestApplication> {
   const { MercuriusDriver } = await import('@nestjs/mercurius');
   @Module({
-    imports: [OrchestratorModule.forRoot(), GraphQLModule.forRoot<MercuriusDriverConfig>({ driver: MercuriusDriver, autoSchemaFile: true })],
+    imports: [
+      OrchestratorModule.forRoot(),
+      GraphQLModule.forRoot<MercuriusDriverConfig>({ driver: MercuriusDriver, autoSchemaFile: true }),
+    ],
     providers: [SummaryResolver],
   })
   class MercuriusAppModule {}
@@ -96,7 +118,11 @@ describe.each(DRIVERS)('decorators on GraphQL resolvers (%s)', (_driver, create)
   let url: string;
   const orchestrator = () => app.get(OrchestratorService);
   const post = async (query: string, headers: Record<string, string> = {}): Promise<GraphQLAnswer> => {
-    const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify({ query }) });
+    const response = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: JSON.stringify({ query }),
+    });
     return (await response.json()) as GraphQLAnswer;
   };
 
@@ -115,7 +141,11 @@ describe.each(DRIVERS)('decorators on GraphQL resolvers (%s)', (_driver, create)
     backend.mode = 'held';
     const query = '{ summarize(doc: "d1") { call echo } }';
     const answers = pending(Array.from({ length: 100 }, () => post(query, { authorization: 'Bearer alice' })));
-    await waitFor(() => backend.calls === 1 && callersWaiting(orchestrator()) === 100, 10_000, '100 queries on one call');
+    await waitFor(
+      () => backend.calls === 1 && callersWaiting(orchestrator()) === 100,
+      10_000,
+      '100 queries on one call',
+    );
     backend.gate.resolve();
     const all = await Promise.all(answers);
     expect(backend.calls).toBe(1);

@@ -1,6 +1,15 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { BadRequestException, Body, Controller, Get, HttpCode, Post } from '@nestjs/common';
-import { CallSignal, CallTimeout, CircuitBreaker, Dedup, Fallback, Orchestrate, OrchestratorModule, OrchestratorService } from 'nest-prompt-orchestrator';
+import {
+  CallSignal,
+  CallTimeout,
+  CircuitBreaker,
+  Dedup,
+  Fallback,
+  Orchestrate,
+  OrchestratorModule,
+  OrchestratorService,
+} from 'nest-prompt-orchestrator';
 import { PLATFORMS, postJson, send, startApp, waitFor, type RunningApp } from '../../support/platforms.js';
 import { Backend, callersWaiting, pending } from './backend.js';
 
@@ -78,7 +87,8 @@ describe.each(PLATFORMS)("the module's identify option over HTTP (%s)", (platfor
     running = await startApp(platform, {
       imports: [
         OrchestratorModule.forRoot({
-          identify: (context) => context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>().headers['x-user'],
+          identify: (context) =>
+            context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>().headers['x-user'],
         }),
       ],
       controllers: [IdentifiedController],
@@ -92,9 +102,14 @@ describe.each(PLATFORMS)("the module's identify option over HTTP (%s)", (platfor
 
   it('keys by the identity it returns instead of the credential headers', async () => {
     backend.mode = 'held';
-    const ask = (user: string, token: string) => send(`${running.url}/identified`, { headers: { 'x-user': user, authorization: `Bearer ${token}` } });
+    const ask = (user: string, token: string) =>
+      send(`${running.url}/identified`, { headers: { 'x-user': user, authorization: `Bearer ${token}` } });
     const answers = pending([ask('u1', 'a'), ask('u1', 'b'), ask('u2', 'a')]);
-    await waitFor(() => backend.calls === 2 && callersWaiting(running.app.get(OrchestratorService)) === 3, 5_000, 'two calls, three callers');
+    await waitFor(
+      () => backend.calls === 2 && callersWaiting(running.app.get(OrchestratorService)) === 3,
+      5_000,
+      'two calls, three callers',
+    );
     backend.gate.resolve();
     const [first, second, other] = (await Promise.all(answers)).map((a) => (a.json as { call: number }).call);
     expect(first).toBe(second);

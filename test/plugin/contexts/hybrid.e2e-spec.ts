@@ -1,10 +1,25 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { Controller, Get, Module, type INestApplication, type LoggerService } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import { ClientProxyFactory, EventPattern, MessagePattern, Payload, Transport, type ClientProxy } from '@nestjs/microservices';
+import {
+  ClientProxyFactory,
+  EventPattern,
+  MessagePattern,
+  Payload,
+  Transport,
+  type ClientProxy,
+} from '@nestjs/microservices';
 import { createServer } from 'node:net';
 import { firstValueFrom } from 'rxjs';
-import { CallSignal, CallTimeout, CircuitBreaker, Dedup, Fallback, OrchestratorModule, OrchestratorService } from 'nest-prompt-orchestrator';
+import {
+  CallSignal,
+  CallTimeout,
+  CircuitBreaker,
+  Dedup,
+  Fallback,
+  OrchestratorModule,
+  OrchestratorService,
+} from 'nest-prompt-orchestrator';
 import { waitFor } from '../../support/platforms.js';
 import { Backend, callersWaiting, pending } from './backend.js';
 
@@ -151,7 +166,11 @@ describe('a hybrid app whose microservice is connected without inheritAppConfig'
 
   it('logs a decorated event handler, which has no caller to answer, and does not run it', async () => {
     hybrid!.client.emit('note', { n: 1 });
-    await waitFor(() => logs.errors.some((line) => line.includes('SummaryHandlers.note')), 5_000, 'the log line of the event handler');
+    await waitFor(
+      () => logs.errors.some((line) => line.includes('SummaryHandlers.note')),
+      5_000,
+      'the log line of the event handler',
+    );
     expect(logs.errors.find((line) => line.includes('SummaryHandlers.note'))).toContain('event');
     expect(noted).toEqual([]);
   });

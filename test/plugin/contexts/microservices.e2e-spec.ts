@@ -4,7 +4,16 @@ import { NestFactory } from '@nestjs/core';
 import { ClientProxyFactory, MessagePattern, Payload, Transport, type ClientProxy } from '@nestjs/microservices';
 import { createServer } from 'node:net';
 import { firstValueFrom } from 'rxjs';
-import { CallSignal, CallTimeout, CircuitBreaker, Concurrency, Dedup, Fallback, OrchestratorModule, OrchestratorService } from 'nest-prompt-orchestrator';
+import {
+  CallSignal,
+  CallTimeout,
+  CircuitBreaker,
+  Concurrency,
+  Dedup,
+  Fallback,
+  OrchestratorModule,
+  OrchestratorService,
+} from 'nest-prompt-orchestrator';
 import { waitFor } from '../../support/platforms.js';
 import { startOwnedRedis, type OwnedRedis } from '../../support/redis-server.js';
 import { Backend, callersWaiting, queued, pending } from './backend.js';
@@ -58,7 +67,11 @@ async function freePort(): Promise<number> {
 
 const transports = [
   ['TCP', async () => ({ transport: Transport.TCP, options: { host: '127.0.0.1', port: await freePort() } }) as const],
-  ['Redis', async (redis?: OwnedRedis) => ({ transport: Transport.REDIS, options: { host: '127.0.0.1', port: redis!.port } }) as const],
+  [
+    'Redis',
+    async (redis?: OwnedRedis) =>
+      ({ transport: Transport.REDIS, options: { host: '127.0.0.1', port: redis!.port } }) as const,
+  ],
 ] as const;
 
 describe.each(transports)('decorators on microservice handlers over %s', (name, options) => {
@@ -67,7 +80,11 @@ describe.each(transports)('decorators on microservice handlers over %s', (name, 
   let client: ClientProxy | undefined;
   const orchestrator = () => app!.get(OrchestratorService);
   const send = <T>(pattern: string, data: unknown) => firstValueFrom(client!.send<T>(pattern, data));
-  const failure = (pattern: string, data: unknown) => send(pattern, data).then(() => undefined, (error: unknown) => error as Record<string, unknown>);
+  const failure = (pattern: string, data: unknown) =>
+    send(pattern, data).then(
+      () => undefined,
+      (error: unknown) => error as Record<string, unknown>,
+    );
 
   beforeAll(async () => {
     if (name === 'Redis') redis = await startOwnedRedis();

@@ -1,5 +1,13 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
-import { BadRequestException, Controller, Get, Injectable, Module, type INestApplicationContext, type OnModuleInit } from '@nestjs/common';
+import {
+  BadRequestException,
+  Controller,
+  Get,
+  Injectable,
+  Module,
+  type INestApplicationContext,
+  type OnModuleInit,
+} from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import {
   CallTimeout,
@@ -41,12 +49,16 @@ class Summaries {
     return backend.hang(currentCallSignal());
   }
 
-  @Orchestrate({ breaker: { name: 'with-fallback', failureThreshold: 2, openMs: 60_000 }, fallback: (cause: unknown, n: unknown) => ({ fallback: true, n, cause: (cause as Error).message }) })
+  @Orchestrate({
+    breaker: { name: 'with-fallback', failureThreshold: 2, openMs: 60_000 },
+    fallback: (cause: unknown, n: unknown) => ({ fallback: true, n, cause: (cause as Error).message }),
+  })
   withFallback(n: number) {
     return backend.call(n);
   }
 
-  @CallTimeout(50) @Fallback('too slow')
+  @CallTimeout(50)
+  @Fallback('too slow')
   slowWithFallback() {
     return backend.hang(currentCallSignal());
   }
@@ -174,10 +186,12 @@ describe('a decorator where nothing would apply it', () => {
     @Module({ imports: [OrchestratorModule.forRoot()], controllers: [StrayController] })
     class StrayModule {}
 
-    const started = NestFactory.createApplicationContext(StrayModule, { logger: false, abortOnError: false }).then(async (app) => {
-      await app.init();
-      return app;
-    });
+    const started = NestFactory.createApplicationContext(StrayModule, { logger: false, abortOnError: false }).then(
+      async (app) => {
+        await app.init();
+        return app;
+      },
+    );
     const error = await started.then(
       async (app) => {
         await app.close();

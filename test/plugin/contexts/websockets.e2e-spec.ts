@@ -3,7 +3,16 @@ import { Module, type INestApplication } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { MessageBody, SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
 import { io, type Socket } from 'socket.io-client';
-import { CallSignal, CallTimeout, CircuitBreaker, Concurrency, Dedup, Fallback, OrchestratorModule, OrchestratorService } from 'nest-prompt-orchestrator';
+import {
+  CallSignal,
+  CallTimeout,
+  CircuitBreaker,
+  Concurrency,
+  Dedup,
+  Fallback,
+  OrchestratorModule,
+  OrchestratorService,
+} from 'nest-prompt-orchestrator';
 import { waitFor } from '../../support/platforms.js';
 import { Backend, callersWaiting, queued, pending } from './backend.js';
 
@@ -83,8 +92,14 @@ describe('decorators on WebSocket gateway messages (socket.io)', () => {
   it('answers 100 identical concurrent messages of a client with one handler call, and not another client', async () => {
     const socket = await connect();
     backend.mode = 'held';
-    const answers = pending(Array.from({ length: 100 }, () => socket.emitWithAck('summarize', { doc: 1 }) as Promise<{ call: number }>));
-    await waitFor(() => backend.calls === 1 && callersWaiting(orchestrator()) === 100, 5_000, '100 messages on one call');
+    const answers = pending(
+      Array.from({ length: 100 }, () => socket.emitWithAck('summarize', { doc: 1 }) as Promise<{ call: number }>),
+    );
+    await waitFor(
+      () => backend.calls === 1 && callersWaiting(orchestrator()) === 100,
+      5_000,
+      '100 messages on one call',
+    );
     backend.gate.resolve();
     const all = await Promise.all(answers);
     expect(backend.calls).toBe(1);
@@ -148,7 +163,9 @@ describe("the module's identify option on WebSocket messages", () => {
       OrchestratorModule.forRoot({
         // The user the client said it is at the handshake, instead of the connection.
         identify: (context) =>
-          context.getType() === 'ws' ? String(context.switchToWs().getClient<{ handshake: { auth: { user?: string } } }>().handshake.auth.user) : undefined,
+          context.getType() === 'ws'
+            ? String(context.switchToWs().getClient<{ handshake: { auth: { user?: string } } }>().handshake.auth.user)
+            : undefined,
       }),
     ],
     providers: [SummaryGateway],
@@ -180,8 +197,14 @@ describe("the module's identify option on WebSocket messages", () => {
   it("keys by the identity it returns: one user's connections share a call, another user's do not", async () => {
     const [first, second, other] = [await connect('alice'), await connect('alice'), await connect('bob')];
     backend.mode = 'held';
-    const answers = pending([first, second, other].map((socket) => socket.emitWithAck('summarize', { doc: 7 }) as Promise<{ call: number }>));
-    await waitFor(() => backend.calls === 2 && callersWaiting(app.get(OrchestratorService)) === 3, 5_000, 'two calls, three callers');
+    const answers = pending(
+      [first, second, other].map((socket) => socket.emitWithAck('summarize', { doc: 7 }) as Promise<{ call: number }>),
+    );
+    await waitFor(
+      () => backend.calls === 2 && callersWaiting(app.get(OrchestratorService)) === 3,
+      5_000,
+      'two calls, three callers',
+    );
     backend.gate.resolve();
     const [a, b, c] = await Promise.all(answers);
     expect(a.call).toBe(b.call);

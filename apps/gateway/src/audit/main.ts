@@ -29,7 +29,13 @@ async function main(): Promise<number> {
       args: process.argv.slice(2),
       allowPositionals: true,
       strict: true,
-      options: { json: { type: 'boolean' }, svg: { type: 'string' }, top: { type: 'string' }, 'max-line': { type: 'string' }, help: { type: 'boolean' } },
+      options: {
+        json: { type: 'boolean' },
+        svg: { type: 'string' },
+        top: { type: 'string' },
+        'max-line': { type: 'string' },
+        help: { type: 'boolean' },
+      },
     });
   } catch (error) {
     console.error(`audit: ${(error as Error).message}. Run with --help.`);
@@ -47,7 +53,8 @@ async function main(): Promise<number> {
   const top = values.top === undefined ? 10 : Number(values.top);
   const maxLine = values['max-line'] === undefined ? 16 * 1024 * 1024 : Number(values['max-line']);
   if (!Number.isInteger(top) || top < 0 || top > 1000) return usage('--top must be a whole number from 0 to 1000');
-  if (!Number.isInteger(maxLine) || maxLine < 16) return usage('--max-line must be a whole number of bytes (at least 16)');
+  if (!Number.isInteger(maxLine) || maxLine < 16)
+    return usage('--max-line must be a whole number of bytes (at least 16)');
   const file = positionals[0];
   let size = 0;
   if (file !== '-') {
@@ -63,10 +70,18 @@ async function main(): Promise<number> {
   const progress = progressBar(size);
   const input = file === '-' ? process.stdin : createReadStream(file, { highWaterMark: 1024 * 1024 });
   try {
-    await forEachLine(input, maxLine, (line) => audit.addLine(line), () => audit.oversized++, progress.advance);
+    await forEachLine(
+      input,
+      maxLine,
+      (line) => audit.addLine(line),
+      () => audit.oversized++,
+      progress.advance,
+    );
   } catch (error) {
     progress.done();
-    console.error(`audit: reading ${file} failed (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`);
+    console.error(
+      `audit: reading ${file} failed (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`,
+    );
     return 1;
   }
   progress.done();
@@ -119,12 +134,21 @@ function text(r: AuditReport, svg: string | undefined): string {
   lines.push('', `Of all repeats, ${percent(r.sameUserShare)} came from the user who sent it last time.`);
   if (r.totalUsd > 0) lines.push(`Total price of the turns: ${r.totalUsd.toFixed(4)} USD.`);
   if (r.topKeys.length > 0) {
-    lines.push('', 'Most repeated requests (the start of their key in the request log, or of a turn\'s hash: times seen):');
+    lines.push(
+      '',
+      "Most repeated requests (the start of their key in the request log, or of a turn's hash: times seen):",
+    );
     for (const { key, count } of r.topKeys) lines.push(`  ${key}  ${count}`);
   }
-  if (r.malformedLines > 0) lines.push('', `${r.malformedLines} line(s) skipped: not a turn (${r.oversizedLines} of them longer than --max-line).`);
-  if (r.outOfOrder > 0) lines.push(`${r.outOfOrder} turn(s) out of time order: gaps were measured as absolute differences.`);
-  if (r.droppedByGateway > 0) lines.push(`The gateway dropped ${r.droppedByGateway} log line(s) (disk too slow): the figures miss them.`);
+  if (r.malformedLines > 0)
+    lines.push(
+      '',
+      `${r.malformedLines} line(s) skipped: not a turn (${r.oversizedLines} of them longer than --max-line).`,
+    );
+  if (r.outOfOrder > 0)
+    lines.push(`${r.outOfOrder} turn(s) out of time order: gaps were measured as absolute differences.`);
+  if (r.droppedByGateway > 0)
+    lines.push(`The gateway dropped ${r.droppedByGateway} log line(s) (disk too slow): the figures miss them.`);
   if (svg) lines.push('', `Chart written to ${svg}.`);
   return lines.join('\n');
 }

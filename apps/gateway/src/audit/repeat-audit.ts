@@ -99,7 +99,12 @@ export class RepeatAudit {
       this.malformed++;
       return;
     }
-    if (typeof value === 'object' && value !== null && typeof (value as { dropped?: unknown }).dropped === 'number' && !('key' in value)) {
+    if (
+      typeof value === 'object' &&
+      value !== null &&
+      typeof (value as { dropped?: unknown }).dropped === 'number' &&
+      !('key' in value)
+    ) {
       this.dropped += (value as { dropped: number }).dropped;
       return;
     }
@@ -143,7 +148,8 @@ export class RepeatAudit {
 
   report(top = 10): AuditReport {
     const share = (n: number, of: number) => (of === 0 ? 0 : n / of);
-    const byWindow = <T>(f: (name: WindowName) => T) => Object.fromEntries(WINDOWS.map(([w]) => [w, f(w)])) as Record<WindowName, T>;
+    const byWindow = <T>(f: (name: WindowName) => T) =>
+      Object.fromEntries(WINDOWS.map(([w]) => [w, f(w)])) as Record<WindowName, T>;
     const topKeys: { key: string; count: number }[] = [];
     for (const [key, seen] of this.seen) {
       if (seen.count < 2) continue;

@@ -55,8 +55,16 @@ export const BUDGET_FLAGS: Record<string, FlagSpec> = {
     value: 'N',
     help: 'provider tokens (from usage) one key may use per rate window, for keys without their own (default: no limit)',
   },
-  'rate-window': { env: 'ORCHESTRATOR_RATE_WINDOW_SECS', value: 'SECS', help: 'window the rate limits count over (default 60)' },
-  prices: { env: 'ORCHESTRATOR_PRICES_FILE', value: 'FILE', help: 'prices (JSON, USD per 1M tokens) per model or name prefix, on top of the bundled catalogue' },
+  'rate-window': {
+    env: 'ORCHESTRATOR_RATE_WINDOW_SECS',
+    value: 'SECS',
+    help: 'window the rate limits count over (default 60)',
+  },
+  prices: {
+    env: 'ORCHESTRATOR_PRICES_FILE',
+    value: 'FILE',
+    help: 'prices (JSON, USD per 1M tokens) per model or name prefix, on top of the bundled catalogue',
+  },
   'default-price': {
     env: 'ORCHESTRATOR_DEFAULT_PRICE',
     value: 'IN/OUT',
@@ -67,7 +75,11 @@ export const BUDGET_FLAGS: Record<string, FlagSpec> = {
     value: 'N',
     help: 'output tokens a request under a spend cap reserves when it sets no max_tokens (default 4096)',
   },
-  'max-spend': { env: 'ORCHESTRATOR_MAX_SPEND', value: 'USD/PERIOD', help: 'spend cap over all keys, e.g. 50/day or 1000/month (default: none)' },
+  'max-spend': {
+    env: 'ORCHESTRATOR_MAX_SPEND',
+    value: 'USD/PERIOD',
+    help: 'spend cap over all keys, e.g. 50/day or 1000/month (default: none)',
+  },
   'spend-file': {
     env: 'ORCHESTRATOR_SPEND_FILE',
     value: 'PATH',
@@ -76,15 +88,23 @@ export const BUDGET_FLAGS: Record<string, FlagSpec> = {
   'no-stream-usage': {
     env: 'ORCHESTRATOR_NO_STREAM_USAGE',
     boolean: true,
-    help: "do not ask streams for usage the client did not request (their spend and tokens then go uncounted)",
+    help: 'do not ask streams for usage the client did not request (their spend and tokens then go uncounted)',
   },
-  'request-log': { env: 'ORCHESTRATOR_REQUEST_LOG', value: 'FILE', help: 'write one JSON line per request (no prompts) to FILE' },
+  'request-log': {
+    env: 'ORCHESTRATOR_REQUEST_LOG',
+    value: 'FILE',
+    help: 'write one JSON line per request (no prompts) to FILE',
+  },
   'request-log-max-bytes': {
     env: 'ORCHESTRATOR_REQUEST_LOG_MAX_BYTES',
     value: 'BYTES',
     help: 'rotate the request log at this size (default 52428800, 50 MiB)',
   },
-  'request-log-files': { env: 'ORCHESTRATOR_REQUEST_LOG_FILES', value: 'N', help: 'rotated request logs kept besides the current one (default 5)' },
+  'request-log-files': {
+    env: 'ORCHESTRATOR_REQUEST_LOG_FILES',
+    value: 'N',
+    help: 'rotated request logs kept besides the current one (default 5)',
+  },
 };
 
 /** Reads the budget settings; `raw` gives a flag's text (flag, else environment), `flag` a boolean flag. */
@@ -97,12 +117,14 @@ export function parseBudgetConfig(
     const text = raw(name);
     if (text === undefined) return fallback;
     const n = Number(text);
-    if (text.trim() === '' || !Number.isInteger(n) || n < min) throw new ConfigError(`--${name} must be a whole number of at least ${min}, got "${text}"`);
+    if (text.trim() === '' || !Number.isInteger(n) || n < min)
+      throw new ConfigError(`--${name} must be a whole number of at least ${min}, got "${text}"`);
     return n;
   };
   const windowText = raw('rate-window');
   const window = windowText === undefined ? 60 : Number(windowText);
-  if (!Number.isFinite(window) || window < 0.001 || windowText?.trim() === '') throw new ConfigError(`--rate-window must be a number of seconds above 0, got "${windowText}"`);
+  if (!Number.isFinite(window) || window < 0.001 || windowText?.trim() === '')
+    throw new ConfigError(`--rate-window must be a number of seconds above 0, got "${windowText}"`);
   const maxSpend = raw('max-spend');
   const keysFile = raw('keys-file');
   const keysJson = keysFile === undefined ? env.ORCHESTRATOR_KEYS || undefined : undefined;
@@ -112,7 +134,9 @@ export function parseBudgetConfig(
   try {
     if (keysFile !== undefined || keysJson !== undefined) VirtualKeys.check({ file: keysFile, json: keysJson });
   } catch (error) {
-    throw new ConfigError(`${keysFile === undefined ? 'ORCHESTRATOR_KEYS' : '--keys-file'}: ${(error as Error).message}`);
+    throw new ConfigError(
+      `${keysFile === undefined ? 'ORCHESTRATOR_KEYS' : '--keys-file'}: ${(error as Error).message}`,
+    );
   }
   try {
     if (pricesFile !== undefined) PriceTable.readFile(pricesFile);

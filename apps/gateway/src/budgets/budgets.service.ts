@@ -1,5 +1,10 @@
 import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
-import { CountersUnavailableError, MemoryWindowCounters, RedisThrottlerStorage, type WindowCounters } from 'nest-prompt-orchestrator/throttler';
+import {
+  CountersUnavailableError,
+  MemoryWindowCounters,
+  RedisThrottlerStorage,
+  type WindowCounters,
+} from 'nest-prompt-orchestrator/throttler';
 import { parseTraceParent } from 'nest-prompt-orchestrator/internal';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
@@ -43,7 +48,9 @@ export class Budgets implements OnApplicationShutdown {
     const log = (line: string) => this.logger.warn(line);
     if (budgets.keysFile !== undefined || budgets.keysJson !== undefined) {
       // A refused reload is a warning (shown by default); a reload that took is news.
-      this.keys = VirtualKeys.load({ file: budgets.keysFile, json: budgets.keysJson }, (line, problem) => (problem ? this.logger.warn(line) : this.logger.log(line)));
+      this.keys = VirtualKeys.load({ file: budgets.keysFile, json: budgets.keysJson }, (line, problem) =>
+        problem ? this.logger.warn(line) : this.logger.log(line),
+      );
     }
     this.prices = new PriceTable({
       operator: budgets.pricesFile ? PriceTable.readFile(budgets.pricesFile) : undefined,
@@ -79,7 +86,8 @@ export class Budgets implements OnApplicationShutdown {
       withoutRedis: () => ({ mode: this.withoutRedis, replicas: this.replicas() }),
       onState: shared.health ? (state, error) => shared.health?.report('spend-caps', state, error) : undefined,
     });
-    if (budgets.requestLog) this.requestLog = new RequestLog(budgets.requestLog, budgets.requestLogMaxBytes, budgets.requestLogFiles, log);
+    if (budgets.requestLog)
+      this.requestLog = new RequestLog(budgets.requestLog, budgets.requestLogMaxBytes, budgets.requestLogFiles, log);
   }
 
   /** Whether clients must present a virtual key. */
@@ -104,15 +112,25 @@ export class Budgets implements OnApplicationShutdown {
     const requests = key?.requestsPerMinute ?? this.settings.requestsPerWindow;
     const tokens = key?.tokensPerMinute ?? this.settings.tokensPerWindow;
     if (tokens !== undefined) {
-      const { value: used, limit } = await this.counted(tokens, (counters) => counters.add(`tokens:${rateKey}`, this.window, 0));
+      const { value: used, limit } = await this.counted(tokens, (counters) =>
+        counters.add(`tokens:${rateKey}`, this.window, 0),
+      );
       if (used.total >= limit) {
-        throw rateLimited(`Token rate limit reached: ${used.total} of ${tokens} tokens used in this ${this.window / 1000} s window.`, used.timeToExpire);
+        throw rateLimited(
+          `Token rate limit reached: ${used.total} of ${tokens} tokens used in this ${this.window / 1000} s window.`,
+          used.timeToExpire,
+        );
       }
     }
     if (requests !== undefined) {
-      const { value: hit } = await this.counted(requests, (counters, limit) => counters.increment(rateKey, this.window, limit, 0, 'requests'));
+      const { value: hit } = await this.counted(requests, (counters, limit) =>
+        counters.increment(rateKey, this.window, limit, 0, 'requests'),
+      );
       if (hit.isBlocked) {
-        throw rateLimited(`Rate limit reached: ${requests} requests per ${this.window / 1000} s window.`, hit.timeToBlockExpire);
+        throw rateLimited(
+          `Rate limit reached: ${requests} requests per ${this.window / 1000} s window.`,
+          hit.timeToBlockExpire,
+        );
       }
     }
     const caps: ScopedCap[] = [];
@@ -137,7 +155,8 @@ export class Budgets implements OnApplicationShutdown {
     const caps = context.caps;
     if (!caps || context.hold || !context.route || ROUTES[context.route].kind !== 'generation') return;
     // A fallback asked for another model is priced as that model: one without a price would pass as free.
-    if (context.servedModel !== undefined && !this.prices.sourceOf(context.servedModel)) throw unpriced(context.servedModel, true);
+    if (context.servedModel !== undefined && !this.prices.sourceOf(context.servedModel))
+      throw unpriced(context.servedModel, true);
     const worstNano = Math.round(this.worstCase(context, body, bodyBytes) * NANO);
     const result = await this.ledger.reserve(caps, worstNano, this.holdMs);
     if ('hold' in result) {
@@ -177,7 +196,9 @@ export class Budgets implements OnApplicationShutdown {
     if (context.rateKey) {
       const rateKey = context.rateKey;
       const tokens = usage.input + usage.output;
-      void this.counters.add(`tokens:${rateKey}`, this.window, tokens).catch(() => this.localCounters.add(`tokens:${rateKey}`, this.window, tokens));
+      void this.counters
+        .add(`tokens:${rateKey}`, this.window, tokens)
+        .catch(() => this.localCounters.add(`tokens:${rateKey}`, this.window, tokens));
     }
     // What the requests that reuse this answer saved: they read it from the call's tag.
     if (context.tag) context.tag.settled = settled;
@@ -208,8 +229,10 @@ export class Budgets implements OnApplicationShutdown {
       }
     }
     const embeds = context.route === 'embeddings' || context.route === 'embedding' || context.route === 'rerank';
-    const count = (value: unknown) => (typeof value === 'number' && Number.isFinite(value) && value > 0 ? Math.ceil(value) : undefined);
-    const declared = count(b.max_completion_tokens) ?? count(b.max_tokens) ?? count(b.max_output_tokens) ?? count(b.n_predict);
+    const count = (value: unknown) =>
+      typeof value === 'number' && Number.isFinite(value) && value > 0 ? Math.ceil(value) : undefined;
+    const declared =
+      count(b.max_completion_tokens) ?? count(b.max_tokens) ?? count(b.max_output_tokens) ?? count(b.n_predict);
     const perChoice = embeds ? 0 : (declared ?? this.prices.maxOutputOf(model) ?? this.settings.reserveOutputTokens);
     const choices = Math.max(1, count(b.n) ?? 1, count(b.best_of) ?? 1);
     return this.prices.costOf(model, { input, output: perChoice * choices, cached: 0 });
@@ -250,7 +273,12 @@ export class Budgets implements OnApplicationShutdown {
   /** Whether a request with this key must be checked against rates or caps before it goes further. */
   needsAdmission(key: VirtualKey | undefined): boolean {
     const s = this.settings;
-    return key !== undefined || s.requestsPerWindow !== undefined || s.tokensPerWindow !== undefined || s.maxSpend !== undefined;
+    return (
+      key !== undefined ||
+      s.requestsPerWindow !== undefined ||
+      s.tokensPerWindow !== undefined ||
+      s.maxSpend !== undefined
+    );
   }
 
   /**
@@ -285,7 +313,10 @@ export class Budgets implements OnApplicationShutdown {
    * A count through the shared counters; while they are unavailable, as --limits-without-redis says: this
    * replica's own count against the whole limit (`open`) or its share of it (`share`), or refused (`closed`).
    */
-  private async counted<T>(limit: number, count: (counters: WindowCounters, limit: number) => Promise<T>): Promise<{ value: T; limit: number }> {
+  private async counted<T>(
+    limit: number,
+    count: (counters: WindowCounters, limit: number) => Promise<T>,
+  ): Promise<{ value: T; limit: number }> {
     try {
       return { value: await count(this.counters, limit), limit };
     } catch (error) {
@@ -305,7 +336,9 @@ export class Budgets implements OnApplicationShutdown {
     const status = await this.ledger.capStatus(scope, cap);
     if (status.spentNano === undefined) throw limitsUnavailable('spend cap');
     if (!status.reached) return;
-    throw quotaExceeded(`${who} has reached its spend cap of ${cap.usd} USD per ${cap.period} (UTC); requests resume next ${cap.period}.`);
+    throw quotaExceeded(
+      `${who} has reached its spend cap of ${cap.usd} USD per ${cap.period} (UTC); requests resume next ${cap.period}.`,
+    );
   }
 }
 

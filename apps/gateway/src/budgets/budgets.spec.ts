@@ -18,7 +18,12 @@ describe('keys documents', () => {
   });
 
   it('reads keys and hashed keys with their limits', () => {
-    const entries = parseKeys(JSON.stringify({ 'sk-plain-key-1': { name: 'a', requestsPerMinute: 5, maxSpend: '3/month' }, [`sha256:${'ab'.repeat(32)}`]: { name: 'b' } }));
+    const entries = parseKeys(
+      JSON.stringify({
+        'sk-plain-key-1': { name: 'a', requestsPerMinute: 5, maxSpend: '3/month' },
+        [`sha256:${'ab'.repeat(32)}`]: { name: 'b' },
+      }),
+    );
     expect(entries.map((e) => e.key)).toEqual([
       { name: 'a', requestsPerMinute: 5, tokensPerMinute: undefined, maxSpend: { usd: 3, period: 'month' } },
       { name: 'b', requestsPerMinute: undefined, tokensPerMinute: undefined, maxSpend: undefined },
@@ -58,8 +63,12 @@ describe('prices', () => {
   it('prices models from the bundled catalogue as providers spell them: any case, dated snapshots, fine-tunes', () => {
     const table = new PriceTable({ upstreamUrl: 'https://api.openai.com/v1' });
     // gpt-4o-mini: 0.15 in, 0.075 cached, 0.6 out.
-    expect(table.costOf('gpt-4o-mini-2024-07-18', { input: 1_000_000, cached: 400_000, output: 100_000 })).toBeCloseTo(0.6 * 0.15 + 0.4 * 0.075 + 0.1 * 0.6, 9);
-    for (const name of ['gpt-4o', 'GPT-4o', 'gpt-4o-2024-08-06']) expect(table.costOf(name, million)).toBeCloseTo(12.5, 9);
+    expect(table.costOf('gpt-4o-mini-2024-07-18', { input: 1_000_000, cached: 400_000, output: 100_000 })).toBeCloseTo(
+      0.6 * 0.15 + 0.4 * 0.075 + 0.1 * 0.6,
+      9,
+    );
+    for (const name of ['gpt-4o', 'GPT-4o', 'gpt-4o-2024-08-06'])
+      expect(table.costOf(name, million)).toBeCloseTo(12.5, 9);
     for (const name of ['o1', 'gpt-4-turbo', 'ft:gpt-4o-mini:org::id', 'ft:gpt-4o-mini-2024-07-18:org:custom:abc123']) {
       expect(table.sourceOf(name)).toBe('catalogue');
       expect(table.costOf(name, million)).toBeGreaterThan(0);
@@ -68,16 +77,26 @@ describe('prices', () => {
     expect(table.costOf('ft:gpt-4o-mini:org::id', million)).toBeGreaterThan(table.costOf('gpt-4o-mini', million));
     // A known provider's address keeps other providers' models out.
     expect(table.sourceOf('claude-3-5-sonnet-20241022')).toBeUndefined();
-    expect(new PriceTable({ upstreamUrl: 'https://api.anthropic.com' }).costOf('claude-3-5-sonnet-20241022', million)).toBeCloseTo(18, 9);
+    expect(
+      new PriceTable({ upstreamUrl: 'https://api.anthropic.com' }).costOf('claude-3-5-sonnet-20241022', million),
+    ).toBeCloseTo(18, 9);
     // Any other address: the name says whose model it is.
-    expect(new PriceTable({ upstreamUrl: 'http://127.0.0.1:9999/v1' }).costOf('claude-3-5-sonnet-20241022', million)).toBeCloseTo(18, 9);
+    expect(
+      new PriceTable({ upstreamUrl: 'http://127.0.0.1:9999/v1' }).costOf('claude-3-5-sonnet-20241022', million),
+    ).toBeCloseTo(18, 9);
   });
 
   it("costs what the catalogue's own calculation says, long-context tiers and cached input included", () => {
     const table = new PriceTable();
     for (const model of ['gpt-4o', 'claude-sonnet-4-5', 'claude-3-5-haiku-20241022', 'o1', 'gemini-2.5-pro']) {
-      for (const usage of [{ input: 1_000, cached: 0, output: 500 }, { input: 300_000, cached: 100_000, output: 4_000 }]) {
-        const expected = calcPrice({ input_tokens: usage.input, cache_read_tokens: usage.cached, output_tokens: usage.output }, model);
+      for (const usage of [
+        { input: 1_000, cached: 0, output: 500 },
+        { input: 300_000, cached: 100_000, output: 4_000 },
+      ]) {
+        const expected = calcPrice(
+          { input_tokens: usage.input, cache_read_tokens: usage.cached, output_tokens: usage.output },
+          model,
+        );
         expect(table.costOf(model, usage)).toBeCloseTo(expected!.total_price, 12);
       }
     }
@@ -92,7 +111,11 @@ describe('prices', () => {
 
   it("puts the operator's prices on top: exact name, then longest prefix, then the catalogue, then *", () => {
     const table = new PriceTable({
-      operator: { 'GPT-4o': { input: 1, output: 1 }, 'my-vllm': { input: 2, output: 2, maxOutput: 100 }, '*': { input: 9, output: 9 } },
+      operator: {
+        'GPT-4o': { input: 1, output: 1 },
+        'my-vllm': { input: 2, output: 2, maxOutput: 100 },
+        '*': { input: 9, output: 9 },
+      },
     });
     expect(table.costOf('gpt-4o', million)).toBe(2);
     expect(table.costOf('gpt-4o-2024-08-06', million)).toBe(2);
@@ -125,7 +148,9 @@ describe('prices', () => {
 
   it('reads a __proto__ model name as a name, not a prototype', () => {
     const table = parsePrices('{"__proto__": {"input": 1, "output": 2}}');
-    expect(new PriceTable({ operator: table }).costOf('__proto__-model', { input: 1e6, output: 1e6, cached: 0 })).toBe(3);
+    expect(new PriceTable({ operator: table }).costOf('__proto__-model', { input: 1e6, output: 1e6, cached: 0 })).toBe(
+      3,
+    );
     expect(({} as Record<string, unknown>).input).toBeUndefined();
   });
 
@@ -138,10 +163,22 @@ describe('prices', () => {
 
 describe('usage', () => {
   it('reads the last usage object of a JSON answer, not a "usage" inside its text', () => {
-    const answer = { choices: [{ message: { content: 'the "usage": {"prompt_tokens": 999} field' } }], usage: { prompt_tokens: 12, completion_tokens: 5, prompt_tokens_details: { cached_tokens: 4 } }, system_fingerprint: 'x' };
+    const answer = {
+      choices: [{ message: { content: 'the "usage": {"prompt_tokens": 999} field' } }],
+      usage: { prompt_tokens: 12, completion_tokens: 5, prompt_tokens_details: { cached_tokens: 4 } },
+      system_fingerprint: 'x',
+    };
     expect(usageOfJson(Buffer.from(JSON.stringify(answer)))).toEqual({ input: 12, output: 5, cached: 4 });
-    expect(usageOfJson(Buffer.from('{"type":"message","usage":{"input_tokens":10,"cache_read_input_tokens":20,"output_tokens":3}}'))).toEqual({ input: 30, output: 3, cached: 20 });
-    expect(usageOfJson(Buffer.from('{"data":[],"usage":{"prompt_tokens":8,"total_tokens":8}}'))).toEqual({ input: 8, output: 0, cached: 0 });
+    expect(
+      usageOfJson(
+        Buffer.from('{"type":"message","usage":{"input_tokens":10,"cache_read_input_tokens":20,"output_tokens":3}}'),
+      ),
+    ).toEqual({ input: 30, output: 3, cached: 20 });
+    expect(usageOfJson(Buffer.from('{"data":[],"usage":{"prompt_tokens":8,"total_tokens":8}}'))).toEqual({
+      input: 8,
+      output: 0,
+      cached: 0,
+    });
     expect(usageOfJson(Buffer.from('{"choices":[]}'))).toBeUndefined();
     expect(usageOfJson(Buffer.from('{"usage":{"prompt_tokens":'))).toBeUndefined();
   });
@@ -154,29 +191,45 @@ describe('usage', () => {
     'data: [DONE]\n\n',
   ].join('');
 
-  it.each([1, 7, 64, 10_000])('reads a stream split every %i characters; strips the added usage chunk only when asked', async (size) => {
-    const pieces = stream.match(new RegExp(`[\\s\\S]{1,${size}}`, 'g'))!;
-    for (const strip of [false, true]) {
-      let usage: unknown;
-      const out = (await firstValueFrom(tapUsage(from(pieces), strip, (u) => (usage = u)).pipe(toArray()))).join('');
-      expect(usage).toEqual({ input: 3, output: 2, cached: 0 });
-      expect(out.includes('"choices":[]')).toBe(!strip);
-      expect(out).toContain('data: [DONE]');
-      expect(out).toContain('" there"');
-    }
-  });
+  it.each([1, 7, 64, 10_000])(
+    'reads a stream split every %i characters; strips the added usage chunk only when asked',
+    async (size) => {
+      const pieces = stream.match(new RegExp(`[\\s\\S]{1,${size}}`, 'g'))!;
+      for (const strip of [false, true]) {
+        let usage: unknown;
+        const out = (await firstValueFrom(tapUsage(from(pieces), strip, (u) => (usage = u)).pipe(toArray()))).join('');
+        expect(usage).toEqual({ input: 3, output: 2, cached: 0 });
+        expect(out.includes('"choices":[]')).toBe(!strip);
+        expect(out).toContain('data: [DONE]');
+        expect(out).toContain('" there"');
+      }
+    },
+  );
 
   it("reads llama.cpp's own counts (tokens_evaluated / tokens_predicted), whole and streamed", async () => {
-    const whole = { content: 'a "tokens_predicted": 999 in the text', stop: true, tokens_predicted: 7, tokens_evaluated: 11, timings: { predicted_ms: 3 } };
+    const whole = {
+      content: 'a "tokens_predicted": 999 in the text',
+      stop: true,
+      tokens_predicted: 7,
+      tokens_evaluated: 11,
+      timings: { predicted_ms: 3 },
+    };
     expect(usageOfJson(Buffer.from(JSON.stringify(whole)))).toEqual({ input: 11, output: 7, cached: 0 });
     let usage: unknown;
-    const llamaStream = [chunk({ content: 'hi', stop: false }), chunk({ content: '', stop: true, tokens_predicted: 4, tokens_evaluated: 9 })];
+    const llamaStream = [
+      chunk({ content: 'hi', stop: false }),
+      chunk({ content: '', stop: true, tokens_predicted: 4, tokens_evaluated: 9 }),
+    ];
     await firstValueFrom(tapUsage(from(llamaStream), false, (u) => (usage = u)).pipe(toArray()));
     expect(usage).toEqual({ input: 9, output: 4, cached: 0 });
   });
 
   it('asks for stream usage only where the client streams and did not ask', () => {
-    expect(withStreamUsage({ stream: true, model: 'm' })).toEqual({ stream: true, model: 'm', stream_options: { include_usage: true } });
+    expect(withStreamUsage({ stream: true, model: 'm' })).toEqual({
+      stream: true,
+      model: 'm',
+      stream_options: { include_usage: true },
+    });
     expect(withStreamUsage({ stream: true, stream_options: { include_usage: true } })).toBeUndefined();
     expect(withStreamUsage({ stream: false })).toBeUndefined();
     expect(withStreamUsage({ stream: true, stream_options: 'weird' })).toBeUndefined();
@@ -208,10 +261,17 @@ describe('the request log', () => {
     for (let i = 100; i < 150; i++) log.write(entry(i));
     await log.close();
     expect(readdirSync(dir).sort()).toEqual(['requests.jsonl', 'requests.jsonl.1', 'requests.jsonl.2']);
-    const keys = (name: string) => readFileSync(join(dir, name), 'utf8').trim().split('\n').map((l) => (JSON.parse(l) as RequestLogEntry).key);
+    const keys = (name: string) =>
+      readFileSync(join(dir, name), 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => (JSON.parse(l) as RequestLogEntry).key);
     // 50 lines, 10 per file: the newest 30 are kept, in order, across the files.
-    expect([...keys('requests.jsonl.2'), ...keys('requests.jsonl.1'), ...keys('requests.jsonl')]).toEqual(Array.from({ length: 30 }, (_, i) => `key-${120 + i}`));
-    for (const name of readdirSync(dir)) expect(readFileSync(join(dir, name)).length).toBeLessThanOrEqual(lineBytes * 10);
+    expect([...keys('requests.jsonl.2'), ...keys('requests.jsonl.1'), ...keys('requests.jsonl')]).toEqual(
+      Array.from({ length: 30 }, (_, i) => `key-${120 + i}`),
+    );
+    for (const name of readdirSync(dir))
+      expect(readFileSync(join(dir, name)).length).toBeLessThanOrEqual(lineBytes * 10);
   });
 
   it('drops and counts lines beyond its buffer instead of growing', async () => {
@@ -270,7 +330,10 @@ describe('holds against a cap', () => {
   it('names the cap that refuses, and lets a hold that never settled expire', async () => {
     let now = Date.parse('2026-06-01T10:00:00Z');
     const ledger = new SpendLedger({ now: () => now });
-    const caps = [{ scope: '*', cap: { usd: 100, period: 'month' as const } }, { scope: 'alpha', cap }];
+    const caps = [
+      { scope: '*', cap: { usd: 100, period: 'month' as const } },
+      { scope: 'alpha', cap },
+    ];
     expect('hold' in (await ledger.reserve(caps, 10e9, 1_000))).toBe(true);
     expect(await ledger.reserve(caps, 1e9, 1_000)).toEqual({ refused: { index: 1, spentNano: 0, heldNano: 10e9 } });
     now += 1_001;

@@ -1,4 +1,11 @@
-import { calcPrice, findProvider, type ModelInfo, type ModelPrice as CataloguePrice, type Provider, type TieredPrices } from '@pydantic/genai-prices';
+import {
+  calcPrice,
+  findProvider,
+  type ModelInfo,
+  type ModelPrice as CataloguePrice,
+  type Provider,
+  type TieredPrices,
+} from '@pydantic/genai-prices';
 import { readFileSync } from 'node:fs';
 
 /** USD per 1M tokens. `cached` is the price of prompt tokens served from the provider's own prompt cache. */
@@ -80,7 +87,9 @@ export class PriceTable {
     try {
       text = readFileSync(file, 'utf8');
     } catch (error) {
-      throw new Error(`--prices ${file}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`, { cause: error });
+      throw new Error(`--prices ${file}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`, {
+        cause: error,
+      });
     }
     try {
       return parsePrices(text);
@@ -106,14 +115,19 @@ export class PriceTable {
     const cached = Math.min(usage.cached, usage.input);
     if (found.price) {
       const price = found.price;
-      return ((usage.input - cached) * price.input + cached * (price.cached ?? price.input) + usage.output * price.output) / 1e6;
+      return (
+        ((usage.input - cached) * price.input + cached * (price.cached ?? price.input) + usage.output * price.output) /
+        1e6
+      );
     }
     // The catalogue's own calcPrice takes tens of microseconds (it decomposes usage into every unit it knows): the
     // three units a usage report has are priced here, with the catalogue's rule for tiers (a tier's price applies to
     // all tokens once the prompt passes its start).
     const now = Date.now();
     if (!found.current || now - (found.chosenAt ?? 0) > RECHOOSE_MS) {
-      found.current = calcPrice({ input_tokens: 1, output_tokens: 1 }, normalName(model), { provider: found.catalogue })?.model_price ?? {};
+      found.current =
+        calcPrice({ input_tokens: 1, output_tokens: 1 }, normalName(model), { provider: found.catalogue })
+          ?.model_price ?? {};
       found.chosenAt = now;
     }
     const price = found.current;
@@ -124,7 +138,11 @@ export class PriceTable {
       for (const tier of unit.tiers) if (usage.input > tier.start) rate = tier.price;
       return (rate * tokens) / 1e6;
     };
-    return per(price.input_mtok, usage.input - cached) + per(price.cache_read_mtok ?? price.input_mtok, cached) + per(price.output_mtok, usage.output);
+    return (
+      per(price.input_mtok, usage.input - cached) +
+      per(price.cache_read_mtok ?? price.input_mtok, cached) +
+      per(price.output_mtok, usage.output)
+    );
   }
 
   private resolve(model: string | undefined): Resolved | undefined {
@@ -138,13 +156,15 @@ export class PriceTable {
   }
 
   private lookUp(name: string): Resolved | undefined {
-    const own = this.operator.get(name) ?? this.operator.get(this.prefixes.find((known) => name.startsWith(known)) ?? '');
+    const own =
+      this.operator.get(name) ?? this.operator.get(this.prefixes.find((known) => name.startsWith(known)) ?? '');
     if (own) return { source: 'prices-file', price: own, maxOutput: own.maxOutput };
     const catalogue = name === '' ? undefined : this.fromCatalogue(name);
     if (catalogue) return { source: 'catalogue', catalogue };
     const fallback = this.operator.get('*');
     if (fallback) return { source: 'prices-file', price: fallback, maxOutput: fallback.maxOutput };
-    if (this.options.defaultPrice) return { source: 'default', price: this.options.defaultPrice, maxOutput: this.options.defaultPrice.maxOutput };
+    if (this.options.defaultPrice)
+      return { source: 'default', price: this.options.defaultPrice, maxOutput: this.options.defaultPrice.maxOutput };
     if (this.options.localModels) return { source: 'local', price: { input: 0, output: 0 } };
     return undefined;
   }
@@ -188,7 +208,9 @@ export function parsePrices(text: string): Record<string, ModelPrice> {
     throw new Error(`not valid JSON (${(error as Error).message.slice(0, 120)})`, { cause: error });
   }
   if (typeof document !== 'object' || document === null || Array.isArray(document)) {
-    throw new Error('must be a JSON object mapping model names to { "input", "output", "cached"? } (USD per 1M tokens)');
+    throw new Error(
+      'must be a JSON object mapping model names to { "input", "output", "cached"? } (USD per 1M tokens)',
+    );
   }
   const entries = Object.entries(document as Record<string, unknown>);
   if (entries.length > MAX_MODELS) throw new Error(`more than ${MAX_MODELS} models`);
@@ -196,20 +218,31 @@ export function parsePrices(text: string): Record<string, ModelPrice> {
   for (const [model, value] of entries) {
     const name = JSON.stringify(model.slice(0, 80));
     if (model === '' || model.length > 200) throw new Error(`model names must be 1-200 characters, got ${name}`);
-    if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new Error(`${name}: must be an object with "input" and "output"`);
+    if (typeof value !== 'object' || value === null || Array.isArray(value))
+      throw new Error(`${name}: must be an object with "input" and "output"`);
     const v = value as Record<string, unknown>;
-    for (const field of Object.keys(v)) if (!['input', 'output', 'cached', 'maxOutput'].includes(field)) throw new Error(`${name}: unknown field ${JSON.stringify(field.slice(0, 40))}`);
+    for (const field of Object.keys(v))
+      if (!['input', 'output', 'cached', 'maxOutput'].includes(field))
+        throw new Error(`${name}: unknown field ${JSON.stringify(field.slice(0, 40))}`);
     const price = (field: string, required: boolean) => {
       const n = v[field];
       if (n === undefined && !required) return undefined;
-      if (typeof n !== 'number' || !Number.isFinite(n) || n < 0 || n > 1e6) throw new Error(`${name}: "${field}" must be a number of USD per 1M tokens (0 to 1000000)`);
+      if (typeof n !== 'number' || !Number.isFinite(n) || n < 0 || n > 1e6)
+        throw new Error(`${name}: "${field}" must be a number of USD per 1M tokens (0 to 1000000)`);
       return n;
     };
     const maxOutput = v.maxOutput;
-    if (maxOutput !== undefined && (typeof maxOutput !== 'number' || !Number.isInteger(maxOutput) || maxOutput < 1 || maxOutput > 10_000_000)) {
+    if (
+      maxOutput !== undefined &&
+      (typeof maxOutput !== 'number' || !Number.isInteger(maxOutput) || maxOutput < 1 || maxOutput > 10_000_000)
+    ) {
       throw new Error(`${name}: "maxOutput" must be a whole number of tokens (1 to 10000000)`);
     }
-    const entry: ModelPrice = { input: price('input', true)!, output: price('output', true)!, cached: price('cached', false) };
+    const entry: ModelPrice = {
+      input: price('input', true)!,
+      output: price('output', true)!,
+      cached: price('cached', false),
+    };
     if (maxOutput !== undefined) entry.maxOutput = maxOutput;
     table[model] = entry;
   }
@@ -219,6 +252,13 @@ export function parsePrices(text: string): Record<string, ModelPrice> {
 /** `--default-price 3/15` or `3/15/0.3`: USD per 1M input / output (/ cached input) tokens. */
 export function parsePrice(text: string, what: string): ModelPrice {
   const match = /^\s*(\d+(?:\.\d+)?)\s*\/\s*(\d+(?:\.\d+)?)\s*(?:\/\s*(\d+(?:\.\d+)?)\s*)?$/.exec(text);
-  if (!match) throw new Error(`${what} must look like INPUT/OUTPUT or INPUT/OUTPUT/CACHED in USD per 1M tokens (e.g. 3/15), got "${text.slice(0, 60)}"`);
-  return { input: Number(match[1]), output: Number(match[2]), cached: match[3] === undefined ? undefined : Number(match[3]) };
+  if (!match)
+    throw new Error(
+      `${what} must look like INPUT/OUTPUT or INPUT/OUTPUT/CACHED in USD per 1M tokens (e.g. 3/15), got "${text.slice(0, 60)}"`,
+    );
+  return {
+    input: Number(match[1]),
+    output: Number(match[2]),
+    cached: match[3] === undefined ? undefined : Number(match[3]),
+  };
 }

@@ -77,7 +77,7 @@ export class RequestLog {
     if (this.size + bytes > this.maxBytes && this.size > 0) this.rotate();
     this.size += bytes;
     this.pendingBytes += bytes;
-    this.stream!.write(line, () => (this.pendingBytes -= bytes));
+    this.stream.write(line, () => (this.pendingBytes -= bytes));
   }
 
   /** Flushes what is buffered. */
@@ -98,14 +98,20 @@ export class RequestLog {
       // Opened now, not when the stream gets to it: a rotation renames the file this descriptor writes to.
       fd = openSync(this.file, 'a');
     } catch (error) {
-      if (!this.failed) this.log(`request log ${this.file}: cannot be opened (${(error as NodeJS.ErrnoException).code ?? 'error'}); lines are dropped`);
+      if (!this.failed)
+        this.log(
+          `request log ${this.file}: cannot be opened (${(error as NodeJS.ErrnoException).code ?? 'error'}); lines are dropped`,
+        );
       this.failed = true;
       this.stream = undefined;
       return;
     }
     const stream = createWriteStream(this.file, { fd });
     stream.on('error', (error: NodeJS.ErrnoException) => {
-      if (!this.failed) this.log(`request log ${this.file}: write failed (${error.code ?? 'error'}); lines are dropped until it can be written`);
+      if (!this.failed)
+        this.log(
+          `request log ${this.file}: write failed (${error.code ?? 'error'}); lines are dropped until it can be written`,
+        );
       this.failed = true;
       this.pendingBytes = 0;
     });

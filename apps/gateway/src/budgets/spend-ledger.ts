@@ -118,11 +118,12 @@ function periodKeys(now: number): typeof periodCache {
   return periodCache;
 }
 
-const periodCache: { day: number; keys: Record<SpendCap['period'], string>; all: Record<SpendCap['period'], string> } = {
-  day: Number.NaN,
-  keys: { day: '', month: '' },
-  all: { day: '', month: '' },
-};
+const periodCache: { day: number; keys: Record<SpendCap['period'], string>; all: Record<SpendCap['period'], string> } =
+  {
+    day: Number.NaN,
+    keys: { day: '', month: '' },
+    all: { day: '', month: '' },
+  };
 
 const PERIODS: SpendCap['period'][] = ['day', 'month'];
 // Long enough to read last period's figures, short enough that Redis forgets them.
@@ -202,11 +203,20 @@ export class SpendLedger {
    * request is let in while the cap has room, so concurrent requests pass a cap by at most one request's hold.
    * Across replicas through Redis (one Lua script); in this replica alone while Redis is away.
    */
-  async reserve(caps: ScopedCap[], amountNano: number, holdMs: number): Promise<{ hold: Hold } | { refused: Refusal } | { unavailable: true }> {
+  async reserve(
+    caps: ScopedCap[],
+    amountNano: number,
+    holdMs: number,
+  ): Promise<{ hold: Hold } | { refused: Refusal } | { unavailable: true }> {
     const now = this.now;
     const totals = caps.map(({ scope, cap }) => `${periodKey(cap.period, now)}:${scope}`);
     const amount = Math.max(0, Math.round(amountNano));
-    const hold: Hold = { id: `${process.pid}.${Date.now().toString(36)}.${(this.holdSeq++).toString(36)}`, amountNano: amount, totals, expiresAt: now + holdMs };
+    const hold: Hold = {
+      id: `${process.pid}.${Date.now().toString(36)}.${(this.holdSeq++).toString(36)}`,
+      amountNano: amount,
+      totals,
+      expiresAt: now + holdMs,
+    };
     this.expireHolds(now);
     let refused: Refusal | undefined;
     if (this.options.redis) {
@@ -229,13 +239,33 @@ export class SpendLedger {
    * one scope refuse, what the others held is released. Each cap's check and hold stay one atomic step, so no cap is
    * passed by more than it would be on one node; a request refused by one scope may briefly hold room in another.
    */
-  private async reserveShared(caps: ScopedCap[], totals: string[], hold: Hold, holdMs: number): Promise<Refusal | 'held' | undefined> {
-    const groups = this.options.slotPerScope ? groupBy(caps.map((c, index) => ({ index, scope: c.scope })), (c) => c.scope) : [caps.map((_, index) => ({ index }))];
+  private async reserveShared(
+    caps: ScopedCap[],
+    totals: string[],
+    hold: Hold,
+    holdMs: number,
+  ): Promise<Refusal | 'held' | undefined> {
+    const groups = this.options.slotPerScope
+      ? groupBy(
+          caps.map((c, index) => ({ index, scope: c.scope })),
+          (c) => c.scope,
+        )
+      : [caps.map((_, index) => ({ index }))];
     const answers = await Promise.all(
       groups.map((group) => {
-        const keys = group.flatMap(({ index }) => [this.redisKey(totals[index], 'spent'), this.redisKey(totals[index], 'held')]);
+        const keys = group.flatMap(({ index }) => [
+          this.redisKey(totals[index], 'spent'),
+          this.redisKey(totals[index], 'held'),
+        ]);
         const limits = group.map(({ index }) => String(Math.round(caps[index].cap.usd * NANO)));
-        const args = [String(hold.expiresAt - holdMs), hold.id, String(hold.amountNano), String(hold.expiresAt), String(Math.ceil(holdMs / 1000) + 60), ...limits];
+        const args = [
+          String(hold.expiresAt - holdMs),
+          hold.id,
+          String(hold.amountNano),
+          String(hold.expiresAt),
+          String(Math.ceil(holdMs / 1000) + 60),
+          ...limits,
+        ];
         return this.command(['EVAL', RESERVE, String(keys.length), ...keys, ...args]);
       }),
     );
@@ -245,7 +275,8 @@ export class SpendLedger {
       if (!Array.isArray(answer)) return void (unanswered = true);
       const [index, spent, held] = answer.map(Number);
       const global = index > 0 ? groups[g][index - 1].index : -1;
-      if (global >= 0 && (!refused || global < refused.index)) refused = { index: global, spentNano: spent, heldNano: held };
+      if (global >= 0 && (!refused || global < refused.index))
+        refused = { index: global, spentNano: spent, heldNano: held };
     });
     if (groups.length > 1 && (refused || unanswered)) {
       // Released where it was held: the request does not go ahead.
@@ -297,9 +328,21 @@ export class SpendLedger {
       scopes.map((scopeName) => {
         const mine = (id: string) => scopeName === undefined || scopeOf(id) === scopeName;
         const spentHere = spentIds.filter(mine);
-        const keys = [...spentHere.map((id) => this.redisKey(id, 'spent')), ...held.filter(mine).map((id) => this.redisKey(id, 'held'))];
+        const keys = [
+          ...spentHere.map((id) => this.redisKey(id, 'spent')),
+          ...held.filter(mine).map((id) => this.redisKey(id, 'held')),
+        ];
         const ttls = spentHere.map((id) => String(EXPIRE_SECONDS[id.startsWith('day:') ? 'day' : 'month']));
-        return this.command(['EVAL', SETTLE, String(keys.length), ...keys, String(spentHere.length), String(cost), hold?.id ?? '-', ...ttls]);
+        return this.command([
+          'EVAL',
+          SETTLE,
+          String(keys.length),
+          ...keys,
+          String(spentHere.length),
+          String(cost),
+          hold?.id ?? '-',
+          ...ttls,
+        ]);
       }),
     ).then(() => undefined);
   }
@@ -318,7 +361,8 @@ export class SpendLedger {
     for (let i = 0; i < caps.length; i++) {
       const spentNano = this.totals.get(totals[i])?.spentNano ?? 0;
       const heldNano = this.held.get(totals[i]) ?? 0;
-      if (spentNano + heldNano >= Math.floor(Math.round(caps[i].cap.usd * NANO) / Math.max(1, replicas))) return { index: i, spentNano, heldNano };
+      if (spentNano + heldNano >= Math.floor(Math.round(caps[i].cap.usd * NANO) / Math.max(1, replicas)))
+        return { index: i, spentNano, heldNano };
     }
     return undefined;
   }
@@ -350,7 +394,10 @@ export class SpendLedger {
     }
     const without = this.withoutRedis();
     if (without.mode === 'closed') return { reached: false };
-    return { spentNano: local, reached: local >= Math.floor(capNano / (without.mode === 'share' ? Math.max(1, without.replicas) : 1)) };
+    return {
+      spentNano: local,
+      reached: local >= Math.floor(capNano / (without.mode === 'share' ? Math.max(1, without.replicas) : 1)),
+    };
   }
 
   /** This process's view of the totals in the current day and month (for /health and the docs' examples). */
@@ -402,7 +449,10 @@ export class SpendLedger {
       if (!this.redisDown) {
         this.redisDown = true;
         if (this.options.onState) this.options.onState('degraded', error);
-        else this.options.log?.(`spend totals: Redis unavailable (${((error as Error).message ?? '').slice(0, 120)}); caps use this replica's own count until it is back`);
+        else
+          this.options.log?.(
+            `spend totals: Redis unavailable (${((error as Error).message ?? '').slice(0, 120)}); caps use this replica's own count until it is back`,
+          );
       }
       return undefined;
     }
@@ -414,7 +464,9 @@ export class SpendLedger {
       text = readFileSync(file, 'utf8');
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === 'ENOENT') return;
-      throw new Error(`--spend-file ${file}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`, { cause: error });
+      throw new Error(`--spend-file ${file}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`, {
+        cause: error,
+      });
     }
     let data: unknown;
     try {
@@ -427,7 +479,11 @@ export class SpendLedger {
     if (typeof totals !== 'object' || totals === null) return;
     for (const [id, value] of Object.entries(totals)) {
       const v = value as Partial<SpendTotals> | null;
-      if (/^(day|month):[\d-]+:.{1,64}$/.test(id) && Number.isSafeInteger(v?.spentNano) && Number.isSafeInteger(v?.savedNano)) {
+      if (
+        /^(day|month):[\d-]+:.{1,64}$/.test(id) &&
+        Number.isSafeInteger(v?.spentNano) &&
+        Number.isSafeInteger(v?.savedNano)
+      ) {
         this.totals.set(id, { spentNano: v!.spentNano!, savedNano: v!.savedNano! });
       }
     }

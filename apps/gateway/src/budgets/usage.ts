@@ -61,7 +61,8 @@ function objectEnd(bytes: Buffer, start: number, limit: number): number {
 export function normalise(usage: unknown): Usage | undefined {
   if (typeof usage !== 'object' || usage === null) return undefined;
   const u = usage as Record<string, unknown>;
-  const n = (value: unknown) => (typeof value === 'number' && Number.isFinite(value) && value > 0 ? Math.floor(value) : 0);
+  const n = (value: unknown) =>
+    typeof value === 'number' && Number.isFinite(value) && value > 0 ? Math.floor(value) : 0;
   const details = (u.prompt_tokens_details ?? u.input_tokens_details) as Record<string, unknown> | undefined;
   if ('prompt_tokens' in u || 'completion_tokens' in u) {
     return { input: n(u.prompt_tokens), output: n(u.completion_tokens), cached: n(details?.cached_tokens) };
@@ -81,25 +82,43 @@ function llamaUsage(data: Record<string, unknown>): Usage | undefined {
   const output = data.tokens_predicted;
   if (typeof output !== 'number') return undefined;
   const input = data.tokens_evaluated;
-  return { input: typeof input === 'number' && input > 0 ? Math.floor(input) : 0, output: Math.max(0, Math.floor(output)), cached: 0 };
+  return {
+    input: typeof input === 'number' && input > 0 ? Math.floor(input) : 0,
+    output: Math.max(0, Math.floor(output)),
+    cached: 0,
+  };
 }
 
 /** Larger of each count: Anthropic streams report input at the start and output at the end. */
 export function mergeUsage(a: Usage | undefined, b: Usage): Usage {
-  return a ? { input: Math.max(a.input, b.input), output: Math.max(a.output, b.output), cached: Math.max(a.cached, b.cached) } : b;
+  return a
+    ? { input: Math.max(a.input, b.input), output: Math.max(a.output, b.output), cached: Math.max(a.cached, b.cached) }
+    : b;
 }
 
 /** The usage in one SSE data object: `usage` (OpenAI), `message.usage` (Anthropic's start), `response.usage` (Responses). */
 export function usageOfEvent(data: unknown): Usage | undefined {
   if (typeof data !== 'object' || data === null) return undefined;
   const d = data as { usage?: unknown; message?: { usage?: unknown }; response?: { usage?: unknown } };
-  return normalise(d.usage) ?? normalise(d.message?.usage) ?? normalise(d.response?.usage) ?? llamaUsage(data as Record<string, unknown>);
+  return (
+    normalise(d.usage) ??
+    normalise(d.message?.usage) ??
+    normalise(d.response?.usage) ??
+    llamaUsage(data as Record<string, unknown>)
+  );
 }
 
 /** Whether an OpenAI chunk is the usage-only chunk `include_usage` adds (no choices, usage set). */
 export function isUsageChunk(data: unknown): boolean {
   const d = data as { choices?: unknown; usage?: unknown } | null;
-  return typeof d === 'object' && d !== null && Array.isArray(d.choices) && d.choices.length === 0 && typeof d.usage === 'object' && d.usage !== null;
+  return (
+    typeof d === 'object' &&
+    d !== null &&
+    Array.isArray(d.choices) &&
+    d.choices.length === 0 &&
+    typeof d.usage === 'object' &&
+    d.usage !== null
+  );
 }
 
 const MAX_CARRY = 1024 * 1024;
@@ -111,7 +130,11 @@ const MAX_CARRY = 1024 * 1024;
  * sees the stream it asked for. `onEnd` gets the usage when the stream ends
  * (completed or failed).
  */
-export function tapUsage(chunks: ObservableInput<string>, strip: boolean, onEnd: (usage: Usage | undefined) => void): Observable<string> {
+export function tapUsage(
+  chunks: ObservableInput<string>,
+  strip: boolean,
+  onEnd: (usage: Usage | undefined) => void,
+): Observable<string> {
   return new Observable<string>((subscriber) => {
     let usage: Usage | undefined;
     let carry = '';
@@ -139,7 +162,13 @@ export function tapUsage(chunks: ObservableInput<string>, strip: boolean, onEnd:
     const subscription = from(chunks).subscribe({
       next: (chunk) => {
         // Nearly every chunk of a long stream is whole events with no usage in them: passed on without splitting.
-        if (!strip && carry === '' && chunk.endsWith('\n') && !chunk.includes('"usage"') && !chunk.includes('"tokens_predicted"')) {
+        if (
+          !strip &&
+          carry === '' &&
+          chunk.endsWith('\n') &&
+          !chunk.includes('"usage"') &&
+          !chunk.includes('"tokens_predicted"')
+        ) {
           subscriber.next(chunk);
           return;
         }

@@ -57,9 +57,11 @@ export function parseKeys(text: string): Entry[] {
   items.forEach(([secret, value], index) => {
     const where = `entry ${index + 1}`;
     if (secret.length < 8) throw new KeysFileError(`${where}: a key must be at least 8 characters`);
-    if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new KeysFileError(`${where}: must be an object with a "name"`);
+    if (typeof value !== 'object' || value === null || Array.isArray(value))
+      throw new KeysFileError(`${where}: must be an object with a "name"`);
     const v = value as Record<string, unknown>;
-    if (typeof v.name !== 'string' || !NAME.test(v.name)) throw new KeysFileError(`${where}: "name" must be 1-64 letters, digits or . : @ _ -`);
+    if (typeof v.name !== 'string' || !NAME.test(v.name))
+      throw new KeysFileError(`${where}: "name" must be 1-64 letters, digits or . : @ _ -`);
     if (names.has(v.name)) throw new KeysFileError(`${where}: the name "${v.name}" is used twice`);
     names.add(v.name);
     for (const field of Object.keys(v)) {
@@ -70,25 +72,33 @@ export function parseKeys(text: string): Entry[] {
     const limit = (field: 'requestsPerMinute' | 'tokensPerMinute') => {
       const n = v[field];
       if (n === undefined) return undefined;
-      if (typeof n !== 'number' || !Number.isInteger(n) || n < 1) throw new KeysFileError(`key "${String(v.name)}": "${field}" must be a whole number of at least 1`);
+      if (typeof n !== 'number' || !Number.isInteger(n) || n < 1)
+        throw new KeysFileError(`key "${String(v.name)}": "${field}" must be a whole number of at least 1`);
       return n;
     };
     let maxSpend: SpendCap | undefined;
     if (v.maxSpend !== undefined) {
-      if (typeof v.maxSpend !== 'string') throw new KeysFileError(`key "${v.name}": "maxSpend" must be a string like "20/day"`);
+      if (typeof v.maxSpend !== 'string')
+        throw new KeysFileError(`key "${v.name}": "maxSpend" must be a string like "20/day"`);
       try {
         maxSpend = parseSpendCap(v.maxSpend, `key "${v.name}": "maxSpend"`);
       } catch (error) {
         throw new KeysFileError((error as Error).message);
       }
     }
-    if (v.admin !== undefined && typeof v.admin !== 'boolean') throw new KeysFileError(`key "${v.name}": "admin" must be true or false`);
+    if (v.admin !== undefined && typeof v.admin !== 'boolean')
+      throw new KeysFileError(`key "${v.name}": "admin" must be true or false`);
     const hashed = HASHED.exec(secret);
     const digest = hashed ? Buffer.from(hashed[1], 'hex') : keyDigest(secret);
     const hex = digest.toString('hex');
     if (seen.has(hex)) throw new KeysFileError(`key "${v.name}": the same key is listed twice`);
     seen.add(hex);
-    const key: VirtualKey = { name: v.name, requestsPerMinute: limit('requestsPerMinute'), tokensPerMinute: limit('tokensPerMinute'), maxSpend };
+    const key: VirtualKey = {
+      name: v.name,
+      requestsPerMinute: limit('requestsPerMinute'),
+      tokensPerMinute: limit('tokensPerMinute'),
+      maxSpend,
+    };
     if (v.admin === true) key.admin = true;
     entries.push({ plain: hashed ? undefined : secret, digest, key });
   });
@@ -122,7 +132,12 @@ export class VirtualKeys {
     if (source.file !== undefined) {
       const keys = new VirtualKeys(readKeysFile(source.file), source.file, log);
       // Up to 10,000 keys to hash: a burst of events or signals reads the file once (see FileReloader).
-      keys.reloader = new FileReloader(source.file, (reason) => keys.reload(reason), (line) => log(line, true), 'keys file');
+      keys.reloader = new FileReloader(
+        source.file,
+        (reason) => keys.reload(reason),
+        (line) => log(line, true),
+        'keys file',
+      );
       return keys;
     }
     return new VirtualKeys(parseKeys(source.json ?? ''), undefined, log);
@@ -151,7 +166,8 @@ export class VirtualKeys {
 
   /** Digests of the keys that may sign in to the status page (the same array until the keys change). */
   adminDigests(): readonly Buffer[] {
-    if (this.admins?.of !== this.entries) this.admins = { of: this.entries, digests: this.entries.filter((e) => e.key.admin).map((e) => e.digest) };
+    if (this.admins?.of !== this.entries)
+      this.admins = { of: this.entries, digests: this.entries.filter((e) => e.key.admin).map((e) => e.digest) };
     return this.admins.digests;
   }
 
@@ -169,7 +185,10 @@ export class VirtualKeys {
       );
       return true;
     } catch (error) {
-      this.log(`keys file not reloaded (${reason}), the previous ${this.entries.length} key(s) stay in force: ${(error as Error).message}`, true);
+      this.log(
+        `keys file not reloaded (${reason}), the previous ${this.entries.length} key(s) stay in force: ${(error as Error).message}`,
+        true,
+      );
       return false;
     }
   }

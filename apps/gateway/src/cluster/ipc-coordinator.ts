@@ -79,7 +79,9 @@ export class IpcCoordinator implements FlightCoordinator, BreakerCoordinator {
   }
 
   health(): { state: 'ok' | 'degraded'; error?: string } {
-    return this.channel.connected ? { state: 'ok' } : { state: 'degraded', error: 'the primary process is gone; this worker acts alone' };
+    return this.channel.connected
+      ? { state: 'ok' }
+      : { state: 'degraded', error: 'the primary process is gone; this worker acts alone' };
   }
 
   close(): void {
@@ -88,20 +90,27 @@ export class IpcCoordinator implements FlightCoordinator, BreakerCoordinator {
 
   // ---- one call per key, across the workers ----
 
-  claim<T>(key: string, lead: () => Observable<CallEvent<T>>, options?: ClaimOptions): Promise<LeadClaim | FollowClaim<T> | undefined> {
+  claim<T>(
+    key: string,
+    lead: () => Observable<CallEvent<T>>,
+    options?: ClaimOptions,
+  ): Promise<LeadClaim | FollowClaim<T> | undefined> {
     return new Promise((resolve) => {
-      const c = this.channel.ask(options?.trace ? { gw: 'claim', key, t: options.trace } : { gw: 'claim', key }, (value) => {
-        const reply = value as ClaimReply | undefined;
-        if (!reply || reply.role === 'alone') return resolve(undefined);
-        if (reply.role === 'lead') {
-          this.unstarted.set(reply.f, Date.now());
-          return resolve({ role: 'lead', publish: (events) => this.publishing(reply.f, events) });
-        }
-        // Registered now, before the primary's next message (this flight's next event) is read.
-        // `ev` messages name the follower by its claim's number.
-        const events = this.follow<T>(key, reply.f, c!, reply.events, lead);
-        resolve(reply.t ? { role: 'follow', events, leader: reply.t } : { role: 'follow', events });
-      });
+      const c = this.channel.ask(
+        options?.trace ? { gw: 'claim', key, t: options.trace } : { gw: 'claim', key },
+        (value) => {
+          const reply = value as ClaimReply | undefined;
+          if (!reply || reply.role === 'alone') return resolve(undefined);
+          if (reply.role === 'lead') {
+            this.unstarted.set(reply.f, Date.now());
+            return resolve({ role: 'lead', publish: (events) => this.publishing(reply.f, events) });
+          }
+          // Registered now, before the primary's next message (this flight's next event) is read.
+          // `ev` messages name the follower by its claim's number.
+          const events = this.follow<T>(key, reply.f, c!, reply.events, lead);
+          resolve(reply.t ? { role: 'follow', events, leader: reply.t } : { role: 'follow', events });
+        },
+      );
     });
   }
 
@@ -144,7 +153,13 @@ export class IpcCoordinator implements FlightCoordinator, BreakerCoordinator {
    * each as the primary relays it. Events that arrive before anybody here
    * subscribes wait in an inbox.
    */
-  private follow<T>(key: string, f: number, c: number, published: string[], lead: () => Observable<CallEvent<T>>): Observable<CallEvent<T>> {
+  private follow<T>(
+    key: string,
+    f: number,
+    c: number,
+    published: string[],
+    lead: () => Observable<CallEvent<T>>,
+  ): Observable<CallEvent<T>> {
     const inbox = [...published];
     let deliver: ((event: string) => void) | undefined;
     this.following.set(c, (event) => {
@@ -212,7 +227,10 @@ export class IpcCoordinator implements FlightCoordinator, BreakerCoordinator {
   private giveBack<T>(claim: LeadClaim | FollowClaim<T> | undefined): void {
     if (claim?.role === 'lead') {
       // Subscribing and leaving at once ends the flight with `gone`, releasing the claim.
-      claim.publish(new Observable<CallEvent<T>>(() => undefined)).subscribe().unsubscribe();
+      claim
+        .publish(new Observable<CallEvent<T>>(() => undefined))
+        .subscribe()
+        .unsubscribe();
     } else if (claim?.role === 'follow') {
       claim.events.subscribe().unsubscribe();
     }

@@ -6,20 +6,34 @@ import { PrimaryHub, type HubWorker } from './primary-hub.js';
 /** A worker as the hub sees it, with what the hub sent it. */
 function worker(id: number) {
   const inbox: ToWorker[] = [];
-  const handle: HubWorker = { id, process: { pid: 3_000 + id }, isConnected: () => true, send: (m) => inbox.push(JSON.parse(JSON.stringify(m)) as ToWorker) > 0 };
+  const handle: HubWorker = {
+    id,
+    process: { pid: 3_000 + id },
+    isConnected: () => true,
+    send: (m) => inbox.push(JSON.parse(JSON.stringify(m)) as ToWorker) > 0,
+  };
   return { handle, inbox };
 }
 
 /** What a worker sends for a scrape: its registry as JSON, with `calls` upstream calls made and a gauge. */
 async function figures(calls: number, inFlight: number): Promise<unknown> {
   const registry = new Registry();
-  new Counter({ name: 'orchestrator_upstream_calls_total', help: 'calls', labelNames: ['result'], registers: [registry] }).inc({ result: 'ok' }, calls);
+  new Counter({
+    name: 'orchestrator_upstream_calls_total',
+    help: 'calls',
+    labelNames: ['result'],
+    registers: [registry],
+  }).inc({ result: 'ok' }, calls);
   new Gauge({ name: 'orchestrator_in_flight', help: 'in flight', registers: [registry] }).set(inFlight);
   return registry.getMetricsAsJSON();
 }
 
 /** One scrape asked by `asker`, each worker in `answers` answering with its figures; the port's text. */
-async function scrape(hub: PrimaryHub, asker: ReturnType<typeof worker>, answers: Array<[ReturnType<typeof worker>, unknown]>): Promise<string> {
+async function scrape(
+  hub: PrimaryHub,
+  asker: ReturnType<typeof worker>,
+  answers: Array<[ReturnType<typeof worker>, unknown]>,
+): Promise<string> {
   const c = Math.floor(Math.random() * 1e9);
   hub.receive(asker.handle, { gw: 'gather', c, what: 'metrics' });
   for (const [w, data] of answers) {

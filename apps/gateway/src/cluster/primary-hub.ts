@@ -2,7 +2,16 @@ import cluster from 'node:cluster';
 import type { SharedBreakerState } from 'nest-prompt-orchestrator/internal';
 import { AggregatorRegistry, Gauge } from 'prom-client';
 import { capPortLabels } from '../common/label-bounds.js';
-import { GONE, isGatewayMessage, type ClaimReply, type Gathered, type GatherReply, type ToPrimary, type ToWorker, type WorkerAsk } from './messages.js';
+import {
+  GONE,
+  isGatewayMessage,
+  type ClaimReply,
+  type Gathered,
+  type GatherReply,
+  type ToPrimary,
+  type ToWorker,
+  type WorkerAsk,
+} from './messages.js';
 
 export interface PrimaryHubOptions {
   /** Events one flight may keep for workers that join it late; past this the flight is not joined any more. Default 32 MiB. */
@@ -144,7 +153,9 @@ export class PrimaryHub {
     const reply = (v: unknown) => send(worker, { gw: 're', c: ask.c, v });
     switch (ask.gw) {
       case 'claim':
-        return reply(this.claim(worker, ask.key, ask.c, typeof ask.t === 'string' && ask.t.length <= 64 ? ask.t : undefined));
+        return reply(
+          this.claim(worker, ask.key, ask.c, typeof ask.t === 'string' && ask.t.length <= 64 ? ask.t : undefined),
+        );
       case 'fail':
         return reply(this.countFailure(ask.name));
       case 'announce':
@@ -166,14 +177,24 @@ export class PrimaryHub {
   private claim(worker: Worker, key: string, c: number, trace: string | undefined): ClaimReply {
     const flight = this.leases.get(key);
     if (!flight) {
-      const created: Flight = { id: ++this.flightSeq, key, leader: worker.id, events: [], bytes: 0, followers: [], trace };
+      const created: Flight = {
+        id: ++this.flightSeq,
+        key,
+        leader: worker.id,
+        events: [],
+        bytes: 0,
+        followers: [],
+        trace,
+      };
       this.leases.set(key, created);
       this.flights.set(created.id, created);
       return { role: 'lead', f: created.id };
     }
     if (!flight.events) return { role: 'alone' };
     flight.followers.push({ worker, c });
-    return flight.trace ? { role: 'follow', f: flight.id, events: flight.events, t: flight.trace } : { role: 'follow', f: flight.id, events: flight.events };
+    return flight.trace
+      ? { role: 'follow', f: flight.id, events: flight.events, t: flight.trace }
+      : { role: 'follow', f: flight.id, events: flight.events };
   }
 
   private publish(f: number, event: string, last: boolean): void {
@@ -189,7 +210,9 @@ export class PrimaryHub {
     }
     // Its followers have every event already and go on live; only a later joiner would need them all again.
     flight.events = undefined;
-    this.log(`gateway: a call's answer grew past ${this.maxFlightBytes} bytes; workers that ask for it from now on call the provider themselves`);
+    this.log(
+      `gateway: a call's answer grew past ${this.maxFlightBytes} bytes; workers that ask for it from now on call the provider themselves`,
+    );
   }
 
   private end(flight: Flight): void {
@@ -210,7 +233,8 @@ export class PrimaryHub {
   }
 
   private announce(from: Worker, name: string, state: SharedBreakerState): void {
-    if (state.state === 'open') this.breakers.set(name, { state, until: Date.now() + Math.max(1, state.openMs ?? 60_000) + this.proberLeaseMs });
+    if (state.state === 'open')
+      this.breakers.set(name, { state, until: Date.now() + Math.max(1, state.openMs ?? 60_000) + this.proberLeaseMs });
     else {
       this.breakers.delete(name);
       this.failures.delete(name);
@@ -242,7 +266,9 @@ export class PrimaryHub {
     this.lastCounters.delete(worker.id);
     if (last) {
       this.merging = this.merging.then(async () => {
-        const merged = await AggregatorRegistry.aggregate([this.departed, last] as Parameters<typeof AggregatorRegistry.aggregate>[0]).getMetricsAsJSON();
+        const merged = await AggregatorRegistry.aggregate([this.departed, last] as Parameters<
+          typeof AggregatorRegistry.aggregate
+        >[0]).getMetricsAsJSON();
         this.departed = countersOf(merged as unknown as MetricList);
       });
     }
@@ -288,7 +314,8 @@ export class PrimaryHub {
     const gathering = this.gatherings.get(g);
     if (!gathering || !gathering.waiting.delete(worker.id)) return;
     if (data !== null) gathering.parts.push({ pid: worker.process.pid ?? 0, data });
-    if (gathering.what === 'metrics' && Array.isArray(data)) this.lastCounters.set(worker.id, countersOf(data as MetricList));
+    if (gathering.what === 'metrics' && Array.isArray(data))
+      this.lastCounters.set(worker.id, countersOf(data as MetricList));
     if (gathering.waiting.size === 0) void this.finish(g);
   }
 
@@ -302,8 +329,18 @@ export class PrimaryHub {
     if (gathering.what === 'metrics') {
       await this.merging;
       // Counters of the workers gone, and of those too busy to answer this time, as they last reported them.
-      const kept = [this.departed, ...[...gathering.waiting.keys()].map((id) => this.lastCounters.get(id) ?? [])].filter((list) => list.length > 0);
-      reply = { what: 'metrics', text: await aggregateMetrics(gathering.parts.map((p) => p.data), silent.length, kept) };
+      const kept = [
+        this.departed,
+        ...[...gathering.waiting.keys()].map((id) => this.lastCounters.get(id) ?? []),
+      ].filter((list) => list.length > 0);
+      reply = {
+        what: 'metrics',
+        text: await aggregateMetrics(
+          gathering.parts.map((p) => p.data),
+          silent.length,
+          kept,
+        ),
+      };
     } else reply = { what: gathering.what, parts: gathering.parts, silent };
     if (gathering.asker.isConnected()) send(gathering.asker, { gw: 're', c: gathering.c, v: reply });
   }
@@ -336,7 +373,7 @@ async function aggregateMetrics(parts: unknown[], silent: number, kept: MetricLi
       return aggregator ? { ...metric, aggregator } : metric;
     }),
   );
-  const registry = AggregatorRegistry.aggregate(lists as Parameters<typeof AggregatorRegistry.aggregate>[0]);
+  const registry = AggregatorRegistry.aggregate(lists);
   const workers = new Gauge({
     name: 'gateway_workers',
     help: 'Workers whose figures this scrape adds up (reporting), and those that did not answer in time (silent).',

@@ -60,7 +60,7 @@ export class WorkerChannel {
     }
     const c = ++this.seq;
     this.answers.set(c, onAnswer);
-    this.send({ ...message, c } as WorkerAsk);
+    this.send({ ...message, c });
     return c;
   }
 

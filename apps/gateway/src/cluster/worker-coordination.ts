@@ -32,7 +32,8 @@ export class WorkerCoordination implements OnApplicationShutdown {
   constructor(@Inject(GATEWAY_CONFIG) config: GatewayConfig) {
     if (config.workers <= 1) return;
     this.channel = WorkerChannel.get();
-    if (this.channel && !config.redisUrl) this.coordinator = new IpcCoordinator(this.channel, { errorCodec: GATEWAY_ERROR_CODEC });
+    if (this.channel && !config.redisUrl)
+      this.coordinator = new IpcCoordinator(this.channel, { errorCodec: GATEWAY_ERROR_CODEC });
   }
 
   /** Every worker's answer to `what` (this one's included), or `undefined` when alone or the primary is gone. */
@@ -60,7 +61,9 @@ export class PortRegistry extends Registry {
   }
 
   override async metrics(): Promise<string> {
-    const reply = this.channel.connected ? await this.channel.request<GatherReply>({ gw: 'gather', what: 'metrics' }, GATHER_WAIT_MS) : undefined;
+    const reply = this.channel.connected
+      ? await this.channel.request<GatherReply>({ gw: 'gather', what: 'metrics' }, GATHER_WAIT_MS)
+      : undefined;
     return reply?.what === 'metrics' ? reply.text : super.metrics();
   }
 }

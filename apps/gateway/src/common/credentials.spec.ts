@@ -4,27 +4,34 @@ import { bearerToken, clientKey, identityOf } from './credentials.js';
 describe('caller identity', () => {
   const spellings = ['Bearer sk-1', 'bearer sk-1', 'BEARER sk-1', 'Bearer  sk-1', 'Bearer\tsk-1', ' Bearer sk-1  '];
 
-  it.each(['openai', 'anthropic'] as const)('%s: every spelling of one Bearer key is one caller, whatever x-api-key says', (provider) => {
-    const identities = new Set(
-      spellings.flatMap((authorization) => [
-        identityOf({ authorization }, provider, false),
-        identityOf({ authorization, 'x-api-key': `junk-${Math.random()}` }, provider, false),
-      ]),
-    );
-    expect([...identities]).toEqual(['credential=sk-1']);
-  });
+  it.each(['openai', 'anthropic'] as const)(
+    '%s: every spelling of one Bearer key is one caller, whatever x-api-key says',
+    (provider) => {
+      const identities = new Set(
+        spellings.flatMap((authorization) => [
+          identityOf({ authorization }, provider, false),
+          identityOf({ authorization, 'x-api-key': `junk-${Math.random()}` }, provider, false),
+        ]),
+      );
+      expect([...identities]).toEqual(['credential=sk-1']);
+    },
+  );
 
   it('openai and anthropic read x-api-key when there is no Bearer token: that key is the caller', () => {
     for (const provider of ['openai', 'anthropic'] as const) {
       expect(identityOf({ 'x-api-key': 'sk-2' }, provider, false)).toBe('credential=sk-2');
       // A Basic authorization is not what the gateway passes on: the x-api-key is.
-      expect(identityOf({ authorization: 'Basic aW5ncmVzcw==', 'x-api-key': 'sk-2' }, provider, false)).toBe('credential=sk-2');
+      expect(identityOf({ authorization: 'Basic aW5ncmVzcw==', 'x-api-key': 'sk-2' }, provider, false)).toBe(
+        'credential=sk-2',
+      );
     }
   });
 
   it('llama.cpp reads Authorization first (with or without a scheme), x-api-key only without it', () => {
     expect(identityOf({ authorization: 'sk-3', 'x-api-key': 'junk' }, 'llama', false)).toBe('credential=sk-3');
-    expect(identityOf({ authorization: 'Bearer sk-3', 'x-api-key': `junk-${Math.random()}` }, 'llama', false)).toBe('credential=sk-3');
+    expect(identityOf({ authorization: 'Bearer sk-3', 'x-api-key': `junk-${Math.random()}` }, 'llama', false)).toBe(
+      'credential=sk-3',
+    );
     expect(identityOf({ 'x-api-key': 'sk-3' }, 'llama', false)).toBe('credential=sk-3');
   });
 

@@ -41,7 +41,11 @@ function llamaCredential(headers: IncomingMessage['headers']): string | undefine
  * one: a caller that varies it is still one tenant for answers, limits, the fair queue and failure attribution.
  * The identity is hashed before any use, never kept as it is; undefined for a caller with no credential.
  */
-export function identityOf(headers: IncomingMessage['headers'], provider: ProviderKind, checksKeys: boolean): string | undefined {
+export function identityOf(
+  headers: IncomingMessage['headers'],
+  provider: ProviderKind,
+  checksKeys: boolean,
+): string | undefined {
   const credential = provider === 'llama' && !checksKeys ? llamaCredential(headers) : clientKey(headers);
   return credential === undefined ? undefined : `credential=${credential}`;
 }

@@ -37,7 +37,10 @@ export class CappedLabels {
 }
 
 /** The labels capped across a port's workers (each worker caps its own; the port's scrape caps their union). */
-export const PORT_CAPPED_LABELS: Readonly<Record<string, number>> = { model: MAX_MODEL_LABELS, tenant: MAX_TENANT_LABELS };
+export const PORT_CAPPED_LABELS: Readonly<Record<string, number>> = {
+  model: MAX_MODEL_LABELS,
+  tenant: MAX_TENANT_LABELS,
+};
 
 interface MetricPart {
   name: string;

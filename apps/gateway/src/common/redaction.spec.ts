@@ -13,14 +13,17 @@ describe('Redactor: keys in JSON, whatever its escaping', () => {
     ['plain', KEY],
     ['dashes as \\u002d', dashes(KEY)],
     ['every character escaped', every(KEY)],
-  ])('an error event with the key written %s: gone from the bytes and from what a JSON parser reads', (_name, written) => {
-    const event = `event: error\ndata: {"type":"error","message":"Incorrect API key provided: ${written}.","sequence_number":3}\n\n`;
-    const out = redactor.json(event);
-    expect(out).not.toContain(written);
-    const data = JSON.parse(out.split('data: ')[1]) as { message: string; sequence_number: number };
-    expect(data.message).toBe(`Incorrect API key provided: ${REDACTED}.`);
-    expect(data.sequence_number).toBe(3);
-  });
+  ])(
+    'an error event with the key written %s: gone from the bytes and from what a JSON parser reads',
+    (_name, written) => {
+      const event = `event: error\ndata: {"type":"error","message":"Incorrect API key provided: ${written}.","sequence_number":3}\n\n`;
+      const out = redactor.json(event);
+      expect(out).not.toContain(written);
+      const data = JSON.parse(out.split('data: ')[1]) as { message: string; sequence_number: number };
+      expect(data.message).toBe(`Incorrect API key provided: ${REDACTED}.`);
+      expect(data.sequence_number).toBe(3);
+    },
+  );
 
   it('a key written in escapes that the byte-level pass alone leaves whole once parsed', () => {
     const body = `{"error":{"message":"${dashes(KEY)}"}}`;

@@ -126,7 +126,8 @@ export class Redactor {
   /** The text without any key it quotes; `also` are keys known to this request (the one it presented). */
   text(text: string, also: readonly (string | undefined)[] = [], shapes = true): string {
     let out = text;
-    for (const key of also) if (key !== undefined && key.length >= MIN_LENGTH && out.includes(key)) out = out.split(key).join(REDACTED);
+    for (const key of also)
+      if (key !== undefined && key.length >= MIN_LENGTH && out.includes(key)) out = out.split(key).join(REDACTED);
     for (const key of this.odd) if (out.includes(key)) out = out.split(key).join(REDACTED);
     if (this.known.size > 0) {
       out = out.replace(TOKEN, (token) => {

@@ -121,7 +121,9 @@ export class HostCheck {
       return wanted === undefined || wanted === parsed.port;
     }
     const asked = this.hostOf(request);
-    return !this.any && asked !== undefined && this.allowsHost(host) && host === asked.split(',')[0].trim().toLowerCase();
+    return (
+      !this.any && asked !== undefined && this.allowsHost(host) && host === asked.split(',')[0].trim().toLowerCase()
+    );
   }
 }
 

@@ -175,7 +175,7 @@ const FLAGS: Record<string, FlagSpec> = {
   'allowed-hosts': {
     env: 'ORCHESTRATOR_ALLOWED_HOSTS',
     value: 'HOSTS',
-    help: 'Host names (optional :port) the gateway answers, a comma list; any other Host gets 421, so a DNS-rebinding page cannot use it. Default on loopback: localhost, 127.0.0.1, [::1]; beyond loopback: those, IP addresses, the bind address, and (without a list) the machine\'s host name and names no public DNS has (single-label, .svc, .cluster.local, .internal, .local). * answers any Host: unsafe (docs/security.md)',
+    help: "Host names (optional :port) the gateway answers, a comma list; any other Host gets 421, so a DNS-rebinding page cannot use it. Default on loopback: localhost, 127.0.0.1, [::1]; beyond loopback: those, IP addresses, the bind address, and (without a list) the machine's host name and names no public DNS has (single-label, .svc, .cluster.local, .internal, .local). * answers any Host: unsafe (docs/security.md)",
   },
   'trust-proxy': {
     env: 'ORCHESTRATOR_TRUST_PROXY',
@@ -187,7 +187,11 @@ const FLAGS: Record<string, FlagSpec> = {
     value: 'N',
     help: 'gateway processes on this port (node:cluster), one gateway: one upstream call per key and one breaker across them, through their primary or --redis (default 1)',
   },
-  platform: { env: 'ORCHESTRATOR_PLATFORM', value: 'NAME', help: 'fastify | express (default fastify: less CPU per request)' },
+  platform: {
+    env: 'ORCHESTRATOR_PLATFORM',
+    value: 'NAME',
+    help: 'fastify | express (default fastify: less CPU per request)',
+  },
   concurrency: {
     env: 'ORCHESTRATOR_CONCURRENCY',
     value: 'N',
@@ -201,7 +205,7 @@ const FLAGS: Record<string, FlagSpec> = {
   'keep-abandoned': {
     env: 'ORCHESTRATOR_KEEP_ABANDONED',
     boolean: true,
-    help: "a call every caller left keeps running so that its answer lands in the window (default: it is aborted, freeing the slot); on a llama.cpp server it keeps its slot, and is kept only while a slot is left for live callers",
+    help: 'a call every caller left keeps running so that its answer lands in the window (default: it is aborted, freeing the slot); on a llama.cpp server it keeps its slot, and is kept only while a slot is left for live callers',
   },
   'health-interval': {
     env: 'ORCHESTRATOR_HEALTH_INTERVAL_SECS',
@@ -223,14 +227,26 @@ const FLAGS: Record<string, FlagSpec> = {
     boolean: true,
     help: 'serve the wait queue first come, first served instead of in turn across keys',
   },
-  'queue-size': { env: 'ORCHESTRATOR_QUEUE_SIZE', value: 'N', help: 'requests allowed to wait for a slot (default 1000)' },
-  'queue-timeout': { env: 'ORCHESTRATOR_QUEUE_TIMEOUT_SECS', value: 'SECS', help: 'longest wait for a slot (default 60)' },
+  'queue-size': {
+    env: 'ORCHESTRATOR_QUEUE_SIZE',
+    value: 'N',
+    help: 'requests allowed to wait for a slot (default 1000)',
+  },
+  'queue-timeout': {
+    env: 'ORCHESTRATOR_QUEUE_TIMEOUT_SECS',
+    value: 'SECS',
+    help: 'longest wait for a slot (default 60)',
+  },
   timeout: {
     env: 'ORCHESTRATOR_TIMEOUT_SECS',
     value: 'SECS',
     help: 'total time of a plain answer; time to first byte and longest gap of a stream (default 60; fractions allowed)',
   },
-  'dedup-window': { env: 'ORCHESTRATOR_DEDUP_SECS', value: 'SECS', help: 'how long finished answers are reused (default 300)' },
+  'dedup-window': {
+    env: 'ORCHESTRATOR_DEDUP_SECS',
+    value: 'SECS',
+    help: 'how long finished answers are reused (default 300)',
+  },
   'no-dedup': { env: 'ORCHESTRATOR_NO_DEDUP', boolean: true, help: 'turn request deduplication off' },
   'no-window-for-sampled': {
     env: 'ORCHESTRATOR_NO_WINDOW_FOR_SAMPLED',
@@ -252,8 +268,16 @@ const FLAGS: Record<string, FlagSpec> = {
     value: 'SECS',
     help: "how often the provider's health is checked while the breaker is open (default 0.5)",
   },
-  retries: { env: 'ORCHESTRATOR_RETRIES', value: 'N', help: 'gateway retries of 502/503/504 and connection errors (default 1)' },
-  'max-body': { env: 'ORCHESTRATOR_MAX_BODY_BYTES', value: 'BYTES', help: 'largest request body accepted (default 10485760)' },
+  retries: {
+    env: 'ORCHESTRATOR_RETRIES',
+    value: 'N',
+    help: 'gateway retries of 502/503/504 and connection errors (default 1)',
+  },
+  'max-body': {
+    env: 'ORCHESTRATOR_MAX_BODY_BYTES',
+    value: 'BYTES',
+    help: 'largest request body accepted (default 10485760)',
+  },
   'request-timeout': {
     env: 'ORCHESTRATOR_REQUEST_TIMEOUT_SECS',
     value: 'SECS',
@@ -302,7 +326,7 @@ const FLAGS: Record<string, FlagSpec> = {
   'redis-ca': {
     env: 'ORCHESTRATOR_REDIS_CA',
     value: 'FILE',
-    help: 'PEM file of the certificate authorities that sign Redis\'s TLS certificate (turns TLS on; default: the system\'s)',
+    help: "PEM file of the certificate authorities that sign Redis's TLS certificate (turns TLS on; default: the system's)",
   },
   'redis-cert': {
     env: 'ORCHESTRATOR_REDIS_CERT',
@@ -332,7 +356,7 @@ const FLAGS: Record<string, FlagSpec> = {
   'gateway-keys': {
     env: 'ORCHESTRATOR_GATEWAY_KEYS',
     value: 'K1,K2',
-    help: "keys clients must present; the provider key then comes from the environment",
+    help: 'keys clients must present; the provider key then comes from the environment',
   },
   'session-secret': {
     env: 'ORCHESTRATOR_SESSION_SECRET',
@@ -348,7 +372,7 @@ const FLAGS: Record<string, FlagSpec> = {
   'metrics-path': {
     env: 'ORCHESTRATOR_METRICS_PATH',
     value: 'PATH',
-    help: 'route of the Prometheus metrics (default /orchestrator/metrics; /metrics is llama-server\'s own, relayed)',
+    help: "route of the Prometheus metrics (default /orchestrator/metrics; /metrics is llama-server's own, relayed)",
   },
   'no-metrics': { env: 'ORCHESTRATOR_NO_METRICS', boolean: true, help: 'serve no Prometheus metrics' },
   'metrics-tenants': {
@@ -356,7 +380,11 @@ const FLAGS: Record<string, FlagSpec> = {
     boolean: true,
     help: 'label token and money counters with a hashed tenant too (at most 50 tenants per port, then "other")',
   },
-  'log-level': { env: 'ORCHESTRATOR_LOG_LEVEL', value: 'LEVEL', help: 'fatal | error | warn | info | debug | trace | silent (default info)' },
+  'log-level': {
+    env: 'ORCHESTRATOR_LOG_LEVEL',
+    value: 'LEVEL',
+    help: 'fatal | error | warn | info | debug | trace | silent (default info)',
+  },
   'log-format': {
     env: 'ORCHESTRATOR_LOG_FORMAT',
     value: 'FORMAT',
@@ -368,7 +396,11 @@ const FLAGS: Record<string, FlagSpec> = {
     boolean: true,
     help: 'put request bodies (prompts) in the request lines; off by default, they may hold private data',
   },
-  'status-path': { env: 'ORCHESTRATOR_STATUS_PATH', value: 'PATH', help: 'route of the live status page (default /orchestrator)' },
+  'status-path': {
+    env: 'ORCHESTRATOR_STATUS_PATH',
+    value: 'PATH',
+    help: 'route of the live status page (default /orchestrator)',
+  },
   'no-status-page': { env: 'ORCHESTRATOR_NO_STATUS_PAGE', boolean: true, help: 'serve no status page' },
   'status-public': {
     env: 'ORCHESTRATOR_STATUS_PUBLIC',
@@ -426,7 +458,10 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
   let values: Record<string, string | string[] | boolean | undefined>;
   try {
     const options = Object.fromEntries(
-      Object.entries(FLAGS).map(([name, spec]) => [name, { type: spec.boolean ? 'boolean' : 'string', multiple: spec.multiple === true } as const]),
+      Object.entries(FLAGS).map(([name, spec]) => [
+        name,
+        { type: spec.boolean ? 'boolean' : 'string', multiple: spec.multiple === true } as const,
+      ]),
     );
     values = parseArgs({ args: argv, options, strict: true, allowPositionals: false }).values as typeof values;
   } catch (error) {
@@ -440,7 +475,9 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
   }
   const raw = (name: string) => readString(values, env, name, provider);
   const upstreamsFile = readUpstreams(raw('upstreams-file'), Array.isArray(values.upstream), env, provider);
-  const upstreams = upstreamsFile ? upstreamsFile.upstreams.map((u) => u.url) : readList(values, env, 'upstream', provider).map((url) => parseUrl('upstream', url));
+  const upstreams = upstreamsFile
+    ? upstreamsFile.upstreams.map((u) => u.url)
+    : readList(values, env, 'upstream', provider).map((url) => parseUrl('upstream', url));
   if (upstreams.length === 0) upstreams.push(parseUrl('upstream', DEFAULT_UPSTREAM[provider]));
   if (new Set(upstreams).size !== upstreams.length) throw new ConfigError('--upstream names the same URL twice');
   const upstream = upstreams[0];
@@ -468,11 +505,15 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
   const redisTls = readRedisTls(raw, redisUrl);
   const redisPrefixRaw = raw('redis-prefix');
   if (redisPrefixRaw !== undefined && /[{}]/.test(redisPrefixRaw)) {
-    throw new ConfigError('--redis-prefix must not hold { or }: they would decide which Redis Cluster slot a key is in');
+    throw new ConfigError(
+      '--redis-prefix must not hold { or }: they would decide which Redis Cluster slot a key is in',
+    );
   }
   const sessionSecret = raw('session-secret');
   if (sessionSecret !== undefined && sessionSecret.length < MIN_SESSION_SECRET) {
-    throw new ConfigError(`--session-secret must be at least ${MIN_SESSION_SECRET} characters, got ${sessionSecret.length}`);
+    throw new ConfigError(
+      `--session-secret must be at least ${MIN_SESSION_SECRET} characters, got ${sessionSecret.length}`,
+    );
   }
   const noDedup = values['no-dedup'] === true || isTrue(env.ORCHESTRATOR_NO_DEDUP);
   const maxBodyBytes = integer('max-body', 10 * 1024 * 1024, 1024);
@@ -484,7 +525,11 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
   const maxConnections = integer('max-connections', defaultMaxConnections(), 1);
   // By default one address may not take more than half the table; given explicitly, the limit binds loopback too.
   const perAddressGiven = raw('max-connections-per-address') !== undefined;
-  const maxConnectionsPerAddress = integer('max-connections-per-address', Math.max(1, Math.floor(maxConnections / 2)), 0);
+  const maxConnectionsPerAddress = integer(
+    'max-connections-per-address',
+    Math.max(1, Math.floor(maxConnections / 2)),
+    0,
+  );
 
   return {
     provider,
@@ -498,7 +543,9 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     platform,
     workers: integer('workers', 1, 1),
     concurrency: integer('concurrency', 512, 1),
-    adaptiveConcurrency: !(values['no-adaptive-concurrency'] === true || isTrue(env.ORCHESTRATOR_NO_ADAPTIVE_CONCURRENCY)),
+    adaptiveConcurrency: !(
+      values['no-adaptive-concurrency'] === true || isTrue(env.ORCHESTRATOR_NO_ADAPTIVE_CONCURRENCY)
+    ),
     keepAbandoned: values['keep-abandoned'] === true || isTrue(env.ORCHESTRATOR_KEEP_ABANDONED),
     healthIntervalMs: seconds('health-interval', 1),
     holdUnavailableMs: Math.round(parseNumber('hold-unavailable', raw('hold-unavailable'), 5, 0) * 1000),
@@ -537,20 +584,37 @@ export function parseGatewayConfig(argv: string[], env: NodeJS.ProcessEnv): Gate
     ...(sessionSecret !== undefined ? { sessionSecret } : {}),
     corsOrigins: parseOrigins(raw('cors')),
     budgets: parseBudgetConfig(raw, (name) => values[name] === true || isTrue(raw(name)), env),
-    observability: parseObservability(raw, (name) => values[name] === true || isTrue(env[FLAGS[name].env as string]), env),
+    observability: parseObservability(
+      raw,
+      (name) => values[name] === true || isTrue(env[FLAGS[name].env as string]),
+      env,
+    ),
   };
 }
 
-function parseObservability(raw: (name: string) => string | undefined, flag: (name: string) => boolean, env: NodeJS.ProcessEnv): ObservabilityConfig {
+function parseObservability(
+  raw: (name: string) => string | undefined,
+  flag: (name: string) => boolean,
+  env: NodeJS.ProcessEnv,
+): ObservabilityConfig {
   const logLevel = raw('log-level') ?? 'info';
   if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(logLevel)) {
     throw new ConfigError(`--log-level must be fatal, error, warn, info, debug, trace or silent, got "${logLevel}"`);
   }
   const format = raw('log-format') ?? (process.stdout.isTTY ? 'pretty' : 'json');
-  if (format !== 'json' && format !== 'pretty') throw new ConfigError(`--log-format must be json or pretty, got "${format}"`);
-  const metricsPath = flag('no-metrics') ? undefined : parseRoutePath('metrics-path', raw('metrics-path') ?? '/orchestrator/metrics');
-  const statusPath = flag('no-status-page') ? undefined : parseRoutePath('status-path', raw('status-path') ?? '/orchestrator');
-  if (metricsPath !== undefined && statusPath !== undefined && [statusPath, `${statusPath}/events`, `${statusPath}/login`].includes(metricsPath)) {
+  if (format !== 'json' && format !== 'pretty')
+    throw new ConfigError(`--log-format must be json or pretty, got "${format}"`);
+  const metricsPath = flag('no-metrics')
+    ? undefined
+    : parseRoutePath('metrics-path', raw('metrics-path') ?? '/orchestrator/metrics');
+  const statusPath = flag('no-status-page')
+    ? undefined
+    : parseRoutePath('status-path', raw('status-path') ?? '/orchestrator');
+  if (
+    metricsPath !== undefined &&
+    statusPath !== undefined &&
+    [statusPath, `${statusPath}/events`, `${statusPath}/login`].includes(metricsPath)
+  ) {
     throw new ConfigError(`--metrics-path ${metricsPath} is a route of the status page; choose another`);
   }
   return {
@@ -587,14 +651,17 @@ function parseOtlpTraces(base: string | undefined, env: NodeJS.ProcessEnv): stri
   } catch {
     throw new ConfigError(`--otlp-endpoint must be an http(s) URL, got "${url.slice(0, 200)}"`);
   }
-  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw new ConfigError(`--otlp-endpoint must be an http(s) URL, got "${url.slice(0, 200)}"`);
+  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:')
+    throw new ConfigError(`--otlp-endpoint must be an http(s) URL, got "${url.slice(0, 200)}"`);
   return parsed.href;
 }
 
 /** A route of the gateway's own: `/` and letters, digits, `-`, `_`, `.` only; no trailing slash. */
 function parseRoutePath(name: string, raw: string): string {
-  if (!/^(\/[\w.-]+)+$/.test(raw)) throw new ConfigError(`--${name} must look like /orchestrator/metrics, got "${raw}"`);
-  if (/^\/(v1|health)(\/|$)/.test(raw)) throw new ConfigError(`--${name} must not be under /v1 or /health (the gateway's own routes), got "${raw}"`);
+  if (!/^(\/[\w.-]+)+$/.test(raw))
+    throw new ConfigError(`--${name} must look like /orchestrator/metrics, got "${raw}"`);
+  if (/^\/(v1|health)(\/|$)/.test(raw))
+    throw new ConfigError(`--${name} must not be under /v1 or /health (the gateway's own routes), got "${raw}"`);
   return raw;
 }
 
@@ -603,19 +670,33 @@ function parseRoutePath(name: string, raw: string): string {
  * the file and the field. It replaces `--upstream`: both at once is refused (which list would be meant?); the
  * provider's URL variable (OPENAI_BASE_URL, often set for the SDKs in the same shell) is left unread.
  */
-function readUpstreams(path: string | undefined, flagsGiven: boolean, env: NodeJS.ProcessEnv, provider: ProviderKind): UpstreamsFile | undefined {
+function readUpstreams(
+  path: string | undefined,
+  flagsGiven: boolean,
+  env: NodeJS.ProcessEnv,
+  provider: ProviderKind,
+): UpstreamsFile | undefined {
   if (path === undefined) return undefined;
-  if (flagsGiven) throw new ConfigError('--upstream and --upstreams-file both list upstreams: list every upstream in the file, or use --upstream alone');
+  if (flagsGiven)
+    throw new ConfigError(
+      '--upstream and --upstreams-file both list upstreams: list every upstream in the file, or use --upstream alone',
+    );
   try {
     return readUpstreamsFile(path, env, provider);
   } catch (error) {
-    if (error instanceof UpstreamsFileError) throw new ConfigError(`--upstreams-file ${JSON.stringify(path.slice(0, 200))}: ${error.message}`);
+    if (error instanceof UpstreamsFileError)
+      throw new ConfigError(`--upstreams-file ${JSON.stringify(path.slice(0, 200))}: ${error.message}`);
     throw error;
   }
 }
 
 /** A flag given any number of times, else its environment variable as a comma list. */
-function readList(values: Record<string, string | string[] | boolean | undefined>, env: NodeJS.ProcessEnv, name: string, provider: ProviderKind): string[] {
+function readList(
+  values: Record<string, string | string[] | boolean | undefined>,
+  env: NodeJS.ProcessEnv,
+  name: string,
+  provider: ProviderKind,
+): string[] {
   const flag = values[name];
   if (Array.isArray(flag)) return flag;
   const fromEnv = readString({}, env, name, provider);
@@ -661,7 +742,10 @@ function parseRedisUrl(raw: string): void {
 }
 
 /** `--redis-ca`, `--redis-cert`, `--redis-key`, read now: a missing or unreadable file stops the start, naming its flag. */
-function readRedisTls(raw: (name: string) => string | undefined, redisUrl: string | undefined): GatewayConfig['redisTls'] {
+function readRedisTls(
+  raw: (name: string) => string | undefined,
+  redisUrl: string | undefined,
+): GatewayConfig['redisTls'] {
   const read = (flag: 'redis-ca' | 'redis-cert' | 'redis-key') => {
     const path = raw(flag);
     if (path === undefined) return undefined;
@@ -673,7 +757,8 @@ function readRedisTls(raw: (name: string) => string | undefined, redisUrl: strin
     }
   };
   const tls = { ca: read('redis-ca'), cert: read('redis-cert'), key: read('redis-key') };
-  if ((tls.cert === undefined) !== (tls.key === undefined)) throw new ConfigError('--redis-cert and --redis-key go together');
+  if ((tls.cert === undefined) !== (tls.key === undefined))
+    throw new ConfigError('--redis-cert and --redis-key go together');
   return tls.ca || tls.cert ? tls : undefined;
 }
 
@@ -730,7 +815,9 @@ function parseOrigins(raw: string | undefined): string[] | '*' | undefined {
       url = undefined;
     }
     if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.origin !== origin.replace(/\/$/, '')) {
-      throw new ConfigError(`--cors origins look like https://app.example.com (scheme, host, optional port), got "${origin}"`);
+      throw new ConfigError(
+        `--cors origins look like https://app.example.com (scheme, host, optional port), got "${origin}"`,
+      );
     }
   }
   return items.map((o) => o.replace(/\/$/, ''));

@@ -50,7 +50,7 @@ export class ByteArena implements ByteKeeper {
     let slab = 0;
     let used = 0;
     for (const chunk of chunks) {
-      for (let from = 0; from < chunk.length; ) {
+      for (let from = 0; from < chunk.length;) {
         const copied = chunk.copy(slabs[slab], used, from);
         from += copied;
         used += copied;

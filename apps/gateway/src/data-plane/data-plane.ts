@@ -1,6 +1,12 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { LRUCache } from 'lru-cache';
-import { ShuttingDownError, type Orchestrator, type RawResponse, type RoutePolicy, type Upstream } from 'nest-prompt-orchestrator';
+import {
+  ShuttingDownError,
+  type Orchestrator,
+  type RawResponse,
+  type RoutePolicy,
+  type Upstream,
+} from 'nest-prompt-orchestrator';
 import {
   RepeatedBodies,
   hashIdentity,
@@ -33,8 +39,21 @@ import { ApiError, invalidRequest, keyRequired } from '../common/api-error.js';
 import { clientKey, identityOf, isOneOf, keyDigest } from '../common/credentials.js';
 import { drainBound, drainRequest, errorReply } from '../http/error-reply.js';
 import type { Lifecycle } from '../common/lifecycle.js';
-import { newContext, pathOfUrl, requestIdOf, serverTiming, type CallTag, type RequestContext } from '../observability/request-context.js';
-import { ROUTES, gatewayChecksKeys, type GatewayRoute, type RouteInfo, type UpstreamPlan } from '../providers/provider.js';
+import {
+  newContext,
+  pathOfUrl,
+  requestIdOf,
+  serverTiming,
+  type CallTag,
+  type RequestContext,
+} from '../observability/request-context.js';
+import {
+  ROUTES,
+  gatewayChecksKeys,
+  type GatewayRoute,
+  type RouteInfo,
+  type UpstreamPlan,
+} from '../providers/provider.js';
 import { SHAPING } from '../providers/shaping.js';
 import { EXPOSED_HEADERS } from '../http/cors.js';
 import { JsonSyntaxError, JsonTooDeepError, scanJson, type JsonSkeleton } from './json-skeleton.js';
@@ -173,7 +192,12 @@ export class DataPlane {
    * The provider's origin and path for a route (its `:param` segments filled in, escaped), plus the client's query,
    * on the pool's `upstream` of this attempt (absent: the one upstream).
    */
-  target(plan: UpstreamPlan, params: Record<string, string>, query: string, upstream: Upstream | undefined): { origin: string; path: string } {
+  target(
+    plan: UpstreamPlan,
+    params: Record<string, string>,
+    query: string,
+    upstream: Upstream | undefined,
+  ): { origin: string; path: string } {
     if (upstream !== undefined) {
       const url = new URL(urlOn(upstreamUrl(plan, params, query), this.parts.config, upstream));
       return { origin: url.origin, path: url.pathname + url.search };
@@ -186,7 +210,9 @@ export class DataPlane {
     }
     if (query === '' && !parsed.path.includes('/:')) return parsed;
     const path = parsed.path.includes('/:')
-      ? parsed.path.replace(/:([A-Za-z_]+)/g, (match, name: string) => (params[name] === undefined ? match : encodeURIComponent(params[name])))
+      ? parsed.path.replace(/:([A-Za-z_]+)/g, (match, name: string) =>
+          params[name] === undefined ? match : encodeURIComponent(params[name]),
+        )
       : parsed.path;
     return { origin: parsed.origin, path: path + query };
   }
@@ -321,7 +347,11 @@ class ProxiedCall implements PendingReply {
     try {
       // A virtual key names its holder: that name is the caller's one identity (dedup, fair queue, limits, spend).
       const key: VirtualKey | undefined = budgets.keys?.find(this.presented);
-      if ((this.plane.keyDigests.length > 0 || budgets.keysOn) && !key && !isOneOf(this.plane.keyDigests, this.presented)) {
+      if (
+        (this.plane.keyDigests.length > 0 || budgets.keysOn) &&
+        !key &&
+        !isOneOf(this.plane.keyDigests, this.presented)
+      ) {
         throw keyRequired();
       }
       const identity = key ? `key=${key.name}` : identityOf(headers, config.provider, this.plane.checksKeys);
@@ -346,7 +376,10 @@ class ProxiedCall implements PendingReply {
       // A request this process can answer alone (a call in flight under its key, the window) is not sent: its body
       // need not be read. Its bytes are the leader's, so they were valid JSON, and the leader's summary of them
       // (the call's tag) stands for them.
-      const local = scope !== undefined && json && !config.observability.logPrompts ? { key: hash, tenant, reuse: reuseOf(headers['cache-control'], true), trace: context.span } : undefined;
+      const local =
+        scope !== undefined && json && !config.observability.logPrompts
+          ? { key: hash, tenant, reuse: reuseOf(headers['cache-control'], true), trace: context.span }
+          : undefined;
       const found = local && peekLocalCall<RawResponse>(orchestrator, policy, local);
       // Held from the look-up on: admission may wait, and the window may let the stream go meanwhile.
       if (found?.stored) this.holdStored(found.stored);
@@ -359,7 +392,7 @@ class ProxiedCall implements PendingReply {
         bodies.repeated(print, pieces, this.size, hash);
         // Not sent anywhere: its bytes are let go while it waits for its answer (a herd waits with all of them).
         this.body = this.parts = undefined;
-        return this.deliver(answerLocalCall(orchestrator, policy, local!, found));
+        return this.deliver(answerLocalCall(orchestrator, policy, local, found));
       }
       this.joinBody();
       const storable = config.windowForSampled || !isSampled(context.body);
@@ -370,12 +403,20 @@ class ProxiedCall implements PendingReply {
         trace: context.span,
         // What a request that reuses the answer reads instead of its own body (never the whole body of --log-prompts).
         // `settled` is there from the start: added once the call is priced, it would give every tag a second object.
-        tag: (context.tag = config.observability.logPrompts ? undefined : { body: context.body as Record<string, unknown>, settled: undefined }),
+        tag: (context.tag = config.observability.logPrompts
+          ? undefined
+          : { body: context.body as Record<string, unknown>, settled: undefined }),
       };
       const work = this.work(plan, skeleton);
       // The fallback chain of the model the body names (a request answered above shares its flight whatever the chain).
-      const chained = this.plane.attempts.policyFor(this.route, (context.body as { model?: unknown } | undefined)?.model, policy);
-      const started = startLocalCall<RawResponse>(orchestrator, chained, call, work) ?? (await startCall<RawResponse>(orchestrator, chained, call, work));
+      const chained = this.plane.attempts.policyFor(
+        this.route,
+        (context.body as { model?: unknown } | undefined)?.model,
+        policy,
+      );
+      const started =
+        startLocalCall<RawResponse>(orchestrator, chained, call, work) ??
+        (await startCall<RawResponse>(orchestrator, chained, call, work));
       if (started.outcome === 'joined' || started.outcome === 'cached') bodies.repeated(print, pieces, this.size, hash);
       this.deliver(started);
     } catch (error) {
@@ -396,11 +437,16 @@ class ProxiedCall implements PendingReply {
     const present = this.size > 0;
     const matches = type !== undefined && (upload ? MULTIPART_TYPE : JSON_TYPE).test(type);
     // Said to be JSON but empty: not JSON (as the platforms' own parsers say when they see it).
-    if (matches && !upload && !present) throw new ApiError(400, 'The request body is empty: it is not valid JSON.', 'invalid_json');
+    if (matches && !upload && !present)
+      throw new ApiError(400, 'The request body is empty: it is not valid JSON.', 'invalid_json');
     if (!present) return false;
     if (!matches) {
       const expected = upload ? 'multipart/form-data' : 'application/json';
-      throw new ApiError(415, `Content-Type must be ${expected}, got ${type ? `"${type.slice(0, 100)}"` : 'none'}.`, 'unsupported_media_type');
+      throw new ApiError(
+        415,
+        `Content-Type must be ${expected}, got ${type ? `"${type.slice(0, 100)}"` : 'none'}.`,
+        'unsupported_media_type',
+      );
     }
     const encoding = headers['content-encoding'];
     if (encoding !== undefined && encoding.toLowerCase() !== 'identity') {
@@ -420,7 +466,8 @@ class ProxiedCall implements PendingReply {
       skeleton = scanJson(this.joinBody()!, MAX_DEPTH);
     } catch (error) {
       if (error instanceof JsonTooDeepError) throw new ApiError(400, error.message, 'nested_too_deep');
-      if (error instanceof JsonSyntaxError) throw new ApiError(400, 'The request body is not valid JSON.', 'invalid_json');
+      if (error instanceof JsonSyntaxError)
+        throw new ApiError(400, 'The request body is not valid JSON.', 'invalid_json');
       throw error;
     }
     if (info.body !== 'json') {
@@ -429,13 +476,17 @@ class ProxiedCall implements PendingReply {
         throw invalidRequest(null, `The request body must be a JSON object, got ${got}.`);
       }
       const stream = skeleton.typeOf('stream');
-      if (stream !== undefined && stream !== 'boolean' && stream !== 'null') throw invalidRequest('stream', 'stream must be true or false.');
+      if (stream !== undefined && stream !== 'boolean' && stream !== 'null')
+        throw invalidRequest('stream', 'stream must be true or false.');
     }
     const summary: Record<string, unknown> = {};
-    if (skeleton.type === 'object') for (const name of SUMMARY_FIELDS) if (skeleton.has(name)) summary[name] = skeleton.field(name);
+    if (skeleton.type === 'object')
+      for (const name of SUMMARY_FIELDS) if (skeleton.has(name)) summary[name] = skeleton.field(name);
     // Kept with the answer (its tag) for as long as the window keeps it: one copy of each model name.
     if (typeof summary.model === 'string') summary.model = MODELS.of(summary.model);
-    this.summarised(this.plane.parts.config.observability.logPrompts ? JSON.parse(this.body!.toString('utf8')) : summary);
+    this.summarised(
+      this.plane.parts.config.observability.logPrompts ? JSON.parse(this.body!.toString('utf8')) : summary,
+    );
     return skeleton;
   }
 
@@ -443,19 +494,25 @@ class ProxiedCall implements PendingReply {
   private summarised(body: unknown): void {
     this.context.body = body;
     const model = (body as { model?: unknown } | undefined)?.model;
-    if (this.context.span && typeof model === 'string') this.context.span.setAttributes({ 'gen_ai.request.model': model.slice(0, 200) });
+    if (this.context.span && typeof model === 'string')
+      this.context.span.setAttributes({ 'gen_ai.request.model': model.slice(0, 200) });
   }
 
   /** The upstream call this request leads (only the leader's runs: joined and cached requests never call it). */
   private work(plan: UpstreamPlan, skeleton: JsonSkeleton | undefined): CallWork<RawResponse> {
-    if (plan.translation) return (signal, upstream) => this.plane.attempts.label(this.translated(signal, upstream), upstream);
+    if (plan.translation)
+      return (signal, upstream) => this.plane.attempts.label(this.translated(signal, upstream), upstream);
     // One upstream: the work takes no parameter (so no AbortController is made for it: unsubscribing stops it).
     if (!this.plane.pooled) return () => this.passThrough(plan, skeleton, undefined);
     return (_signal, upstream) => this.plane.attempts.label(this.passThrough(plan, skeleton, upstream), upstream);
   }
 
   /** The client's bytes to the provider (the pool's `upstream` of this attempt), its bytes back as call events. */
-  private passThrough(plan: UpstreamPlan, skeleton: JsonSkeleton | undefined, upstream: Upstream | undefined): Observable<CallEvent<RawResponse>> {
+  private passThrough(
+    plan: UpstreamPlan,
+    skeleton: JsonSkeleton | undefined,
+    upstream: Upstream | undefined,
+  ): Observable<CallEvent<RawResponse>> {
     return new Observable<CallEvent<RawResponse>>((subscriber) => {
       const { parts } = this.plane;
       const { budgets, gateway } = parts;
@@ -466,11 +523,16 @@ class ProxiedCall implements PendingReply {
       const body = added ? withIncludeUsage(sent!, skeleton!) : sent;
       const provider = gateway.provider;
       const headers: Record<string, string> = { 'x-request-id': context.id };
-      if (body !== undefined) headers['content-type'] = upload ? this.request.headers['content-type']! : 'application/json';
+      if (body !== undefined)
+        headers['content-type'] = upload ? this.request.headers['content-type']! : 'application/json';
       // After the credentials: the client's own answer-changing headers (an API version) override a default.
       Object.assign(
         headers,
-        provider.authHeaders({ clientKey: this.presented, headers: this.request.headers, upstream: upstream?.target as UpstreamTarget | undefined }),
+        provider.authHeaders({
+          clientKey: this.presented,
+          headers: this.request.headers,
+          upstream: upstream?.target as UpstreamTarget | undefined,
+        }),
         provider.forwardedHeaders(this.request.headers),
       );
       // The provider sees this attempt's client span as its caller (W3C trace context).
@@ -499,11 +561,16 @@ class ProxiedCall implements PendingReply {
       const dispatch = () => {
         context.upstreamStartedAt = performance.now();
         if (upstream !== undefined) context.upstream = upstream.name;
-        gateway.upstream.dispatcher.dispatch({ origin, path, method: plan.method, headers, body: plan.method === 'GET' ? undefined : body }, exchange);
+        gateway.upstream.dispatcher.dispatch(
+          { origin, path, method: plan.method, headers, body: plan.method === 'GET' ? undefined : body },
+          exchange,
+        );
       };
       // Only the call that reaches the provider holds money against a cap.
       if (context.caps) {
-        budgets.reserve(context, context.body, this.body?.length).then(dispatch, (error: unknown) => subscriber.error(error));
+        budgets
+          .reserve(context, context.body, this.body?.length)
+          .then(dispatch, (error: unknown) => subscriber.error(error));
       } else dispatch();
       return () => {
         exchange.cancel();
@@ -533,13 +600,16 @@ class ProxiedCall implements PendingReply {
   onUpstreamBody(bytes: Buffer): void {
     if (this.route === 'props') this.plane.parts.gateway.identity.observe(parseJson(bytes));
     // Read only for a span that is recorded: tracing off, the answer is never parsed here.
-    else if (this.context.span?.recording) this.context.span.setUpstreamAttributes(GatewayTracing.responseAttributes(parseJson(bytes)));
+    else if (this.context.span?.recording)
+      this.context.span.setUpstreamAttributes(GatewayTracing.responseAttributes(parseJson(bytes)));
   }
 
   onUpstreamConnectionLost(): void {
     // A lost connection may be a restart: the model behind the URL may have changed.
     const { gateway } = this.plane.parts;
-    void gateway.identity.check(gateway.provider.authHeaders({ clientKey: this.presented, headers: this.request.headers }));
+    void gateway.identity.check(
+      gateway.provider.authHeaders({ clientKey: this.presented, headers: this.request.headers }),
+    );
   }
 
   /** A route whose client API is not the provider's: the gateway service translates request and answer. */
@@ -677,7 +747,8 @@ class ProxiedCall implements PendingReply {
     if (ageSeconds !== undefined) headers.push('age', String(ageSeconds));
     if (this.plane.corsOrigins) {
       const origin = this.request.headers.origin;
-      if (typeof origin === 'string' && this.plane.allowsOrigin(origin)) headers.push('access-control-allow-origin', origin);
+      if (typeof origin === 'string' && this.plane.allowsOrigin(origin))
+        headers.push('access-control-allow-origin', origin);
       headers.push('vary', 'Origin', 'access-control-expose-headers', this.plane.exposedHeaders);
     }
     return headers;
@@ -747,7 +818,12 @@ class ProxiedCall implements PendingReply {
     // is a view of the socket read it came in (64 KiB, however few bytes of it the chunk is): waiting, it would hold
     // all of that read, so what a slow reader holds would depend on how the provider's bytes were cut, not on how far
     // behind it is. It waits as a copy of its own size instead.
-    if (response.writableLength > 0 && typeof chunk !== 'string' && chunk.buffer.byteLength > 2 * chunk.length + SPARSE_SLACK) chunk = Buffer.from(chunk);
+    if (
+      response.writableLength > 0 &&
+      typeof chunk !== 'string' &&
+      chunk.buffer.byteLength > 2 * chunk.length + SPARSE_SLACK
+    )
+      chunk = Buffer.from(chunk);
     const ok = response.write(chunk);
     flow?.progress(this.received - response.writableLength);
     if (!ok && !this.slow) {
@@ -778,7 +854,9 @@ class ProxiedCall implements PendingReply {
   private cut(): void {
     this.subscription?.unsubscribe();
     this.inCall = false;
-    this.breakStream(new ApiError(502, 'This client read the stream too slowly and was cut off from it.', 'reader_too_slow'));
+    this.breakStream(
+      new ApiError(502, 'This client read the stream too slowly and was cut off from it.', 'reader_too_slow'),
+    );
     setTimeout(() => this.response.destroy(), CUT_GRACE_MS).unref();
   }
 
@@ -805,7 +883,11 @@ class ProxiedCall implements PendingReply {
     }
     if (response.destroyed) return;
     const { parts } = this.plane;
-    const reply = errorReply(error, { api: this.context.api, requestId: this.context.id, presented: this.presented, context: this.context }, { warn: parts.warn });
+    const reply = errorReply(
+      error,
+      { api: this.context.api, requestId: this.context.id, presented: this.presented, context: this.context },
+      { warn: parts.warn },
+    );
     const send = () => {
       if (response.headersSent || response.destroyed) return;
       const headers = this.headersOf(undefined);
@@ -816,7 +898,8 @@ class ProxiedCall implements PendingReply {
     };
     // A client still sending a body that is too large would read a reset instead of this 413 (and its SDK would
     // retry): the rest of the body is read and dropped first, up to a bound.
-    if (reply.status === 413 && !this.request.complete) drainRequest(this.request, drainBound(parts.config.maxBodyBytes)).then(send, send);
+    if (reply.status === 413 && !this.request.complete)
+      drainRequest(this.request, drainBound(parts.config.maxBodyBytes)).then(send, send);
     else send();
   }
 
@@ -862,7 +945,6 @@ function withIncludeUsage(body: Buffer, skeleton: JsonSkeleton): Buffer {
   }
   return Buffer.from(JSON.stringify(withStreamUsage(JSON.parse(body.toString('utf8')))));
 }
-
 
 function noop(): void {}
 

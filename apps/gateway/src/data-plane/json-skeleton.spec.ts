@@ -78,7 +78,12 @@ describe('scanJson', () => {
         { role: 'system', content: 'Be "careful" \\ and brief.' },
         { role: 'user', content: 'What is {json} [really]? 😀' },
       ],
-      tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { stream: { type: 'boolean' } } } } }],
+      tools: [
+        {
+          type: 'function',
+          function: { name: 'f', parameters: { type: 'object', properties: { stream: { type: 'boolean' } } } },
+        },
+      ],
       stream: false,
     });
     for (let end = 0; end < body.length; end++) {
@@ -89,7 +94,9 @@ describe('scanJson', () => {
   });
 
   it('tells the top-level type and finds top-level fields only, the last of a repeated name winning', () => {
-    const s = scan('{"model":"a","tools":[{"model":"inner","stream":"no"}],"model":"b","stream":true,"n":2,"stream_options":null}');
+    const s = scan(
+      '{"model":"a","tools":[{"model":"inner","stream":"no"}],"model":"b","stream":true,"n":2,"stream_options":null}',
+    );
     expect(s.type).toBe('object');
     expect(s.field('model')).toBe('b');
     expect(s.field('stream')).toBe(true);

@@ -6,7 +6,7 @@ export interface RouteMatch {
   params: Record<string, string>;
 }
 
-const NO_PARAMS: Record<string, string> = Object.freeze({}) as Record<string, string>;
+const NO_PARAMS: Record<string, string> = Object.freeze({});
 
 /**
  * Which proxied route a request is for, from its method and path: one Map

@@ -3,7 +3,8 @@ import { SseScan } from './sse-scan.js';
 
 const openaiChunk = (content: string, usage: 'null' | 'absent' = 'absent') =>
   `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":${JSON.stringify(content)}}}]${usage === 'null' ? ',"usage":null' : ''}}\n\n`;
-const USAGE_EVENT = 'data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":5,"total_tokens":12}}\n\n';
+const USAGE_EVENT =
+  'data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":5,"total_tokens":12}}\n\n';
 
 /** Feeds text cut into pieces of `size` bytes; returns what was passed on, and the scan. */
 function run(text: string, size: number, scan: SseScan): { out: string; scan: SseScan } {
@@ -26,7 +27,9 @@ describe('SseScan', () => {
   it('stripping usage, a chunk that finishes a line the last one cut is not copied: that line, then the rest where it lies', () => {
     const scan = new SseScan('openai', true, true);
     const first = Buffer.from(openaiChunk('one', 'null') + 'data: {"id":"c","choi');
-    const second = Buffer.from('ces":[{"index":0,"delta":{"content":"two"}}],"usage":null}\n\n' + openaiChunk('three', 'null'));
+    const second = Buffer.from(
+      'ces":[{"index":0,"delta":{"content":"two"}}],"usage":null}\n\n' + openaiChunk('three', 'null'),
+    );
     expect(scan.feed(first).toString()).toBe(openaiChunk('one', 'null'));
     const out = scan.feed(second);
     expect(Array.isArray(out)).toBe(true);
@@ -59,7 +62,8 @@ describe('SseScan', () => {
   });
 
   it('OpenAI, events coalesced into large reads: usage, error and end are read from the last lines of each read, which alone are decoded', () => {
-    const many = (from: number, count: number) => Array.from({ length: count }, (_, i) => openaiChunk(`w${from + i} `, 'null')).join('');
+    const many = (from: number, count: number) =>
+      Array.from({ length: count }, (_, i) => openaiChunk(`w${from + i} `, 'null')).join('');
     // The usage event closes one read, [DONE] comes in the next; stripping, the usage event's line is left out.
     const reads = [many(0, 800), many(800, 800) + USAGE_EVENT, 'data: [DONE]\n\n'].map((text) => Buffer.from(text));
     const stripped = new SseScan('openai', true, true);
@@ -68,7 +72,12 @@ describe('SseScan', () => {
     const failing = Buffer.from(many(0, 1600) + 'data: {"error":{"message":"boom"}}\n\n');
     const decoded: number[] = [];
     const original = Buffer.prototype.toString;
-    Buffer.prototype.toString = function (this: Buffer, encoding?: BufferEncoding, start?: number, end?: number): string {
+    Buffer.prototype.toString = function (
+      this: Buffer,
+      encoding?: BufferEncoding,
+      start?: number,
+      end?: number,
+    ): string {
       decoded.push(Math.min(end ?? this.length, this.length) - (start ?? 0));
       return original.call(this, encoding, start, end);
     };
@@ -88,8 +97,12 @@ describe('SseScan', () => {
     expect(Math.max(...decoded)).toBeLessThan(4096);
   });
 
-  it('a stream without its end marker has no verdict; a [DONE] inside a model\'s text is not one', () => {
-    const { scan } = run(openaiChunk('say data: [DONE] now') + openaiChunk('x'), 10, new SseScan('openai', false, false));
+  it("a stream without its end marker has no verdict; a [DONE] inside a model's text is not one", () => {
+    const { scan } = run(
+      openaiChunk('say data: [DONE] now') + openaiChunk('x'),
+      10,
+      new SseScan('openai', false, false),
+    );
     expect(scan.verdict).toBeUndefined();
   });
 
@@ -98,7 +111,11 @@ describe('SseScan', () => {
     const { scan } = run(text, 9, new SseScan('openai', false, false));
     expect(scan.verdict).toBe('error');
     expect(scan.errorEvent).toEqual({ error: { message: 'boom', code: 500 } });
-    const clean = run(openaiChunk('the word "error" in text') + 'data: [DONE]\n\n', 9, new SseScan('openai', false, false)).scan;
+    const clean = run(
+      openaiChunk('the word "error" in text') + 'data: [DONE]\n\n',
+      9,
+      new SseScan('openai', false, false),
+    ).scan;
     expect(clean.verdict).toBe('end');
   });
 
@@ -113,24 +130,42 @@ describe('SseScan', () => {
       expect(scan.verdict).toBe('end');
       expect(scan.usage).toEqual({ input: 11, output: 9, cached: 0 });
     }
-    const failed = run('event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"x"}}\n\n', 4, new SseScan('anthropic', false, false)).scan;
+    const failed = run(
+      'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"x"}}\n\n',
+      4,
+      new SseScan('anthropic', false, false),
+    ).scan;
     expect(failed.verdict).toBe('error');
   });
 
   it('Responses API: response.completed ends, response.failed fails', () => {
-    const done = 'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","delta":"x"}\n\nevent: response.completed\ndata: {"type":"response.completed","response":{"usage":{"input_tokens":3,"output_tokens":4}}}\n\n';
+    const done =
+      'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","delta":"x"}\n\nevent: response.completed\ndata: {"type":"response.completed","response":{"usage":{"input_tokens":3,"output_tokens":4}}}\n\n';
     const { scan } = run(done, 6, new SseScan('responses', true, false));
     expect(scan.verdict).toBe('end');
     expect(scan.usage).toEqual({ input: 3, output: 4, cached: 0 });
-    const failed = run('event: response.failed\ndata: {"type":"response.failed"}\n\n', 6, new SseScan('responses', false, false)).scan;
+    const failed = run(
+      'event: response.failed\ndata: {"type":"response.failed"}\n\n',
+      6,
+      new SseScan('responses', false, false),
+    ).scan;
     expect(failed.verdict).toBe('error');
   });
 
   it('llama.cpp: the stream ends when every prompt said stop, and counts tokens from the last chunk', () => {
-    const chunk = (index: number, stop: boolean, extra = '') => `data: {"index":${index},"content":"t","stop":${stop}${extra}}\n\n`;
-    const text = chunk(0, false) + chunk(1, false) + chunk(0, true, ',"tokens_evaluated":4,"tokens_predicted":6') + chunk(1, false);
+    const chunk = (index: number, stop: boolean, extra = '') =>
+      `data: {"index":${index},"content":"t","stop":${stop}${extra}}\n\n`;
+    const text =
+      chunk(0, false) +
+      chunk(1, false) +
+      chunk(0, true, ',"tokens_evaluated":4,"tokens_predicted":6') +
+      chunk(1, false);
     expect(run(text, 5, new SseScan('llama', true, false)).scan.verdict).toBeUndefined();
-    const ended = run(text + chunk(1, true, ',"tokens_evaluated":4,"tokens_predicted":2'), 5, new SseScan('llama', true, false)).scan;
+    const ended = run(
+      text + chunk(1, true, ',"tokens_evaluated":4,"tokens_predicted":2'),
+      5,
+      new SseScan('llama', true, false),
+    ).scan;
     expect(ended.verdict).toBe('end');
     expect(ended.usage).toEqual({ input: 4, output: 6, cached: 0 });
   });
@@ -163,7 +198,10 @@ describe('SseScan: whole lines for redaction', () => {
   it('passes on a line too long to hold (memory stays bounded), and reads the lines after it', () => {
     const scan = new SseScan('openai', false, false, true);
     const long = 'data: {"content":"' + 'x'.repeat(300 * 1024);
-    const passed = [scan.feed(Buffer.from(long.slice(0, 200 * 1024))), scan.feed(Buffer.from(long.slice(200 * 1024)))].flat();
+    const passed = [
+      scan.feed(Buffer.from(long.slice(0, 200 * 1024))),
+      scan.feed(Buffer.from(long.slice(200 * 1024))),
+    ].flat();
     expect(passed.reduce((sum, piece) => sum + piece.length, 0)).toBe(long.length);
     const rest = [scan.feed(Buffer.from('"}\n\ndata: [DONE]\n\n'))].flat().map(String).join('');
     expect(rest).toBe('"}\n\ndata: [DONE]\n\n');

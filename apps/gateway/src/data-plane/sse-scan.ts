@@ -206,7 +206,10 @@ export class SseScan {
     const payload = data.subarray(from, end);
     const errorLike = payload.indexOf(ERROR) >= 0;
     const usageLike = this.readUsage && USAGE.some((marker) => payload.indexOf(marker) >= 0);
-    const endLike = this.format !== 'openai' && this.format !== false && END_MARKERS[this.format].some((marker) => payload.indexOf(marker) >= 0);
+    const endLike =
+      this.format !== 'openai' &&
+      this.format !== false &&
+      END_MARKERS[this.format].some((marker) => payload.indexOf(marker) >= 0);
     if (!errorLike && !usageLike && !endLike && this.format !== 'llama') return true;
     let json: unknown;
     try {
@@ -314,7 +317,9 @@ function markerPatterns(format: StreamFormat): readonly [RegExp, RegExp] {
 }
 
 function markerPattern(format: StreamFormat, readUsage: boolean): RegExp {
-  const literal = [...END_MARKERS[format], ERROR, ...EVENT_ERROR].map((marker) => marker.toString('latin1').replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
+  const literal = [...END_MARKERS[format], ERROR, ...EVENT_ERROR].map((marker) =>
+    marker.toString('latin1').replace(/[.*+?^${}()|[\]\\]/g, '\\$&'),
+  );
   if (readUsage) literal.push('"usage": ?\\{');
   return new RegExp(literal.join('|'));
 }

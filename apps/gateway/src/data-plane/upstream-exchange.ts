@@ -7,7 +7,13 @@ import { usageOfJson } from '../budgets/usage.js';
 import { redactor } from '../common/redaction.js';
 import type { ClientApi } from '../providers/provider.js';
 import { UpstreamStreamError, type StreamFormat } from '../upstreams/stream-end.js';
-import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError, looksLikeJson, startsWithErrorField } from '../upstreams/upstream-client.js';
+import {
+  MAX_ERROR_BODY,
+  UpstreamHttpError,
+  UpstreamProtocolError,
+  looksLikeJson,
+  startsWithErrorField,
+} from '../upstreams/upstream-client.js';
 import { SseScan } from './sse-scan.js';
 import { Interned } from './interned.js';
 
@@ -130,7 +136,11 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     if (this.cancelled) controller.abort(ABORTED);
   }
 
-  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+  onResponseStart(
+    controller: Dispatcher.DispatchController,
+    statusCode: number,
+    headers: Record<string, string | string[] | undefined>,
+  ): void {
     this.controller = controller;
     this.status = statusCode;
     const type = headers['content-type'];
@@ -147,7 +157,12 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
       const { streamEnd, readUsage, stripUsage } = this.options;
       // Whole lines: a key the provider quotes is never cut across two pieces, each searched on its own.
       this.scan = new SseScan(streamEnd, readUsage, stripUsage, true);
-      this.subscriber.next({ kind: 'head', head: { contentType: this.contentType ?? SSE_TYPE }, formatError: this.options.formatError, flow: this });
+      this.subscriber.next({
+        kind: 'head',
+        head: { contentType: this.contentType ?? SSE_TYPE },
+        formatError: this.options.formatError,
+        flow: this,
+      });
       return;
     }
     this.mode = 'body';
@@ -193,9 +208,15 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
       return this.subscriber.error(new UpstreamProtocolError('The provider sent a body that is not JSON.'));
     }
     // A 2xx whose body is an error object (llama-server sends some failures so) is relayed as the error it is.
-    if (startsWithErrorField(bytes)) return this.subscriber.error(new UpstreamHttpError(status, bytes, this.contentType, this.options.api));
+    if (startsWithErrorField(bytes))
+      return this.subscriber.error(new UpstreamHttpError(status, bytes, this.contentType, this.options.api));
     this.hooks.onUpstreamBody(bytes);
-    const answer = new RawResponse(bytes, this.contentType ?? 'application/json', undefined, status === 200 ? undefined : status);
+    const answer = new RawResponse(
+      bytes,
+      this.contentType ?? 'application/json',
+      undefined,
+      status === 200 ? undefined : status,
+    );
     const counted = this.hooks.onUpstreamUsage(this.options.readUsage ? usageOfJson(bytes) : undefined);
     if (counted) void counted.then(() => this.answer(answer));
     else this.answer(answer);
@@ -237,7 +258,9 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
       void this.hooks.onUpstreamUsage(scan.usage);
       this.cancelled = true;
       controller.abort(ABORTED);
-      this.subscriber.error(new UpstreamStreamError('The provider sent an error in the stream.', true, scan.errorEvent));
+      this.subscriber.error(
+        new UpstreamStreamError('The provider sent an error in the stream.', true, scan.errorEvent),
+      );
     }
   }
 
@@ -261,7 +284,10 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     if (rest && rest.length > 0) this.pass(rest);
     void this.hooks.onUpstreamUsage(scan.usage);
     if (this.options.streamEnd === false || scan.verdict === 'end') return this.subscriber.complete();
-    if (scan.verdict === 'error') return this.subscriber.error(new UpstreamStreamError('The provider sent an error in the stream.', true, scan.errorEvent));
+    if (scan.verdict === 'error')
+      return this.subscriber.error(
+        new UpstreamStreamError('The provider sent an error in the stream.', true, scan.errorEvent),
+      );
     this.subscriber.error(new UpstreamStreamError('The provider ended the stream before its end marker.', false));
   }
 
@@ -269,7 +295,9 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     this.mode = 'done';
     const body = this.parts.length === 1 ? this.parts[0] : Buffer.concat(this.parts);
     this.parts = [];
-    this.subscriber.error(new UpstreamHttpError(this.status, body, this.contentType, this.options.api, this.retryAfter));
+    this.subscriber.error(
+      new UpstreamHttpError(this.status, body, this.contentType, this.options.api, this.retryAfter),
+    );
   }
 
   /**

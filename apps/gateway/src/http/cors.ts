@@ -1,5 +1,12 @@
 /** Response headers a browser app may read: how the gateway answered, when to retry, and the id to quote. */
-export const EXPOSED_HEADERS = ['x-orchestrator-dedup', 'x-orchestrator-upstream', 'retry-after', 'x-request-id', 'x-should-retry', 'server-timing'];
+export const EXPOSED_HEADERS = [
+  'x-orchestrator-dedup',
+  'x-orchestrator-upstream',
+  'retry-after',
+  'x-request-id',
+  'x-should-retry',
+  'server-timing',
+];
 
 /**
  * CORS for browser apps: preflights (any path) are answered by the platform

@@ -94,13 +94,15 @@ export function errorReply(exception: unknown, target: ErrorTarget, logger: { wa
     ? exception.retryable
     : exception instanceof ApiError
       ? exception.retryable === true
-      : (exception instanceof UpstreamHttpError && exception.status === 429) || exception instanceof FlightOutgrownError;
+      : (exception instanceof UpstreamHttpError && exception.status === 429) ||
+        exception instanceof FlightOutgrownError;
   const headers: Record<string, string> = { 'x-should-retry': String(retryable) };
 
   if (context) {
     context.errorCode = exception instanceof UpstreamHttpError ? upstreamErrorCode(exception.status) : undefined;
     // The root cause, for the request's log line: what the provider said, without the keys it may quote.
-    if (exception instanceof UpstreamHttpError) context.upstreamErrorBody = upstreamErrorText(exception.body, presented);
+    if (exception instanceof UpstreamHttpError)
+      context.upstreamErrorBody = upstreamErrorText(exception.body, presented);
   }
   if (exception instanceof UpstreamHttpError && exception.api === api && exception.json !== undefined) {
     // The provider already answered in the client's own format: its status and bytes, unchanged.
@@ -113,9 +115,16 @@ export function errorReply(exception: unknown, target: ErrorTarget, logger: { wa
   const info = describe(exception, target);
   if (context && !context.errorCode) context.errorCode = String(info.code ?? info.type ?? info.status);
   // A refusal (circuit_open, overloaded, ...) is the request line's error code and a metric, not a line of its own.
-  if (info.status >= 500 && !(exception instanceof ApiError) && !(exception instanceof HttpException) && !isOrchestratorError(exception)) {
+  if (
+    info.status >= 500 &&
+    !(exception instanceof ApiError) &&
+    !(exception instanceof HttpException) &&
+    !isOrchestratorError(exception)
+  ) {
     const name = (exception as Error | undefined)?.name ?? 'Error';
-    logger.warn(`request ${String(target.requestId)} failed with ${info.status} (${name}: ${redactor.text(info.message, presented)})`);
+    logger.warn(
+      `request ${String(target.requestId)} failed with ${info.status} (${name}: ${redactor.text(info.message, presented)})`,
+    );
   }
   if (info.retryAfter) headers['retry-after'] = info.retryAfter;
   // Nothing more is wanted from this client on this connection: a failed key, a body too large, a replica leaving.
@@ -192,7 +201,14 @@ function errorBody(api: ClientApi, info: ErrorInfo, requestId: string | undefine
 
 function describe(exception: unknown, request: Pick<ErrorTarget, 'method' | 'url'>): ErrorInfo {
   if (exception instanceof ApiError) {
-    return { status: exception.status, message: exception.message, type: exception.type, param: exception.param, code: exception.code, retryAfter: exception.retryAfter };
+    return {
+      status: exception.status,
+      message: exception.message,
+      type: exception.type,
+      param: exception.param,
+      code: exception.code,
+      retryAfter: exception.retryAfter,
+    };
   }
   if (isOrchestratorError(exception)) {
     const retryAfter = exception.retryAfterSeconds;
@@ -222,7 +238,14 @@ function describe(exception: unknown, request: Pick<ErrorTarget, 'method' | 'url
   // A stream this request joined too late (its start no longer kept, here or in Redis): the answer is likely in the
   // window by the time the client tries again.
   if (exception instanceof FlightOutgrownError) {
-    return { status: 503, message: exception.message, type: 'server_error', param: null, code: 'stream_not_joinable', retryAfter: '1' };
+    return {
+      status: 503,
+      message: exception.message,
+      type: 'server_error',
+      param: null,
+      code: 'stream_not_joinable',
+      retryAfter: '1',
+    };
   }
   if (exception instanceof HttpException) {
     const status = exception.getStatus();
@@ -232,14 +255,20 @@ function describe(exception: unknown, request: Pick<ErrorTarget, 'method' | 'url
     }
     return fromFrameworkError(exception.cause ?? exception, status, exception.message);
   }
-  const status = (exception as { statusCode?: unknown; status?: unknown } | undefined)?.statusCode ??
+  const status =
+    (exception as { statusCode?: unknown; status?: unknown } | undefined)?.statusCode ??
     (exception as { status?: unknown } | undefined)?.status;
   if (typeof status === 'number' && status >= 400 && status < 500) {
     return fromFrameworkError(exception, status, (exception as Error).message);
   }
   // A provider that reset, refused or dropped the connection (after the gateway's own retry): its failure, not ours.
   if (isTransientFailure(exception)) {
-    return { status: 502, message: 'The provider closed the connection or could not be reached.', param: null, code: 'upstream_connection_error' };
+    return {
+      status: 502,
+      message: 'The provider closed the connection or could not be reached.',
+      param: null,
+      code: 'upstream_connection_error',
+    };
   }
   return { status: 500, message: 'The gateway failed to handle this request.', param: null, code: 'internal_error' };
 }
@@ -256,7 +285,12 @@ function fromFrameworkError(error: unknown, status: number, fallback: string): E
     };
   }
   if (status === 415 || e.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
-    return { status: 415, message: 'Content-Type must be application/json.', param: null, code: 'unsupported_media_type' };
+    return {
+      status: 415,
+      message: 'Content-Type must be application/json.',
+      param: null,
+      code: 'unsupported_media_type',
+    };
   }
   if (
     e.type === 'entity.parse.failed' ||
@@ -267,7 +301,17 @@ function fromFrameworkError(error: unknown, status: number, fallback: string): E
     return { status: 400, message: 'The request body is not valid JSON.', param: null, code: 'invalid_json' };
   }
   if (e.type === 'encoding.unsupported' || e.type === 'charset.unsupported') {
-    return { status: 415, message: 'The request body encoding is not supported.', param: null, code: 'unsupported_encoding' };
+    return {
+      status: 415,
+      message: 'The request body encoding is not supported.',
+      param: null,
+      code: 'unsupported_encoding',
+    };
   }
-  return { status, message: status < 500 ? fallback.slice(0, 300) : 'The gateway failed to handle this request.', param: null, code: null };
+  return {
+    status,
+    message: status < 500 ? fallback.slice(0, 300) : 'The gateway failed to handle this request.',
+    param: null,
+    code: null,
+  };
 }

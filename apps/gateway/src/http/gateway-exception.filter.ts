@@ -36,7 +36,14 @@ export class GatewayExceptionFilter implements ExceptionFilter {
     const api: ClientApi = context?.api ?? (route ? ROUTES[route].api : this.defaultApi);
     const reply = errorReply(
       exception,
-      { api, requestId: context?.id, presented: clientKey(request.headers), method: request.method, url: request.url, context },
+      {
+        api,
+        requestId: context?.id,
+        presented: clientKey(request.headers),
+        method: request.method,
+        url: request.url,
+        context,
+      },
       this.logger,
     );
     const adapter = this.adapterHost.httpAdapter;
@@ -52,7 +59,8 @@ export class GatewayExceptionFilter implements ExceptionFilter {
     const rawRequest = (request as { raw?: IncomingMessage }).raw ?? request;
     // A client still sending a body that is too large would read a reset instead of this 413 (and its SDK would
     // retry): the rest of the body is read and dropped first, up to a bound.
-    if (reply.status === 413 && !rawRequest.complete) drainRequest(rawRequest, drainBound(this.config.maxBodyBytes)).then(send, send);
+    if (reply.status === 413 && !rawRequest.complete)
+      drainRequest(rawRequest, drainBound(this.config.maxBodyBytes)).then(send, send);
     else send();
   }
 }

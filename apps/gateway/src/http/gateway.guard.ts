@@ -71,11 +71,7 @@ export class GatewayGuard implements CanActivate {
   private readonly keys: ControlKeys;
   private readonly sessions: StatusSessions;
 
-  constructor(
-    @Inject(GATEWAY_CONFIG) config: GatewayConfig,
-    budgets: Budgets,
-    secret: SessionSecret,
-  ) {
+  constructor(@Inject(GATEWAY_CONFIG) config: GatewayConfig, budgets: Budgets, secret: SessionSecret) {
     this.keys = new ControlKeys(config, budgets);
     this.sessions = new StatusSessions(statusSignIn(config, budgets), () => secret.current);
   }

@@ -1,5 +1,12 @@
 import type { ExpressAdapter } from '@nestjs/platform-express';
-import { createServer, type IncomingMessage, type RequestListener, type Server, type ServerOptions, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  type IncomingMessage,
+  type RequestListener,
+  type Server,
+  type ServerOptions,
+  type ServerResponse,
+} from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { ROUTES, routeAt } from '../providers/provider.js';
 import { hostCheckOf } from '../config/allowed-hosts.js';

@@ -26,7 +26,11 @@ export class RequestContextMiddleware implements NestMiddleware {
     this.defaultApi = unroutedApi(config);
   }
 
-  use(request: IncomingMessage & { originalUrl?: string }, response: ServerResponse, next: (error?: unknown) => void): void {
+  use(
+    request: IncomingMessage & { originalUrl?: string },
+    response: ServerResponse,
+    next: (error?: unknown) => void,
+  ): void {
     const { id, given } = requestIdOf(request.headers);
     // Until a route matches, the API its path names: a body the parser rejects is still answered in it.
     const route = routeAt(request.originalUrl ?? request.url ?? '');
@@ -53,7 +57,7 @@ export class RequestContextMiddleware implements NestMiddleware {
     response.writeHead = function (this: ServerResponse, ...args: unknown[]) {
       if (!this.headersSent) this.setHeader('server-timing', serverTiming(context, performance.now()));
       return (writeHead as (...a: unknown[]) => ServerResponse).apply(this, args);
-    } as ServerResponse['writeHead'];
+    };
     // A request that arrives on an open connection while the gateway drains: retryable, elsewhere.
     if (this.lifecycle.isDraining) {
       this.lifecycle.refuse(response);

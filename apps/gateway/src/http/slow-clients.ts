@@ -12,7 +12,11 @@ import { errorReply } from './error-reply.js';
  * and a 413 instead of `100 Continue` for a declared body over --max-body.
  * They work on the node:http server, so both platforms and the data plane get them.
  */
-export function guardConnectionTable(server: Server, config: GatewayConfig, handle: (request: IncomingMessage, response: ServerResponse) => void): void {
+export function guardConnectionTable(
+  server: Server,
+  config: GatewayConfig,
+  handle: (request: IncomingMessage, response: ServerResponse) => void,
+): void {
   limitPerAddress(server, config.maxConnectionsPerAddress, config.loopbackLimited);
   const watchBody = config.bodyTimeoutMs > 0 ? bodyDeadlines(config) : undefined;
   if (watchBody) server.on('request', watchBody);
@@ -20,7 +24,11 @@ export function guardConnectionTable(server: Server, config: GatewayConfig, hand
   server.on('checkContinue', (request: IncomingMessage, response: ServerResponse) => {
     const length = request.headers['content-length'];
     if (length !== undefined && Number(length) > config.maxBodyBytes) {
-      const error = new ApiError(413, `The request body is larger than this gateway accepts (${config.maxBodyBytes} bytes).`, 'request_too_large');
+      const error = new ApiError(
+        413,
+        `The request body is larger than this gateway accepts (${config.maxBodyBytes} bytes).`,
+        'request_too_large',
+      );
       return refuse(config, request, response, error);
     }
     response.writeContinue();
@@ -73,7 +81,11 @@ function bodyDeadlines(config: GatewayConfig): (request: IncomingMessage, respon
       if (request.complete || request.destroyed || response.writableEnded) pending.delete(entry);
       else if (now >= entry.deadline) {
         pending.delete(entry);
-        const error = new ApiError(408, `The request body did not arrive within ${config.bodyTimeoutMs / 1000} s of its headers.`, 'body_timeout');
+        const error = new ApiError(
+          408,
+          `The request body did not arrive within ${config.bodyTimeoutMs / 1000} s of its headers.`,
+          'body_timeout',
+        );
         refuse(config, request, response, error);
       }
     }
@@ -85,7 +97,8 @@ function bodyDeadlines(config: GatewayConfig): (request: IncomingMessage, respon
   return (request, response) => {
     const headers = request.headers;
     const length = headers['content-length'];
-    if (request.complete || ((length === undefined || length === '0') && headers['transfer-encoding'] === undefined)) return;
+    if (request.complete || ((length === undefined || length === '0') && headers['transfer-encoding'] === undefined))
+      return;
     const entry = { request, response, deadline: performance.now() + config.bodyTimeoutMs };
     pending.add(entry);
     // Let go as soon as the body is in: a request held until the next sweep would outlive the young generation.
@@ -104,6 +117,10 @@ function refuse(config: GatewayConfig, request: IncomingMessage, response: Serve
   const route = routeAt(request.url ?? '');
   const api: ClientApi = route ? ROUTES[route].api : config.provider === 'llama' ? 'llama' : 'openai';
   const reply = errorReply(error, { api }, { warn: () => undefined });
-  response.writeHead(reply.status, { ...reply.headers, connection: 'close', 'content-length': String(reply.body.length) });
+  response.writeHead(reply.status, {
+    ...reply.headers,
+    connection: 'close',
+    'content-length': String(reply.body.length),
+  });
   response.end(reply.body, () => socket.destroy());
 }

@@ -9,7 +9,11 @@ import { errorReply } from './error-reply.js';
  */
 describe('a stream joined too late', () => {
   it('is answered 503 stream_not_joinable, with Retry-After and x-should-retry: true', () => {
-    const reply = errorReply(new FlightOutgrownError(), { api: 'openai', requestId: 'req-1', presented: 'sk-late-joiner-0001' }, { warn: () => undefined });
+    const reply = errorReply(
+      new FlightOutgrownError(),
+      { api: 'openai', requestId: 'req-1', presented: 'sk-late-joiner-0001' },
+      { warn: () => undefined },
+    );
     expect(reply.status).toBe(503);
     expect(reply.headers['x-should-retry']).toBe('true');
     expect(reply.headers['retry-after']).toBe('1');

@@ -1,10 +1,22 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
-import { OrchestratorMetrics, OrchestratorService, TRACE_ATTRIBUTES, type RequestOutcome, type UpstreamPool } from 'nest-prompt-orchestrator';
+import {
+  OrchestratorMetrics,
+  OrchestratorService,
+  TRACE_ATTRIBUTES,
+  type RequestOutcome,
+  type UpstreamPool,
+} from 'nest-prompt-orchestrator';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import * as promClient from 'prom-client';
 import type { Registry } from 'prom-client';
-import { BatchedHistogram, parseTraceParent, TalliedCounter, type BucketTally, type Tally } from 'nest-prompt-orchestrator/internal';
+import {
+  BatchedHistogram,
+  parseTraceParent,
+  TalliedCounter,
+  type BucketTally,
+  type Tally,
+} from 'nest-prompt-orchestrator/internal';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG, GATEWAY_LOGGER } from '../common/gateway.tokens.js';
 import { pathOfUrl, type RequestContext } from './request-context.js';
@@ -134,7 +146,12 @@ export class GatewayTelemetry {
       tracing?.registerMetrics(metrics.registry as Registry);
       this.client = clientMetrics(registers, o.metricsTenants);
     }
-    this.controlPaths = ['/health', '/v1/health', ...(o.metricsPath ? [o.metricsPath] : []), ...(o.statusPath ? [o.statusPath] : [])];
+    this.controlPaths = [
+      '/health',
+      '/v1/health',
+      ...(o.metricsPath ? [o.metricsPath] : []),
+      ...(o.statusPath ? [o.statusPath] : []),
+    ];
     this.enabled = this.requestLog || this.tokens !== undefined || board.enabled || tracing?.tracing !== undefined;
   }
 
@@ -183,7 +200,14 @@ export class GatewayTelemetry {
 
   /** Watches one request of a control route (health, metrics, the status page) until its response is over. */
   track(request: IncomingMessage, response: ServerResponse, context: RequestContext): void {
-    response.once('close', () => this.finished(context, request.method ?? 'GET', pathOfUrl((request as { originalUrl?: string }).originalUrl ?? request.url), statusOf(response)));
+    response.once('close', () =>
+      this.finished(
+        context,
+        request.method ?? 'GET',
+        pathOfUrl((request as { originalUrl?: string }).originalUrl ?? request.url),
+        statusOf(response),
+      ),
+    );
   }
 
   /** A request is over: its line, its tokens, its place on the status page. `path` names a request no route served. */
@@ -197,10 +221,14 @@ export class GatewayTelemetry {
     // What this request's own call used is the model that answered it (a fallback may have been asked for another).
     const served = context.servedModel ?? model;
     const own = context.usage;
-    const reused = outcome === 'joined' || outcome === 'cached' ? (context.tag?.settled?.usage ?? context.reusedUsage) : undefined;
+    const reused =
+      outcome === 'joined' || outcome === 'cached' ? (context.tag?.settled?.usage ?? context.reusedUsage) : undefined;
 
     if (this.tokens && own) {
-      const [input, output] = this.tokenChildren(served ?? 'unknown', this.metricsTenants ? (tenant ?? 'none') : undefined);
+      const [input, output] = this.tokenChildren(
+        served ?? 'unknown',
+        this.metricsTenants ? (tenant ?? 'none') : undefined,
+      );
       input.inc(own.input);
       output.inc(own.output);
     }
@@ -222,18 +250,31 @@ export class GatewayTelemetry {
       this.tally(c.requests, routeLabel, clientOutcome).inc();
       this.bucket(c.duration, routeLabel, statusClass(status), clientOutcome).observe((now - context.startedAt) / 1000);
       if (clientOutcome === 'refused') this.tally(c.refusals, context.errorCode!).inc();
-      if (context.firstChunkAt !== undefined) this.bucket(c.firstToken, routeLabel).observe((context.firstChunkAt - context.startedAt) / 1000);
+      if (context.firstChunkAt !== undefined)
+        this.bucket(c.firstToken, routeLabel).observe((context.firstChunkAt - context.startedAt) / 1000);
       if (context.upstreamStartedAt !== undefined) {
         const label = this.upstreamLabels.of(upstream ?? UPSTREAM);
         if (context.upstreamAnsweredAt !== undefined) {
-          this.bucket(c.upstreamFirstByte, label).observe((context.upstreamAnsweredAt - context.upstreamStartedAt) / 1000);
+          this.bucket(c.upstreamFirstByte, label).observe(
+            (context.upstreamAnsweredAt - context.upstreamStartedAt) / 1000,
+          );
           // The whole answer: only one that was read to its end (a client gone, or a failure, is no answer's length).
           if (status < 400) this.bucket(c.upstreamDuration, label).observe((now - context.upstreamStartedAt) / 1000);
         }
       }
       const tenantLabel = this.metricsTenants ? this.tenantLabels.of(tenant ?? 'none') : undefined;
-      if (c.spent && spentNano) this.tally(c.spent, this.models.of(served ?? 'unknown'), ...(tenantLabel === undefined ? [] : [tenantLabel])).inc(spentNano / NANO);
-      if (c.saved && savedNano) this.tally(c.saved, this.models.of(model ?? 'unknown'), ...(tenantLabel === undefined ? [] : [tenantLabel])).inc(savedNano / NANO);
+      if (c.spent && spentNano)
+        this.tally(
+          c.spent,
+          this.models.of(served ?? 'unknown'),
+          ...(tenantLabel === undefined ? [] : [tenantLabel]),
+        ).inc(spentNano / NANO);
+      if (c.saved && savedNano)
+        this.tally(
+          c.saved,
+          this.models.of(model ?? 'unknown'),
+          ...(tenantLabel === undefined ? [] : [tenantLabel]),
+        ).inc(savedNano / NANO);
     }
     const span = context.span;
     if (span) {
@@ -307,7 +348,8 @@ function clientMetrics(registers: Registry[], byTenant: boolean): ClientMetrics 
     labelNames: ['route', 'outcome'],
     registers,
   });
-  for (const route of COUNTED_ROUTES) for (const outcome of CLIENT_OUTCOMES) requests.counter.inc({ route, outcome }, 0);
+  for (const route of COUNTED_ROUTES)
+    for (const outcome of CLIENT_OUTCOMES) requests.counter.inc({ route, outcome }, 0);
   const refusals = new TalliedCounter<'cause'>(promClient, {
     name: 'gateway_refusals_total',
     help: 'Requests the gateway declined before any call to the provider, by cause (the error code the client got).',
@@ -316,20 +358,25 @@ function clientMetrics(registers: Registry[], byTenant: boolean): ClientMetrics 
   });
   for (const cause of REFUSAL_CAUSES) refusals.counter.inc({ cause }, 0);
   const money = (name: string, help: string) =>
-    new TalliedCounter<'model' | 'tenant'>(promClient, { name, help, labelNames: byTenant ? ['model', 'tenant'] : ['model'], registers });
+    new TalliedCounter<'model' | 'tenant'>(promClient, {
+      name,
+      help,
+      labelNames: byTenant ? ['model', 'tenant'] : ['model'],
+      registers,
+    });
   return {
     requests,
     refusals,
     duration: new BatchedHistogram({
       name: 'gateway_request_duration_seconds',
-      help: 'Time from a request\'s arrival to the end of its response, by route, status class (2xx, 4xx, 5xx) and outcome.',
+      help: "Time from a request's arrival to the end of its response, by route, status class (2xx, 4xx, 5xx) and outcome.",
       labelNames: ['route', 'status_class', 'outcome'],
       buckets: DURATION_BUCKETS,
       registers,
     }),
     firstToken: new BatchedHistogram({
       name: 'gateway_time_to_first_token_seconds',
-      help: 'Streamed answers: time from the request\'s arrival to the first chunk written to the client.',
+      help: "Streamed answers: time from the request's arrival to the first chunk written to the client.",
       labelNames: ['route'],
       buckets: FIRST_TOKEN_BUCKETS,
       registers,
@@ -348,8 +395,14 @@ function clientMetrics(registers: Registry[], byTenant: boolean): ClientMetrics 
       buckets: DURATION_BUCKETS,
       registers,
     }),
-    spent: money('gateway_spent_usd_total', "USD the provider's answers cost, by the model that answered (priced from the prices table)."),
-    saved: money('gateway_saved_usd_total', 'USD not spent: answers reused by deduplication (joined or cached), by the model asked for.'),
+    spent: money(
+      'gateway_spent_usd_total',
+      "USD the provider's answers cost, by the model that answered (priced from the prices table).",
+    ),
+    saved: money(
+      'gateway_saved_usd_total',
+      'USD not spent: answers reused by deduplication (joined or cached), by the model asked for.',
+    ),
   };
 }
 

@@ -35,7 +35,9 @@ describe('ExportWatch', () => {
       info: (_fields: object, message: string) => lines.push({ level: 'info', message }),
     };
     const watch = new ExportWatch(url, logger as never);
-    const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(watch.wrap(new OTLPTraceExporter({ url })))] });
+    const provider = new BasicTracerProvider({
+      spanProcessors: [new SimpleSpanProcessor(watch.wrap(new OTLPTraceExporter({ url })))],
+    });
     const tracer = provider.getTracer('test');
     const send = async () => {
       tracer.startSpan('work').end();

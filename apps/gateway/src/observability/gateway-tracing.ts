@@ -63,7 +63,8 @@ export class GatewayTracing implements OnApplicationShutdown {
   noteUpstreams(file: UpstreamsFile): void {
     if (!this.tracing) return;
     this.addresses.clear();
-    for (const m of everyMember({ upstreams: [], upstreamsFile: file })) this.addresses.set(m.name, new URL(m.target.url));
+    for (const m of everyMember({ upstreams: [], upstreamsFile: file }))
+      this.addresses.set(m.name, new URL(m.target.url));
   }
 
   static async create(config: GatewayConfig, logger?: Logger): Promise<GatewayTracing> {
@@ -109,7 +110,12 @@ export class GatewayTracing implements OnApplicationShutdown {
   }
 
   /** The attributes a request's server span starts with: what the route is and which model system answers it. */
-  static requestAttributes(config: GatewayConfig, route: GatewayRoute | undefined, method: string, path: string): SpanAttributes {
+  static requestAttributes(
+    config: GatewayConfig,
+    route: GatewayRoute | undefined,
+    method: string,
+    path: string,
+  ): SpanAttributes {
     const operation = route && OPERATION[route];
     return {
       'http.request.method': method,
@@ -125,7 +131,13 @@ export class GatewayTracing implements OnApplicationShutdown {
    */
   static responseAttributes(answer: unknown): SpanAttributes {
     if (typeof answer !== 'object' || answer === null || Array.isArray(answer)) return {};
-    const a = answer as { id?: unknown; model?: unknown; choices?: unknown; stop_reason?: unknown; stop_type?: unknown };
+    const a = answer as {
+      id?: unknown;
+      model?: unknown;
+      choices?: unknown;
+      stop_reason?: unknown;
+      stop_type?: unknown;
+    };
     const reasons: string[] = [];
     if (Array.isArray(a.choices)) {
       for (const choice of a.choices.slice(0, 16)) {
@@ -133,7 +145,8 @@ export class GatewayTracing implements OnApplicationShutdown {
         if (typeof reason === 'string') reasons.push(reason.slice(0, 64));
       }
     }
-    const single = typeof a.stop_reason === 'string' ? a.stop_reason : typeof a.stop_type === 'string' ? a.stop_type : undefined;
+    const single =
+      typeof a.stop_reason === 'string' ? a.stop_reason : typeof a.stop_type === 'string' ? a.stop_type : undefined;
     if (single !== undefined) reasons.push(single.slice(0, 64));
     return {
       [TRACE_ATTRIBUTES.genAiResponseId]: typeof a.id === 'string' ? a.id.slice(0, 200) : undefined,
@@ -144,7 +157,10 @@ export class GatewayTracing implements OnApplicationShutdown {
 
   /** The usage the provider reported, on the client span of the call it billed (never on the server span). */
   static recordUsage(span: RequestSpan, usage: Usage): void {
-    span.setUpstreamAttributes({ [TRACE_ATTRIBUTES.genAiInputTokens]: usage.input, [TRACE_ATTRIBUTES.genAiOutputTokens]: usage.output });
+    span.setUpstreamAttributes({
+      [TRACE_ATTRIBUTES.genAiInputTokens]: usage.input,
+      [TRACE_ATTRIBUTES.genAiOutputTokens]: usage.output,
+    });
   }
 
   /** Sends the spans still batched (tests, and a stop); a failed export is counted and logged, not thrown. */
@@ -200,7 +216,10 @@ export class ExportWatch {
     this.failures++;
     if (this.failing++ === 0) {
       const reason = error?.message?.slice(0, 200) ?? 'unknown error';
-      this.logger?.warn({ context: 'Tracing', spans }, `trace export to ${this.url} failed (${reason}): spans are dropped until the collector takes them again`);
+      this.logger?.warn(
+        { context: 'Tracing', spans },
+        `trace export to ${this.url} failed (${reason}): spans are dropped until the collector takes them again`,
+      );
     }
   }
 }
@@ -210,8 +229,16 @@ function gatewayVersion(): string {
   // The package file sits a few folders up from this module, in the sources as in the build.
   for (const up of ['../../../package.json', '../../../../package.json', '../../../../../package.json']) {
     try {
-      const manifest = JSON.parse(readFileSync(new URL(up, import.meta.url), 'utf8')) as { name?: unknown; version?: unknown };
-      if (typeof manifest.version === 'string' && typeof manifest.name === 'string' && manifest.name.startsWith('nest-prompt-orchestrator')) return manifest.version;
+      const manifest = JSON.parse(readFileSync(new URL(up, import.meta.url), 'utf8')) as {
+        name?: unknown;
+        version?: unknown;
+      };
+      if (
+        typeof manifest.version === 'string' &&
+        typeof manifest.name === 'string' &&
+        manifest.name.startsWith('nest-prompt-orchestrator')
+      )
+        return manifest.version;
     } catch {
       // Not there: one folder further up.
     }
@@ -247,7 +274,8 @@ export class StreamFacts {
       this.model ??= STREAM_MODEL.exec(head)?.[1];
     }
     if (this.reasons.length >= MAX_REASONS || !REASON_MARKS.some((mark) => bytes.includes(mark))) return;
-    for (const match of bytes.toString('utf8').matchAll(STREAM_REASON)) if (this.reasons.length < MAX_REASONS) this.reasons.push(match[1]);
+    for (const match of bytes.toString('utf8').matchAll(STREAM_REASON))
+      if (this.reasons.length < MAX_REASONS) this.reasons.push(match[1]);
   }
 
   attributes(): SpanAttributes {

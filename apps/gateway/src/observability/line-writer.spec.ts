@@ -36,7 +36,8 @@ describe('LineWriter', () => {
     const writer = new LineWriter({ fd, flushMs: 1_000 });
     const expected: string[] = [];
     for (let i = 0; i < 5_000; i++) {
-      const line = i % 1_000 === 999 ? `{"n":${i},"text":"${'é😀x'.repeat(20_000)}"}\n` : `{"n":${i},"text":"ligne ${i} é 😀"}\n`;
+      const line =
+        i % 1_000 === 999 ? `{"n":${i},"text":"${'é😀x'.repeat(20_000)}"}\n` : `{"n":${i},"text":"ligne ${i} é 😀"}\n`;
       expected.push(line);
       writer.write(line);
       // Let the writes under way finish now and then, as a gateway's event loop does between bursts. On a busy
@@ -92,7 +93,12 @@ describe('LineWriter', () => {
       await new Promise((resolve) => setTimeout(resolve, 5));
     }
     expect(text.length).toBe(expectedKept);
-    expect(text.split('\n').filter(Boolean).every((l) => l === line.trimEnd())).toBe(true);
+    expect(
+      text
+        .split('\n')
+        .filter(Boolean)
+        .every((l) => l === line.trimEnd()),
+    ).toBe(true);
     closeSync(fd);
     closeSync(reader);
   });

@@ -92,7 +92,8 @@ export class LineWriter {
 
   private drop(): boolean {
     // Said once, where it can be seen whatever becomes of stdout.
-    if (this.dropped++ === 0) process.stderr.write('gateway: stdout is not read as fast as lines come; lines are being dropped\n');
+    if (this.dropped++ === 0)
+      process.stderr.write('gateway: stdout is not read as fast as lines come; lines are being dropped\n');
     return true;
   }
 
@@ -106,12 +107,13 @@ export class LineWriter {
     write(this.options.fd, buffer, offset, buffer.length - offset, null, (error, written) => {
       if (error) {
         // The reader is full: the same bytes again a little later. Any other failure: these lines are lost.
-        if ((error as NodeJS.ErrnoException).code === 'EAGAIN') return void setTimeout(() => this.send(buffer, offset), RETRY_MS).unref();
+        if (error.code === 'EAGAIN') return void setTimeout(() => this.send(buffer, offset), RETRY_MS).unref();
         written = buffer.length - offset;
       }
       if (offset + written < buffer.length) return this.send(buffer, offset + written);
       this.waiting.shift();
-      if (buffer.buffer.byteLength === BUFFER_BYTES && this.spare.length < 2) this.spare.push(Buffer.from(buffer.buffer, buffer.byteOffset, BUFFER_BYTES));
+      if (buffer.buffer.byteLength === BUFFER_BYTES && this.spare.length < 2)
+        this.spare.push(Buffer.from(buffer.buffer, buffer.byteOffset, BUFFER_BYTES));
       this.writing = false;
       if (this.filling === EMPTY) this.filling = this.spare.pop() ?? Buffer.allocUnsafe(BUFFER_BYTES);
       this.next();
@@ -123,7 +125,7 @@ export class LineWriter {
 const EMPTY = Buffer.alloc(0);
 
 function writeAllSync(fd: number, buffer: Buffer): void {
-  for (let offset = 0, tries = 0; offset < buffer.length && tries < 1_000; ) {
+  for (let offset = 0, tries = 0; offset < buffer.length && tries < 1_000;) {
     try {
       offset += writeSync(fd, buffer, offset, buffer.length - offset);
     } catch (error) {

@@ -18,14 +18,25 @@ export function createLogger(config: ObservabilityConfig): Logger {
     base: { pid: process.pid },
     timestamp: pino.stdTimeFunctions.isoTime,
     // Whatever a caller passes by mistake, these never reach a line.
-    redact: { paths: ['authorization', 'headers.authorization', 'headers["x-api-key"]', 'apiKey', 'key'], censor: '[redacted]' },
+    redact: {
+      paths: ['authorization', 'headers.authorization', 'headers["x-api-key"]', 'apiKey', 'key'],
+      censor: '[redacted]',
+    },
     // And whatever a message quotes: the keys the gateway knows, by value, and the shapes of common providers' keys.
     hooks: { streamWrite: (line: string) => redactor.text(line) },
   };
   if (config.logFormat === 'pretty') {
     // Loaded only for pretty output: JSON lines (the default off a terminal) do without it.
     const pretty = createRequire(import.meta.url)('pino-pretty') as typeof import('pino-pretty');
-    return pino(options, pretty({ colorize: Boolean(process.stdout.isTTY), sync: true, ignore: 'pid,hostname', translateTime: 'SYS:HH:MM:ss.l' }));
+    return pino(
+      options,
+      pretty({
+        colorize: Boolean(process.stdout.isTTY),
+        sync: true,
+        ignore: 'pid,hostname',
+        translateTime: 'SYS:HH:MM:ss.l',
+      }),
+    );
   }
   const destination = stdoutWriter();
   const logger = pino(options, destination);
@@ -66,10 +77,22 @@ const OWN_CONTEXTS = new Set(['Gateway', 'Orchestrator']);
  */
 export function nestLoggerOf(logger: Logger, levels: LogLevel[] = ['error', 'warn']): LoggerService {
   const enabled = new Set(levels);
-  const write = (level: 'info' | 'warn' | 'error' | 'debug' | 'trace', nestLevel: LogLevel) => (message: unknown, ...rest: unknown[]) => {
-    const context = typeof rest.at(-1) === 'string' ? (rest.at(-1) as string) : undefined;
-    if (!enabled.has(nestLevel) && !(nestLevel === 'log' && context !== undefined && OWN_CONTEXTS.has(context))) return;
-    logger[level]({ context }, typeof message === 'string' ? message : String((message as Error)?.message ?? message));
+  const write =
+    (level: 'info' | 'warn' | 'error' | 'debug' | 'trace', nestLevel: LogLevel) =>
+    (message: unknown, ...rest: unknown[]) => {
+      const context = typeof rest.at(-1) === 'string' ? (rest.at(-1) as string) : undefined;
+      if (!enabled.has(nestLevel) && !(nestLevel === 'log' && context !== undefined && OWN_CONTEXTS.has(context)))
+        return;
+      logger[level](
+        { context },
+        typeof message === 'string' ? message : String((message as Error)?.message ?? message),
+      );
+    };
+  return {
+    log: write('info', 'log'),
+    warn: write('warn', 'warn'),
+    error: write('error', 'error'),
+    debug: write('debug', 'debug'),
+    verbose: write('trace', 'verbose'),
   };
-  return { log: write('info', 'log'), warn: write('warn', 'warn'), error: write('error', 'error'), debug: write('debug', 'debug'), verbose: write('trace', 'verbose') };
 }

@@ -94,7 +94,12 @@ export interface RequestContext {
  * that read them (the data plane, the telemetry, the budgets) read each field at one fixed place instead of
  * looking it up among the shapes that fields added in different orders would make.
  */
-export function newContext(id: string, idGiven: boolean, api: ClientApi, route: GatewayRoute | undefined): RequestContext {
+export function newContext(
+  id: string,
+  idGiven: boolean,
+  api: ClientApi,
+  route: GatewayRoute | undefined,
+): RequestContext {
   return {
     id,
     idGiven,
@@ -132,7 +137,9 @@ const REQUEST_ID = /^[\w.:-]{1,128}$/;
 /** The request's id and whether the client gave it: its `x-request-id` when that is a short, plain token, else a new one. */
 export function requestIdOf(headers: IncomingHttpHeaders): { id: string; given: boolean } {
   const incoming = headers['x-request-id'];
-  return typeof incoming === 'string' && REQUEST_ID.test(incoming) ? { id: incoming, given: true } : { id: randomUUID(), given: false };
+  return typeof incoming === 'string' && REQUEST_ID.test(incoming)
+    ? { id: incoming, given: true }
+    : { id: randomUUID(), given: false };
 }
 
 type WithContext = IncomingMessage & { [REQUEST_CONTEXT]?: RequestContext; raw?: WithContext };

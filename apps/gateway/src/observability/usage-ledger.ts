@@ -17,7 +17,8 @@ export class UsageLedger {
 
   constructor(@Inject(GATEWAY_CONFIG) config: GatewayConfig) {
     const o = config.observability;
-    this.enabled = o.metricsPath !== undefined || o.statusPath !== undefined || (o.requestLog && o.logLevel !== 'silent');
+    this.enabled =
+      o.metricsPath !== undefined || o.statusPath !== undefined || (o.requestLog && o.logLevel !== 'silent');
   }
 
   /** The usage the provider reported for this request's own call (read once, by the gateway's usage reader). */

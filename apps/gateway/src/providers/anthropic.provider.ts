@@ -1,6 +1,10 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { anthropicResponseToOpenAI, anthropicStreamToOpenAI, openAIRequestToAnthropic } from '../translate/anthropic-openai.js';
+import {
+  anthropicResponseToOpenAI,
+  anthropicStreamToOpenAI,
+  openAIRequestToAnthropic,
+} from '../translate/anthropic-openai.js';
 import { chatResponseToResponses, chatStreamToResponses, responsesRequestToChat } from '../translate/responses-chat.js';
 import { pipeTranslators } from '../translate/sse.js';
 import { Provider, ROUTES, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } from './provider.js';

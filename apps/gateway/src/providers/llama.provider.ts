@@ -21,10 +21,9 @@ export class LlamaProvider extends Provider {
     const base = config.upstream;
     // The server has every route at the gateway's own path, in the same API.
     this.routes = Object.fromEntries(
-      (Object.entries(ROUTES) as Array<[GatewayRoute, (typeof ROUTES)[GatewayRoute]]>).map(([route, { path, method, api }]) => [
-        route,
-        { method, url: `${base}${path}`, api },
-      ]),
+      (Object.entries(ROUTES) as Array<[GatewayRoute, (typeof ROUTES)[GatewayRoute]]>).map(
+        ([route, { path, method, api }]) => [route, { method, url: `${base}${path}`, api }],
+      ),
     );
   }
 
@@ -68,7 +67,13 @@ export class LlamaProvider extends Provider {
   override identityOf(props: Json): { identity: string; instance?: string } | undefined {
     const settings = props.default_generation_settings as Json | undefined;
     if (typeof props.model_path !== 'string' && typeof props.model_alias !== 'string') return undefined;
-    const identity = JSON.stringify([props.model_path, props.model_alias, settings?.n_ctx, props.build_info, props.chat_template]);
+    const identity = JSON.stringify([
+      props.model_path,
+      props.model_alias,
+      settings?.n_ctx,
+      props.build_info,
+      props.chat_template,
+    ]);
     return { identity, instance: typeof props.media_marker === 'string' ? props.media_marker : undefined };
   }
 
@@ -98,7 +103,8 @@ function isRequestAnswer(error: unknown): boolean {
   }
   if (!(error instanceof UpstreamHttpError) || (error.status !== 500 && error.status !== 503)) return false;
   const body = (error.json as { error?: Json } | undefined)?.error;
-  if (typeof body !== 'object' || body === null || body.code !== error.status || typeof body.message !== 'string') return false;
+  if (typeof body !== 'object' || body === null || body.code !== error.status || typeof body.message !== 'string')
+    return false;
   if (error.status === 500) return body.type === 'server_error';
   return body.type === 'unavailable_error' && body.message === 'no slot available';
 }

@@ -1,6 +1,10 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { anthropicRequestToOpenAI, openAIResponseToAnthropic, openAIStreamToAnthropic } from '../translate/anthropic-openai.js';
+import {
+  anthropicRequestToOpenAI,
+  openAIResponseToAnthropic,
+  openAIStreamToAnthropic,
+} from '../translate/anthropic-openai.js';
 import { openAIBase } from '../upstreams/upstream-set.js';
 import { Provider, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } from './provider.js';
 
@@ -31,7 +35,11 @@ export class OpenAIProvider extends Provider {
         method: 'POST',
         url: `${v1}/chat/completions`,
         api: 'openai',
-        translation: { request: anthropicRequestToOpenAI, response: openAIResponseToAnthropic, stream: openAIStreamToAnthropic },
+        translation: {
+          request: anthropicRequestToOpenAI,
+          response: openAIResponseToAnthropic,
+          stream: openAIStreamToAnthropic,
+        },
       },
     };
   }

@@ -86,7 +86,13 @@ export interface RouteInfo {
 
 /** The gateway's routes: the one place that says where each is served, which API it speaks and how it is shaped. */
 export const ROUTES: Readonly<Record<GatewayRoute, RouteInfo>> = {
-  chat: { path: '/v1/chat/completions', aliases: ['/chat/completions'], method: 'POST', api: 'openai', kind: 'generation' },
+  chat: {
+    path: '/v1/chat/completions',
+    aliases: ['/chat/completions'],
+    method: 'POST',
+    api: 'openai',
+    kind: 'generation',
+  },
   completions: { path: '/v1/completions', method: 'POST', api: 'openai', kind: 'generation' },
   embeddings: { path: '/v1/embeddings', method: 'POST', api: 'openai', kind: 'generation' },
   models: { path: '/v1/models', aliases: ['/models'], method: 'GET', api: 'openai', kind: 'metadata' },
@@ -301,7 +307,12 @@ export abstract class Provider {
   /** Whether the call is sent a key the gateway chose (the upstream's own, the provider key, or none at all). */
   protected gatewayChoosesKey(auth: UpstreamAuth): boolean {
     const target = auth.upstream ?? this.firstUpstream;
-    return target.key !== undefined || !target.inheritsKey || this.config.providerKey !== undefined || gatewayChecksKeys(this.config);
+    return (
+      target.key !== undefined ||
+      !target.inheritsKey ||
+      this.config.providerKey !== undefined ||
+      gatewayChecksKeys(this.config)
+    );
   }
 
   protected bearer(auth: UpstreamAuth): Record<string, string> {
@@ -312,5 +323,7 @@ export abstract class Provider {
 
 /** Whether clients present the gateway's own keys (gateway keys or virtual keys): theirs never go upstream. */
 export function gatewayChecksKeys(config: Pick<GatewayConfig, 'gatewayKeys' | 'budgets'>): boolean {
-  return config.gatewayKeys.length > 0 || config.budgets.keysFile !== undefined || config.budgets.keysJson !== undefined;
+  return (
+    config.gatewayKeys.length > 0 || config.budgets.keysFile !== undefined || config.budgets.keysJson !== undefined
+  );
 }

@@ -11,7 +11,13 @@ export const UPSTREAM = 'upstream';
  */
 export const SHAPING: Readonly<Record<RouteKind, OrchestrateOptions>> = {
   // Generations are POSTs: their window is asked for (its length is the module's, from --dedup-window).
-  generation: { dedup: { cacheAnswers: true }, breaker: UPSTREAM, concurrency: { name: UPSTREAM }, timeout: true, retry: true },
+  generation: {
+    dedup: { cacheAnswers: true },
+    breaker: UPSTREAM,
+    concurrency: { name: UPSTREAM },
+    timeout: true,
+    retry: true,
+  },
   utility: { dedup: false, breaker: UPSTREAM, concurrency: { name: UPSTREAM }, timeout: true, retry: true },
   metadata: { dedup: false, breaker: UPSTREAM, concurrency: false, timeout: true, retry: true },
   action: { dedup: false, breaker: UPSTREAM, concurrency: false, timeout: true, retry: false },

@@ -30,12 +30,16 @@ const SENTINEL_URL = /^(rediss?)\+sentinel:\/\/(?:([^@/]*)@)?([^/]+)\/([^/?#]+)(
 export function parseSentinelUrl(url: string): SentinelTarget | undefined {
   if (!/^rediss?\+sentinel:/.test(url)) return undefined;
   const match = SENTINEL_URL.exec(url);
-  if (!match) throw new Error('--redis: a Sentinel URL is redis+sentinel://[user:password@]host:port[,host:port...]/master-name[/db]');
+  if (!match)
+    throw new Error(
+      '--redis: a Sentinel URL is redis+sentinel://[user:password@]host:port[,host:port...]/master-name[/db]',
+    );
   const [, scheme, userinfo, hosts, name, db] = match;
   const sentinels = hosts.split(',').map((entry) => {
     const at = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(entry.trim());
     const port = Number(at?.[2] ?? 26379);
-    if (!at || !Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`--redis: "${entry}" is not a sentinel's host:port`);
+    if (!at || !Number.isInteger(port) || port < 1 || port > 65535)
+      throw new Error(`--redis: "${entry}" is not a sentinel's host:port`);
     return { host: at[1].replace(/^\[|\]$/g, ''), port };
   });
   let username: string | undefined;
@@ -45,7 +49,14 @@ export function parseSentinelUrl(url: string): SentinelTarget | undefined {
     username = colon < 0 ? undefined : decodeURIComponent(userinfo.slice(0, colon)) || undefined;
     password = decodeURIComponent(colon < 0 ? userinfo : userinfo.slice(colon + 1));
   }
-  return { name: decodeURIComponent(name), sentinels, username, password, database: db === undefined ? undefined : Number(db), tls: scheme === 'rediss' };
+  return {
+    name: decodeURIComponent(name),
+    sentinels,
+    username,
+    password,
+    database: db === undefined ? undefined : Number(db),
+    tls: scheme === 'rediss',
+  };
 }
 
 /** Whatever node-redis object `KeyvRedis` is given (a client, a cluster or a Sentinel set). */
@@ -85,7 +96,10 @@ export function redisModuleOfLinks(): RedisModule {
 /** The `onError` side of a link: node-redis's 'error' events, which must have a listener, passed on. */
 function connectionErrors(): { emit: (error: unknown) => void; onError: (listener: (error: unknown) => void) => void } {
   const listeners: Array<(error: unknown) => void> = [];
-  return { emit: (error) => listeners.forEach((listener) => listener(error)), onError: (listener) => void listeners.push(listener) };
+  return {
+    emit: (error) => listeners.forEach((listener) => listener(error)),
+    onError: (listener) => void listeners.push(listener),
+  };
 }
 
 /** Fails commands at once while disconnected (no offline queue) and reconnects backing off to 2 s. */
@@ -93,7 +107,9 @@ const SOCKET = { connectTimeout: 1_000, reconnectStrategy: (retries: number) => 
 
 function socketOptions(target: RedisTarget, tls: boolean) {
   const files = target.tls ?? {};
-  return tls || files.ca || files.cert || files.key ? { ...SOCKET, tls: true as const, ca: files.ca, cert: files.cert, key: files.key } : SOCKET;
+  return tls || files.ca || files.cert || files.key
+    ? { ...SOCKET, tls: true as const, ca: files.ca, cert: files.cert, key: files.key }
+    : SOCKET;
 }
 
 /**
@@ -104,7 +120,11 @@ function socketOptions(target: RedisTarget, tls: boolean) {
  * Redis not answering within `waitMs` is taken for a single node (and said so
  * in the log if it turns out to be a cluster node once it answers).
  */
-export async function openRedisLink(target: RedisTarget, log: { warn(line: string): void; error(line: string): void }, waitMs = 1_000): Promise<RedisLink> {
+export async function openRedisLink(
+  target: RedisTarget,
+  log: { warn(line: string): void; error(line: string): void },
+  waitMs = 1_000,
+): Promise<RedisLink> {
   const { createClient } = await loadRedis();
   const sentinel = parseSentinelUrl(target.url);
   if (sentinel) return openSentinel(target, sentinel, waitMs);
@@ -129,7 +149,9 @@ export async function openRedisLink(target: RedisTarget, log: { warn(line: strin
     void ready.then(async () => {
       const info = await client.sendCommand(['INFO', 'cluster']).catch(() => undefined);
       if (typeof info === 'string' && /^cluster_enabled:1\b/m.test(info)) {
-        log.error('--redis is a Redis Cluster node, which was unreachable at start: restart the gateway to use the cluster (until then replicas do not share)');
+        log.error(
+          '--redis is a Redis Cluster node, which was unreachable at start: restart the gateway to use the cluster (until then replicas do not share)',
+        );
       }
     });
   }
@@ -161,7 +183,14 @@ async function checkTls(target: RedisTarget, waitMs: number): Promise<void> {
   const files = target.tls ?? {};
   const refusal = await new Promise<string | undefined>((resolve) => {
     let handshaken = false;
-    const socket = tlsConnect({ host, port: Number(url.port || 6379), ca: files.ca, cert: files.cert, key: files.key, servername: isIP(host) ? undefined : host });
+    const socket = tlsConnect({
+      host,
+      port: Number(url.port || 6379),
+      ca: files.ca,
+      cert: files.cert,
+      key: files.key,
+      servername: isIP(host) ? undefined : host,
+    });
     const done = (reason: string | undefined) => {
       clearTimeout(timer);
       socket.destroy();
@@ -175,12 +204,15 @@ async function checkTls(target: RedisTarget, waitMs: number): Promise<void> {
     // Any answer (+PONG, or -NOAUTH when a password is due) means TLS is accepted.
     socket.once('data', () => done(undefined));
     socket.on('error', (error: NodeJS.ErrnoException) => {
-      const tlsError = /^ERR_(SSL|TLS)_/.test(error.code ?? '') || /certificate|alert|self.signed|verify|handshake/i.test(error.message);
+      const tlsError =
+        /^ERR_(SSL|TLS)_/.test(error.code ?? '') ||
+        /certificate|alert|self.signed|verify|handshake/i.test(error.message);
       done(tlsError || handshaken ? error.message.split('\n')[0].slice(0, 200) : undefined);
     });
     socket.on('close', () => done(handshaken ? 'the connection was closed after the TLS handshake' : undefined));
   });
-  if (refusal) throw new Error(`Redis refused the TLS connection (${refusal}): check --redis-ca, --redis-cert and --redis-key`);
+  if (refusal)
+    throw new Error(`Redis refused the TLS connection (${refusal}): check --redis-ca, --redis-cert and --redis-key`);
 }
 
 /** A cluster client rooted at the node `--redis` names; every node is reached with the same credentials and TLS. */
@@ -245,7 +277,13 @@ async function openSentinel(target: RedisTarget, sentinel: SentinelTarget, waitM
     name: sentinel.name,
     sentinelRootNodes: sentinel.sentinels,
     // The URL's credentials and database are the data nodes'; sentinels are asked without them.
-    nodeClientOptions: { username: sentinel.username, password: sentinel.password, database: sentinel.database, disableOfflineQueue: true, socket },
+    nodeClientOptions: {
+      username: sentinel.username,
+      password: sentinel.password,
+      database: sentinel.database,
+      disableOfflineQueue: true,
+      socket,
+    },
     sentinelClientOptions: { socket },
     // A failover is noticed from Sentinel's own announcements; the scan is a backstop.
     scanInterval: 2_000,
@@ -275,14 +313,16 @@ interface PubSubSide {
 function pubSub(side: PubSubSide): RedisSubscriber {
   return {
     subscribe: (channel, listener) => side.subscribe(channel, listener),
-    unsubscribe: (channel, listener) => side.unsubscribe(channel, listener as ((message: string | Buffer) => void) | undefined),
+    unsubscribe: (channel, listener) =>
+      side.unsubscribe(channel, listener as ((message: string | Buffer) => void) | undefined),
   };
 }
 
 /** The key a command is routed by in a cluster: a script's first key, else the command's first argument. */
 export function firstKey(args: string[]): string | undefined {
   const command = args[0]?.toUpperCase();
-  if (command === 'EVAL' || command === 'EVALSHA' || command === 'FCALL') return Number(args[2]) > 0 ? args[3] : undefined;
+  if (command === 'EVAL' || command === 'EVALSHA' || command === 'FCALL')
+    return Number(args[2]) > 0 ? args[3] : undefined;
   if (command === 'PING' || command === 'INFO') return undefined;
   return args[1];
 }

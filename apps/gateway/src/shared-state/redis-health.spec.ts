@@ -23,13 +23,15 @@ class FakeRedis implements RedisCommandClient {
       return args[0] === 'EVAL' ? this.fleet : 'OK';
     };
     if (!this.frozen) return Promise.resolve().then(answer);
-    return new Promise((resolve, reject) => this.pending.push(() => {
-      try {
-        resolve(answer());
-      } catch (error) {
-        reject(error);
-      }
-    }));
+    return new Promise((resolve, reject) =>
+      this.pending.push(() => {
+        try {
+          resolve(answer());
+        } catch (error) {
+          reject(error);
+        }
+      }),
+    );
   }
 
   thaw(): void {
@@ -60,7 +62,13 @@ describe('RedisHealth', () => {
   it('a frozen Redis is down within two probe periods (an unanswered probe at the next period), said once, and back once it answers', async () => {
     const redis = new FakeRedis();
     const out = lines();
-    const health = new RedisHealth({ client: redis, prefix: 'npo', periodMs: PERIOD, connected: Promise.resolve(), log: out.log });
+    const health = new RedisHealth({
+      client: redis,
+      prefix: 'npo',
+      periodMs: PERIOD,
+      connected: Promise.resolve(),
+      log: out.log,
+    });
     health.start();
     await settle();
     expect(health.state).toBe('up');
@@ -90,7 +98,13 @@ describe('RedisHealth', () => {
 
   it('while down, commands through the gate fail at once (no wait for their own bound); they go through again once it is up', async () => {
     const redis = new FakeRedis();
-    const health = new RedisHealth({ client: redis, prefix: 'npo', periodMs: PERIOD, connected: Promise.resolve(), log: lines().log });
+    const health = new RedisHealth({
+      client: redis,
+      prefix: 'npo',
+      periodMs: PERIOD,
+      connected: Promise.resolve(),
+      log: lines().log,
+    });
     const gated = health.gate(redis);
     health.start();
     await settle();
@@ -111,7 +125,10 @@ describe('RedisHealth', () => {
     const health = new RedisHealth({ client: redis, prefix: 'npo', periodMs: PERIOD, connected, log: out.log });
     health.start();
     let answered: unknown;
-    void health.gate(redis).sendCommand(['GET', 'x']).then((v) => (answered = v));
+    void health
+      .gate(redis)
+      .sendCommand(['GET', 'x'])
+      .then((v) => (answered = v));
     await settle();
     expect(answered).toBeUndefined();
     expect(health.state).toBe('starting');
@@ -126,7 +143,13 @@ describe('RedisHealth', () => {
   it('a part that failed for want of an answer is back when Redis answers again, with its back line, even with no traffic to tell it', async () => {
     const redis = new FakeRedis();
     const out = lines();
-    const health = new RedisHealth({ client: redis, prefix: 'npo', periodMs: PERIOD, connected: Promise.resolve(), log: out.log });
+    const health = new RedisHealth({
+      client: redis,
+      prefix: 'npo',
+      periodMs: PERIOD,
+      connected: Promise.resolve(),
+      log: out.log,
+    });
     health.start();
     await settle();
     redis.frozen = true;
@@ -143,7 +166,13 @@ describe('RedisHealth', () => {
   it('a part that timed out while the probes never missed is back once a probe sent after its failure is answered', async () => {
     const redis = new FakeRedis();
     const out = lines();
-    const health = new RedisHealth({ client: redis, prefix: 'npo', periodMs: PERIOD, connected: Promise.resolve(), log: out.log });
+    const health = new RedisHealth({
+      client: redis,
+      prefix: 'npo',
+      periodMs: PERIOD,
+      connected: Promise.resolve(),
+      log: out.log,
+    });
     health.start();
     await settle();
     health.report('rate-limits', 'degraded', new Error('no answer from Redis within 500 ms'));
@@ -156,7 +185,13 @@ describe('RedisHealth', () => {
 
   it('names the cause: an AUTH refusal the connection reported explains the probe failing as offline', async () => {
     const redis = new FakeRedis();
-    const health = new RedisHealth({ client: redis, prefix: 'npo', periodMs: PERIOD, connected: Promise.resolve(), log: lines().log });
+    const health = new RedisHealth({
+      client: redis,
+      prefix: 'npo',
+      periodMs: PERIOD,
+      connected: Promise.resolve(),
+      log: lines().log,
+    });
     health.connectionFailed(new Error('WRONGPASS invalid username-password pair or user is disabled.'));
     redis.failWith = new Error('The client is offline');
     health.start();
@@ -169,14 +204,24 @@ describe('RedisHealth', () => {
   it('a part failing (cross-slot) makes the fleet down even while PING-like probes pass, and its back line comes once', async () => {
     const redis = new FakeRedis();
     const out = lines();
-    const health = new RedisHealth({ client: redis, prefix: 'npo', periodMs: PERIOD, connected: Promise.resolve(), log: out.log });
+    const health = new RedisHealth({
+      client: redis,
+      prefix: 'npo',
+      periodMs: PERIOD,
+      connected: Promise.resolve(),
+      log: out.log,
+    });
     health.start();
     await settle();
     health.report('rate-limits', 'degraded', new Error("CROSSSLOT Keys in request don't hash to the same slot"));
     health.report('rate-limits', 'degraded', new Error("CROSSSLOT Keys in request don't hash to the same slot"));
     await jest.advanceTimersByTimeAsync(3 * PERIOD);
     expect(health.state).toBe('down');
-    expect(health.view()).toMatchObject({ state: 'down', cause: 'cross-slot', parts: { 'rate-limits': { cause: 'cross-slot' } } });
+    expect(health.view()).toMatchObject({
+      state: 'down',
+      cause: 'cross-slot',
+      parts: { 'rate-limits': { cause: 'cross-slot' } },
+    });
     expect(out.warn.filter((l) => /rate limits through Redis unavailable/.test(l))).toHaveLength(1);
     health.report('rate-limits', 'ok');
     health.report('rate-limits', 'ok');
@@ -185,11 +230,17 @@ describe('RedisHealth', () => {
     health.close();
   });
 
-  it('warns when the eviction policy may evict the fleet\'s keys (volatile-* too), and says unknown when CONFIG is refused', async () => {
+  it("warns when the eviction policy may evict the fleet's keys (volatile-* too), and says unknown when CONFIG is refused", async () => {
     const redis = new FakeRedis();
     redis.config = { 'maxmemory-policy': 'volatile-lru', maxmemory: '104857600' };
     const out = lines();
-    const health = new RedisHealth({ client: redis, prefix: 'npo', periodMs: PERIOD, connected: Promise.resolve(), log: out.log });
+    const health = new RedisHealth({
+      client: redis,
+      prefix: 'npo',
+      periodMs: PERIOD,
+      connected: Promise.resolve(),
+      log: out.log,
+    });
     health.start();
     await settle();
     expect(health.view().eviction).toEqual({ policy: 'volatile-lru', maxmemory: 104857600, keysMayBeEvicted: true });
@@ -199,7 +250,13 @@ describe('RedisHealth', () => {
     const managed = new FakeRedis();
     managed.config = new Error("ERR unknown command 'CONFIG'");
     const quiet = lines();
-    const second = new RedisHealth({ client: managed, prefix: 'npo', periodMs: PERIOD, connected: Promise.resolve(), log: quiet.log });
+    const second = new RedisHealth({
+      client: managed,
+      prefix: 'npo',
+      periodMs: PERIOD,
+      connected: Promise.resolve(),
+      log: quiet.log,
+    });
     second.start();
     await settle();
     expect(second.view().eviction).toEqual({ policy: 'unknown', maxmemory: null, keysMayBeEvicted: null });
@@ -210,7 +267,13 @@ describe('RedisHealth', () => {
 
     const safe = new FakeRedis();
     const none = lines();
-    const third = new RedisHealth({ client: safe, prefix: 'npo', periodMs: PERIOD, connected: Promise.resolve(), log: none.log });
+    const third = new RedisHealth({
+      client: safe,
+      prefix: 'npo',
+      periodMs: PERIOD,
+      connected: Promise.resolve(),
+      log: none.log,
+    });
     third.start();
     await settle();
     expect(third.view().eviction).toEqual({ policy: 'noeviction', maxmemory: 0, keysMayBeEvicted: false });
@@ -220,12 +283,16 @@ describe('RedisHealth', () => {
 
   it('tells causes apart', () => {
     expect(causeOf(new Error('NOAUTH Authentication required.'))).toBe('auth');
-    expect(causeOf(Object.assign(new Error('self-signed certificate'), { code: 'DEPTH_ZERO_SELF_SIGNED_CERT' }))).toBe('tls');
+    expect(causeOf(Object.assign(new Error('self-signed certificate'), { code: 'DEPTH_ZERO_SELF_SIGNED_CERT' }))).toBe(
+      'tls',
+    );
     expect(causeOf(new Error("CROSSSLOT Keys in request don't hash to the same slot"))).toBe('cross-slot');
     expect(causeOf(new Error('MOVED 3999 127.0.0.1:6381'))).toBe('topology');
     expect(causeOf(new Error('CLUSTERDOWN The cluster is down'))).toBe('topology');
     expect(causeOf(new Error("OOM command not allowed when used memory > 'maxmemory'."))).toBe('out-of-memory');
     expect(causeOf(new Error('no answer from Redis within 500 ms'))).toBe('timeout');
-    expect(causeOf(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6379'), { code: 'ECONNREFUSED' }))).toBe('unreachable');
+    expect(causeOf(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6379'), { code: 'ECONNREFUSED' }))).toBe(
+      'unreachable',
+    );
   });
 });

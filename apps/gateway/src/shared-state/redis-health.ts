@@ -20,7 +20,8 @@ import { fleetKey } from './redis-connection.js';
  */
 
 /** Why coordination through Redis does not work. */
-export type RedisCause = 'unreachable' | 'timeout' | 'auth' | 'tls' | 'cross-slot' | 'topology' | 'out-of-memory' | 'error';
+export type RedisCause =
+  'unreachable' | 'timeout' | 'auth' | 'tls' | 'cross-slot' | 'topology' | 'out-of-memory' | 'error';
 
 /** What the gateway shares through Redis, each reporting its own state. */
 export type RedisPart = 'coordination' | 'window' | 'rate-limits' | 'spend-caps';
@@ -118,13 +119,21 @@ export class RedisHealth {
       // After this loop turn's I/O is read: an answer already in the socket is not taken for an outage.
       const outstanding = this.probeSeq;
       setTimeout(() => {
-        if (this.probing && this.probeSeq === outstanding) this.probeFailed(new Error(`no answer to a probe within ${this.options.periodMs} ms`));
+        if (this.probing && this.probeSeq === outstanding)
+          this.probeFailed(new Error(`no answer to a probe within ${this.options.periodMs} ms`));
       }, 0).unref?.();
       return;
     }
     this.probing = true;
     const seq = ++this.probeSeq;
-    const sent = this.options.client.sendCommand(['EVAL', PROBE, '2', fleetKey(this.options.prefix, 'probe'), fleetKey(this.options.prefix), String(Date.now())]);
+    const sent = this.options.client.sendCommand([
+      'EVAL',
+      PROBE,
+      '2',
+      fleetKey(this.options.prefix, 'probe'),
+      fleetKey(this.options.prefix),
+      String(Date.now()),
+    ]);
     sent.then(
       (fleet) => {
         this.probing = false;
@@ -146,7 +155,10 @@ export class RedisHealth {
       const problem = this.problemOf(error);
       const first = !this.parts.has(part);
       this.parts.set(part, { ...problem, probeBefore: this.probeSeq });
-      if (first) this.options.log.warn(`${PART_NAMES[part]} through Redis unavailable (${problem.cause}: ${problem.error}); ${consequence(part)} until it is back`);
+      if (first)
+        this.options.log.warn(
+          `${PART_NAMES[part]} through Redis unavailable (${problem.cause}: ${problem.error}); ${consequence(part)} until it is back`,
+        );
     } else if (this.parts.delete(part)) {
       this.options.log.info(`${PART_NAMES[part]} through Redis is back`);
     }
@@ -179,7 +191,9 @@ export class RedisHealth {
       // Redis's answer to the probe alone (`parts` say what failed for the parts that use it).
       probe: this.probeState,
       ...(problem ? { cause: problem.cause, error: problem.error } : {}),
-      parts: Object.fromEntries([...this.parts].map(([part, p]) => [part, { state: 'degraded', cause: p.cause, error: p.error }])),
+      parts: Object.fromEntries(
+        [...this.parts].map(([part, p]) => [part, { state: 'degraded', cause: p.cause, error: p.error }]),
+      ),
       fleetSize: this.fleetSeen,
       eviction: this.eviction,
     };
@@ -200,9 +214,12 @@ export class RedisHealth {
   }
 
   /** A subscriber whose first subscriptions wait for the first connection (else they fail with "offline" at start). */
-  gateSubscriber<S extends { subscribe(channel: string, listener: (message: string) => void): Promise<unknown>; unsubscribe(channel: string, listener?: (message: string) => void): Promise<unknown> }>(
-    subscriber: S,
-  ) {
+  gateSubscriber<
+    S extends {
+      subscribe(channel: string, listener: (message: string) => void): Promise<unknown>;
+      unsubscribe(channel: string, listener?: (message: string) => void): Promise<unknown>;
+    },
+  >(subscriber: S) {
     return {
       subscribe: async (channel: string, listener: (message: string) => void) => {
         if (this.probeState === 'starting') await this.options.connected;
@@ -221,7 +238,8 @@ export class RedisHealth {
     // see no traffic to tell it); one that got an error from Redis (auth, cross-slot, topology, memory) stays down
     // until its own next command succeeds.
     for (const [part, problem] of this.parts) {
-      if ((problem.cause === 'timeout' || problem.cause === 'unreachable') && seq > problem.probeBefore) this.report(part, 'ok');
+      if ((problem.cause === 'timeout' || problem.cause === 'unreachable') && seq > problem.probeBefore)
+        this.report(part, 'ok');
     }
     this.settle();
   }
@@ -232,13 +250,16 @@ export class RedisHealth {
     this.probeState = 'down';
     this.probeProblem = problem;
     if (was !== 'down') {
-      this.options.log.warn(`Redis is not usable (${problem.cause}: ${problem.error}): each replica acts alone (calls, breakers, window, limits) until it is back`);
+      this.options.log.warn(
+        `Redis is not usable (${problem.cause}: ${problem.error}): each replica acts alone (calls, breakers, window, limits) until it is back`,
+      );
     }
     this.settle();
   }
 
   private settle(): void {
-    const next: RedisState = this.probeState === 'starting' ? 'starting' : this.probeState === 'down' || this.parts.size > 0 ? 'down' : 'up';
+    const next: RedisState =
+      this.probeState === 'starting' ? 'starting' : this.probeState === 'down' || this.parts.size > 0 ? 'down' : 'up';
     if (next === this.overall) return;
     this.overall = next;
     this.since = Date.now();
@@ -265,14 +286,21 @@ export class RedisHealth {
       const reply = await this.options.client.sendCommand(['CONFIG', 'GET', name]);
       if (Array.isArray(reply)) return reply.length >= 2 ? String(reply[1]) : undefined;
       if (reply instanceof Map) return reply.has(name) ? String(reply.get(name)) : undefined;
-      if (reply && typeof reply === 'object') return (reply as Record<string, unknown>)[name] === undefined ? undefined : String((reply as Record<string, unknown>)[name]);
+      if (reply && typeof reply === 'object')
+        return (reply as Record<string, unknown>)[name] === undefined
+          ? undefined
+          : String((reply as Record<string, unknown>)[name]);
       return undefined;
     };
     try {
       const [policy, maxmemory] = await bounded(Promise.all([read('maxmemory-policy'), read('maxmemory')]), 2_000);
       if (policy === undefined) throw new Error('no maxmemory-policy in the reply');
       const bytes = Number(maxmemory);
-      this.eviction = { policy, maxmemory: Number.isFinite(bytes) ? bytes : null, keysMayBeEvicted: policy !== 'noeviction' };
+      this.eviction = {
+        policy,
+        maxmemory: Number.isFinite(bytes) ? bytes : null,
+        keysMayBeEvicted: policy !== 'noeviction',
+      };
       if (policy !== 'noeviction') {
         this.options.log.warn(
           `Redis maxmemory-policy is ${policy}: keys the fleet needs (leases, spend and rate counts, all with a TTL) may be evicted when it is full, and caps and one-call-per-key break silently; set maxmemory-policy noeviction (docs/scaling.md)`,
@@ -281,7 +309,9 @@ export class RedisHealth {
     } catch (error) {
       // Managed services often disable CONFIG: the policy is then unknown, said once.
       this.eviction = { policy: 'unknown', maxmemory: null, keysMayBeEvicted: null };
-      this.options.log.warn(`Redis maxmemory-policy unknown (CONFIG GET refused: ${messageOf(error)}); make sure it is noeviction (docs/scaling.md)`);
+      this.options.log.warn(
+        `Redis maxmemory-policy unknown (CONFIG GET refused: ${messageOf(error)}); make sure it is noeviction (docs/scaling.md)`,
+      );
     }
   }
 }
@@ -300,10 +330,16 @@ export function causeOf(error: unknown): RedisCause {
   if (/NOAUTH|WRONGPASS|NOPERM|invalid password|AUTH.*(failed|required)|invalid username/i.test(text)) return 'auth';
   if (/CROSSSLOT/.test(text)) return 'cross-slot';
   if (/ERR_TLS|ERR_SSL|CERT|certificate|\bSSL\b|\bTLS\b|EPROTO|self[- ]signed/i.test(text)) return 'tls';
-  if (/\bMOVED\b|\bASK\b|CLUSTERDOWN|READONLY|TRYAGAIN|MASTERDOWN|cluster support disabled|LOADING/i.test(text)) return 'topology';
+  if (/\bMOVED\b|\bASK\b|CLUSTERDOWN|READONLY|TRYAGAIN|MASTERDOWN|cluster support disabled|LOADING/i.test(text))
+    return 'topology';
   if (/\bOOM\b|maxmemory/i.test(text)) return 'out-of-memory';
   if (/no answer|within \d+ ms|timed? ?out|timeout/i.test(text)) return 'timeout';
-  if (/ECONNREFUSED|ECONNRESET|EPIPE|ENOTFOUND|EHOSTUNREACH|ENETUNREACH|EAI_AGAIN|offline|closed|socket|connection/i.test(text)) return 'unreachable';
+  if (
+    /ECONNREFUSED|ECONNRESET|EPIPE|ENOTFOUND|EHOSTUNREACH|ENETUNREACH|EAI_AGAIN|offline|closed|socket|connection/i.test(
+      text,
+    )
+  )
+    return 'unreachable';
   return 'error';
 }
 

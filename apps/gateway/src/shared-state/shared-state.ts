@@ -1,4 +1,12 @@
-import { Inject, Injectable, Optional, Logger, type BeforeApplicationShutdown, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
+import {
+  Inject,
+  Injectable,
+  Optional,
+  Logger,
+  type BeforeApplicationShutdown,
+  type OnApplicationShutdown,
+  type OnModuleInit,
+} from '@nestjs/common';
 import { Keyv } from 'keyv';
 import { RedisCoordinator } from 'nest-prompt-orchestrator';
 import { DEFAULT_ERROR_CODEC, type ErrorCodec } from 'nest-prompt-orchestrator/internal';
@@ -11,7 +19,6 @@ import type { ClientApi } from '../providers/provider.js';
 import { UpstreamStreamError } from '../upstreams/stream-end.js';
 import { RedisHealth } from './redis-health.js';
 import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError } from '../upstreams/upstream-client.js';
-
 
 /**
  * What replicas share through one Redis (`--redis`): the answer window, and a
@@ -107,7 +114,14 @@ export const GATEWAY_ERROR_CODEC: ErrorCodec = {
   encode(error) {
     if (error instanceof UpstreamHttpError) {
       const body = redactor.jsonBytes(error.body.subarray(0, MAX_ERROR_BODY));
-      return { t: 'upstream', status: error.status, body: body.toString('base64'), contentType: error.contentType, api: error.api, retryAfter: error.retryAfter };
+      return {
+        t: 'upstream',
+        status: error.status,
+        body: body.toString('base64'),
+        contentType: error.contentType,
+        api: error.api,
+        retryAfter: error.retryAfter,
+      };
     }
     if (error instanceof ApiError) {
       return {
@@ -121,7 +135,8 @@ export const GATEWAY_ERROR_CODEC: ErrorCodec = {
         retryable: error.retryable,
       };
     }
-    if (error instanceof UpstreamStreamError) return { t: 'stream', message: error.message, delivered: error.delivered };
+    if (error instanceof UpstreamStreamError)
+      return { t: 'stream', message: error.message, delivered: error.delivered };
     if (error instanceof UpstreamProtocolError) return { t: 'protocol', message: error.message };
     return DEFAULT_ERROR_CODEC.encode(error);
   },

@@ -129,7 +129,13 @@ export class FleetHeartbeat implements OnModuleInit, OnApplicationShutdown {
     if (!this.enabled) return [self];
     const unreachable = this.storeState.state === 'unreachable';
     const others = this.members.filter((m) => !m.self);
-    return [self, ...others.map((m): FleetMember => ({ ...m, state: unreachable ? 'unknown' : now - m.at < SILENT_AFTER_MS ? 'ok' : 'silent' }))];
+    return [
+      self,
+      ...others.map((m): FleetMember => ({
+        ...m,
+        state: unreachable ? 'unknown' : now - m.at < SILENT_AFTER_MS ? 'ok' : 'silent',
+      })),
+    ];
   }
 
   /** Whether the fleet's store answers this process (see `FleetStore`). */
@@ -184,7 +190,10 @@ export class FleetHeartbeat implements OnModuleInit, OnApplicationShutdown {
     } catch (error) {
       // Redis away: the others are kept as last heard of, shown `unknown` (their silence says nothing now).
       const message = error instanceof Error ? error.message.slice(0, 200) : 'unknown error';
-      this.storeState = this.storeState.state === 'unreachable' ? { ...this.storeState, error: message } : { state: 'unreachable', since: Date.now(), error: message };
+      this.storeState =
+        this.storeState.state === 'unreachable'
+          ? { ...this.storeState, error: message }
+          : { state: 'unreachable', since: Date.now(), error: message };
     } finally {
       this.beating = false;
     }
@@ -211,7 +220,8 @@ function entries(reply: unknown): Array<[string, string]> {
     return out;
   }
   if (reply instanceof Map) return [...reply.entries()].map(([k, v]) => [String(k), String(v)]);
-  if (reply && typeof reply === 'object') return Object.entries(reply as Record<string, unknown>).map(([k, v]) => [k, String(v)]);
+  if (reply && typeof reply === 'object')
+    return Object.entries(reply as Record<string, unknown>).map(([k, v]) => [k, String(v)]);
   return [];
 }
 
@@ -219,7 +229,9 @@ function entries(reply: unknown): Array<[string, string]> {
 function parse(text: string): Heartbeat | undefined {
   try {
     const beat = JSON.parse(text) as Heartbeat;
-    return typeof beat?.id === 'string' && typeof beat.at === 'number' && typeof beat.pid === 'number' ? beat : undefined;
+    return typeof beat?.id === 'string' && typeof beat.at === 'number' && typeof beat.pid === 'number'
+      ? beat
+      : undefined;
   } catch {
     return undefined;
   }

@@ -25,7 +25,8 @@ function percentiles(histogram: Uint32Array, total: number): { p50: number; p95:
   let seen = 0;
   for (let i = 0; i < histogram.length && found.length < ranks.length; i++) {
     seen += histogram[i];
-    while (found.length < ranks.length && seen >= ranks[found.length]) found.push(BOUNDS[i] ?? BOUNDS[BOUNDS.length - 1]);
+    while (found.length < ranks.length && seen >= ranks[found.length])
+      found.push(BOUNDS[i] ?? BOUNDS[BOUNDS.length - 1]);
   }
   const round = (ms: number) => Math.round(ms * 10) / 10;
   return { p50: round(found[0]), p95: round(found[1]), p99: round(found[2]) };
@@ -64,7 +65,13 @@ export class HourHistory {
       for (let i = 0; i < hour.length; i++) hour[i] += m.latency[i];
     }
     return {
-      minutes: kept.map((m) => ({ at: m.at, requests: m.requests, errors: m.errors, ...m.outcomes, ...percentiles(m.latency, m.requests) })),
+      minutes: kept.map((m) => ({
+        at: m.at,
+        requests: m.requests,
+        errors: m.errors,
+        ...m.outcomes,
+        ...percentiles(m.latency, m.requests),
+      })),
       hour: { requests, errors, outcomes, latencyMs: percentiles(hour, requests) ?? null },
     };
   }
@@ -73,7 +80,13 @@ export class HourHistory {
     const at = Math.floor(now / 60_000) * 60_000;
     const last = this.minutes[this.minutes.length - 1];
     if (last?.at === at) return last;
-    const minute: Minute = { at, requests: 0, errors: 0, outcomes: { miss: 0, joined: 0, cached: 0, none: 0, unrouted: 0 }, latency: new Uint32Array(BOUNDS.length) };
+    const minute: Minute = {
+      at,
+      requests: 0,
+      errors: 0,
+      outcomes: { miss: 0, joined: 0, cached: 0, none: 0, unrouted: 0 },
+      latency: new Uint32Array(BOUNDS.length),
+    };
     this.minutes.push(minute);
     while (this.minutes.length > MINUTES) this.minutes.shift();
     return minute;

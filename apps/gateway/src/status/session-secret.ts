@@ -27,7 +27,11 @@ export class SessionSecret implements OnModuleInit {
   ) {
     const handed = process.env[WORKER_SESSION_SECRET_ENV];
     this.secret =
-      config.sessionSecret !== undefined ? Buffer.from(config.sessionSecret) : handed && handed.length >= 64 ? Buffer.from(handed, 'hex') : randomBytes(32);
+      config.sessionSecret !== undefined
+        ? Buffer.from(config.sessionSecret)
+        : handed && handed.length >= 64
+          ? Buffer.from(handed, 'hex')
+          : randomBytes(32);
   }
 
   get current(): Buffer {
@@ -45,7 +49,8 @@ export class SessionSecret implements OnModuleInit {
         redis.sendCommand(['SET', key, this.secret.toString('hex'), 'NX']).then(() => redis.sendCommand(['GET', key])),
         bound,
       );
-      if (typeof stored !== 'string' || !/^[0-9a-f]{64,}$/.test(stored)) throw new Error('the stored secret is not one this gateway writes');
+      if (typeof stored !== 'string' || !/^[0-9a-f]{64,}$/.test(stored))
+        throw new Error('the stored secret is not one this gateway writes');
       this.secret = Buffer.from(stored, 'hex');
     } catch (error) {
       this.logger.warn(

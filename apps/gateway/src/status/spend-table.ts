@@ -20,10 +20,25 @@ export class SpendTable {
 
   constructor(private readonly max: number) {}
 
-  record(name: string, r: { spentTokens?: number; spentDollars?: number; savedTokens?: number; savedDollars?: number; saved: boolean }): void {
+  record(
+    name: string,
+    r: { spentTokens?: number; spentDollars?: number; savedTokens?: number; savedDollars?: number; saved: boolean },
+  ): void {
     const key = this.rows.has(name) || this.rows.size < this.max ? name : 'other';
     let row = this.rows.get(key);
-    if (!row) this.rows.set(key, (row = { name: key, requests: 0, spentTokens: 0, spentDollars: 0, savedTokens: 0, savedDollars: 0, savedCalls: 0 }));
+    if (!row)
+      this.rows.set(
+        key,
+        (row = {
+          name: key,
+          requests: 0,
+          spentTokens: 0,
+          spentDollars: 0,
+          savedTokens: 0,
+          savedDollars: 0,
+          savedCalls: 0,
+        }),
+      );
     row.requests++;
     row.spentTokens += r.spentTokens ?? 0;
     row.spentDollars += r.spentDollars ?? 0;

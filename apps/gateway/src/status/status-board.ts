@@ -1,5 +1,11 @@
 import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
-import { OrchestratorService, type BreakerState, type RefusalReason, type RequestOutcome, type UpstreamResult } from 'nest-prompt-orchestrator';
+import {
+  OrchestratorService,
+  type BreakerState,
+  type RefusalReason,
+  type RequestOutcome,
+  type UpstreamResult,
+} from 'nest-prompt-orchestrator';
 import type { ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
@@ -54,7 +60,9 @@ interface WaitSecond {
 }
 
 /** What the status page shows; under `--workers`, the whole port's (see `portSnapshot`). */
-export type StatusSnapshot = ReturnType<StatusBoard['snapshot']> & { workers?: Array<{ pid: number; state: 'ok' | 'silent' }> };
+export type StatusSnapshot = ReturnType<StatusBoard['snapshot']> & {
+  workers?: Array<{ pid: number; state: 'ok' | 'silent' }>;
+};
 
 /** Bounds of the status page's event streams (docs/operations.md, "The status page"). */
 export const STREAM_LIMITS = {
@@ -193,7 +201,8 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
     }
     if (request.spentTokens) this.spent.tokens += request.spentTokens;
     if (request.spentDollars !== undefined) this.spent.dollars += request.spentDollars;
-    if (request.latencyMs !== undefined) this.hour.record(request.outcome ?? 'unrouted', request.status, request.latencyMs);
+    if (request.latencyMs !== undefined)
+      this.hour.record(request.outcome ?? 'unrouted', request.status, request.latencyMs);
     const money = {
       spentTokens: request.spentTokens,
       spentDollars: request.spentDollars,
@@ -203,11 +212,29 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
     };
     if (request.model !== undefined) this.byModel.record(request.model.slice(0, 100), money);
     if (request.key !== undefined) this.byKey.record(request.key, money);
-    if (request.status >= 500 || request.errorCode === 'circuit_open' || request.errorCode === 'overloaded' || request.errorCode === 'queue_timeout') {
+    if (
+      request.status >= 500 ||
+      request.errorCode === 'circuit_open' ||
+      request.errorCode === 'overloaded' ||
+      request.errorCode === 'queue_timeout'
+    ) {
       const at = Date.now();
-      this.errors.push({ at, requestId: request.requestId, route: request.route, status: request.status, code: request.errorCode });
+      this.errors.push({
+        at,
+        requestId: request.requestId,
+        route: request.route,
+        status: request.status,
+        code: request.errorCode,
+      });
       if (this.errors.length > MAX_ERRORS) this.errors.shift();
-      this.causes.record({ at, requestId: request.requestId, route: request.route, status: request.status, code: request.errorCode, fromUpstream: request.fromUpstream ?? false });
+      this.causes.record({
+        at,
+        requestId: request.requestId,
+        route: request.route,
+        status: request.status,
+        code: request.errorCode,
+        fromUpstream: request.fromUpstream ?? false,
+      });
     }
   }
 
@@ -218,8 +245,10 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
    * or memory from its callers.
    */
   refuseStream(peer: string): string | undefined {
-    if (this.clients.size >= STREAM_LIMITS.total) return `the status page already has ${STREAM_LIMITS.total} event streams open`;
-    if ((this.streamsByPeer.get(peer) ?? 0) >= STREAM_LIMITS.perClient) return `this client already has ${STREAM_LIMITS.perClient} event streams open`;
+    if (this.clients.size >= STREAM_LIMITS.total)
+      return `the status page already has ${STREAM_LIMITS.total} event streams open`;
+    if ((this.streamsByPeer.get(peer) ?? 0) >= STREAM_LIMITS.perClient)
+      return `this client already has ${STREAM_LIMITS.perClient} event streams open`;
     return undefined;
   }
 
@@ -258,7 +287,8 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
       const breaker = health.breakers.find((b) => b.name === name);
       const limiter = health.limiters.find((l) => l.name === name);
       // A member replaced under its own name is listed once: the newcomer (the old one's calls finish unseen).
-      const member = health.upstreams.find((u) => u.name === name && !u.draining) ?? health.upstreams.find((u) => u.name === name);
+      const member =
+        health.upstreams.find((u) => u.name === name && !u.draining) ?? health.upstreams.find((u) => u.name === name);
       return {
         name,
         // A member of the pool: its health check, whether it is in rotation (and why not), how its limit is set.
@@ -275,7 +305,12 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
           consecutiveFailures: breaker.consecutiveFailures,
           openedAt: breaker.openedAt ?? null,
         },
-        limiter: limiter && { inFlight: limiter.inFlight, queued: limiter.queued, limit: limiter.limit, queueSize: limiter.queueSize },
+        limiter: limiter && {
+          inFlight: limiter.inFlight,
+          queued: limiter.queued,
+          limit: limiter.limit,
+          queueSize: limiter.queueSize,
+        },
         queueWait: this.waitOf(name),
         timeline: this.transitions.filter((t) => t.name === name),
       };
@@ -309,7 +344,11 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
       /** Whether the fleet is read from Redis (else it is this process alone). */
       fleetShared: this.fleet.enabled,
       /** The shared store (Redis) as this process sees it: the fleet's heartbeats, call coordination, the answer window. */
-      store: { fleet: this.fleet.store(), coordination: health.coordination ?? null, window: health.window.store ?? null },
+      store: {
+        fleet: this.fleet.store(),
+        coordination: health.coordination ?? null,
+        window: health.window.store ?? null,
+      },
     };
   }
 
@@ -418,11 +457,16 @@ type Snapshot = ReturnType<StatusBoard['snapshot']>;
  * newest aligned), tenants and errors merged; breaker states and timelines
  * are the answering worker's (the workers share their breaker).
  */
-function mergeSnapshots(local: Snapshot, parts: Array<{ pid: number; data: Snapshot }>, silent: number[]): StatusSnapshot {
+function mergeSnapshots(
+  local: Snapshot,
+  parts: Array<{ pid: number; data: Snapshot }>,
+  silent: number[],
+): StatusSnapshot {
   const boards = parts.map((p) => p.data);
   const sum = <K extends string>(read: (board: Snapshot) => Record<K, number>): Record<K, number> => {
     const total = { ...read(local) };
-    for (const key of Object.keys(total) as K[]) total[key] = boards.reduce<number>((n, board) => n + (read(board)[key] ?? 0), 0);
+    for (const key of Object.keys(total) as K[])
+      total[key] = boards.reduce<number>((n, board) => n + (read(board)[key] ?? 0), 0);
     return total;
   };
   const length = Math.max(0, ...boards.map((b) => b.history.length));
@@ -437,9 +481,12 @@ function mergeSnapshots(local: Snapshot, parts: Array<{ pid: number; data: Snaps
     return second;
   });
   const tenants = new Map<string, number>();
-  for (const board of boards) for (const { tenant, requests } of board.tenants) tenants.set(tenant, (tenants.get(tenant) ?? 0) + requests);
+  for (const board of boards)
+    for (const { tenant, requests } of board.tenants) tenants.set(tenant, (tenants.get(tenant) ?? 0) + requests);
   const upstreams = local.upstreams.map((upstream) => {
-    const limiters = boards.map((b) => b.upstreams.find((u) => u.name === upstream.name)?.limiter).filter((l) => l !== undefined);
+    const limiters = boards
+      .map((b) => b.upstreams.find((u) => u.name === upstream.name)?.limiter)
+      .filter((l) => l !== undefined);
     const limiter = upstream.limiter && {
       inFlight: limiters.reduce((n, l) => n + l.inFlight, 0),
       queued: limiters.reduce((n, l) => n + l.queued, 0),
@@ -477,8 +524,16 @@ function mergeSnapshots(local: Snapshot, parts: Array<{ pid: number; data: Snaps
     hour: mergeHours(boards.map((b) => b.hour)),
     spendByModel: mergeSpend(boards.map((b) => b.spendByModel)),
     spendByKey: mergeSpend(boards.map((b) => b.spendByKey)),
-    window: { ...local.window, entries: boards.reduce((n, b) => n + b.window.entries, 0), bytes: boards.reduce((n, b) => n + b.window.bytes, 0), maxBytes: boards.reduce((n, b) => n + b.window.maxBytes, 0) },
-    workers: [...parts.map(({ pid }) => ({ pid, state: 'ok' as const })), ...silent.map((pid) => ({ pid, state: 'silent' as const }))].sort((a, b) => a.pid - b.pid),
+    window: {
+      ...local.window,
+      entries: boards.reduce((n, b) => n + b.window.entries, 0),
+      bytes: boards.reduce((n, b) => n + b.window.bytes, 0),
+      maxBytes: boards.reduce((n, b) => n + b.window.maxBytes, 0),
+    },
+    workers: [
+      ...parts.map(({ pid }) => ({ pid, state: 'ok' as const })),
+      ...silent.map((pid) => ({ pid, state: 'silent' as const })),
+    ].sort((a, b) => a.pid - b.pid),
   };
 }
 
@@ -487,7 +542,12 @@ function mergeFlights(lists: Snapshot['flights'][]): Snapshot['flights'] {
   const byKey = new Map<string, Snapshot['flights'][number]>();
   for (const flight of lists.flat()) {
     const seen = byKey.get(flight.key);
-    byKey.set(flight.key, seen ? { ...seen, callers: seen.callers + flight.callers, ageMs: Math.max(seen.ageMs, flight.ageMs) } : { ...flight });
+    byKey.set(
+      flight.key,
+      seen
+        ? { ...seen, callers: seen.callers + flight.callers, ageMs: Math.max(seen.ageMs, flight.ageMs) }
+        : { ...flight },
+    );
   }
   return [...byKey.values()].sort((a, b) => b.callers - a.callers).slice(0, TOP_ROWS);
 }
@@ -513,9 +573,12 @@ function mergeSpend(lists: SpendRow[][]): SpendRow[] {
     const seen = byName.get(row.name);
     if (!seen) byName.set(row.name, { ...row });
     else
-      for (const k of ['requests', 'spentTokens', 'spentDollars', 'savedTokens', 'savedDollars', 'savedCalls'] as const) seen[k] += row[k];
+      for (const k of ['requests', 'spentTokens', 'spentDollars', 'savedTokens', 'savedDollars', 'savedCalls'] as const)
+        seen[k] += row[k];
   }
-  return [...byName.values()].sort((a, b) => b.spentDollars + b.savedDollars - (a.spentDollars + a.savedDollars) || b.requests - a.requests).slice(0, TOP_ROWS);
+  return [...byName.values()]
+    .sort((a, b) => b.spentDollars + b.savedDollars - (a.spentDollars + a.savedDollars) || b.requests - a.requests)
+    .slice(0, TOP_ROWS);
 }
 
 /**
@@ -531,11 +594,13 @@ function mergeHours(hours: Snapshot['hour'][]): Snapshot['hour'] {
       byMinute.set(minute.at, { ...minute });
       continue;
     }
-    for (const k of ['requests', 'errors', 'miss', 'joined', 'cached', 'none', 'unrouted'] as const) seen[k] += minute[k];
+    for (const k of ['requests', 'errors', 'miss', 'joined', 'cached', 'none', 'unrouted'] as const)
+      seen[k] += minute[k];
     for (const k of ['p50', 'p95', 'p99'] as const) seen[k] = Math.max(seen[k] ?? 0, minute[k] ?? 0);
   }
   const outcomes = { miss: 0, joined: 0, cached: 0, none: 0, unrouted: 0 };
-  for (const h of hours) for (const k of Object.keys(outcomes) as Array<keyof typeof outcomes>) outcomes[k] += h.hour.outcomes[k];
+  for (const h of hours)
+    for (const k of Object.keys(outcomes) as Array<keyof typeof outcomes>) outcomes[k] += h.hour.outcomes[k];
   const slowest = (k: 'p50' | 'p95' | 'p99') => Math.max(0, ...hours.map((h) => h.hour.latencyMs?.[k] ?? 0));
   const requests = hours.reduce((n, h) => n + h.hour.requests, 0);
   return {

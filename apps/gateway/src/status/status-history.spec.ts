@@ -13,7 +13,11 @@ describe('HourHistory', () => {
     expect(hour.errors).toBe(10);
     expect(hour.outcomes).toMatchObject({ miss: 900, joined: 100 });
     expect(minutes).toHaveLength(1);
-    for (const [p, truth] of [['p50', 500], ['p95', 950], ['p99', 990]] as const) {
+    for (const [p, truth] of [
+      ['p50', 500],
+      ['p95', 950],
+      ['p99', 990],
+    ] as const) {
       expect(hour.latencyMs![p]).toBeGreaterThanOrEqual(truth);
       expect(hour.latencyMs![p]).toBeLessThanOrEqual(truth * 1.25);
     }
@@ -22,7 +26,8 @@ describe('HourHistory', () => {
   it('keeps 60 minutes, whatever the traffic', () => {
     const history = new HourHistory();
     const start = Date.UTC(2026, 0, 1, 0, 0, 0);
-    for (let minute = 0; minute < 180; minute++) for (let i = 0; i < 5; i++) history.record('miss', 200, 10, start + minute * 60_000);
+    for (let minute = 0; minute < 180; minute++)
+      for (let i = 0; i < 5; i++) history.record('miss', 200, 10, start + minute * 60_000);
     const { minutes, hour } = history.summary(start + 179 * 60_000);
     expect(minutes).toHaveLength(60);
     expect(hour.requests).toBe(300);
@@ -33,7 +38,15 @@ describe('ErrorCauses', () => {
   it('a flood of refusals is one counted line; the cause stays beside it', () => {
     const causes = new ErrorCauses();
     causes.record({ at: 1, route: 'chat', status: 503, code: 'upstream_error', requestId: 'r0', fromUpstream: true });
-    for (let i = 0; i < 500; i++) causes.record({ at: 2 + i, route: 'chat', status: 503, code: 'circuit_open', requestId: `r${i + 1}`, fromUpstream: false });
+    for (let i = 0; i < 500; i++)
+      causes.record({
+        at: 2 + i,
+        route: 'chat',
+        status: 503,
+        code: 'circuit_open',
+        requestId: `r${i + 1}`,
+        fromUpstream: false,
+      });
     const list = causes.list();
     expect(list.map((c) => [c.cause, c.count])).toEqual([
       ['circuit_open', 500],
@@ -44,7 +57,8 @@ describe('ErrorCauses', () => {
 
   it('keeps the 20 most recent distinct causes', () => {
     const causes = new ErrorCauses();
-    for (let i = 0; i < 30; i++) causes.record({ at: i, route: `r${i}`, status: 500, requestId: `${i}`, fromUpstream: true });
+    for (let i = 0; i < 30; i++)
+      causes.record({ at: i, route: `r${i}`, status: 500, requestId: `${i}`, fromUpstream: true });
     expect(causes.list()).toHaveLength(20);
     expect(causes.list()[0].route).toBe('r29');
   });

@@ -1,4 +1,16 @@
-import { Body, Controller, Get, Header, HttpCode, Inject, Post, Req, Res, SetMetadata, type Type } from '@nestjs/common';
+import {
+  Body,
+  Controller,
+  Get,
+  Header,
+  HttpCode,
+  Inject,
+  Post,
+  Req,
+  Res,
+  SetMetadata,
+  type Type,
+} from '@nestjs/common';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { TLSSocket } from 'node:tls';
 import { Budgets } from '../budgets/budgets.service.js';
@@ -14,7 +26,8 @@ import { SESSION_COOKIE, SESSION_SECONDS, StatusSessions } from './status-sessio
 import { SessionSecret } from './session-secret.js';
 import { SignInThrottle } from './sign-in-throttle.js';
 
-const CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'";
+const CSP =
+  "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'";
 
 type AnyResponse = ServerResponse | { raw: ServerResponse; hijack(): void };
 
@@ -74,7 +87,7 @@ export function statusController(path: string): Type<unknown> {
     @Header('x-frame-options', 'DENY')
     page(@Req() request: IncomingMessage, @Res({ passthrough: true }) response: AnyResponse): string {
       if (this.locked) {
-        (('raw' in response ? response.raw : response) as ServerResponse).statusCode = 403;
+        ('raw' in response ? response.raw : response).statusCode = 403;
         return lockedPageHtml();
       }
       return this.allowed(request) ? statusPageHtml() : loginPageHtml();
@@ -90,15 +103,32 @@ export function statusController(path: string): Type<unknown> {
     @Post(`${path}/login`)
     @SetMetadata(STATUS_ACCESS, 'public')
     @HttpCode(204)
-    login(@Req() request: IncomingMessage, @Body() body: unknown, @Res({ passthrough: true }) response: AnyResponse): void {
+    login(
+      @Req() request: IncomingMessage,
+      @Body() body: unknown,
+      @Res({ passthrough: true }) response: AnyResponse,
+    ): void {
       const raw = 'raw' in response ? response.raw : response;
-      if (crossSite(request, this.hosts)) throw new ApiError(403, 'Sign in from the status page itself: cross-site requests are refused.', 'cross_site_request');
+      if (crossSite(request, this.hosts))
+        throw new ApiError(
+          403,
+          'Sign in from the status page itself: cross-site requests are refused.',
+          'cross_site_request',
+        );
       const type = request.headers['content-type'];
       if (type === undefined || !/^application\/json\b/i.test(type)) {
-        throw new ApiError(415, `Content-Type must be application/json, got ${type ? `"${type.slice(0, 100)}"` : 'none'}.`, 'unsupported_media_type');
+        throw new ApiError(
+          415,
+          `Content-Type must be application/json, got ${type ? `"${type.slice(0, 100)}"` : 'none'}.`,
+          'unsupported_media_type',
+        );
       }
       if (!this.sessions.possible) {
-        throw new ApiError(403, 'Nobody can sign in: this gateway has no --gateway-keys and no "admin": true key in its keys file.', 'status_login_unavailable');
+        throw new ApiError(
+          403,
+          'Nobody can sign in: this gateway has no --gateway-keys and no "admin": true key in its keys file.',
+          'status_login_unavailable',
+        );
       }
       const key = (body as { key?: unknown } | undefined)?.key;
       // The key is judged first: the right one always signs in, however many wrong ones came from its address.
@@ -106,12 +136,27 @@ export function statusController(path: string): Type<unknown> {
         const wait = this.throttle.failed(clientAddress(request, this.config.trustProxy));
         if (wait !== undefined) {
           raw.setHeader('retry-after', String(wait));
-          throw new ApiError(429, `Too many failed sign-ins: wait ${wait} s.`, 'too_many_sign_ins', null, 'rate_limit_error');
+          throw new ApiError(
+            429,
+            `Too many failed sign-ins: wait ${wait} s.`,
+            'too_many_sign_ins',
+            null,
+            'rate_limit_error',
+          );
         }
-        throw new ApiError(401, 'That key may not sign in here (a gateway key, or an "admin": true key of the keys file).', 'invalid_api_key', 'key', 'authentication_error');
+        throw new ApiError(
+          401,
+          'That key may not sign in here (a gateway key, or an "admin": true key of the keys file).',
+          'invalid_api_key',
+          'key',
+          'authentication_error',
+        );
       }
       const secure = servedOverTls(request, this.config.trustProxy) ? '; Secure' : '';
-      raw.setHeader('set-cookie', `${SESSION_COOKIE}=${this.sessions.issue()}; Path=${path}; Max-Age=${SESSION_SECONDS}; HttpOnly; SameSite=Strict${secure}`);
+      raw.setHeader(
+        'set-cookie',
+        `${SESSION_COOKIE}=${this.sessions.issue()}; Path=${path}; Max-Age=${SESSION_SECONDS}; HttpOnly; SameSite=Strict${secure}`,
+      );
     }
 
     /** Snapshots as server-sent events: one at once, then every second and at every breaker transition. */
@@ -129,7 +174,11 @@ export function statusController(path: string): Type<unknown> {
         throw new ApiError(429, `${refused}; try again later.`, 'too_many_streams', null, 'rate_limit_error');
       }
       if ('raw' in response) response.hijack();
-      raw.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-store', 'x-accel-buffering': 'no' });
+      raw.writeHead(200, {
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-store',
+        'x-accel-buffering': 'no',
+      });
       raw.flushHeaders();
       this.board.subscribe(raw, peer);
     }
@@ -153,7 +202,11 @@ export function statusController(path: string): Type<unknown> {
     /** The data routes: the guard checks keys and sessions when keys are on; a locked page serves nobody. */
     private requireAccess(request: IncomingMessage): void {
       if (this.locked || (this.sessions.possible && !this.allowed(request))) {
-        throw new ApiError(403, 'The status page needs a sign-in here (see docs/operations.md, "The status page").', 'status_login_required');
+        throw new ApiError(
+          403,
+          'The status page needs a sign-in here (see docs/operations.md, "The status page").',
+          'status_login_required',
+        );
       }
     }
 

@@ -25,7 +25,10 @@ function refusal(fn: () => unknown): { param: string | null; message: string } {
 }
 
 /** Feeds SSE `data` payloads (and optional event names) through a translator; returns the parsed output events. */
-function run(translator: SseTranslator, events: Array<[string | undefined, unknown]>): Array<{ event?: string; data: unknown }> {
+function run(
+  translator: SseTranslator,
+  events: Array<[string | undefined, unknown]>,
+): Array<{ event?: string; data: unknown }> {
   let text = '';
   for (const [event, data] of events) {
     text += translator.onEvent({ event, data: typeof data === 'string' ? data : JSON.stringify(data) });
@@ -101,7 +104,9 @@ describe('Anthropic request -> OpenAI chat', () => {
         {
           role: 'assistant',
           content: 'Let me check.',
-          tool_calls: [{ id: 'toolu_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }],
+          tool_calls: [
+            { id: 'toolu_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } },
+          ],
         },
         { role: 'tool', tool_call_id: 'toolu_1', content: 'sunny' },
         { role: 'user', content: 'Thanks' },
@@ -119,20 +124,35 @@ describe('Anthropic request -> OpenAI chat', () => {
   it('refuses with a 400 naming the field whatever has no counterpart, instead of dropping it', () => {
     const base = { model: 'm', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] };
     expect(refusal(() => anthropicRequestToOpenAI({ ...base, top_k: 5 })).param).toBe('top_k');
-    expect(refusal(() => anthropicRequestToOpenAI({ ...base, thinking: { type: 'enabled', budget_tokens: 1024 } })).param).toBe('thinking');
-    expect(refusal(() => anthropicRequestToOpenAI({ ...base, metadata: { user_id: 'u', tier: 'x' } })).param).toBe('metadata.tier');
-    expect(refusal(() => anthropicRequestToOpenAI({ ...base, service_tier: 'auto' })).param).toBe('service_tier');
-    expect(refusal(() => anthropicRequestToOpenAI({ ...base, tools: [{ type: 'web_search_20250305', name: 'web_search' }] })).param).toBe(
-      'tools[0]',
+    expect(
+      refusal(() => anthropicRequestToOpenAI({ ...base, thinking: { type: 'enabled', budget_tokens: 1024 } })).param,
+    ).toBe('thinking');
+    expect(refusal(() => anthropicRequestToOpenAI({ ...base, metadata: { user_id: 'u', tier: 'x' } })).param).toBe(
+      'metadata.tier',
     );
+    expect(refusal(() => anthropicRequestToOpenAI({ ...base, service_tier: 'auto' })).param).toBe('service_tier');
+    expect(
+      refusal(() => anthropicRequestToOpenAI({ ...base, tools: [{ type: 'web_search_20250305', name: 'web_search' }] }))
+        .param,
+    ).toBe('tools[0]');
     const document = { role: 'user', content: [{ type: 'document', source: { type: 'text', data: 'x' } }] };
-    expect(refusal(() => anthropicRequestToOpenAI({ ...base, messages: [document] })).param).toBe('messages[0].content[0]');
+    expect(refusal(() => anthropicRequestToOpenAI({ ...base, messages: [document] })).param).toBe(
+      'messages[0].content[0]',
+    );
     expect(refusal(() => anthropicRequestToOpenAI({ model: 'm' })).param).toBe('messages');
     const toolImage = {
       role: 'user',
-      content: [{ type: 'tool_result', tool_use_id: 't', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'x' } }] }],
+      content: [
+        {
+          type: 'tool_result',
+          tool_use_id: 't',
+          content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'x' } }],
+        },
+      ],
     };
-    expect(refusal(() => anthropicRequestToOpenAI({ ...base, messages: [toolImage] })).param).toBe('messages[0].content[0].content[0]');
+    expect(refusal(() => anthropicRequestToOpenAI({ ...base, messages: [toolImage] })).param).toBe(
+      'messages[0].content[0].content[0]',
+    );
   });
 });
 
@@ -148,7 +168,9 @@ describe('OpenAI answer -> Anthropic', () => {
             role: 'assistant',
             content: null,
             reasoning_content: 'thinking',
-            tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }],
+            tool_calls: [
+              { id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } },
+            ],
           },
         },
       ],
@@ -168,12 +190,19 @@ describe('OpenAI answer -> Anthropic', () => {
   it('streams text, then each tool call as a tool_use block with input_json_delta fragments', () => {
     const chunk = (delta: Json, finish: string | null = null, usage?: Json) => [
       undefined,
-      { id: 'c1', model: 'm', choices: usage ? [] : [{ index: 0, delta, finish_reason: finish }], ...(usage ? { usage } : {}) },
+      {
+        id: 'c1',
+        model: 'm',
+        choices: usage ? [] : [{ index: 0, delta, finish_reason: finish }],
+        ...(usage ? { usage } : {}),
+      },
     ];
     const events = run(openAIStreamToAnthropic(), [
       chunk({ role: 'assistant', content: '' }),
       chunk({ content: 'Checking' }),
-      chunk({ tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '' } }] }),
+      chunk({
+        tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '' } }],
+      }),
       chunk({ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] }),
       chunk({ tool_calls: [{ index: 0, function: { arguments: '"Paris"}' } }] }),
       chunk({}, 'tool_calls'),
@@ -192,9 +221,15 @@ describe('OpenAI answer -> Anthropic', () => {
       'message_delta',
       'message_stop',
     ]);
-    expect(events[4].data).toMatchObject({ index: 1, content_block: { type: 'tool_use', id: 'call_1', name: 'get_weather', input: {} } });
+    expect(events[4].data).toMatchObject({
+      index: 1,
+      content_block: { type: 'tool_use', id: 'call_1', name: 'get_weather', input: {} },
+    });
     expect(events[5].data).toMatchObject({ index: 1, delta: { type: 'input_json_delta', partial_json: '{"city":' } });
-    expect(events[8].data).toMatchObject({ delta: { stop_reason: 'tool_use' }, usage: { input_tokens: 9, output_tokens: 4 } });
+    expect(events[8].data).toMatchObject({
+      delta: { stop_reason: 'tool_use' },
+      usage: { input_tokens: 9, output_tokens: 4 },
+    });
   });
 });
 
@@ -204,8 +239,18 @@ describe('OpenAI request -> Anthropic, and back', () => {
       model: 'claude',
       messages: [
         { role: 'system', content: 'sys' },
-        { role: 'user', content: [{ type: 'text', text: 'look' }, { type: 'image_url', image_url: { url: 'https://x/y.png' } }] },
-        { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: '{"a":1}' } }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'look' },
+            { type: 'image_url', image_url: { url: 'https://x/y.png' } },
+          ],
+        },
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: '{"a":1}' } }],
+        },
         { role: 'tool', tool_call_id: 'c1', content: 'r1' },
         { role: 'user', content: 'and?' },
       ],
@@ -222,13 +267,27 @@ describe('OpenAI request -> Anthropic, and back', () => {
       tools: [{ name: 'f', input_schema: WEATHER }],
       tool_choice: { type: 'any', disable_parallel_tool_use: true },
       messages: [
-        { role: 'user', content: [{ type: 'text', text: 'look' }, { type: 'image', source: { type: 'url', url: 'https://x/y.png' } }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'look' },
+            { type: 'image', source: { type: 'url', url: 'https://x/y.png' } },
+          ],
+        },
         { role: 'assistant', content: [{ type: 'tool_use', id: 'c1', name: 'f', input: { a: 1 } }] },
-        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'c1', content: 'r1' }, { type: 'text', text: 'and?' }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'tool_result', tool_use_id: 'c1', content: 'r1' },
+            { type: 'text', text: 'and?' },
+          ],
+        },
       ],
     });
     expect(refusal(() => openAIRequestToAnthropic({ messages: [], seed: 3 })).param).toBe('seed');
-    expect(refusal(() => openAIRequestToAnthropic({ messages: [], response_format: { type: 'json_object' } })).param).toBe('response_format');
+    expect(
+      refusal(() => openAIRequestToAnthropic({ messages: [], response_format: { type: 'json_object' } })).param,
+    ).toBe('response_format');
     expect(refusal(() => openAIRequestToAnthropic({ messages: [], n: 2 })).param).toBe('n');
   });
 
@@ -241,21 +300,44 @@ describe('OpenAI request -> Anthropic, and back', () => {
       usage: { input_tokens: 3, cache_read_input_tokens: 4, output_tokens: 2 },
     });
     expect(answer).toMatchObject({
-      choices: [{ finish_reason: 'tool_calls', message: { content: null, tool_calls: [{ id: 'toolu_1', function: { name: 'f', arguments: '{"a":1}' } }] } }],
+      choices: [
+        {
+          finish_reason: 'tool_calls',
+          message: { content: null, tool_calls: [{ id: 'toolu_1', function: { name: 'f', arguments: '{"a":1}' } }] },
+        },
+      ],
       usage: { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9, prompt_tokens_details: { cached_tokens: 4 } },
     });
 
     const events = run(anthropicStreamToOpenAI(false), [
-      ['message_start', { type: 'message_start', message: { id: 'msg_1', model: 'claude', usage: { input_tokens: 3 } } }],
-      ['content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'tool_use', id: 'toolu_1', name: 'f', input: {} } }],
-      ['content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'input_json_delta', partial_json: '{"a":' } }],
-      ['content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'input_json_delta', partial_json: '1}' } }],
+      [
+        'message_start',
+        { type: 'message_start', message: { id: 'msg_1', model: 'claude', usage: { input_tokens: 3 } } },
+      ],
+      [
+        'content_block_start',
+        {
+          type: 'content_block_start',
+          index: 0,
+          content_block: { type: 'tool_use', id: 'toolu_1', name: 'f', input: {} },
+        },
+      ],
+      [
+        'content_block_delta',
+        { type: 'content_block_delta', index: 0, delta: { type: 'input_json_delta', partial_json: '{"a":' } },
+      ],
+      [
+        'content_block_delta',
+        { type: 'content_block_delta', index: 0, delta: { type: 'input_json_delta', partial_json: '1}' } },
+      ],
       ['content_block_stop', { type: 'content_block_stop', index: 0 }],
       ['message_delta', { type: 'message_delta', delta: { stop_reason: 'tool_use' }, usage: { output_tokens: 2 } }],
       ['message_stop', { type: 'message_stop' }],
     ]);
     const deltas = events.filter((e) => e.data !== '[DONE]').map((e) => ((e.data as Json).choices as Json[])[0]);
-    expect(deltas[1]).toMatchObject({ delta: { tool_calls: [{ index: 0, id: 'toolu_1', function: { name: 'f', arguments: '' } }] } });
+    expect(deltas[1]).toMatchObject({
+      delta: { tool_calls: [{ index: 0, id: 'toolu_1', function: { name: 'f', arguments: '' } }] },
+    });
     expect(deltas[2]).toMatchObject({ delta: { tool_calls: [{ index: 0, function: { arguments: '{"a":' } }] } });
     expect(deltas.at(-1)).toMatchObject({ finish_reason: 'tool_calls' });
     expect(events.at(-1)!.data).toBe('[DONE]');

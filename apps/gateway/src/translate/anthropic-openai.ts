@@ -58,7 +58,10 @@ function untranslatable(field: string, why: string): never {
 function refuseUnknown(body: Json, known: ReadonlySet<string>, provider: string, where = ''): void {
   for (const [field, value] of Object.entries(body)) {
     if (!known.has(field) && !absent(value)) {
-      untranslatable(`${where}${field}`, `cannot be translated for ${provider}; remove it, or use a provider that has it.`);
+      untranslatable(
+        `${where}${field}`,
+        `cannot be translated for ${provider}; remove it, or use a provider that has it.`,
+      );
     }
   }
 }
@@ -115,7 +118,9 @@ export function anthropicRequestToOpenAI(body: Json): Json {
   refuseUnknown(body, ANTHROPIC_REQUEST_FIELDS, FOR_OPENAI);
   const messages: Json[] = [];
   if (!absent(body.system)) messages.push({ role: 'system', content: anthropicText(body.system, 'system') });
-  requireArray(body.messages, 'messages').forEach((m, i) => messages.push(...anthropicMessageToOpenAI(m, `messages[${i}]`)));
+  requireArray(body.messages, 'messages').forEach((m, i) =>
+    messages.push(...anthropicMessageToOpenAI(m, `messages[${i}]`)),
+  );
 
   const request: Json = { messages };
   if (!absent(body.model)) request.model = body.model;
@@ -123,7 +128,8 @@ export function anthropicRequestToOpenAI(body: Json): Json {
   if (!absent(body.temperature)) request.temperature = body.temperature;
   if (!absent(body.top_p)) request.top_p = body.top_p;
   if (!absent(body.stop_sequences)) request.stop = body.stop_sequences;
-  if (!absent(body.tools)) request.tools = requireArray(body.tools, 'tools').map((t, i) => anthropicToolToOpenAI(t, `tools[${i}]`));
+  if (!absent(body.tools))
+    request.tools = requireArray(body.tools, 'tools').map((t, i) => anthropicToolToOpenAI(t, `tools[${i}]`));
   if (!absent(body.tool_choice)) Object.assign(request, anthropicToolChoiceToOpenAI(body.tool_choice));
   if (!absent(body.metadata)) {
     const metadata = requireObjectAt(body.metadata, 'metadata');
@@ -133,7 +139,10 @@ export function anthropicRequestToOpenAI(body: Json): Json {
   if (!absent(body.thinking)) {
     const thinking = requireObjectAt(body.thinking, 'thinking');
     if (thinking.type !== 'disabled') {
-      untranslatable('thinking', `(${String(thinking.type)}) cannot be translated for ${FOR_OPENAI}: chat completions have no thinking budget.`);
+      untranslatable(
+        'thinking',
+        `(${String(thinking.type)}) cannot be translated for ${FOR_OPENAI}: chat completions have no thinking budget.`,
+      );
     }
   }
   if (body.stream === true) {
@@ -149,7 +158,10 @@ function anthropicText(content: unknown, where: string): string {
   return requireArray(content, where)
     .map((block, i) => {
       if (isObject(block) && block.type === 'text' && typeof block.text === 'string') return block.text;
-      return untranslatable(`${where}[${i}]`, `of type "${String((block as Json | null)?.type)}" cannot be translated here; only text can.`);
+      return untranslatable(
+        `${where}[${i}]`,
+        `of type "${String((block as Json | null)?.type)}" cannot be translated here; only text can.`,
+      );
     })
     .join('');
 }
@@ -206,7 +218,11 @@ function anthropicAssistantToOpenAI(blocks: unknown[], where: string): Json {
         text += String(b.text ?? '');
         break;
       case 'tool_use':
-        toolCalls.push({ id: b.id, type: 'function', function: { name: b.name, arguments: JSON.stringify(b.input ?? {}) } });
+        toolCalls.push({
+          id: b.id,
+          type: 'function',
+          function: { name: b.name, arguments: JSON.stringify(b.input ?? {}) },
+        });
         break;
       case 'thinking':
       case 'redacted_thinking':
@@ -223,9 +239,13 @@ function anthropicAssistantToOpenAI(blocks: unknown[], where: string): Json {
 
 function imageUrl(source: unknown, where: string): string {
   const s = requireObjectAt(source, where);
-  if (s.type === 'base64' && typeof s.media_type === 'string' && typeof s.data === 'string') return `data:${s.media_type};base64,${s.data}`;
+  if (s.type === 'base64' && typeof s.media_type === 'string' && typeof s.data === 'string')
+    return `data:${s.media_type};base64,${s.data}`;
   if (s.type === 'url' && typeof s.url === 'string') return s.url;
-  return untranslatable(where, `of type "${String(s.type)}" cannot be translated for ${FOR_OPENAI}; send the image as base64 or a URL.`);
+  return untranslatable(
+    where,
+    `of type "${String(s.type)}" cannot be translated for ${FOR_OPENAI}; send the image as base64 or a URL.`,
+  );
 }
 
 function anthropicToolToOpenAI(tool: unknown, where: string): Json {
@@ -326,9 +346,12 @@ export function openAIStreamToAnthropic(): SseTranslator {
     const out = close();
     open = { index: nextIndex++, kind, tool };
     if (tool !== undefined) toolBlocks.set(tool, open.index);
-    return out + sseEvent({ type: 'content_block_start', index: open.index, content_block: block }, 'content_block_start');
+    return (
+      out + sseEvent({ type: 'content_block_start', index: open.index, content_block: block }, 'content_block_start')
+    );
   };
-  const delta = (index: number, d: Json) => sseEvent({ type: 'content_block_delta', index, delta: d }, 'content_block_delta');
+  const delta = (index: number, d: Json) =>
+    sseEvent({ type: 'content_block_delta', index, delta: d }, 'content_block_delta');
   const start = (chunk: Json) => {
     started = true;
     return sseEvent(
@@ -370,7 +393,10 @@ export function openAIStreamToAnthropic(): SseTranslator {
       const chunk = JSON.parse(message.data) as Json;
       if (chunk.error) {
         const error = isObject(chunk.error) ? chunk.error : { message: String(chunk.error) };
-        return sseEvent({ type: 'error', error: { type: 'api_error', message: String(error.message ?? 'upstream error') } }, 'error');
+        return sseEvent(
+          { type: 'error', error: { type: 'api_error', message: String(error.message ?? 'upstream error') } },
+          'error',
+        );
       }
       let out = started ? '' : start(chunk);
       if (isObject(chunk.usage)) usage = chunk.usage;
@@ -388,7 +414,11 @@ export function openAIStreamToAnthropic(): SseTranslator {
           const tool = Number(call.index ?? 0);
           const fn = (call.function as Json | undefined) ?? {};
           if (!toolBlocks.has(tool)) {
-            out += begin('tool', { type: 'tool_use', id: call.id ?? `toolu_${tool}`, name: fn.name ?? '', input: {} }, tool);
+            out += begin(
+              'tool',
+              { type: 'tool_use', id: call.id ?? `toolu_${tool}`, name: fn.name ?? '', input: {} },
+              tool,
+            );
           }
           if (typeof fn.arguments === 'string' && fn.arguments !== '') {
             out += delta(toolBlocks.get(tool)!, { type: 'input_json_delta', partial_json: fn.arguments });
@@ -433,13 +463,18 @@ export function openAIRequestToAnthropic(body: Json): Json {
   refuseUnknown(body, OPENAI_REQUEST_FIELDS, FOR_ANTHROPIC);
   // Accepted only at the value that asks for nothing Anthropic lacks.
   if (!absent(body.n) && body.n !== 1) untranslatable('n', `other than 1 cannot be translated for ${FOR_ANTHROPIC}.`);
-  if (!absent(body.logprobs) && body.logprobs !== false) untranslatable('logprobs', `cannot be translated for ${FOR_ANTHROPIC}.`);
+  if (!absent(body.logprobs) && body.logprobs !== false)
+    untranslatable('logprobs', `cannot be translated for ${FOR_ANTHROPIC}.`);
   for (const field of ['presence_penalty', 'frequency_penalty'] as const) {
     if (!absent(body[field]) && body[field] !== 0) untranslatable(field, `cannot be translated for ${FOR_ANTHROPIC}.`);
   }
-  if (!absent(body.store) && body.store !== false) untranslatable('store', `cannot be translated for ${FOR_ANTHROPIC}.`);
+  if (!absent(body.store) && body.store !== false)
+    untranslatable('store', `cannot be translated for ${FOR_ANTHROPIC}.`);
   if (!absent(body.response_format) && (body.response_format as Json | null)?.type !== 'text') {
-    untranslatable('response_format', `cannot be translated for ${FOR_ANTHROPIC}; describe the format in the prompt, or use tools.`);
+    untranslatable(
+      'response_format',
+      `cannot be translated for ${FOR_ANTHROPIC}; describe the format in the prompt, or use tools.`,
+    );
   }
 
   const system: string[] = [];
@@ -467,13 +502,20 @@ export function openAIRequestToAnthropic(body: Json): Json {
         if (text !== '') blocks.push({ type: 'text', text });
         ((m.tool_calls as Json[] | undefined) ?? []).forEach((call, j) => {
           const fn = (call.function as Json | undefined) ?? {};
-          blocks.push({ type: 'tool_use', id: call.id, name: fn.name, input: parseArguments(fn.arguments, `${where}.tool_calls[${j}].function.arguments`) });
+          blocks.push({
+            type: 'tool_use',
+            id: call.id,
+            name: fn.name,
+            input: parseArguments(fn.arguments, `${where}.tool_calls[${j}].function.arguments`),
+          });
         });
         messages.push({ role: 'assistant', content: blocks.length > 0 ? blocks : [{ type: 'text', text: '' }] });
         break;
       }
       case 'tool':
-        push('user', [{ type: 'tool_result', tool_use_id: m.tool_call_id, content: openAIText(m.content, `${where}.content`) }]);
+        push('user', [
+          { type: 'tool_result', tool_use_id: m.tool_call_id, content: openAIText(m.content, `${where}.content`) },
+        ]);
         break;
       default:
         untranslatable(`${where}.role`, `"${String(m.role)}" cannot be translated for ${FOR_ANTHROPIC}.`);
@@ -489,9 +531,11 @@ export function openAIRequestToAnthropic(body: Json): Json {
   if (!absent(body.temperature)) request.temperature = body.temperature;
   if (!absent(body.top_p)) request.top_p = body.top_p;
   if (!absent(body.stop)) request.stop_sequences = Array.isArray(body.stop) ? body.stop : [body.stop];
-  if (!absent(body.tools)) request.tools = requireArray(body.tools, 'tools').map((t, i) => openAIToolToAnthropic(t, `tools[${i}]`));
+  if (!absent(body.tools))
+    request.tools = requireArray(body.tools, 'tools').map((t, i) => openAIToolToAnthropic(t, `tools[${i}]`));
   const choice = absent(body.tool_choice) ? undefined : openAIToolChoiceToAnthropic(body.tool_choice);
-  if (body.parallel_tool_calls === false) request.tool_choice = { ...(choice ?? { type: 'auto' }), disable_parallel_tool_use: true };
+  if (body.parallel_tool_calls === false)
+    request.tool_choice = { ...(choice ?? { type: 'auto' }), disable_parallel_tool_use: true };
   else if (choice) request.tool_choice = choice;
   if (!absent(body.user)) request.metadata = { user_id: body.user };
   if (body.stream === true) request.stream = true;
@@ -504,7 +548,10 @@ function openAIText(content: unknown, where: string): string {
   return requireArray(content, where)
     .map((part, i) => {
       if (isObject(part) && part.type === 'text' && typeof part.text === 'string') return part.text;
-      return untranslatable(`${where}[${i}]`, `of type "${String((part as Json | null)?.type)}" cannot be translated here; only text can.`);
+      return untranslatable(
+        `${where}[${i}]`,
+        `of type "${String((part as Json | null)?.type)}" cannot be translated here; only text can.`,
+      );
     })
     .join('');
 }
@@ -518,7 +565,10 @@ function openAIUserBlocks(content: unknown, where: string): Json[] {
     if (p.type === 'image_url') {
       const url = String((p.image_url as Json | undefined)?.url ?? '');
       const data = /^data:([^;,]+);base64,(.*)$/s.exec(url);
-      return { type: 'image', source: data ? { type: 'base64', media_type: data[1], data: data[2] } : { type: 'url', url } };
+      return {
+        type: 'image',
+        source: data ? { type: 'base64', media_type: data[1], data: data[2] } : { type: 'url', url },
+      };
     }
     return untranslatable(at, `of type "${String(p.type)}" cannot be translated for ${FOR_ANTHROPIC}.`);
   });
@@ -526,7 +576,11 @@ function openAIUserBlocks(content: unknown, where: string): Json[] {
 
 function openAIToolToAnthropic(tool: unknown, where: string): Json {
   const t = requireObjectAt(tool, where);
-  if (t.type !== 'function') untranslatable(`${where}.type`, `"${String(t.type)}" cannot be translated for ${FOR_ANTHROPIC}; only functions can.`);
+  if (t.type !== 'function')
+    untranslatable(
+      `${where}.type`,
+      `"${String(t.type)}" cannot be translated for ${FOR_ANTHROPIC}; only functions can.`,
+    );
   const fn = requireObjectAt(t.function, `${where}.function`);
   const out: Json = { name: fn.name, input_schema: fn.parameters ?? { type: 'object', properties: {} } };
   if (!absent(fn.description)) out.description = fn.description;
@@ -537,7 +591,8 @@ function openAIToolChoiceToAnthropic(choice: unknown): Json {
   if (choice === 'auto') return { type: 'auto' };
   if (choice === 'none') return { type: 'none' };
   if (choice === 'required') return { type: 'any' };
-  if (isObject(choice) && choice.type === 'function' && isObject(choice.function)) return { type: 'tool', name: choice.function.name };
+  if (isObject(choice) && choice.type === 'function' && isObject(choice.function))
+    return { type: 'tool', name: choice.function.name };
   return untranslatable('tool_choice', `cannot be translated for ${FOR_ANTHROPIC}.`);
 }
 
@@ -548,7 +603,12 @@ function openAIUsage(usage: Json | undefined): Json {
   const cacheWrite = Number(usage?.cache_creation_input_tokens ?? 0);
   const output = Number(usage?.output_tokens ?? 0);
   const prompt = input + cacheRead + cacheWrite;
-  return { prompt_tokens: prompt, completion_tokens: output, total_tokens: prompt + output, prompt_tokens_details: { cached_tokens: cacheRead } };
+  return {
+    prompt_tokens: prompt,
+    completion_tokens: output,
+    total_tokens: prompt + output,
+    prompt_tokens_details: { cached_tokens: cacheRead },
+  };
 }
 
 export function anthropicResponseToOpenAI(response: Json): Json {
@@ -564,7 +624,11 @@ export function anthropicResponseToOpenAI(response: Json): Json {
   const toolCalls = blocks
     .filter((b) => b.type === 'tool_use')
     .map((b) => ({ id: b.id, type: 'function', function: { name: b.name, arguments: JSON.stringify(b.input ?? {}) } }));
-  const message: Json = { role: 'assistant', content: toolCalls.length > 0 && text === '' ? null : text, refusal: null };
+  const message: Json = {
+    role: 'assistant',
+    content: toolCalls.length > 0 && text === '' ? null : text,
+    refusal: null,
+  };
   if (thinking) message.reasoning_content = thinking;
   if (toolCalls.length > 0) message.tool_calls = toolCalls;
   return {
@@ -587,7 +651,14 @@ export function anthropicStreamToOpenAI(includeUsage: boolean): SseTranslator {
   let tools = 0;
   const toolOfBlock = new Map<number, number>();
   const chunk = (choices: Json[], chunkUsage: Json | null = null) =>
-    sseEvent({ id, object: 'chat.completion.chunk', created, model, choices, ...(includeUsage ? { usage: chunkUsage } : {}) });
+    sseEvent({
+      id,
+      object: 'chat.completion.chunk',
+      created,
+      model,
+      choices,
+      ...(includeUsage ? { usage: chunkUsage } : {}),
+    });
   const deltaChunk = (delta: Json) => chunk([{ index: 0, delta, finish_reason: null }]);
   return {
     onEvent(message: EventSourceMessage) {
@@ -605,7 +676,11 @@ export function anthropicStreamToOpenAI(includeUsage: boolean): SseTranslator {
           if (block.type !== 'tool_use') return '';
           const tool = tools++;
           toolOfBlock.set(Number(event.index), tool);
-          return deltaChunk({ tool_calls: [{ index: tool, id: block.id, type: 'function', function: { name: block.name, arguments: '' } }] });
+          return deltaChunk({
+            tool_calls: [
+              { index: tool, id: block.id, type: 'function', function: { name: block.name, arguments: '' } },
+            ],
+          });
         }
         case 'content_block_delta': {
           const delta = event.delta as Json;
@@ -628,7 +703,14 @@ export function anthropicStreamToOpenAI(includeUsage: boolean): SseTranslator {
         }
         case 'error': {
           const error = (event.error as Json | undefined) ?? {};
-          return sseEvent({ error: { message: String(error.message ?? 'upstream error'), type: String(error.type ?? 'api_error'), param: null, code: null } });
+          return sseEvent({
+            error: {
+              message: String(error.message ?? 'upstream error'),
+              type: String(error.type ?? 'api_error'),
+              param: null,
+              code: null,
+            },
+          });
         }
         default:
           return ''; // ping, content_block_stop and event types added later

@@ -23,7 +23,13 @@ describe('Responses API -> chat completions', () => {
         tools: [{ type: 'function', name: 'f', parameters: { type: 'object' }, strict: true }],
         tool_choice: { type: 'function', name: 'f' },
         input: [
-          { role: 'user', content: [{ type: 'input_text', text: 'look ' }, { type: 'input_image', image_url: 'https://x/y.png' }] },
+          {
+            role: 'user',
+            content: [
+              { type: 'input_text', text: 'look ' },
+              { type: 'input_image', image_url: 'https://x/y.png' },
+            ],
+          },
           { type: 'function_call', call_id: 'c1', name: 'f', arguments: '{"a":1}' },
           { type: 'function_call', call_id: 'c2', name: 'f', arguments: '{"a":2}' },
           { type: 'function_call_output', call_id: 'c1', output: 'one' },
@@ -42,7 +48,13 @@ describe('Responses API -> chat completions', () => {
       stream_options: { include_usage: true },
       messages: [
         { role: 'system', content: 'be brief' },
-        { role: 'user', content: [{ type: 'text', text: 'look ' }, { type: 'image_url', image_url: { url: 'https://x/y.png' } }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'look ' },
+            { type: 'image_url', image_url: { url: 'https://x/y.png' } },
+          ],
+        },
         {
           role: 'assistant',
           content: null,
@@ -59,11 +71,17 @@ describe('Responses API -> chat completions', () => {
   });
 
   it('refuses by name what chat completions cannot carry', () => {
-    expect(param(() => responsesRequestToChat({ input: 'hi', previous_response_id: 'r' }))).toBe('previous_response_id');
+    expect(param(() => responsesRequestToChat({ input: 'hi', previous_response_id: 'r' }))).toBe(
+      'previous_response_id',
+    );
     expect(param(() => responsesRequestToChat({ input: 'hi', reasoning: { effort: 'high' } }))).toBe('reasoning');
     expect(param(() => responsesRequestToChat({ input: 'hi', tools: [{ type: 'web_search' }] }))).toBe('tools[0]');
     expect(param(() => responsesRequestToChat({ input: [{ type: 'item_reference', id: 'x' }] }))).toBe('input[0]');
-    expect(param(() => responsesRequestToChat({ input: [{ role: 'user', content: [{ type: 'input_file', file_id: 'f' }] }] }))).toBe('input[0].content[0]');
+    expect(
+      param(() =>
+        responsesRequestToChat({ input: [{ role: 'user', content: [{ type: 'input_file', file_id: 'f' }] }] }),
+      ),
+    ).toBe('input[0].content[0]');
     expect(param(() => responsesRequestToChat({}))).toBe('input');
   });
 
@@ -72,7 +90,12 @@ describe('Responses API -> chat completions', () => {
       id: 'x1',
       model: 'm',
       created: 5,
-      choices: [{ finish_reason: 'tool_calls', message: { content: null, tool_calls: [{ id: 'c1', function: { name: 'f', arguments: '{}' } }] } }],
+      choices: [
+        {
+          finish_reason: 'tool_calls',
+          message: { content: null, tool_calls: [{ id: 'c1', function: { name: 'f', arguments: '{}' } }] },
+        },
+      ],
       usage: { prompt_tokens: 3, completion_tokens: 2 },
     });
     expect(response).toMatchObject({
@@ -82,13 +105,21 @@ describe('Responses API -> chat completions', () => {
       output: [{ type: 'function_call', call_id: 'c1', name: 'f', arguments: '{}' }],
       usage: { input_tokens: 3, output_tokens: 2, total_tokens: 5 },
     });
-    const capped = chatResponseToResponses({ id: 'x2', choices: [{ finish_reason: 'length', message: { content: 'ab' } }] });
-    expect(capped).toMatchObject({ status: 'incomplete', output: [{ type: 'message', content: [{ type: 'output_text', text: 'ab' }] }] });
+    const capped = chatResponseToResponses({
+      id: 'x2',
+      choices: [{ finish_reason: 'length', message: { content: 'ab' } }],
+    });
+    expect(capped).toMatchObject({
+      status: 'incomplete',
+      output: [{ type: 'message', content: [{ type: 'output_text', text: 'ab' }] }],
+    });
   });
 
   it('streams the Responses events in order, with sequence numbers', () => {
     const translator = chatStreamToResponses();
-    const chunk = (delta: object, finish: string | null = null) => ({ data: JSON.stringify({ id: 'x', model: 'm', choices: [{ index: 0, delta, finish_reason: finish }] }) });
+    const chunk = (delta: object, finish: string | null = null) => ({
+      data: JSON.stringify({ id: 'x', model: 'm', choices: [{ index: 0, delta, finish_reason: finish }] }),
+    });
     let text = '';
     for (const event of [
       chunk({ role: 'assistant', content: '' }),
@@ -118,6 +149,10 @@ describe('Responses API -> chat completions', () => {
       'response.completed',
     ]);
     expect(events.map((e) => e.sequence_number)).toEqual(events.map((_, i) => i));
-    expect(events.at(-1).response).toMatchObject({ status: 'completed', usage: { input_tokens: 1, output_tokens: 2 }, output: [{ content: [{ text: 'Hello' }] }] });
+    expect(events.at(-1).response).toMatchObject({
+      status: 'completed',
+      usage: { input_tokens: 1, output_tokens: 2 },
+      output: [{ content: [{ text: 'Hello' }] }],
+    });
   });
 });

@@ -48,9 +48,11 @@ const WHERE = 'a provider without the Responses API';
 
 export function responsesRequestToChat(body: Json): Json {
   for (const [field, value] of Object.entries(body)) {
-    if (!REQUEST_FIELDS.has(field) && !absent(value)) refuse(field, `cannot be translated for ${WHERE}; remove it, or use /v1/chat/completions.`);
+    if (!REQUEST_FIELDS.has(field) && !absent(value))
+      refuse(field, `cannot be translated for ${WHERE}; remove it, or use /v1/chat/completions.`);
   }
-  if (!absent(body.truncation) && body.truncation !== 'disabled') refuse('truncation', `other than "disabled" cannot be translated for ${WHERE}.`);
+  if (!absent(body.truncation) && body.truncation !== 'disabled')
+    refuse('truncation', `other than "disabled" cannot be translated for ${WHERE}.`);
   const messages: Json[] = [];
   if (!absent(body.instructions)) messages.push({ role: 'system', content: String(body.instructions) });
   const input = body.input;
@@ -68,7 +70,11 @@ export function responsesRequestToChat(body: Json): Json {
   if (!absent(body.tools)) {
     if (!Array.isArray(body.tools)) refuse('tools', 'must be an array.');
     request.tools = body.tools.map((tool, i) => {
-      if (!isObject(tool) || tool.type !== 'function') refuse(`tools[${i}]`, `("${String((tool as Json | null)?.type)}") is a built-in tool; ${WHERE} has only functions.`);
+      if (!isObject(tool) || tool.type !== 'function')
+        refuse(
+          `tools[${i}]`,
+          `("${String((tool as Json | null)?.type)}") is a built-in tool; ${WHERE} has only functions.`,
+        );
       const fn: Json = { name: tool.name, parameters: tool.parameters ?? { type: 'object', properties: {} } };
       if (!absent(tool.description)) fn.description = tool.description;
       if (!absent(tool.strict)) fn.strict = tool.strict;
@@ -78,15 +84,20 @@ export function responsesRequestToChat(body: Json): Json {
   if (!absent(body.tool_choice)) {
     const choice = body.tool_choice;
     if (choice === 'auto' || choice === 'none' || choice === 'required') request.tool_choice = choice;
-    else if (isObject(choice) && choice.type === 'function') request.tool_choice = { type: 'function', function: { name: choice.name } };
+    else if (isObject(choice) && choice.type === 'function')
+      request.tool_choice = { type: 'function', function: { name: choice.name } };
     else refuse('tool_choice', `cannot be translated for ${WHERE}.`);
   }
   if (!absent(body.text)) {
     const format = isObject(body.text) ? body.text.format : undefined;
     if (isObject(format) && format.type === 'json_schema') {
-      request.response_format = { type: 'json_schema', json_schema: { name: format.name, schema: format.schema, strict: format.strict } };
+      request.response_format = {
+        type: 'json_schema',
+        json_schema: { name: format.name, schema: format.schema, strict: format.strict },
+      };
     } else if (isObject(format) && format.type === 'json_object') request.response_format = { type: 'json_object' };
-    else if (!absent(format) && !(isObject(format) && format.type === 'text')) refuse('text.format', `cannot be translated for ${WHERE}.`);
+    else if (!absent(format) && !(isObject(format) && format.type === 'text'))
+      refuse('text.format', `cannot be translated for ${WHERE}.`);
   }
   if (body.stream === true) {
     request.stream = true;
@@ -105,7 +116,11 @@ function addItem(messages: Json[], item: unknown, where: string): void {
       return;
     }
     case 'function_call': {
-      const call = { id: item.call_id, type: 'function', function: { name: item.name, arguments: String(item.arguments ?? '') } };
+      const call = {
+        id: item.call_id,
+        type: 'function',
+        function: { name: item.name, arguments: String(item.arguments ?? '') },
+      };
       const last = messages.at(-1);
       // Calls made in one turn go back as one assistant message with several tool calls.
       if (last?.role === 'assistant' && Array.isArray(last.tool_calls)) (last.tool_calls as Json[]).push(call);
@@ -113,7 +128,11 @@ function addItem(messages: Json[], item: unknown, where: string): void {
       return;
     }
     case 'function_call_output':
-      messages.push({ role: 'tool', tool_call_id: item.call_id, content: typeof item.output === 'string' ? item.output : JSON.stringify(item.output) });
+      messages.push({
+        role: 'tool',
+        tool_call_id: item.call_id,
+        content: typeof item.output === 'string' ? item.output : JSON.stringify(item.output),
+      });
       return;
     case 'reasoning':
       // Earlier turns' reasoning is not part of a chat-completions context.
@@ -136,8 +155,12 @@ function messageContent(content: unknown, where: string): unknown {
       case 'refusal':
         return { type: 'text', text: String(part.refusal ?? '') };
       case 'input_image':
-        if (typeof part.image_url !== 'string') refuse(`${where}[${i}]`, `(an image by file id) cannot be translated for ${WHERE}; send its URL.`);
-        return { type: 'image_url', image_url: { url: part.image_url, ...(absent(part.detail) ? {} : { detail: part.detail }) } };
+        if (typeof part.image_url !== 'string')
+          refuse(`${where}[${i}]`, `(an image by file id) cannot be translated for ${WHERE}; send its URL.`);
+        return {
+          type: 'image_url',
+          image_url: { url: part.image_url, ...(absent(part.detail) ? {} : { detail: part.detail }) },
+        };
       default:
         return refuse(`${where}[${i}]`, `of type "${String(part.type)}" cannot be translated for ${WHERE}.`);
     }
@@ -157,7 +180,9 @@ function responsesUsage(usage: Json | undefined): Json | null {
   const output = Number(usage.completion_tokens ?? 0);
   return {
     input_tokens: input,
-    input_tokens_details: { cached_tokens: Number((usage.prompt_tokens_details as Json | undefined)?.cached_tokens ?? 0) },
+    input_tokens_details: {
+      cached_tokens: Number((usage.prompt_tokens_details as Json | undefined)?.cached_tokens ?? 0),
+    },
     output_tokens: output,
     output_tokens_details: { reasoning_tokens: 0 },
     total_tokens: input + output,
@@ -167,13 +192,35 @@ function responsesUsage(usage: Json | undefined): Json | null {
 function outputItems(o: Output): Json[] {
   const items: Json[] = [];
   if (o.text !== '' || o.calls.length === 0) {
-    items.push({ type: 'message', id: `msg_${o.id}`, status: 'completed', role: 'assistant', content: [{ type: 'output_text', text: o.text, annotations: [], logprobs: [] }] });
+    items.push({
+      type: 'message',
+      id: `msg_${o.id}`,
+      status: 'completed',
+      role: 'assistant',
+      content: [{ type: 'output_text', text: o.text, annotations: [], logprobs: [] }],
+    });
   }
-  o.calls.forEach((c, i) => items.push({ type: 'function_call', id: `fc_${o.id}_${i}`, call_id: c.id, name: c.name, arguments: c.arguments, status: 'completed' }));
+  o.calls.forEach((c, i) =>
+    items.push({
+      type: 'function_call',
+      id: `fc_${o.id}_${i}`,
+      call_id: c.id,
+      name: c.name,
+      arguments: c.arguments,
+      status: 'completed',
+    }),
+  );
   return items;
 }
 
-function responseObject(id: string, model: unknown, status: string, output: Json[], usage: Json | null, createdAt: number): Json {
+function responseObject(
+  id: string,
+  model: unknown,
+  status: string,
+  output: Json[],
+  usage: Json | null,
+  createdAt: number,
+): Json {
   return {
     id: `resp_${id}`,
     object: 'response',
@@ -198,7 +245,14 @@ export function chatResponseToResponses(response: Json): Json {
   const output = outputItems({ id, text: typeof message.content === 'string' ? message.content : '', calls });
   const status = choice.finish_reason === 'length' ? 'incomplete' : 'completed';
   const created = typeof response.created === 'number' ? response.created : Math.floor(Date.now() / 1000);
-  return responseObject(id, response.model, status, output, responsesUsage(response.usage as Json | undefined), created);
+  return responseObject(
+    id,
+    response.model,
+    status,
+    output,
+    responsesUsage(response.usage as Json | undefined),
+    created,
+  );
 }
 
 /** Chat chunks in (with a usage chunk before `[DONE]`), Responses API events out. */
@@ -227,18 +281,37 @@ export function chatStreamToResponses(): SseTranslator {
     const item_id = `msg_${id}`;
     const part = { type: 'output_text', text: out.text, annotations: [], logprobs: [] };
     return (
-      emit('response.output_text.done', { item_id, output_index: index, content_index: 0, text: out.text, logprobs: [] }) +
+      emit('response.output_text.done', {
+        item_id,
+        output_index: index,
+        content_index: 0,
+        text: out.text,
+        logprobs: [],
+      }) +
       emit('response.content_part.done', { item_id, output_index: index, content_index: 0, part }) +
-      emit('response.output_item.done', { output_index: index, item: { type: 'message', id: item_id, status: 'completed', role: 'assistant', content: [part] } })
+      emit('response.output_item.done', {
+        output_index: index,
+        item: { type: 'message', id: item_id, status: 'completed', role: 'assistant', content: [part] },
+      })
     );
   };
   const closeCalls = () =>
     out.calls
       .map((c, i) => {
-        const item = { type: 'function_call', id: `fc_${id}_${i}`, call_id: c.id, name: c.name, arguments: c.arguments, status: 'completed' };
+        const item = {
+          type: 'function_call',
+          id: `fc_${id}_${i}`,
+          call_id: c.id,
+          name: c.name,
+          arguments: c.arguments,
+          status: 'completed',
+        };
         return (
-          emit('response.function_call_arguments.done', { item_id: item.id, output_index: callOutput[i], arguments: c.arguments }) +
-          emit('response.output_item.done', { output_index: callOutput[i], item })
+          emit('response.function_call_arguments.done', {
+            item_id: item.id,
+            output_index: callOutput[i],
+            arguments: c.arguments,
+          }) + emit('response.output_item.done', { output_index: callOutput[i], item })
         );
       })
       .join('');
@@ -248,7 +321,10 @@ export function chatStreamToResponses(): SseTranslator {
     out.id = id;
     const status = finish === 'length' ? 'incomplete' : 'completed';
     const type = status === 'incomplete' ? 'response.incomplete' : 'response.completed';
-    return text + emit(type, { response: responseObject(id, model, status, outputItems(out), responsesUsage(usage), createdAt) });
+    return (
+      text +
+      emit(type, { response: responseObject(id, model, status, outputItems(out), responsesUsage(usage), createdAt) })
+    );
   };
 
   return {
@@ -258,14 +334,20 @@ export function chatStreamToResponses(): SseTranslator {
       if (chunk.error) {
         const error = isObject(chunk.error) ? chunk.error : { message: String(chunk.error) };
         // Not done: the stream ends as a failed one (never kept in the window).
-        return emit('error', { code: error.code ?? null, message: String(error.message ?? 'upstream error'), param: null });
+        return emit('error', {
+          code: error.code ?? null,
+          message: String(error.message ?? 'upstream error'),
+          param: null,
+        });
       }
       let text = '';
       if (!started) {
         started = true;
         id = String(chunk.id ?? '');
         model = chunk.model;
-        text += emit('response.created', { response: inProgress() }) + emit('response.in_progress', { response: inProgress() });
+        text +=
+          emit('response.created', { response: inProgress() }) +
+          emit('response.in_progress', { response: inProgress() });
       }
       if (isObject(chunk.usage)) usage = chunk.usage;
       for (const choice of (chunk.choices as Json[] | undefined) ?? []) {
@@ -275,11 +357,25 @@ export function chatStreamToResponses(): SseTranslator {
             message = nextIndex++;
             const item_id = `msg_${id}`;
             text +=
-              emit('response.output_item.added', { output_index: message, item: { type: 'message', id: item_id, status: 'in_progress', role: 'assistant', content: [] } }) +
-              emit('response.content_part.added', { item_id, output_index: message, content_index: 0, part: { type: 'output_text', text: '', annotations: [], logprobs: [] } });
+              emit('response.output_item.added', {
+                output_index: message,
+                item: { type: 'message', id: item_id, status: 'in_progress', role: 'assistant', content: [] },
+              }) +
+              emit('response.content_part.added', {
+                item_id,
+                output_index: message,
+                content_index: 0,
+                part: { type: 'output_text', text: '', annotations: [], logprobs: [] },
+              });
           }
           out.text += delta.content;
-          text += emit('response.output_text.delta', { item_id: `msg_${id}`, output_index: message, content_index: 0, delta: delta.content, logprobs: [] });
+          text += emit('response.output_text.delta', {
+            item_id: `msg_${id}`,
+            output_index: message,
+            content_index: 0,
+            delta: delta.content,
+            logprobs: [],
+          });
         }
         for (const call of (delta.tool_calls as Json[] | undefined) ?? []) {
           const key = Number(call.index ?? 0);
@@ -290,13 +386,24 @@ export function chatStreamToResponses(): SseTranslator {
             callOutput.push(nextIndex++);
             out.calls.push({ id: String(call.id ?? `call_${key}`), name: String(fn.name ?? ''), arguments: '' });
             const i = out.calls.length - 1;
-            const item = { type: 'function_call', id: `fc_${id}_${i}`, call_id: out.calls[i].id, name: out.calls[i].name, arguments: '', status: 'in_progress' };
+            const item = {
+              type: 'function_call',
+              id: `fc_${id}_${i}`,
+              call_id: out.calls[i].id,
+              name: out.calls[i].name,
+              arguments: '',
+              status: 'in_progress',
+            };
             text += emit('response.output_item.added', { output_index: callOutput[i], item });
           }
           const i = callIndex.get(key)!;
           if (typeof fn.arguments === 'string' && fn.arguments !== '') {
             out.calls[i].arguments += fn.arguments;
-            text += emit('response.function_call_arguments.delta', { item_id: `fc_${id}_${i}`, output_index: callOutput[i], delta: fn.arguments });
+            text += emit('response.function_call_arguments.delta', {
+              item_id: `fc_${id}_${i}`,
+              output_index: callOutput[i],
+              delta: fn.arguments,
+            });
           }
         }
         if (choice.finish_reason) finish = choice.finish_reason;

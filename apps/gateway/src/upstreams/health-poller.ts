@@ -121,11 +121,18 @@ export class HealthPoller implements MemberChecks {
     const watch = this.watch(member);
     const target = member.target as UpstreamTarget;
     try {
-      const response = await request(`${target.url}/health`, { method: 'GET', signal: AbortSignal.timeout(this.timeout()), dispatcher: this.agent });
+      const response = await request(`${target.url}/health`, {
+        method: 'GET',
+        signal: AbortSignal.timeout(this.timeout()),
+        dispatcher: this.agent,
+      });
       const text = await response.body.text();
       if (response.statusCode === 200) {
         const count = watch.checks++;
-        const due = member.health !== 'up' || member.snapshot().slots === undefined || count % (this.options.slotsEvery ?? 30) === 0;
+        const due =
+          member.health !== 'up' ||
+          member.snapshot().slots === undefined ||
+          count % (this.options.slotsEvery ?? 30) === 0;
         if (!due) {
           member.setHealth('up');
           return await this.readLoad(member, target);
@@ -148,7 +155,11 @@ export class HealthPoller implements MemberChecks {
 
   private watch(member: Upstream): Watch {
     let watch = this.watches.get(member);
-    if (!watch) this.watches.set(member, (watch = { timerAt: 0, fullAt: 0, checks: 0, running: false, rttMs: 0, lastReadAt: -Infinity }));
+    if (!watch)
+      this.watches.set(
+        member,
+        (watch = { timerAt: 0, fullAt: 0, checks: 0, running: false, rttMs: 0, lastReadAt: -Infinity }),
+      );
     return watch;
   }
 
@@ -212,7 +223,10 @@ export class HealthPoller implements MemberChecks {
    * (`/props` `total_slots`, else how many `/slots` lists). The reading that said the load is left to end once
    * the capacity is set.
    */
-  private async slotsOf(member: Upstream, target: UpstreamTarget): Promise<{ state: SlotState; reading?: LoadReading }> {
+  private async slotsOf(
+    member: Upstream,
+    target: UpstreamTarget,
+  ): Promise<{ state: SlotState; reading?: LoadReading }> {
     const fromSlots = await this.read(member, target, 'slots');
     if (fromSlots.state?.source) return { state: fromSlots.state, reading: fromSlots.reading };
     fromSlots.reading.end(undefined);
@@ -221,18 +235,27 @@ export class HealthPoller implements MemberChecks {
     const counted = typeof total === 'number' && Number.isInteger(total) && total > 0 ? total : fromSlots.state?.total;
     if (counted === undefined) return { state: {} };
     const fromMetrics = await this.read(member, target, 'metrics');
-    if (fromMetrics.state?.source) return { state: { ...fromMetrics.state, total: counted }, reading: fromMetrics.reading };
+    if (fromMetrics.state?.source)
+      return { state: { ...fromMetrics.state, total: counted }, reading: fromMetrics.reading };
     fromMetrics.reading.end(undefined);
     return { state: { total: counted } };
   }
 
   /** One read of the server's load from `source`, in a reading of its limiter begun just before (the caller ends it). */
-  private async read(member: Upstream, target: UpstreamTarget, source: LoadSource): Promise<{ state?: SlotState; reading: LoadReading }> {
+  private async read(
+    member: Upstream,
+    target: UpstreamTarget,
+    source: LoadSource,
+  ): Promise<{ state?: SlotState; reading: LoadReading }> {
     const watch = this.watch(member);
     // A request the gateway sent just before may not be in a slot yet when the server reads its slots.
     const reading = member.limiter.beginLoadReading(Math.max(20, 2 * watch.rttMs));
     const startedAt = performance.now();
-    const body = await this.get(target, source === 'slots' ? '/slots' : '/metrics', source === 'slots' ? 'json' : 'text');
+    const body = await this.get(
+      target,
+      source === 'slots' ? '/slots' : '/metrics',
+      source === 'slots' ? 'json' : 'text',
+    );
     watch.lastReadAt = performance.now();
     watch.rttMs = watch.lastReadAt - startedAt;
     return { state: source === 'slots' ? slotsState(body) : metricsState(body), reading };
@@ -242,7 +265,12 @@ export class HealthPoller implements MemberChecks {
   private async get(target: UpstreamTarget, path: string, as: 'json' | 'text'): Promise<unknown> {
     try {
       const headers = this.options.headers(target);
-      const response = await request(`${target.url}${path}`, { method: 'GET', headers, signal: AbortSignal.timeout(this.timeout()), dispatcher: this.agent });
+      const response = await request(`${target.url}${path}`, {
+        method: 'GET',
+        headers,
+        signal: AbortSignal.timeout(this.timeout()),
+        dispatcher: this.agent,
+      });
       if (response.statusCode !== 200) {
         await response.body.dump();
         return undefined;
@@ -313,13 +341,20 @@ export class FirstCheck implements MemberChecks {
     const url = this.options.url(target);
     const timeout = Math.max(250, Math.min(2_000, this.options.intervalMs));
     try {
-      const response = await request(url, { method: 'GET', headers: this.options.headers(target), signal: AbortSignal.timeout(timeout), dispatcher: this.agent });
+      const response = await request(url, {
+        method: 'GET',
+        headers: this.options.headers(target),
+        signal: AbortSignal.timeout(timeout),
+        dispatcher: this.agent,
+      });
       await response.body.dump();
       if (response.statusCode < 500) {
         if (this.waiting.has(member)) member.setHealth('up');
         return true;
       }
-      member.setHealth('pending', { detail: `first health check: GET ${new URL(url).pathname} answered ${response.statusCode}` });
+      member.setHealth('pending', {
+        detail: `first health check: GET ${new URL(url).pathname} answered ${response.statusCode}`,
+      });
     } catch (error) {
       member.setHealth('pending', { detail: `first health check: ${describe(error)}` });
     }

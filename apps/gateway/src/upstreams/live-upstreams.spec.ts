@@ -20,7 +20,11 @@ const KEY_1 = 'firstkey0123456789abcdef';
 const KEY_2 = 'secondkey0123456789abcde';
 const ENV = { KEY_1, KEY_2 };
 
-type Doc = { upstreams: Array<Record<string, unknown>>; groups?: Record<string, Array<Record<string, unknown>>>; fallbacks?: Record<string, unknown> };
+type Doc = {
+  upstreams: Array<Record<string, unknown>>;
+  groups?: Record<string, Array<Record<string, unknown>>>;
+  fallbacks?: Record<string, unknown>;
+};
 
 /** Checks that record what they are asked to do, and let a member in on demand. */
 class RecordedChecks implements MemberChecks {
@@ -49,7 +53,9 @@ function setUp(doc: Doc) {
   const pools = poolsOf(file);
   orchestrator = new Orchestrator({
     concurrency: { limit: 8 },
-    upstreams: Object.fromEntries([...pools].map(([pool, entries]) => [pool, { members: entries.map(memberOf), dynamic: true }])),
+    upstreams: Object.fromEntries(
+      [...pools].map(([pool, entries]) => [pool, { members: entries.map(memberOf), dynamic: true }]),
+    ),
   });
   const checks = new RecordedChecks();
   const lines: Array<{ line: string; problem: boolean }> = [];
@@ -63,27 +69,56 @@ function setUp(doc: Doc) {
   const members = (pool = 'upstream') =>
     orchestrator!.upstreams
       .get(pool)
-      ?.members.map((m) => `${m.name}${m.draining ? ' (draining)' : ''}${m.health === 'pending' ? ' (pending)' : ''}`) ?? [];
+      ?.members.map(
+        (m) => `${m.name}${m.draining ? ' (draining)' : ''}${m.health === 'pending' ? ' (pending)' : ''}`,
+      ) ?? [];
   return { write, live, checks, lines, members, pool: (name = 'upstream') => orchestrator!.upstreams.get(name)! };
 }
 
 describe('a reload of the upstreams file', () => {
   it('adds new members (checked before they serve) and removes those gone (drained, then released)', async () => {
-    const { write, live, checks, lines, members } = setUp({ upstreams: [{ name: 'a', url: 'http://10.0.0.1:8000' }, { name: 'b', url: 'http://10.0.0.2:8000' }] });
-    write({ upstreams: [{ name: 'b', url: 'http://10.0.0.2:8000' }, { name: 'c', url: 'http://10.0.0.3:8000' }] });
+    const { write, live, checks, lines, members } = setUp({
+      upstreams: [
+        { name: 'a', url: 'http://10.0.0.1:8000' },
+        { name: 'b', url: 'http://10.0.0.2:8000' },
+      ],
+    });
+    write({
+      upstreams: [
+        { name: 'b', url: 'http://10.0.0.2:8000' },
+        { name: 'c', url: 'http://10.0.0.3:8000' },
+      ],
+    });
     const changes = live.reload('SIGHUP');
-    expect(changes).toMatchObject({ added: [{ pool: 'upstream', entry: { name: 'c' }, index: 1 }], removed: [{ pool: 'upstream', name: 'a' }], rekeyed: [], changed: [] });
+    expect(changes).toMatchObject({
+      added: [{ pool: 'upstream', entry: { name: 'c' }, index: 1 }],
+      removed: [{ pool: 'upstream', name: 'a' }],
+      rekeyed: [],
+      changed: [],
+    });
     expect(checks).toMatchObject({ added: ['c'], removed: ['a'] });
-    expect(lines).toEqual([{ line: 'upstreams file reloaded (SIGHUP): 2 upstream(s); added c (in rotation after a first good health check); removed a (draining)', problem: false }]);
+    expect(lines).toEqual([
+      {
+        line: 'upstreams file reloaded (SIGHUP): 2 upstream(s); added c (in rotation after a first good health check); removed a (draining)',
+        problem: false,
+      },
+    ]);
     expect(live.current.upstreams.map((u) => u.name)).toEqual(['b', 'c']);
     // `a` had no call in flight: it is gone as soon as its drain resolves, with its breaker.
     await new Promise((resolve) => setImmediate(resolve));
     expect(members()).toEqual(['b', 'c (pending)']);
-    expect(orchestrator!.health().breakers.map((x) => x.name).sort()).toEqual(['b', 'c']);
+    expect(
+      orchestrator!
+        .health()
+        .breakers.map((x) => x.name)
+        .sort(),
+    ).toEqual(['b', 'c']);
   });
 
   it('gives a member a new key in place: the same upstream, breaker and health, sending the new key from now on', () => {
-    const { write, live, checks, pool } = setUp({ upstreams: [{ name: 'a', url: 'http://10.0.0.1:8000', apiKeyEnv: 'KEY_1' }] });
+    const { write, live, checks, pool } = setUp({
+      upstreams: [{ name: 'a', url: 'http://10.0.0.1:8000', apiKeyEnv: 'KEY_1' }],
+    });
     const before = pool().member('a')!;
     const breaker = before.breaker;
     write({ upstreams: [{ name: 'a', url: 'http://10.0.0.1:8000', apiKey: KEY_2 }] });
@@ -99,10 +134,20 @@ describe('a reload of the upstreams file', () => {
   });
 
   it('replaces a member whose URL or ceiling changed: the old one drains under its breaker, the new one is checked first', async () => {
-    const { write, live, checks, members, pool } = setUp({ upstreams: [{ name: 'a', url: 'http://10.0.0.1:8000' }, { name: 'b', url: 'http://10.0.0.2:8000' }] });
+    const { write, live, checks, members, pool } = setUp({
+      upstreams: [
+        { name: 'a', url: 'http://10.0.0.1:8000' },
+        { name: 'b', url: 'http://10.0.0.2:8000' },
+      ],
+    });
     const old = pool().member('a')!;
     old.enter(); // a call in flight
-    write({ upstreams: [{ name: 'a', url: 'http://10.0.0.9:8000' }, { name: 'b', url: 'http://10.0.0.2:8000', concurrency: 2 }] });
+    write({
+      upstreams: [
+        { name: 'a', url: 'http://10.0.0.9:8000' },
+        { name: 'b', url: 'http://10.0.0.2:8000', concurrency: 2 },
+      ],
+    });
     const changes = live.reload('file changed')!;
     expect(changes.changed.sort()).toEqual(['a', 'b']);
     expect(checks).toMatchObject({ added: ['a', 'b'], removed: ['a', 'b'] });
@@ -122,7 +167,10 @@ describe('a reload of the upstreams file', () => {
 
   it('moves a member between the primary pool and a group as a replacement, and follows new fallback chains', async () => {
     const { write, live, members } = setUp({
-      upstreams: [{ name: 'a', url: 'http://10.0.0.1:8000' }, { name: 'b', url: 'http://10.0.0.2:8000' }],
+      upstreams: [
+        { name: 'a', url: 'http://10.0.0.1:8000' },
+        { name: 'b', url: 'http://10.0.0.2:8000' },
+      ],
       groups: { backup: [{ name: 'c', url: 'http://10.0.0.3:8000' }] },
       fallbacks: { '*': [{ group: 'backup' }] },
     });
@@ -144,7 +192,12 @@ describe('a reload of the upstreams file', () => {
 
   it('keeps the upstreams in force when the file cannot be used, and says why in one warning without the key', () => {
     const { write, live, checks, lines, members } = setUp({ upstreams: [{ name: 'a', url: 'http://10.0.0.1:8000' }] });
-    write({ upstreams: [{ name: 'a', url: 'ftp://10.0.0.1', apiKey: KEY_2 }, { name: 'b', url: 'http://10.0.0.2:8000' }] });
+    write({
+      upstreams: [
+        { name: 'a', url: 'ftp://10.0.0.1', apiKey: KEY_2 },
+        { name: 'b', url: 'http://10.0.0.2:8000' },
+      ],
+    });
     expect(live.reload('SIGHUP')).toBeUndefined();
     write(`{"upstreams": [{"name": "a", "apiKey": "${KEY_1}", `);
     expect(live.reload('file changed')).toBeUndefined();
@@ -152,7 +205,9 @@ describe('a reload of the upstreams file', () => {
     expect(lines[0].line).toBe(
       'upstreams file not reloaded (SIGHUP), the previous 1 upstream(s) stay in force: upstreams[0]: "url" must use http: or https:, got "ftp:"',
     );
-    expect(lines[1].line).toMatch(/^upstreams file not reloaded \(file changed\), the previous 1 upstream\(s\) stay in force: is not valid JSON \(line 1, column \d+\)$/);
+    expect(lines[1].line).toMatch(
+      /^upstreams file not reloaded \(file changed\), the previous 1 upstream\(s\) stay in force: is not valid JSON \(line 1, column \d+\)$/,
+    );
     for (const { line } of lines) for (const key of [KEY_1, KEY_2]) expect(line).not.toContain(key);
     expect(members()).toEqual(['a']);
     expect(checks.added).toEqual([]);
@@ -168,6 +223,12 @@ describe('a reload of the upstreams file', () => {
     write({ upstreams: [{ name: 'a', url: 'http://10.0.0.1:8000' }] });
     live.reload('SIGHUP');
     expect(seen).toHaveLength(1);
-    expect(diffUpstreams(seen[0], seen[0])).toEqual({ added: [], removed: [], changed: [], rekeyed: [], chains: false });
+    expect(diffUpstreams(seen[0], seen[0])).toEqual({
+      added: [],
+      removed: [],
+      changed: [],
+      rekeyed: [],
+      chains: false,
+    });
   });
 });

@@ -2,14 +2,25 @@ import type { BreakerOptions, ConcurrencyOptions, UpstreamRegistry } from 'nest-
 import { FileReloader } from '../common/file-reloader.js';
 import { redactor } from '../common/redaction.js';
 import type { MemberChecks } from './health-poller.js';
-import { diffUpstreams, memberOf, poolsOf, rekey, type Member, type UpstreamChanges, type UpstreamTarget } from './upstream-set.js';
+import {
+  diffUpstreams,
+  memberOf,
+  poolsOf,
+  rekey,
+  type Member,
+  type UpstreamChanges,
+  type UpstreamTarget,
+} from './upstream-set.js';
 import type { UpstreamsFile } from './upstreams-file.js';
 
 export interface LiveUpstreamsOptions {
   /** The orchestrator's pools, dynamic: members are added and removed there. */
   registry: UpstreamRegistry;
   /** The breaker and limiter settings of a member a reload adds. */
-  settingsOf: (member: Member & { concurrency?: number }) => { breaker: BreakerOptions; concurrency: ConcurrencyOptions };
+  settingsOf: (member: Member & { concurrency?: number }) => {
+    breaker: BreakerOptions;
+    concurrency: ConcurrencyOptions;
+  };
   /** The failover test of a fallback group a reload adds. */
   shouldFailover: (error: unknown) => boolean;
   /** What brings a member a reload adds into rotation (its first good health check), and forgets one removed. */
@@ -51,7 +62,12 @@ export class LiveUpstreams {
 
   /** Reloads the file when it changes, and on SIGHUP. */
   watch(): void {
-    this.reloader ??= new FileReloader(this.file.path, (reason) => void this.reload(reason), (line) => this.options.log(line, true), 'upstreams file');
+    this.reloader ??= new FileReloader(
+      this.file.path,
+      (reason) => void this.reload(reason),
+      (line) => this.options.log(line, true),
+      'upstreams file',
+    );
   }
 
   /** Tells `listener` of every file that takes over (after its members are applied). Returns a function that stops it. */
@@ -68,11 +84,17 @@ export class LiveUpstreams {
       if (!this.file.read) throw new Error('it was not read from a file');
       next = this.file.read();
     } catch (error) {
-      this.options.log(`upstreams file not reloaded (${reason}), the previous ${count} upstream(s) stay in force: ${(error as Error).message}`, true);
+      this.options.log(
+        `upstreams file not reloaded (${reason}), the previous ${count} upstream(s) stay in force: ${(error as Error).message}`,
+        true,
+      );
       return undefined;
     }
     const changes = this.apply(next);
-    this.options.log(`upstreams file reloaded (${reason}): ${total(next)} upstream(s); ${describeChanges(changes)}`, false);
+    this.options.log(
+      `upstreams file reloaded (${reason}): ${total(next)} upstream(s); ${describeChanges(changes)}`,
+      false,
+    );
     return changes;
   }
 
@@ -95,7 +117,11 @@ export class LiveUpstreams {
     }
     for (const { pool, entry, index } of changes.added) {
       const member = { ...memberOf(entry), concurrency: entry.concurrency };
-      const upstream = registry.add(pool, { name: member.name, target: member.target, index }, { ...settingsOf(member), shouldFailover });
+      const upstream = registry.add(
+        pool,
+        { name: member.name, target: member.target, index },
+        { ...settingsOf(member), shouldFailover },
+      );
       checks.add(upstream);
     }
     this.file = next;
@@ -121,7 +147,9 @@ function describeChanges(changes: UpstreamChanges): string {
   const parts = [
     added.length > 0 ? `added ${added.join(', ')} (in rotation after a first good health check)` : '',
     removed.length > 0 ? `removed ${removed.join(', ')} (draining)` : '',
-    changed.size > 0 ? `changed ${[...changed].join(', ')} (replaced: the old one drains, the new one is checked first)` : '',
+    changed.size > 0
+      ? `changed ${[...changed].join(', ')} (replaced: the old one drains, the new one is checked first)`
+      : '',
     changes.rekeyed.length > 0 ? `new key for ${changes.rekeyed.map((r) => r.name).join(', ')}` : '',
     changes.chains ? 'fallback chains changed' : '',
   ].filter(Boolean);

@@ -29,7 +29,10 @@ describe('checkStreamEnd', () => {
   });
 
   it('passes the bytes through unchanged, and keeps the error event it saw', async () => {
-    const chunks = ['data: {"index":0,"content":"a","stop":false}\n\n', 'data: {"error":{"code":400,"message":"too long","type":"exceed_context_size_error"}}\n\n'];
+    const chunks = [
+      'data: {"index":0,"content":"a","stop":false}\n\n',
+      'data: {"error":{"code":400,"message":"too long","type":"exceed_context_size_error"}}\n\n',
+    ];
     const { out, error } = await run(chunks, 'llama');
     expect(out).toBe(chunks.join(''));
     expect(error).toBeInstanceOf(UpstreamStreamError);

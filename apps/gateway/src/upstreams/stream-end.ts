@@ -44,7 +44,12 @@ const END_CHECKS: Record<StreamFormat, EndCheck> = {
     return type === 'response.completed' || type === 'response.incomplete' ? 'end' : undefined;
   },
   // Anthropic: `message_stop`; an error comes as `event: error`.
-  anthropic: () => (event) => (event.event === 'error' ? 'error' : event.event === 'message_stop' || isType(event.data, 'message_stop') ? 'end' : undefined),
+  anthropic: () => (event) =>
+    event.event === 'error'
+      ? 'error'
+      : event.event === 'message_stop' || isType(event.data, 'message_stop')
+        ? 'end'
+        : undefined,
   // llama.cpp's native routes: every prompt's last chunk says `"stop": true`; an error comes as a data object with `error`.
   llama: () => {
     const unfinished = new Set<number>();
@@ -83,7 +88,8 @@ export function checkStreamEnd(text: Observable<string>, format: StreamFormat): 
       next(chunk) {
         subscriber.next(chunk);
         parser.feed(chunk);
-        if (verdict === 'error') subscriber.error(new UpstreamStreamError('The provider sent an error in the stream.', true, errorEvent));
+        if (verdict === 'error')
+          subscriber.error(new UpstreamStreamError('The provider sent an error in the stream.', true, errorEvent));
       },
       error: (error: unknown) => subscriber.error(error),
       complete() {

@@ -13,7 +13,12 @@ import type { FallbackStep, UpstreamsFile } from './upstreams-file.js';
  * that another deployment (or another model) can be asked the same question. Never the translated routes, metadata
  * or uploads.
  */
-export const FALLBACK_ROUTES: ReadonlySet<GatewayRoute> = new Set<GatewayRoute>(['chat', 'completions', 'embeddings', 'responses']);
+export const FALLBACK_ROUTES: ReadonlySet<GatewayRoute> = new Set<GatewayRoute>([
+  'chat',
+  'completions',
+  'embeddings',
+  'responses',
+]);
 
 /** The response header naming the upstream (pool member) whose answer this is. */
 export const SERVED_BY_HEADER = 'x-orchestrator-upstream';
@@ -80,7 +85,11 @@ export class UpstreamAttempts {
         if (!found) throw new Error(`fallback group "${group}" is not a pool of the orchestrator`);
         return found;
       };
-      policy = withFallbacks(base, pool(UPSTREAM_POOL), chain.map((step) => pool(step.group)));
+      policy = withFallbacks(
+        base,
+        pool(UPSTREAM_POOL),
+        chain.map((step) => pool(step.group)),
+      );
       this.policies.set(id, policy);
     }
     return policy;
@@ -92,9 +101,15 @@ export class UpstreamAttempts {
    * request's skeleton found, never re-serialised). The model the attempt asked for is noted on the context, so
    * that its usage is priced (and logged) as the model that answered.
    */
-  bodyFor(context: RequestContext, upstream: Upstream | undefined, body: Buffer | undefined, skeleton: JsonSkeleton | undefined): Buffer | undefined {
+  bodyFor(
+    context: RequestContext,
+    upstream: Upstream | undefined,
+    body: Buffer | undefined,
+    skeleton: JsonSkeleton | undefined,
+  ): Buffer | undefined {
     context.servedModel = undefined;
-    if (upstream === undefined || upstream.pool === UPSTREAM_POOL || body === undefined || skeleton === undefined) return body;
+    if (upstream === undefined || upstream.pool === UPSTREAM_POOL || body === undefined || skeleton === undefined)
+      return body;
     const requested = (context.body as { model?: unknown } | undefined)?.model;
     const model = this.chainOf(requested)?.find((step) => step.group === upstream.pool)?.model;
     if (model === undefined || model === requested) return body;
@@ -106,16 +121,23 @@ export class UpstreamAttempts {
    * An attempt's events with `x-orchestrator-upstream` naming the upstream that answered: part of the shared
    * answer, so a joined or replayed copy says it too. Nothing to name with one unnamed upstream.
    */
-  label(events: Observable<CallEvent<RawResponse>>, upstream: Upstream | undefined): Observable<CallEvent<RawResponse>> {
+  label(
+    events: Observable<CallEvent<RawResponse>>,
+    upstream: Upstream | undefined,
+  ): Observable<CallEvent<RawResponse>> {
     if (!this.labelled || upstream === undefined) return events;
     const name = upstream.name;
     return events.pipe(
       map((event): CallEvent<RawResponse> => {
         if (event.kind === 'value') {
           const { body, contentType, headers, status } = event.value;
-          return { kind: 'value', value: new RawResponse(body, contentType, { ...headers, [SERVED_BY_HEADER]: name }, status) };
+          return {
+            kind: 'value',
+            value: new RawResponse(body, contentType, { ...headers, [SERVED_BY_HEADER]: name }, status),
+          };
         }
-        if (event.kind === 'head') return { ...event, head: { ...event.head, headers: { ...event.head.headers, [SERVED_BY_HEADER]: name } } };
+        if (event.kind === 'head')
+          return { ...event, head: { ...event.head, headers: { ...event.head.headers, [SERVED_BY_HEADER]: name } } };
         return event;
       }),
     );

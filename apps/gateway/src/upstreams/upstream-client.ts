@@ -82,7 +82,12 @@ export class UpstreamClient {
   constructor(timeoutMs: number) {
     // undici's own timers are only a backstop behind the orchestrator's time limits.
     const backstop = Math.max(timeoutMs * 2, 300_000);
-    this.agent = new Agent({ keepAliveTimeout: 30_000, headersTimeout: backstop, bodyTimeout: backstop, connections: 1024 });
+    this.agent = new Agent({
+      keepAliveTimeout: 30_000,
+      headersTimeout: backstop,
+      bodyTimeout: backstop,
+      connections: 1024,
+    });
   }
 
   /**
@@ -147,7 +152,13 @@ export class UpstreamClient {
     });
     if (response.statusCode >= 400) {
       const text = await readCapped(response.body, MAX_ERROR_BODY);
-      throw new UpstreamHttpError(response.statusCode, text, headerOf(response, 'content-type'), call.api, headerOf(response, 'retry-after'));
+      throw new UpstreamHttpError(
+        response.statusCode,
+        text,
+        headerOf(response, 'content-type'),
+        call.api,
+        headerOf(response, 'retry-after'),
+      );
     }
     return response;
   }

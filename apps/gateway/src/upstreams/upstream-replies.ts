@@ -47,7 +47,9 @@ function makeStreamErrorEvent(api: ClientApi): (error: unknown) => string {
     const lost = error instanceof RemoteCallError && error.code === 'leader_lost';
     const message = timeout || lost ? (error as Error).message : 'The provider interrupted the stream.';
     if (api === 'anthropic') {
-      return '\n\n' + sseEvent({ type: 'error', error: { type: timeout ? 'timeout_error' : 'api_error', message } }, 'error');
+      return (
+        '\n\n' + sseEvent({ type: 'error', error: { type: timeout ? 'timeout_error' : 'api_error', message } }, 'error')
+      );
     }
     if (api === 'llama') {
       return '\n\n' + sseEvent({ error: { code: timeout ? 504 : 502, message, type: 'server_error' } });

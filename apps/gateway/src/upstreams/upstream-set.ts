@@ -10,7 +10,13 @@ import {
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { ApiError } from '../common/api-error.js';
 import { UpstreamHttpError } from './upstream-client.js';
-import { PRIMARY_POOL, type FallbackStep, type UpstreamEntry, type UpstreamKey, type UpstreamsFile } from './upstreams-file.js';
+import {
+  PRIMARY_POOL,
+  type FallbackStep,
+  type UpstreamEntry,
+  type UpstreamKey,
+  type UpstreamsFile,
+} from './upstreams-file.js';
 
 /** What the pool asks of the provider (a `Provider`): whether an error is the upstream's failure. */
 interface FailureJudge {
@@ -47,7 +53,10 @@ export function upstreamMembers(config: Pick<GatewayConfig, 'upstreams' | 'upstr
   return urls.map((url, i) => {
     const shared = hosts.filter((h) => h === hosts[i]).length > 1;
     const parsed = new URL(url);
-    return { name: `${UPSTREAM_POOL}@${parsed.host}${shared ? parsed.pathname : ''}`, target: { url, inheritsKey: true } };
+    return {
+      name: `${UPSTREAM_POOL}@${parsed.host}${shared ? parsed.pathname : ''}`,
+      target: { url, inheritsKey: true },
+    };
   });
 }
 
@@ -59,10 +68,15 @@ export function fallbackGroups(config: Pick<GatewayConfig, 'upstreamsFile'>): Ma
 }
 
 /** Every upstream the gateway may call, primary and fallback alike: each has a breaker and a limiter. */
-export function everyMember(config: Pick<GatewayConfig, 'upstreams' | 'upstreamsFile'>): Array<Member & { concurrency?: number }> {
+export function everyMember(
+  config: Pick<GatewayConfig, 'upstreams' | 'upstreamsFile'>,
+): Array<Member & { concurrency?: number }> {
   const file = config.upstreamsFile;
   if (!file) return upstreamMembers(config);
-  return [...file.upstreams, ...[...file.groups.values()].flat()].map((entry) => ({ ...memberOf(entry), concurrency: entry.concurrency }));
+  return [...file.upstreams, ...[...file.groups.values()].flat()].map((entry) => ({
+    ...memberOf(entry),
+    concurrency: entry.concurrency,
+  }));
 }
 
 /** Whether each attempt must be told its upstream: several, a named one, or fallback chains. */
@@ -156,7 +170,13 @@ export interface UpstreamChanges {
 export function diffUpstreams(previous: UpstreamsFile, next: UpstreamsFile): UpstreamChanges {
   const before = poolsOf(previous);
   const after = poolsOf(next);
-  const changes: UpstreamChanges = { added: [], removed: [], changed: [], rekeyed: [], chains: !sameChains(previous.fallbacks, next.fallbacks) };
+  const changes: UpstreamChanges = {
+    added: [],
+    removed: [],
+    changed: [],
+    rekeyed: [],
+    chains: !sameChains(previous.fallbacks, next.fallbacks),
+  };
   for (const [pool, entries] of before) {
     const kept = new Set((after.get(pool) ?? []).map((e) => e.name));
     for (const entry of entries) if (!kept.has(entry.name)) changes.removed.push({ pool, name: entry.name });
@@ -169,7 +189,11 @@ export function diffUpstreams(previous: UpstreamsFile, next: UpstreamsFile): Ups
       if (!was) {
         changes.added.push({ pool, entry, index });
         if (moved.has(entry.name)) changes.changed.push(entry.name);
-      } else if (was.url !== entry.url || was.concurrency !== entry.concurrency || was.inheritsKey !== entry.inheritsKey) {
+      } else if (
+        was.url !== entry.url ||
+        was.concurrency !== entry.concurrency ||
+        was.inheritsKey !== entry.inheritsKey
+      ) {
         changes.removed.push({ pool, name: entry.name });
         changes.added.push({ pool, entry, index });
         changes.changed.push(entry.name);
@@ -182,7 +206,8 @@ export function diffUpstreams(previous: UpstreamsFile, next: UpstreamsFile): Ups
 }
 
 function sameChains(a: ReadonlyMap<string, FallbackStep[]>, b: ReadonlyMap<string, FallbackStep[]>): boolean {
-  const text = (chains: ReadonlyMap<string, FallbackStep[]>) => JSON.stringify([...chains].sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0)));
+  const text = (chains: ReadonlyMap<string, FallbackStep[]>) =>
+    JSON.stringify([...chains].sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0)));
   return text(a) === text(b);
 }
 
@@ -194,12 +219,20 @@ function sameChains(a: ReadonlyMap<string, FallbackStep[]>, b: ReadonlyMap<strin
  * (`/v1` added when missing), so that `http://a:1` and `http://b:2/v1` serve
  * the same paths.
  */
-export function urlOn(url: string, config: Pick<GatewayConfig, 'upstream' | 'provider'>, upstream: Upstream | undefined): string {
+export function urlOn(
+  url: string,
+  config: Pick<GatewayConfig, 'upstream' | 'provider'>,
+  upstream: Upstream | undefined,
+): string {
   return urlFor(url, config, (upstream?.target as UpstreamTarget | undefined)?.url);
 }
 
 /** `urlOn` for a target's base URL (a health probe's). */
-export function urlFor(url: string, config: Pick<GatewayConfig, 'upstream' | 'provider'>, base: string | undefined): string {
+export function urlFor(
+  url: string,
+  config: Pick<GatewayConfig, 'upstream' | 'provider'>,
+  base: string | undefined,
+): string {
   if (base === undefined || base === config.upstream) return url;
   const from = config.provider === 'openai' ? openAIBase(config.upstream) : config.upstream;
   if (!url.startsWith(from)) return url;
@@ -219,7 +252,10 @@ export function openAIBase(url: string): string {
  * no `Retry-After`, or one beyond the request's time limit; a shorter one is
  * relayed, so that the client's SDK waits it out (retries at one layer only).
  */
-export function gatewayFailover(config: Pick<GatewayConfig, 'timeoutMs'>, provider: FailureJudge): (error: unknown) => boolean {
+export function gatewayFailover(
+  config: Pick<GatewayConfig, 'timeoutMs'>,
+  provider: FailureJudge,
+): (error: unknown) => boolean {
   return (error) => {
     if (error instanceof ApiError) return false;
     if (isOrchestratorError(error)) return defaultShouldFailover(error);
@@ -257,7 +293,8 @@ export function poolState(health: Pick<OrchestratorHealth, 'upstreams'>): PoolSt
   const members = health.upstreams.filter((u) => u.pool === UPSTREAM_POOL);
   const states = members.map((m) => m.breaker);
   return {
-    breaker: states.length === 0 || states.includes('closed') ? 'closed' : states.includes('half_open') ? 'half_open' : 'open',
+    breaker:
+      states.length === 0 || states.includes('closed') ? 'closed' : states.includes('half_open') ? 'half_open' : 'open',
     inFlight: members.reduce((n, m) => n + m.inFlight, 0),
     queued: members.reduce((n, m) => n + m.queued, 0),
     limit: members.reduce((n, m) => n + (m.limit ?? 0), 0),

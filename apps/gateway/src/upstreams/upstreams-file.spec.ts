@@ -35,45 +35,78 @@ const VALID = {
     { name: 'eu', url: 'https://eu.example.com/v1/', apiKeyEnv: 'OPENAI_KEY_EU', concurrency: 64 },
     { url: 'https://us.example.com/v1', apiKey: KEY_INLINE },
   ],
-  groups: { backup: [{ url: 'http://10.0.0.5:8000/v1' }, { name: 'backup-2', url: 'http://10.0.0.6:8000', apiKey: KEY_INLINE }] },
+  groups: {
+    backup: [{ url: 'http://10.0.0.5:8000/v1' }, { name: 'backup-2', url: 'http://10.0.0.6:8000', apiKey: KEY_INLINE }],
+  },
   fallbacks: { 'gpt-4o': [{ group: 'backup', model: 'llama-3.1-70b' }], '*': [{ group: 'backup' }] },
 };
 
 describe('the upstreams file', () => {
   it('gives each upstream its name, URL, key and ceiling, and each requested model its chain', () => {
     const file = parse(VALID);
-    expect(file.upstreams.map(({ name, url, inheritsKey, concurrency }) => ({ name, url, inheritsKey, concurrency }))).toEqual([
+    expect(
+      file.upstreams.map(({ name, url, inheritsKey, concurrency }) => ({ name, url, inheritsKey, concurrency })),
+    ).toEqual([
       { name: 'eu', url: 'https://eu.example.com/v1', inheritsKey: true, concurrency: 64 },
       { name: 'upstream@us.example.com', url: 'https://us.example.com/v1', inheritsKey: true, concurrency: undefined },
     ]);
     expect(file.upstreams.map((u) => u.key?.reveal())).toEqual([KEY_EU, KEY_INLINE]);
     expect(file.upstreams.map((u) => u.key?.source)).toEqual(['env OPENAI_KEY_EU', 'inline']);
     // A fallback group's upstreams are never sent the provider key or the client's: only their own, if any.
-    expect(file.groups.get('backup')!.map(({ name, inheritsKey, key }) => ({ name, inheritsKey, key: key?.reveal() }))).toEqual([
+    expect(
+      file.groups.get('backup')!.map(({ name, inheritsKey, key }) => ({ name, inheritsKey, key: key?.reveal() })),
+    ).toEqual([
       { name: 'backup@10.0.0.5:8000', inheritsKey: false, key: undefined },
       { name: 'backup-2', inheritsKey: false, key: KEY_INLINE },
     ]);
-    expect(Object.fromEntries(file.fallbacks)).toEqual({ 'gpt-4o': [{ group: 'backup', model: 'llama-3.1-70b' }], '*': [{ group: 'backup' }] });
+    expect(Object.fromEntries(file.fallbacks)).toEqual({
+      'gpt-4o': [{ group: 'backup', model: 'llama-3.1-70b' }],
+      '*': [{ group: 'backup' }],
+    });
   });
 
   it('names a sole primary upstream `upstream`, as one --upstream is named', () => {
     expect(parse(one({})).upstreams[0].name).toBe('upstream');
-    expect(parse({ upstreams: [{ url: 'http://a:1' }, { url: 'http://a:1/v2' }] }).upstreams.map((u) => u.name)).toEqual(['upstream@a:1/', 'upstream@a:1/v2']);
+    expect(
+      parse({ upstreams: [{ url: 'http://a:1' }, { url: 'http://a:1/v2' }] }).upstreams.map((u) => u.name),
+    ).toEqual(['upstream@a:1/', 'upstream@a:1/v2']);
   });
 
   it('never shows a key when the parsed file is printed, logged or serialised', () => {
     const file = parse(VALID);
-    const shown = [JSON.stringify(file), inspect(file, { depth: 10 }), String(file.upstreams[0].key), `${String(file.upstreams[1].key)}`, JSON.stringify({ ...file.upstreams[0] })];
+    const shown = [
+      JSON.stringify(file),
+      inspect(file, { depth: 10 }),
+      String(file.upstreams[0].key),
+      `${String(file.upstreams[1].key)}`,
+      JSON.stringify({ ...file.upstreams[0] }),
+    ];
     for (const text of shown) for (const key of KEYS) expect(text).not.toContain(key);
     expect(inspect(file.upstreams[0].key)).toBe('UpstreamKey(env OPENAI_KEY_EU: [redacted])');
   });
 
   describe('malformed JSON is reported by place, never by its text', () => {
     it.each([
-      ['a missing comma after an inline key', `{"upstreams":[{"url":"http://a:1" "apiKey":"${KEY_INLINE}"}]}`, /not valid JSON \(line 1, column \d+\)/],
-      ['an unquoted key', `{\n  "upstreams": [{ "url": "http://a:1", "apiKey": ${KEY_INLINE} }]\n}`, /not valid JSON \(line 2, column 50\)/],
-      ['a trailing comma', `{\n  "upstreams": [{ "url": "http://a:1", "apiKey": "${KEY_INLINE}", }]\n}`, /not valid JSON \(line 2, column 79\)/],
-      ['a truncated file', `{"upstreams":[{"url":"http://a:1","apiKey":"${KEY_INLINE}`, /not valid JSON \(line 1, column 70\)/],
+      [
+        'a missing comma after an inline key',
+        `{"upstreams":[{"url":"http://a:1" "apiKey":"${KEY_INLINE}"}]}`,
+        /not valid JSON \(line 1, column \d+\)/,
+      ],
+      [
+        'an unquoted key',
+        `{\n  "upstreams": [{ "url": "http://a:1", "apiKey": ${KEY_INLINE} }]\n}`,
+        /not valid JSON \(line 2, column 50\)/,
+      ],
+      [
+        'a trailing comma',
+        `{\n  "upstreams": [{ "url": "http://a:1", "apiKey": "${KEY_INLINE}", }]\n}`,
+        /not valid JSON \(line 2, column 79\)/,
+      ],
+      [
+        'a truncated file',
+        `{"upstreams":[{"url":"http://a:1","apiKey":"${KEY_INLINE}`,
+        /not valid JSON \(line 1, column 70\)/,
+      ],
       ['an empty file', '', /not valid JSON \(line 1, column 1\)/],
       ['a byte-order mark', `\ufeff{"upstreams":[]}`, /not valid JSON \(line 1, column 1\)/],
     ])('%s', (_what, text, expected) => {
@@ -88,19 +121,39 @@ describe('the upstreams file', () => {
     ['no upstreams', { groups: {} }, /"upstreams" is missing/],
     ['an empty list of upstreams', { upstreams: [] }, /upstreams: must be a non-empty list/],
     ['upstreams as an object', { upstreams: { url: 'http://a:1' } }, /upstreams: must be a non-empty list/],
-    ['an upstream that is a string', { upstreams: ['http://a:1'] }, /upstreams\[0\]: must be an object with a "url", got a string/],
+    [
+      'an upstream that is a string',
+      { upstreams: ['http://a:1'] },
+      /upstreams\[0\]: must be an object with a "url", got a string/,
+    ],
   ])('refuses %s', (_what, document, expected) => {
     expect(problem(document)).toMatch(expected);
   });
 
   describe('unknown fields are refused, naming the field only when it is a plain name', () => {
     it.each([
-      ['at the top', { ...one({}), fallback: {} }, /the file: unknown field "fallback"; the fields are "upstreams", "groups", "fallbacks"/],
+      [
+        'at the top',
+        { ...one({}), fallback: {} },
+        /the file: unknown field "fallback"; the fields are "upstreams", "groups", "fallbacks"/,
+      ],
       ['in an upstream (a typo)', one({ api_key: KEY_INLINE }), /upstreams\[0\]: unknown field "api_key"/],
-      ['in an upstream (a key pasted as a field name)', one({ [KEY_INLINE]: true }), /upstreams\[0\]: unknown field \(its name not shown\)/],
-      ['in an upstream (a key of letters only)', one({ abcdefghijklmnopqrstuvwxyzABCDEF: true }), /upstreams\[0\]: unknown field \(its name not shown\)/],
+      [
+        'in an upstream (a key pasted as a field name)',
+        one({ [KEY_INLINE]: true }),
+        /upstreams\[0\]: unknown field \(its name not shown\)/,
+      ],
+      [
+        'in an upstream (a key of letters only)',
+        one({ abcdefghijklmnopqrstuvwxyzABCDEF: true }),
+        /upstreams\[0\]: unknown field \(its name not shown\)/,
+      ],
       ['in an upstream (a field name with a line break)', one({ 'url\nx': 1 }), /unknown field \(its name not shown\)/],
-      ['in a fallback step', { ...VALID, fallbacks: { 'gpt-4o': [{ group: 'backup', weight: 2 }] } }, /fallbacks\["gpt-4o"\]\[0\]: unknown field "weight"/],
+      [
+        'in a fallback step',
+        { ...VALID, fallbacks: { 'gpt-4o': [{ group: 'backup', weight: 2 }] } },
+        /fallbacks\["gpt-4o"\]\[0\]: unknown field "weight"/,
+      ],
     ])('%s', (_where, document, expected) => {
       expect(problem(document)).toMatch(expected);
     });
@@ -108,14 +161,38 @@ describe('the upstreams file', () => {
 
   describe('keys', () => {
     it.each([
-      ['a variable that is not set', one({ apiKeyEnv: 'OPENAI_KEY_US' }), /upstreams\[0\] \("upstream"\): "apiKeyEnv" names OPENAI_KEY_US, which is not set \(or is empty\)/],
-      ['a variable that is empty', one({ apiKeyEnv: 'EMPTY_KEY' }), /names EMPTY_KEY, which is not set \(or is empty\)/],
-      ['a variable name that is not one', one({ apiKeyEnv: 'OPENAI KEY' }), /"apiKeyEnv" must name an environment variable/],
+      [
+        'a variable that is not set',
+        one({ apiKeyEnv: 'OPENAI_KEY_US' }),
+        /upstreams\[0\] \("upstream"\): "apiKeyEnv" names OPENAI_KEY_US, which is not set \(or is empty\)/,
+      ],
+      [
+        'a variable that is empty',
+        one({ apiKeyEnv: 'EMPTY_KEY' }),
+        /names EMPTY_KEY, which is not set \(or is empty\)/,
+      ],
+      [
+        'a variable name that is not one',
+        one({ apiKeyEnv: 'OPENAI KEY' }),
+        /"apiKeyEnv" must name an environment variable/,
+      ],
       ['a variable name that is not a string', one({ apiKeyEnv: 7 }), /"apiKeyEnv" must name an environment variable/],
-      ['an inherited property as a variable name', one({ apiKeyEnv: 'constructor' }), /names constructor, which is not set/],
-      ['both a variable and an inline key', one({ apiKeyEnv: 'OPENAI_KEY_EU', apiKey: KEY_INLINE }), /give "apiKeyEnv" or "apiKey", not both/],
+      [
+        'an inherited property as a variable name',
+        one({ apiKeyEnv: 'constructor' }),
+        /names constructor, which is not set/,
+      ],
+      [
+        'both a variable and an inline key',
+        one({ apiKeyEnv: 'OPENAI_KEY_EU', apiKey: KEY_INLINE }),
+        /give "apiKeyEnv" or "apiKey", not both/,
+      ],
       ['an inline key that is not a string', one({ apiKey: 12345678901 }), /"apiKey" must be a string/],
-      ['an inline key with a line break', one({ apiKey: `${KEY_INLINE}\n` }), /"apiKey" holds spaces, line breaks or other characters a header cannot carry/],
+      [
+        'an inline key with a line break',
+        one({ apiKey: `${KEY_INLINE}\n` }),
+        /"apiKey" holds spaces, line breaks or other characters a header cannot carry/,
+      ],
       ['an inline key with a space', one({ apiKey: `Bearer ${KEY_INLINE}` }), /"apiKey" holds spaces/],
       ['an inline key with a non-ASCII character', one({ apiKey: `${KEY_INLINE}é` }), /"apiKey" holds spaces/],
       ['a short key', one({ apiKey: 'short' }), /"apiKey" is shorter than 8 characters/],
@@ -132,15 +209,36 @@ describe('the upstreams file', () => {
 
   describe('names and URLs', () => {
     it.each([
-      ['the same name twice', { upstreams: [{ name: 'a', url: 'http://a:1' }, { name: 'a', url: 'http://b:1' }] }, /upstreams\[1\] \("a"\): the name "a" is used twice/],
-      ['a primary name reused in a group', { ...VALID, groups: { backup: [{ name: 'eu', url: 'http://c:1' }] } }, /groups\["backup"\]\[0\] \("eu"\): the name "eu" is used twice/],
-      ['the same URL twice in one pool', { upstreams: [{ url: 'http://a:1/v1' }, { url: 'http://a:1/v1/' }] }, /upstreams\[1\]: "url" is listed twice in this pool/],
+      [
+        'the same name twice',
+        {
+          upstreams: [
+            { name: 'a', url: 'http://a:1' },
+            { name: 'a', url: 'http://b:1' },
+          ],
+        },
+        /upstreams\[1\] \("a"\): the name "a" is used twice/,
+      ],
+      [
+        'a primary name reused in a group',
+        { ...VALID, groups: { backup: [{ name: 'eu', url: 'http://c:1' }] } },
+        /groups\["backup"\]\[0\] \("eu"\): the name "eu" is used twice/,
+      ],
+      [
+        'the same URL twice in one pool',
+        { upstreams: [{ url: 'http://a:1/v1' }, { url: 'http://a:1/v1/' }] },
+        /upstreams\[1\]: "url" is listed twice in this pool/,
+      ],
       ['a name with a space', one({ name: 'my upstream' }), /"name" must be 1-100 letters/],
       ['a name that is not a string', one({ name: 3 }), /"name" must be 1-100 letters/],
       ['a missing URL', { upstreams: [{ name: 'a' }] }, /upstreams\[0\]: "url" must be the upstream's base URL/],
       ['a URL that is not one', one({ url: 'not a url' }), /"url" is not a URL/],
       ['an ftp URL', one({ url: 'ftp://a/v1' }), /"url" must use http: or https:, got "ftp:"/],
-      ['a URL with a query', one({ url: 'http://a:1/v1?key=1' }), /"url" must be a base URL, without a query or fragment/],
+      [
+        'a URL with a query',
+        one({ url: 'http://a:1/v1?key=1' }),
+        /"url" must be a base URL, without a query or fragment/,
+      ],
       ['a huge URL', one({ url: `http://a/${'x'.repeat(3_000)}` }), /"url" is longer than 2048 characters/],
     ])('refuses %s', (_what, document, expected) => {
       expect(problem(document)).toMatch(expected);
@@ -162,40 +260,118 @@ describe('the upstreams file', () => {
   });
 
   describe('groups and fallbacks', () => {
-    const chain = (fallbacks: unknown, groups: unknown = VALID.groups) => ({ upstreams: VALID.upstreams, groups, fallbacks });
+    const chain = (fallbacks: unknown, groups: unknown = VALID.groups) => ({
+      upstreams: VALID.upstreams,
+      groups,
+      fallbacks,
+    });
 
     it.each([
-      ['a group no chain uses', chain({ 'gpt-4o': [{ group: 'backup' }] }, { ...VALID.groups, spare: [{ url: 'http://d:1' }] }), /groups\["spare"\]: no fallback chain uses this group/],
-      ['a group named as the primary pool', chain({ 'gpt-4o': [{ group: 'upstream' }] }, { upstream: [{ url: 'http://d:1' }] }), /groups\["upstream"\]: "upstream" is the primary pool's name/],
-      ['a group name with a slash', chain({}, { 'a/b': [{ url: 'http://d:1' }] }), /groups\["a\/b"\]: a group name is 1-64 letters/],
-      ['__proto__ as a group name', `{"upstreams":[{"url":"http://a:1"}],"groups":{"__proto__":[{"url":"http://d:1"}]},"fallbacks":{"m":[{"group":"__proto__"}]}}`, /groups\["__proto__"\]: a group name is 1-64/],
-      ['a group that is not a list', chain({ 'gpt-4o': [{ group: 'backup' }] }, { backup: { url: 'http://d:1' } }), /groups\["backup"\]: must be a non-empty list/],
-      ['groups as a list', chain({}, [{ url: 'http://d:1' }]), /"groups": must be an object of group name -> list of upstreams, got a list/],
-      ['a chain naming an unknown group', chain({ 'gpt-4o': [{ group: 'backup' }, { group: 'azure' }] }), /fallbacks\["gpt-4o"\]\[1\]: "group" "azure" is not defined in "groups" \(defined: "backup"\)/],
-      ['a chain naming a group twice', chain({ 'gpt-4o': [{ group: 'backup' }, { group: 'backup', model: 'x' }] }), /fallbacks\["gpt-4o"\]\[1\]: the group "backup" appears twice in this chain/],
-      ['an empty chain', chain({ 'gpt-4o': [], '*': [{ group: 'backup' }] }), /fallbacks\["gpt-4o"\]: must be a non-empty list/],
-      ['a chain that is a group name', chain({ 'gpt-4o': 'backup' }), /fallbacks\["gpt-4o"\]: must be a non-empty list of \{ "group", "model"\? \}/],
-      ['a step without a group', chain({ 'gpt-4o': [{ model: 'x' }] }), /fallbacks\["gpt-4o"\]\[0\]: "group" must name one of "groups"/],
-      ['a model rewrite that is empty', chain({ 'gpt-4o': [{ group: 'backup', model: '' }] }), /"model" must be a model name of 1-200 characters/],
-      ['a model rewrite that is not a string', chain({ 'gpt-4o': [{ group: 'backup', model: ['x'] }] }), /"model" must be a model name/],
-      ['a model rewrite with a control character', chain({ 'gpt-4o': [{ group: 'backup', model: 'a\u0000b' }] }), /"model" must be a model name .* without control characters/],
-      ['a requested model with a line break', chain({ 'gpt\n4o': [{ group: 'backup' }] }), /fallbacks\["gpt\\n4o"\]: a model name is 1-200 characters, without control characters/],
-      ['a requested model that is too long', chain({ ['m'.repeat(201)]: [{ group: 'backup' }] }), /a model name is 1-200 characters/],
-      ['a chain of nine steps', chain({ m: Array.from({ length: 9 }, () => ({ group: 'backup' })) }), /fallbacks\["m"\]: more than 8 steps/],
+      [
+        'a group no chain uses',
+        chain({ 'gpt-4o': [{ group: 'backup' }] }, { ...VALID.groups, spare: [{ url: 'http://d:1' }] }),
+        /groups\["spare"\]: no fallback chain uses this group/,
+      ],
+      [
+        'a group named as the primary pool',
+        chain({ 'gpt-4o': [{ group: 'upstream' }] }, { upstream: [{ url: 'http://d:1' }] }),
+        /groups\["upstream"\]: "upstream" is the primary pool's name/,
+      ],
+      [
+        'a group name with a slash',
+        chain({}, { 'a/b': [{ url: 'http://d:1' }] }),
+        /groups\["a\/b"\]: a group name is 1-64 letters/,
+      ],
+      [
+        '__proto__ as a group name',
+        `{"upstreams":[{"url":"http://a:1"}],"groups":{"__proto__":[{"url":"http://d:1"}]},"fallbacks":{"m":[{"group":"__proto__"}]}}`,
+        /groups\["__proto__"\]: a group name is 1-64/,
+      ],
+      [
+        'a group that is not a list',
+        chain({ 'gpt-4o': [{ group: 'backup' }] }, { backup: { url: 'http://d:1' } }),
+        /groups\["backup"\]: must be a non-empty list/,
+      ],
+      [
+        'groups as a list',
+        chain({}, [{ url: 'http://d:1' }]),
+        /"groups": must be an object of group name -> list of upstreams, got a list/,
+      ],
+      [
+        'a chain naming an unknown group',
+        chain({ 'gpt-4o': [{ group: 'backup' }, { group: 'azure' }] }),
+        /fallbacks\["gpt-4o"\]\[1\]: "group" "azure" is not defined in "groups" \(defined: "backup"\)/,
+      ],
+      [
+        'a chain naming a group twice',
+        chain({ 'gpt-4o': [{ group: 'backup' }, { group: 'backup', model: 'x' }] }),
+        /fallbacks\["gpt-4o"\]\[1\]: the group "backup" appears twice in this chain/,
+      ],
+      [
+        'an empty chain',
+        chain({ 'gpt-4o': [], '*': [{ group: 'backup' }] }),
+        /fallbacks\["gpt-4o"\]: must be a non-empty list/,
+      ],
+      [
+        'a chain that is a group name',
+        chain({ 'gpt-4o': 'backup' }),
+        /fallbacks\["gpt-4o"\]: must be a non-empty list of \{ "group", "model"\? \}/,
+      ],
+      [
+        'a step without a group',
+        chain({ 'gpt-4o': [{ model: 'x' }] }),
+        /fallbacks\["gpt-4o"\]\[0\]: "group" must name one of "groups"/,
+      ],
+      [
+        'a model rewrite that is empty',
+        chain({ 'gpt-4o': [{ group: 'backup', model: '' }] }),
+        /"model" must be a model name of 1-200 characters/,
+      ],
+      [
+        'a model rewrite that is not a string',
+        chain({ 'gpt-4o': [{ group: 'backup', model: ['x'] }] }),
+        /"model" must be a model name/,
+      ],
+      [
+        'a model rewrite with a control character',
+        chain({ 'gpt-4o': [{ group: 'backup', model: 'a\u0000b' }] }),
+        /"model" must be a model name .* without control characters/,
+      ],
+      [
+        'a requested model with a line break',
+        chain({ 'gpt\n4o': [{ group: 'backup' }] }),
+        /fallbacks\["gpt\\n4o"\]: a model name is 1-200 characters, without control characters/,
+      ],
+      [
+        'a requested model that is too long',
+        chain({ ['m'.repeat(201)]: [{ group: 'backup' }] }),
+        /a model name is 1-200 characters/,
+      ],
+      [
+        'a chain of nine steps',
+        chain({ m: Array.from({ length: 9 }, () => ({ group: 'backup' })) }),
+        /fallbacks\["m"\]: more than 8 steps/,
+      ],
     ])('refuses %s', (_what, document, expected) => {
       expect(problem(document)).toMatch(expected);
     });
 
     it('keys chains by any requested model name, __proto__ included, without touching any prototype', () => {
-      const file = parse(`{"upstreams":[{"url":"http://a:1"}],"groups":{"b":[{"url":"http://d:1"}]},"fallbacks":{"__proto__":[{"group":"b","model":"polluted"}],"constructor":[{"group":"b"}]}}`);
+      const file = parse(
+        `{"upstreams":[{"url":"http://a:1"}],"groups":{"b":[{"url":"http://d:1"}]},"fallbacks":{"__proto__":[{"group":"b","model":"polluted"}],"constructor":[{"group":"b"}]}}`,
+      );
       expect([...file.fallbacks.keys()]).toEqual(['__proto__', 'constructor']);
       expect(file.fallbacks.get('__proto__')).toEqual([{ group: 'b', model: 'polluted' }]);
       expect(({} as Record<string, unknown>).model).toBeUndefined();
     });
 
     it('serves --provider openai only: a llama.cpp or Anthropic gateway is told why', () => {
-      expect(problem(VALID, ENV, 'llama')).toMatch(/"groups": fallback chains rewrite OpenAI request bodies and serve --provider openai only \(this gateway is --provider llama\)/);
-      expect(problem({ upstreams: VALID.upstreams, fallbacks: {} }, ENV, 'anthropic')).toMatch(/"fallbacks": .*--provider openai only/);
+      expect(problem(VALID, ENV, 'llama')).toMatch(
+        /"groups": fallback chains rewrite OpenAI request bodies and serve --provider openai only \(this gateway is --provider llama\)/,
+      );
+      expect(problem({ upstreams: VALID.upstreams, fallbacks: {} }, ENV, 'anthropic')).toMatch(
+        /"fallbacks": .*--provider openai only/,
+      );
       // Upstreams with keys of their own are for every provider.
       expect(parse({ upstreams: VALID.upstreams }, ENV, 'llama').upstreams).toHaveLength(2);
     });
@@ -207,13 +383,17 @@ describe('the upstreams file', () => {
       expect(problem(big)).toMatch(/larger than 262144 bytes/);
       const dir = mkdtempSync(join(tmpdir(), 'npo-upstreams-'));
       writeFileSync(join(dir, 'big.json'), big);
-      expect(() => readUpstreamsFile(join(dir, 'big.json'), ENV, 'openai')).toThrow(/larger than 262144 bytes \(300\d+\)/);
+      expect(() => readUpstreamsFile(join(dir, 'big.json'), ENV, 'openai')).toThrow(
+        /larger than 262144 bytes \(300\d+\)/,
+      );
     });
 
     it('refuses more than 64 upstreams in all', () => {
       const many = (n: number, host: string) => Array.from({ length: n }, (_, i) => ({ url: `http://${host}${i}:1` }));
       expect(problem({ upstreams: many(65, 'a') })).toMatch(/upstreams: more than 64 upstreams/);
-      expect(problem({ upstreams: many(40, 'a'), groups: { b: many(30, 'b') }, fallbacks: { '*': [{ group: 'b' }] } })).toMatch(/more than 64 upstreams in all/);
+      expect(
+        problem({ upstreams: many(40, 'a'), groups: { b: many(30, 'b') }, fallbacks: { '*': [{ group: 'b' }] } }),
+      ).toMatch(/more than 64 upstreams in all/);
     });
 
     it('survives deeply nested JSON with a clear answer', () => {
@@ -243,7 +423,7 @@ describe('--upstreams-file', () => {
     return path;
   }
 
-  it('replaces --upstream: the primary URLs are the file\'s, the first of them the provider\'s base', () => {
+  it("replaces --upstream: the primary URLs are the file's, the first of them the provider's base", () => {
     const path = fileWith(VALID);
     const config = parseGatewayConfig(['--upstreams-file', path], { ...ENV, OPENAI_BASE_URL: 'http://ignored:1/v1' })!;
     expect(config.upstream).toBe('https://eu.example.com/v1');
@@ -260,9 +440,13 @@ describe('--upstreams-file', () => {
   it('refuses --upstream beside it, as flag or variable', () => {
     const path = fileWith(VALID);
     expect(() => parseGatewayConfig(['--upstreams-file', path, '--upstream', 'http://a:1'], ENV)).toThrow(
-      new ConfigError('--upstream and --upstreams-file both list upstreams: list every upstream in the file, or use --upstream alone'),
+      new ConfigError(
+        '--upstream and --upstreams-file both list upstreams: list every upstream in the file, or use --upstream alone',
+      ),
     );
-    expect(() => parseGatewayConfig(['--upstream', 'http://a:1'], { ...ENV, ORCHESTRATOR_UPSTREAMS_FILE: path })).toThrow(/both list upstreams/);
+    expect(() =>
+      parseGatewayConfig(['--upstream', 'http://a:1'], { ...ENV, ORCHESTRATOR_UPSTREAMS_FILE: path }),
+    ).toThrow(/both list upstreams/);
   });
 
   it('stops start-up with one line naming the file and the field, never the key', () => {
@@ -274,13 +458,21 @@ describe('--upstreams-file', () => {
       expect(error).toBeInstanceOf(ConfigError);
       message = (error as Error).message;
     }
-    expect(message).toBe(`--upstreams-file ${JSON.stringify(path)}: upstreams[0] ("upstream"): "concurrency" must be a whole number from 1 to 100000`);
+    expect(message).toBe(
+      `--upstreams-file ${JSON.stringify(path)}: upstreams[0] ("upstream"): "concurrency" must be a whole number from 1 to 100000`,
+    );
     const missing = join(tmpdir(), 'npo-no-such-dir', 'upstreams.json');
-    expect(() => parseGatewayConfig(['--upstreams-file', missing], ENV)).toThrow(`--upstreams-file ${JSON.stringify(missing)}: cannot be read (ENOENT)`);
-    expect(() => parseGatewayConfig(['--provider', 'llama', '--upstreams-file', fileWith(VALID)], ENV)).toThrow(/--provider openai only/);
+    expect(() => parseGatewayConfig(['--upstreams-file', missing], ENV)).toThrow(
+      `--upstreams-file ${JSON.stringify(missing)}: cannot be read (ENOENT)`,
+    );
+    expect(() => parseGatewayConfig(['--provider', 'llama', '--upstreams-file', fileWith(VALID)], ENV)).toThrow(
+      /--provider openai only/,
+    );
   });
 
   it('is listed by --help with its variable', () => {
-    expect(helpText()).toMatch(/--upstreams-file PATH\s+every upstream in one JSON file.*\[ORCHESTRATOR_UPSTREAMS_FILE\]/);
+    expect(helpText()).toMatch(
+      /--upstreams-file PATH\s+every upstream in one JSON file.*\[ORCHESTRATOR_UPSTREAMS_FILE\]/,
+    );
   });
 });

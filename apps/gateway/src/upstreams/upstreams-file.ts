@@ -145,7 +145,12 @@ export function readUpstreamsFile(path: string, env: NodeJS.ProcessEnv, provider
 }
 
 /** Parses the file's text (see the module comment); throws `UpstreamsFileError` naming the first problem. */
-export function parseUpstreamsFile(text: string, env: NodeJS.ProcessEnv, provider: string, path = '(inline)'): UpstreamsFile {
+export function parseUpstreamsFile(
+  text: string,
+  env: NodeJS.ProcessEnv,
+  provider: string,
+  path = '(inline)',
+): UpstreamsFile {
   try {
     return new Parser(env, provider).parse(text, path);
   } catch (error) {
@@ -166,14 +171,23 @@ class Parser {
   parse(text: string, path: string): UpstreamsFile {
     if (Buffer.byteLength(text) > MAX_FILE_BYTES) throw new UpstreamsFileError(`larger than ${MAX_FILE_BYTES} bytes`);
     const document = parseJson(text);
-    const top = object(document, 'the file', 'an object with "upstreams" (and, for --provider openai, "groups" and "fallbacks")');
+    const top = object(
+      document,
+      'the file',
+      'an object with "upstreams" (and, for --provider openai, "groups" and "fallbacks")',
+    );
     checkFields(top, ['upstreams', 'groups', 'fallbacks'], 'the file');
-    if (top.upstreams === undefined) throw new UpstreamsFileError('"upstreams" is missing: list the primary upstreams there, e.g. [{ "url": "http://127.0.0.1:8080" }]');
+    if (top.upstreams === undefined)
+      throw new UpstreamsFileError(
+        '"upstreams" is missing: list the primary upstreams there, e.g. [{ "url": "http://127.0.0.1:8080" }]',
+      );
     const upstreams = this.pool(top.upstreams, 'upstreams', PRIMARY_POOL, true);
     const routed = top.groups !== undefined || top.fallbacks !== undefined;
     if (routed && this.provider !== 'openai') {
       const field = top.groups !== undefined ? 'groups' : 'fallbacks';
-      throw new UpstreamsFileError(`"${field}": fallback chains rewrite OpenAI request bodies and serve --provider openai only (this gateway is --provider ${this.provider})`);
+      throw new UpstreamsFileError(
+        `"${field}": fallback chains rewrite OpenAI request bodies and serve --provider openai only (this gateway is --provider ${this.provider})`,
+      );
     }
     const groups = new Map<string, UpstreamEntry[]>();
     if (top.groups !== undefined) {
@@ -182,21 +196,31 @@ class Parser {
       if (entries.length > MAX_GROUPS) throw new UpstreamsFileError(`"groups": more than ${MAX_GROUPS} groups`);
       for (const [name, members] of entries) {
         const where = `groups[${quote(name)}]`;
-        if (!GROUP.test(name)) throw new UpstreamsFileError(`${where}: a group name is 1-64 letters, digits, . _ - (starting with a letter or digit)`);
-        if (name === PRIMARY_POOL) throw new UpstreamsFileError(`${where}: "${PRIMARY_POOL}" is the primary pool's name; choose another`);
+        if (!GROUP.test(name))
+          throw new UpstreamsFileError(
+            `${where}: a group name is 1-64 letters, digits, . _ - (starting with a letter or digit)`,
+          );
+        if (name === PRIMARY_POOL)
+          throw new UpstreamsFileError(`${where}: "${PRIMARY_POOL}" is the primary pool's name; choose another`);
         groups.set(name, this.pool(members, where, name, false));
       }
     }
     const fallbacks = new Map<string, FallbackStep[]>();
     if (top.fallbacks !== undefined) {
-      const raw = object(top.fallbacks, '"fallbacks"', 'an object of requested model (or "*") -> list of { "group", "model"? }');
+      const raw = object(
+        top.fallbacks,
+        '"fallbacks"',
+        'an object of requested model (or "*") -> list of { "group", "model"? }',
+      );
       const entries = Object.entries(raw);
       if (entries.length > MAX_MODELS) throw new UpstreamsFileError(`"fallbacks": more than ${MAX_MODELS} models`);
       for (const [model, chain] of entries) fallbacks.set(model, this.chain(model, chain, groups));
     }
     for (const name of groups.keys()) {
       if (![...fallbacks.values()].some((chain) => chain.some((step) => step.group === name))) {
-        throw new UpstreamsFileError(`groups[${quote(name)}]: no fallback chain uses this group (a group serves only as a fallback)`);
+        throw new UpstreamsFileError(
+          `groups[${quote(name)}]: no fallback chain uses this group (a group serves only as a fallback)`,
+        );
       }
     }
     const total = upstreams.length + [...groups.values()].reduce((n, g) => n + g.length, 0);
@@ -206,7 +230,8 @@ class Parser {
 
   /** A pool's list of upstreams; default names as `--upstream` gives them (`upstream`, or `upstream@host:port`). */
   private pool(value: unknown, where: string, pool: string, primary: boolean): UpstreamEntry[] {
-    if (!Array.isArray(value) || value.length === 0) throw new UpstreamsFileError(`${where}: must be a non-empty list of upstreams ({ "url": ... })`);
+    if (!Array.isArray(value) || value.length === 0)
+      throw new UpstreamsFileError(`${where}: must be a non-empty list of upstreams ({ "url": ... })`);
     if (value.length > MAX_UPSTREAMS) throw new UpstreamsFileError(`${where}: more than ${MAX_UPSTREAMS} upstreams`);
     const raws = value.map((item, i) => {
       const at = `${where}[${i}]`;
@@ -221,7 +246,9 @@ class Parser {
       let name: string;
       if (entry.name !== undefined) {
         if (typeof entry.name !== 'string' || !NAME.test(entry.name)) {
-          throw new UpstreamsFileError(`${at}: "name" must be 1-100 letters, digits or . : @ / _ - (starting with a letter or digit)`);
+          throw new UpstreamsFileError(
+            `${at}: "name" must be 1-100 letters, digits or . : @ / _ - (starting with a letter or digit)`,
+          );
         }
         name = entry.name;
       } else {
@@ -230,7 +257,10 @@ class Parser {
         name = primary && raws.length === 1 ? PRIMARY_POOL : `${pool}@${parsed.host}${shared ? parsed.pathname : ''}`;
       }
       const named = `${at} (${quote(name)})`;
-      if (this.names.has(name)) throw new UpstreamsFileError(`${named}: the name ${quote(name)} is used twice (each upstream has a breaker and a limiter of its own, by name)`);
+      if (this.names.has(name))
+        throw new UpstreamsFileError(
+          `${named}: the name ${quote(name)} is used twice (each upstream has a breaker and a limiter of its own, by name)`,
+        );
       this.names.add(name);
       const key = this.key(entry, named);
       let concurrency: number | undefined;
@@ -241,32 +271,51 @@ class Parser {
         }
         concurrency = n;
       }
-      return { name, url, ...(key ? { key } : {}), inheritsKey: primary, ...(concurrency === undefined ? {} : { concurrency }) };
+      return {
+        name,
+        url,
+        ...(key ? { key } : {}),
+        inheritsKey: primary,
+        ...(concurrency === undefined ? {} : { concurrency }),
+      };
     });
   }
 
   /** An upstream's own key, from `apiKeyEnv` or `apiKey`; never repeated in a message. */
   private key(entry: Record<string, unknown>, where: string): UpstreamKey | undefined {
     const { apiKeyEnv, apiKey } = entry;
-    if (apiKeyEnv !== undefined && apiKey !== undefined) throw new UpstreamsFileError(`${where}: give "apiKeyEnv" or "apiKey", not both`);
+    if (apiKeyEnv !== undefined && apiKey !== undefined)
+      throw new UpstreamsFileError(`${where}: give "apiKeyEnv" or "apiKey", not both`);
     let value: string;
     let source: string;
     if (apiKeyEnv !== undefined) {
       if (typeof apiKeyEnv !== 'string' || !ENV_NAME.test(apiKeyEnv)) {
-        throw new UpstreamsFileError(`${where}: "apiKeyEnv" must name an environment variable (letters, digits and _, not starting with a digit)`);
+        throw new UpstreamsFileError(
+          `${where}: "apiKeyEnv" must name an environment variable (letters, digits and _, not starting with a digit)`,
+        );
       }
       const found = Object.prototype.hasOwnProperty.call(this.env, apiKeyEnv) ? this.env[apiKeyEnv] : undefined;
-      if (found === undefined || found === '') throw new UpstreamsFileError(`${where}: "apiKeyEnv" names ${apiKeyEnv}, which is not set (or is empty)`);
+      if (found === undefined || found === '')
+        throw new UpstreamsFileError(`${where}: "apiKeyEnv" names ${apiKeyEnv}, which is not set (or is empty)`);
       value = found;
       source = `env ${apiKeyEnv}`;
     } else if (apiKey !== undefined) {
-      if (typeof apiKey !== 'string') throw new UpstreamsFileError(`${where}: "apiKey" must be a string (or use "apiKeyEnv" to read it from the environment)`);
+      if (typeof apiKey !== 'string')
+        throw new UpstreamsFileError(
+          `${where}: "apiKey" must be a string (or use "apiKeyEnv" to read it from the environment)`,
+        );
       value = apiKey;
       source = 'inline';
     } else return undefined;
     const from = source === 'inline' ? '"apiKey"' : `the key in ${apiKeyEnv as string}`;
-    if (!KEY_CHARS.test(value)) throw new UpstreamsFileError(`${where}: ${from} holds spaces, line breaks or other characters a header cannot carry`);
-    if (value.length < MIN_KEY) throw new UpstreamsFileError(`${where}: ${from} is shorter than ${MIN_KEY} characters (too short to be kept out of logs reliably)`);
+    if (!KEY_CHARS.test(value))
+      throw new UpstreamsFileError(
+        `${where}: ${from} holds spaces, line breaks or other characters a header cannot carry`,
+      );
+    if (value.length < MIN_KEY)
+      throw new UpstreamsFileError(
+        `${where}: ${from} is shorter than ${MIN_KEY} characters (too short to be kept out of logs reliably)`,
+      );
     if (value.length > MAX_KEY) throw new UpstreamsFileError(`${where}: ${from} is longer than ${MAX_KEY} characters`);
     return new UpstreamKey(value, source);
   }
@@ -276,7 +325,8 @@ class Parser {
     if (model.length === 0 || model.length > MAX_MODEL || /[\x00-\x1f\x7f]/.test(model)) {
       throw new UpstreamsFileError(`${where}: a model name is 1-${MAX_MODEL} characters, without control characters`);
     }
-    if (!Array.isArray(value) || value.length === 0) throw new UpstreamsFileError(`${where}: must be a non-empty list of { "group", "model"? }`);
+    if (!Array.isArray(value) || value.length === 0)
+      throw new UpstreamsFileError(`${where}: must be a non-empty list of { "group", "model"? }`);
     if (value.length > MAX_CHAIN) throw new UpstreamsFileError(`${where}: more than ${MAX_CHAIN} steps`);
     const seen = new Set<string>();
     return value.map((item, i) => {
@@ -286,14 +336,24 @@ class Parser {
       if (typeof step.group !== 'string') throw new UpstreamsFileError(`${at}: "group" must name one of "groups"`);
       if (!groups.has(step.group)) {
         const known = [...groups.keys()].map(quote).join(', ') || 'none';
-        throw new UpstreamsFileError(`${at}: "group" ${quote(step.group)} is not defined in "groups" (defined: ${known})`);
+        throw new UpstreamsFileError(
+          `${at}: "group" ${quote(step.group)} is not defined in "groups" (defined: ${known})`,
+        );
       }
-      if (seen.has(step.group)) throw new UpstreamsFileError(`${at}: the group ${quote(step.group)} appears twice in this chain`);
+      if (seen.has(step.group))
+        throw new UpstreamsFileError(`${at}: the group ${quote(step.group)} appears twice in this chain`);
       seen.add(step.group);
       if (step.model === undefined) return { group: step.group };
       const rewritten = step.model;
-      if (typeof rewritten !== 'string' || rewritten.length === 0 || rewritten.length > MAX_MODEL || /[\x00-\x1f\x7f]/.test(rewritten)) {
-        throw new UpstreamsFileError(`${at}: "model" must be a model name of 1-${MAX_MODEL} characters, without control characters`);
+      if (
+        typeof rewritten !== 'string' ||
+        rewritten.length === 0 ||
+        rewritten.length > MAX_MODEL ||
+        /[\x00-\x1f\x7f]/.test(rewritten)
+      ) {
+        throw new UpstreamsFileError(
+          `${at}: "model" must be a model name of 1-${MAX_MODEL} characters, without control characters`,
+        );
       }
       return { group: step.group, model: rewritten };
     });
@@ -355,13 +415,16 @@ function checkFields(value: Record<string, unknown>, allowed: readonly string[],
   for (const field of Object.keys(value)) {
     if (allowed.includes(field)) continue;
     const shown = SHOWABLE_FIELD.test(field) ? `"${field}"` : '(its name not shown)';
-    throw new UpstreamsFileError(`${where}: unknown field ${shown}; the fields are ${allowed.map((f) => `"${f}"`).join(', ')}`);
+    throw new UpstreamsFileError(
+      `${where}: unknown field ${shown}; the fields are ${allowed.map((f) => `"${f}"`).join(', ')}`,
+    );
   }
 }
 
 /** A base URL: http(s), no credentials, query or fragment (they would be logged, or lost). */
 function parseUrl(value: unknown, where: string): string {
-  if (typeof value !== 'string' || value === '') throw new UpstreamsFileError(`${where}: "url" must be the upstream's base URL, e.g. "https://api.openai.com/v1"`);
+  if (typeof value !== 'string' || value === '')
+    throw new UpstreamsFileError(`${where}: "url" must be the upstream's base URL, e.g. "https://api.openai.com/v1"`);
   if (value.length > MAX_URL) throw new UpstreamsFileError(`${where}: "url" is longer than ${MAX_URL} characters`);
   let url: URL;
   try {
@@ -369,9 +432,12 @@ function parseUrl(value: unknown, where: string): string {
   } catch {
     throw new UpstreamsFileError(`${where}: "url" is not a URL`);
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new UpstreamsFileError(`${where}: "url" must use http: or https:, got ${quote(url.protocol)}`);
-  if (url.username !== '' || url.password !== '') throw new UpstreamsFileError(`${where}: "url" must not carry credentials; give the key in "apiKeyEnv"`);
-  if (url.search !== '' || url.hash !== '') throw new UpstreamsFileError(`${where}: "url" must be a base URL, without a query or fragment`);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new UpstreamsFileError(`${where}: "url" must use http: or https:, got ${quote(url.protocol)}`);
+  if (url.username !== '' || url.password !== '')
+    throw new UpstreamsFileError(`${where}: "url" must not carry credentials; give the key in "apiKeyEnv"`);
+  if (url.search !== '' || url.hash !== '')
+    throw new UpstreamsFileError(`${where}: "url" must be a base URL, without a query or fragment`);
   return url.toString().replace(/\/+$/, '');
 }
 

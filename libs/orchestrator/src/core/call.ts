@@ -57,7 +57,11 @@ const DONE: CallState = { kind: 'done' };
  * breaker counts as its `execute` would. A queue wait, a retry, or a breaker
  * that is not closed takes the general path above.
  */
-export function guardedCall<T>(policy: RoutePolicy, work: CallWork<T>, options: GuardedCallOptions = {}): Observable<CallEvent<T>> {
+export function guardedCall<T>(
+  policy: RoutePolicy,
+  work: CallWork<T>,
+  options: GuardedCallOptions = {},
+): Observable<CallEvent<T>> {
   return new Observable<CallEvent<T>>((subscriber) => {
     const call = new GuardedCall(policy, work, subscriber, options);
     if (options.handle) options.handle.call = call;
@@ -236,7 +240,7 @@ class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
     // A work function that declares no parameter cannot read its signal: it gets a shared one that never aborts.
     const abort = this.work.length === 0 ? undefined : new AbortController();
     const attempt = new Attempt<T>(this, settle, abort, startedAt, learning, span);
-    this.state = { kind: 'attempting', attempt: attempt as Attempt<unknown> };
+    this.state = { kind: 'attempting', attempt: attempt };
     let events: Observable<CallEvent<T>>;
     try {
       events = this.work(abort?.signal ?? NEVER_ABORTED, this.policy.upstream);
@@ -259,7 +263,7 @@ class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
     if (!attempt.answered && event.kind !== 'head') {
       attempt.answered = true;
       this.answered(attempt);
-      if (this.state.kind === 'attempting') this.state = { kind: 'streaming', attempt: attempt as Attempt<unknown> };
+      if (this.state.kind === 'attempting') this.state = { kind: 'streaming', attempt: attempt };
       attempt.settled(undefined);
     }
     this.subscriber.next(event);
@@ -270,7 +274,8 @@ class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
     attempt.span?.end(isOrchestratorError(error) && error.code === 'upstream_timeout' ? 'timeout' : 'error', error);
     attempt.abort?.abort(error);
     const observer = this.options.observer;
-    if (observer) this.observeError(observer, error, attempt.answered ? undefined : performance.now() - attempt.startedAt);
+    if (observer)
+      this.observeError(observer, error, attempt.answered ? undefined : performance.now() - attempt.startedAt);
     if (!attempt.answered) {
       if (attempt.learning && isOverloadSignal(error)) attempt.learning.drop();
       if (this.state.kind === 'attempting') this.state = BACKOFF;
@@ -295,7 +300,8 @@ class GuardedCall<T> implements CallControl, RunningCall, Unsubscribable {
 
   /** The attempt's first event: its latency, for the adaptive limit and the observers. */
   private answered(attempt: Attempt<T>): void {
-    if (attempt.learning) attempt.learning.sample(performance.now() - attempt.startedAt, this.policy.limiter!.inFlight + 1);
+    if (attempt.learning)
+      attempt.learning.sample(performance.now() - attempt.startedAt, this.policy.limiter!.inFlight + 1);
     this.options.observer?.upstreamCall(this.upstream, performance.now() - attempt.startedAt, 'ok');
   }
 

@@ -48,7 +48,9 @@ export class CircuitOpenError extends OrchestratorError {
     readonly breaker: string,
     override readonly retryAfterSeconds: number,
   ) {
-    super(`The upstream "${breaker}" is failing; requests are refused for about ${retryAfterSeconds} s while it recovers.`);
+    super(
+      `The upstream "${breaker}" is failing; requests are refused for about ${retryAfterSeconds} s while it recovers.`,
+    );
     this.name = 'CircuitOpenError';
   }
 }

@@ -14,13 +14,19 @@ describe('chunk events', () => {
   const chunksOf = (events: CallEvent<unknown>[]) => events.filter((event) => event.kind === 'chunk');
 
   it('of a streamed answer as it is called', async () => {
-    const events = await lastValueFrom(toCallEvents(of(new StreamedResponse(of('a', Buffer.from('b'))))).pipe(toArray()));
+    const events = await lastValueFrom(
+      toCallEvents(of(new StreamedResponse(of('a', Buffer.from('b'))))).pipe(toArray()),
+    );
     expect(chunksOf(events).map((event) => event instanceof ChunkEvent)).toEqual([true, true]);
     expect(chunksOf(events).map((event) => String(event.kind === 'chunk' && event.chunk))).toEqual(['a', 'b']);
   });
 
   it('of a streamed answer replayed from the window', () => {
-    const events = replayEntry({ kind: 'stream', head: { contentType: 'text/event-stream' }, chunks: ['a', Buffer.from('b')] });
+    const events = replayEntry({
+      kind: 'stream',
+      head: { contentType: 'text/event-stream' },
+      chunks: ['a', Buffer.from('b')],
+    });
     expect(chunksOf(events).map((event) => event instanceof ChunkEvent)).toEqual([true, true]);
   });
 

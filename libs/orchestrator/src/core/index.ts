@@ -13,7 +13,14 @@ export {
   type FlightSnapshot,
 } from './orchestrator.js';
 export type { OrchestrateOptions, RoutePolicy } from './policy.js';
-export { Upstream, UpstreamPool, defaultShouldFailover, type UpstreamHealth, type UpstreamHold, type UpstreamSnapshot } from './upstreams/upstream-pool.js';
+export {
+  Upstream,
+  UpstreamPool,
+  defaultShouldFailover,
+  type UpstreamHealth,
+  type UpstreamHold,
+  type UpstreamSnapshot,
+} from './upstreams/upstream-pool.js';
 export type { UpstreamRegistry } from './upstreams/upstream.registry.js';
 export type { UpstreamPoolOptions, UpstreamMemberOptions } from './upstreams/upstreams.options.js';
 export { AdaptiveLimit, type AdaptiveLimitOptions, type Clock } from './concurrency/adaptive-limit.js';
@@ -43,8 +50,20 @@ export type { DedupOutcome } from './dedup/single-flight.js';
 export type { OrchestratorObserver, RequestOutcome, RefusalReason, HoldOutcome, UpstreamResult } from './observer.js';
 
 // HTTP answers, for servers that wire the engine themselves (the Fastify plugin and the Express middleware do).
-export { errorBody, errorHeaders, type ErrorShape, type ErrorBody, type NestErrorBody, type OpenAIErrorBody } from './http/errors.js';
+export {
+  errorBody,
+  errorHeaders,
+  type ErrorShape,
+  type ErrorBody,
+  type NestErrorBody,
+  type OpenAIErrorBody,
+} from './http/errors.js';
 
 // Replicas: one call and one breaker state across the fleet (optional; Redis through any node-redis-like client).
 export type { FlightCoordinator, BreakerCoordinator } from './cluster/coordination.js';
-export { RedisCoordinator, type RedisCoordinatorOptions, type RedisCommands, type RedisSubscriber } from './cluster/redis-coordinator.js';
+export {
+  RedisCoordinator,
+  type RedisCoordinatorOptions,
+  type RedisCommands,
+  type RedisSubscriber,
+} from './cluster/redis-coordinator.js';

@@ -17,11 +17,18 @@ describe('core/ is framework-free', () => {
   const files = sources(core);
 
   it('finds the core sources', () => {
-    expect(files.map((f) => relative(core, f))).toEqual(expect.arrayContaining(['orchestrator.ts', 'call.ts', 'policy.ts']));
+    expect(files.map((f) => relative(core, f))).toEqual(
+      expect.arrayContaining(['orchestrator.ts', 'call.ts', 'policy.ts']),
+    );
   });
 
-  it.each(files.map((f) => [relative(core, f), f]))('%s imports nothing from Nest nor from the Nest adapter', (_name, file) => {
-    const imports = [...readFileSync(file, 'utf8').matchAll(/from '([^']+)'/g)].map((m) => m[1]);
-    expect(imports.filter((spec) => spec.startsWith('@nestjs/') || spec.includes('/nest/') || spec === 'reflect-metadata')).toEqual([]);
-  });
+  it.each(files.map((f) => [relative(core, f), f]))(
+    '%s imports nothing from Nest nor from the Nest adapter',
+    (_name, file) => {
+      const imports = [...readFileSync(file, 'utf8').matchAll(/from '([^']+)'/g)].map((m) => m[1]);
+      expect(
+        imports.filter((spec) => spec.startsWith('@nestjs/') || spec.includes('/nest/') || spec === 'reflect-metadata'),
+      ).toEqual([]);
+    },
+  );
 });

@@ -7,22 +7,41 @@ import type { RoutePolicy } from './policy.js';
 // and the gateway's data plane, which deliver call events themselves, reach it through `/internal`.
 
 /** `Orchestrator.startLocal`: the call started without a promise, or `undefined` when a store or the fleet must be asked. */
-export function startLocalCall<T>(orchestrator: Orchestrator, policy: RoutePolicy, call: CallRequest, work: CallWork<T>): StartedCall<T> | undefined {
+export function startLocalCall<T>(
+  orchestrator: Orchestrator,
+  policy: RoutePolicy,
+  call: CallRequest,
+  work: CallWork<T>,
+): StartedCall<T> | undefined {
   return orchestrator.startLocal<T>(policy, call, work);
 }
 
 /** `Orchestrator.peekLocal`: what this process holds for the call's key, nothing counted or started yet. */
-export function peekLocalCall<T>(orchestrator: Orchestrator, policy: RoutePolicy, call: CallRequest): LocalAnswer<T> | undefined {
+export function peekLocalCall<T>(
+  orchestrator: Orchestrator,
+  policy: RoutePolicy,
+  call: CallRequest,
+): LocalAnswer<T> | undefined {
   return orchestrator.peekLocal<T>(policy, call);
 }
 
 /** `Orchestrator.answerLocal`: the call answered with what `peekLocalCall` found. */
-export function answerLocalCall<T>(orchestrator: Orchestrator, policy: RoutePolicy, call: CallRequest, found: LocalAnswer<T>): StartedCall<T> {
+export function answerLocalCall<T>(
+  orchestrator: Orchestrator,
+  policy: RoutePolicy,
+  call: CallRequest,
+  found: LocalAnswer<T>,
+): StartedCall<T> {
   return orchestrator.answerLocal<T>(policy, call, found);
 }
 
 /** `Orchestrator.start`: the call joined, replayed or led, asking the shared window and the fleet first. */
-export function startCall<T>(orchestrator: Orchestrator, policy: RoutePolicy, call: CallRequest, work: CallWork<T>): Promise<StartedCall<T>> {
+export function startCall<T>(
+  orchestrator: Orchestrator,
+  policy: RoutePolicy,
+  call: CallRequest,
+  work: CallWork<T>,
+): Promise<StartedCall<T>> {
   return orchestrator.start<T>(policy, call, work);
 }
 

@@ -59,7 +59,10 @@ describe('Orchestrator.observe', () => {
     const orchestrator = new Orchestrator({ breakers: { llm: { failureThreshold: 2, openMs: 60_000 } } });
     const { events, observer } = recorder();
     orchestrator.observe(observer);
-    const policy = orchestrator.policy({ breaker: 'llm', retry: { retries: 1, baseDelayMs: 1, maxDelayMs: 1 } }, 'chat');
+    const policy = orchestrator.policy(
+      { breaker: 'llm', retry: { retries: 1, baseDelayMs: 1, maxDelayMs: 1 } },
+      'chat',
+    );
     await expect(orchestrator.run(policy, async () => Promise.reject(fail(502)))).rejects.toThrow('upstream 502');
     expect(events).toEqual([
       'request chat llm none',
@@ -77,9 +80,12 @@ describe('Orchestrator.observe', () => {
     const second = recorder();
     timed.observe(second.observer);
     const slow = timed.policy({ timeout: 5, breaker: 'slow' }, 'slow-route');
-    await expect(timed.run(slow, (signal) => new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason))))).rejects.toBeInstanceOf(
-      UpstreamTimeoutError,
-    );
+    await expect(
+      timed.run(
+        slow,
+        (signal) => new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason))),
+      ),
+    ).rejects.toBeInstanceOf(UpstreamTimeoutError);
     expect(second.events).toEqual(['request slow-route slow none', 'timeout slow total', 'upstream slow timeout']);
     await timed.close();
   });
@@ -97,7 +103,11 @@ describe('Orchestrator.observe', () => {
     await expect(third).rejects.toMatchObject({ code: 'overloaded' });
     release();
     await Promise.all([first, second]);
-    expect(events.filter((e) => e.startsWith('queue') || e.startsWith('refused'))).toEqual(['queue q 0', 'refused q overloaded', 'queue q >0']);
+    expect(events.filter((e) => e.startsWith('queue') || e.startsWith('refused'))).toEqual([
+      'queue q 0',
+      'refused q overloaded',
+      'queue q >0',
+    ]);
     await orchestrator.close();
   });
 

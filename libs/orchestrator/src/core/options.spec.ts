@@ -21,8 +21,22 @@ describe('validateModuleOptions', () => {
     expect(validateModuleOptions(undefined)).toEqual({});
     expect(validateModuleOptions({})).toEqual({});
     const options = {
-      dedup: { windowMs: 1_000, cacheAnswers: false, maxEntries: 10, maxEntryBytes: 100, cancelWhenAbandoned: true, key: () => 'k' },
-      breaker: { name: 'llm', failureThreshold: 3, openMs: 500, maxOpenMultiplier: 8, failureRate: { thresholdPercent: 50 }, healthProbe: async () => true },
+      dedup: {
+        windowMs: 1_000,
+        cacheAnswers: false,
+        maxEntries: 10,
+        maxEntryBytes: 100,
+        cancelWhenAbandoned: true,
+        key: () => 'k',
+      },
+      breaker: {
+        name: 'llm',
+        failureThreshold: 3,
+        openMs: 500,
+        maxOpenMultiplier: 8,
+        failureRate: { thresholdPercent: 50 },
+        healthProbe: async () => true,
+      },
       concurrency: { limit: 4, queueSize: 0, maxWaitMs: 100, retryAfterSeconds: 2 },
       timeout: { ms: 5_000, firstChunkMs: 1_000, idleMs: 2_000 },
       retry: { retries: 0, baseDelayMs: 10, maxDelayMs: 100 },
@@ -47,7 +61,11 @@ describe('validateModuleOptions', () => {
     ['a negative idle timeout', { timeout: { ms: 1_000, idleMs: -1 } }, 'timeout.idleMs'],
     ['negative retries', { retry: { retries: -1 } }, 'retry.retries'],
     ['a negative maxEntries', { dedup: { maxEntries: -10 } }, 'dedup.maxEntries'],
-    ['a failure rate above 100', { breaker: { failureRate: { thresholdPercent: 150 } } }, 'breaker.failureRate.thresholdPercent'],
+    [
+      'a failure rate above 100',
+      { breaker: { failureRate: { thresholdPercent: 150 } } },
+      'breaker.failureRate.thresholdPercent',
+    ],
     // zero window
     ['a zero window', { dedup: { windowMs: 0 } }, 'dedup.windowMs'],
     ['a negative window', { dedup: { windowMs: -300_000 } }, 'dedup.windowMs'],
@@ -61,7 +79,11 @@ describe('validateModuleOptions', () => {
     ['an unknown timeout option', { timeout: { ms: 1, totalMs: 2 } }, 'timeout.totalMs'],
     ['an unknown named breaker option', { breakers: { openai: { resetTimeout: 1 } } }, 'breakers.openai.resetTimeout'],
     ['an unknown named limit option', { limits: { openai: { capacity: 1 } } }, 'limits.openai.capacity'],
-    ['an unknown failure-rate option', { breaker: { failureRate: { thresholdPercent: 50, buckets: 10 } } }, 'breaker.failureRate.buckets'],
+    [
+      'an unknown failure-rate option',
+      { breaker: { failureRate: { thresholdPercent: 50, buckets: 10 } } },
+      'breaker.failureRate.buckets',
+    ],
     // wrong types
     ['a string limit', { concurrency: { limit: '16' } }, 'concurrency.limit'],
     ['a fractional limit', { concurrency: { limit: 1.5 } }, 'concurrency.limit'],
@@ -106,7 +128,9 @@ describe('normalizeOrchestrate', () => {
   const WHERE = '@Orchestrate() on ChatController.create';
 
   it('normalises the short forms', () => {
-    expect(normalizeOrchestrate({ dedup: true, breaker: 'openai', concurrency: 8, timeout: 30_000, retry: 2 }, WHERE)).toEqual({
+    expect(
+      normalizeOrchestrate({ dedup: true, breaker: 'openai', concurrency: 8, timeout: 30_000, retry: 2 }, WHERE),
+    ).toEqual({
       dedup: {},
       breaker: { name: 'openai' },
       concurrency: { limit: 8 },

@@ -17,7 +17,17 @@ export class OrchestratorConfigError extends Error {
   }
 }
 
-export type Check = 'positiveInt' | 'positive' | 'nonNegativeInt' | 'nonNegative' | 'boolean' | 'function' | 'string' | 'object' | 'array' | 'booleanOrObject';
+export type Check =
+  | 'positiveInt'
+  | 'positive'
+  | 'nonNegativeInt'
+  | 'nonNegative'
+  | 'boolean'
+  | 'function'
+  | 'string'
+  | 'object'
+  | 'array'
+  | 'booleanOrObject';
 
 export interface Field<T> {
   check: Check;
@@ -86,23 +96,34 @@ function passes(value: unknown, check: Check): boolean {
 /** Throws `OrchestratorConfigError` naming the first field of `value` that is unknown or fails its check. */
 export function checkFields<O>(path: string, value: unknown, fields: Fields<O>): void {
   if (value === undefined) return;
-  if (!passes(value, 'object')) throw new OrchestratorConfigError(`${path} must be an object, got ${describeValue(value)}`);
+  if (!passes(value, 'object'))
+    throw new OrchestratorConfigError(`${path} must be an object, got ${describeValue(value)}`);
   const table = fields as Record<string, Field<unknown>>;
   for (const [name, fieldValue] of Object.entries(value as object)) {
     const field = table[name];
-    if (!field) throw new OrchestratorConfigError(`unknown option ${path}.${name} (known: ${Object.keys(table).join(', ')})`);
+    if (!field)
+      throw new OrchestratorConfigError(`unknown option ${path}.${name} (known: ${Object.keys(table).join(', ')})`);
     if (fieldValue !== undefined && !passes(fieldValue, field.check)) {
       // Environment variables and config files give strings: say so, as `"30000"` looks right at a glance.
-      const hint = typeof fieldValue === 'string' && NUMERIC.includes(field.check) && fieldValue.trim() !== '' && Number.isFinite(Number(fieldValue))
-        ? ' (a string: convert values read from the environment with Number())'
-        : '';
-      throw new OrchestratorConfigError(`${path}.${name} must be ${EXPECTED[field.check]}, got ${describeValue(fieldValue)}${hint}`);
+      const hint =
+        typeof fieldValue === 'string' &&
+        NUMERIC.includes(field.check) &&
+        fieldValue.trim() !== '' &&
+        Number.isFinite(Number(fieldValue))
+          ? ' (a string: convert values read from the environment with Number())'
+          : '';
+      throw new OrchestratorConfigError(
+        `${path}.${name} must be ${EXPECTED[field.check]}, got ${describeValue(fieldValue)}${hint}`,
+      );
     }
   }
 }
 
 /** The defaults of `fields`, overlaid by each of `layers` in turn (later layers win, field by field). */
-export function withDefaults<O, F extends Fields<O>>(fields: F, ...layers: Array<Partial<O> | undefined>): WithDefaults<O, F> {
+export function withDefaults<O, F extends Fields<O>>(
+  fields: F,
+  ...layers: Array<Partial<O> | undefined>
+): WithDefaults<O, F> {
   const resolved: Record<string, unknown> = {};
   for (const [name, field] of Object.entries(fields as Record<string, Field<unknown>>)) {
     if (field.default !== undefined) resolved[name] = field.default;

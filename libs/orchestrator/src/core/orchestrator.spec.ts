@@ -47,7 +47,9 @@ class CallPipeline {
       name: 'test',
       ...parts,
       retry: retry && new RetryPolicy(retry),
-      dedup: dedup && { ...settings, cacheAnswers: dedup.window !== undefined, maxEntries: 10_000 } as RoutePolicy['dedup'],
+      dedup:
+        dedup &&
+        ({ ...settings, cacheAnswers: dedup.window !== undefined, maxEntries: 10_000 } as RoutePolicy['dedup']),
     };
     return this.orchestrator.start(route, { key }, work);
   }
@@ -161,8 +163,8 @@ describe('CallPipeline', () => {
       expect(late.outcome).toBe('joined');
       watchers.push(watch(late.events));
 
-      calls[0]!.events.next(value('the answer'));
-      calls[0]!.events.complete();
+      calls[0].events.next(value('the answer'));
+      calls[0].events.complete();
       await flush();
       for (const watcher of watchers) {
         expect(watcher.events).toEqual([value('the answer')]);
@@ -183,10 +185,10 @@ describe('CallPipeline', () => {
       const [wa1, wa2, wb] = [watch(a1.events), watch(a2.events), watch(b.events)];
       await flush();
       expect(work).toHaveBeenCalledTimes(2);
-      calls[0]!.events.next(value('A'));
-      calls[0]!.events.complete();
-      calls[1]!.events.next(value('B'));
-      calls[1]!.events.complete();
+      calls[0].events.next(value('A'));
+      calls[0].events.complete();
+      calls[1].events.next(value('B'));
+      calls[1].events.complete();
       expect(wa1.events).toEqual([value('A')]);
       expect(wa2.events).toEqual([value('A')]);
       expect(wb.events).toEqual([value('B')]);
@@ -198,7 +200,7 @@ describe('CallPipeline', () => {
       const policy: CallPolicy = { dedup: dedup('stream') };
       const leader = watch((await pipeline.start(policy, work)).events);
       await flush();
-      const call = calls[0]!;
+      const call = calls[0];
       call.events.next(HEAD);
       call.events.next(chunk('one '));
       call.events.next(chunk('two '));
@@ -230,7 +232,7 @@ describe('CallPipeline', () => {
       expect(pipeline.inFlight).toBe(1);
 
       const error = httpError(500);
-      calls[0]!.events.error(error);
+      calls[0].events.error(error);
       await flush();
       for (const watcher of watchers) expect(watcher.error).toBe(error);
       expect(pipeline.inFlight).toBe(0);
@@ -242,8 +244,8 @@ describe('CallPipeline', () => {
       const watcher = watch(again.events);
       await flush();
       expect(work).toHaveBeenCalledTimes(2);
-      calls[1]!.events.next(value('recovered'));
-      calls[1]!.events.complete();
+      calls[1].events.next(value('recovered'));
+      calls[1].events.complete();
       expect(watcher.events).toEqual([value('recovered')]);
     });
 
@@ -254,8 +256,8 @@ describe('CallPipeline', () => {
       const policy: CallPolicy = { dedup: dedup('ok', { window }) };
       const watcher = watch((await pipeline.start(policy, work)).events);
       await flush();
-      calls[0]!.events.next(value('done'));
-      calls[0]!.events.complete();
+      calls[0].events.next(value('done'));
+      calls[0].events.complete();
       expect(watcher.completed).toBe(true);
       await flush();
       expect(pipeline.inFlight).toBe(0);
@@ -272,8 +274,8 @@ describe('CallPipeline', () => {
       const { work, calls } = upstream();
       watch((await pipeline.start({ dedup: dedup('ok') }, work)).events);
       await flush();
-      calls[0]!.events.next(value('done'));
-      calls[0]!.events.complete();
+      calls[0].events.next(value('done'));
+      calls[0].events.complete();
       expect(pipeline.inFlight).toBe(0);
       expect((await pipeline.start({ dedup: dedup('ok') }, work)).outcome).toBe('miss');
     });
@@ -285,8 +287,8 @@ describe('CallPipeline', () => {
       const policy: CallPolicy = { dedup: dedup('sse', { window }) };
       watch((await pipeline.start(policy, work)).events);
       await flush();
-      for (const event of [HEAD, chunk('a'), chunk('b')]) calls[0]!.events.next(event);
-      calls[0]!.events.complete();
+      for (const event of [HEAD, chunk('a'), chunk('b')]) calls[0].events.next(event);
+      calls[0].events.complete();
       await flush();
       const cached = await pipeline.start(policy, work);
       expect(cached.outcome).toBe('cached');
@@ -302,8 +304,8 @@ describe('CallPipeline', () => {
       const policy: CallPolicy = { dedup: dedup('big', { window, maxEntryBytes: 10 }) };
       const watcher = watch((await pipeline.start(policy, work)).events);
       await flush();
-      calls[0]!.events.next(value('x'.repeat(100)));
-      calls[0]!.events.complete();
+      calls[0].events.next(value('x'.repeat(100)));
+      calls[0].events.complete();
       await flush();
       expect(watcher.events).toEqual([value('x'.repeat(100))]);
       expect(pipeline.inFlight).toBe(0);
@@ -321,7 +323,7 @@ describe('CallPipeline', () => {
       const leader = watch((await pipeline.start(policy, work)).events);
       const joiner = watch((await pipeline.start(policy, work)).events);
       await flush();
-      const call = calls[0]!;
+      const call = calls[0];
 
       leader.subscription.unsubscribe();
       joiner.subscription.unsubscribe();
@@ -349,7 +351,7 @@ describe('CallPipeline', () => {
       const leader = watch((await pipeline.start(policy, work)).events);
       const joiner = watch((await pipeline.start(policy, work)).events);
       await flush();
-      const call = calls[0]!;
+      const call = calls[0];
 
       leader.subscription.unsubscribe();
       expect(call.signal.aborted).toBe(false); // one caller is still there
@@ -364,7 +366,14 @@ describe('CallPipeline', () => {
 
     it('a call still waiting for a concurrency slot is cancelled when abandoned and never runs its work', async () => {
       const pipeline = new CallPipeline();
-      const limiter = new ConcurrencyLimiter('upstream', { limit: 1, queueSize: 10, maxWaitMs: 60_000, retryAfterSeconds: 1, detachedLimit: 1, fairQueue: true });
+      const limiter = new ConcurrencyLimiter('upstream', {
+        limit: 1,
+        queueSize: 10,
+        maxWaitMs: 60_000,
+        retryAfterSeconds: 1,
+        detachedLimit: 1,
+        fairQueue: true,
+      });
       const hold = await limiter.acquire();
       const { work } = upstream();
       const policy: CallPolicy = { dedup: dedup('queued', { cancelWhenAbandoned: false }), limiter };
@@ -396,7 +405,14 @@ describe('CallPipeline', () => {
       };
       try {
         const pipeline = new CallPipeline();
-        const limiter = new ConcurrencyLimiter('upstream', { limit: 1, queueSize: 10, maxWaitMs: 60_000, retryAfterSeconds: 1, detachedLimit: 1, fairQueue: true });
+        const limiter = new ConcurrencyLimiter('upstream', {
+          limit: 1,
+          queueSize: 10,
+          maxWaitMs: 60_000,
+          retryAfterSeconds: 1,
+          detachedLimit: 1,
+          fairQueue: true,
+        });
         const hold = await limiter.acquire();
         const answer = new Subject<Event>();
         const watcher = watch((await pipeline.start({ limiter }, () => answer)).events);
@@ -430,7 +446,7 @@ describe('CallPipeline', () => {
       await flush();
       expect(work).toHaveBeenCalledTimes(1);
       probe.subscription.unsubscribe();
-      expect(calls[0]!.signal.aborted).toBe(true);
+      expect(calls[0].signal.aborted).toBe(true);
       await flush();
 
       // Within one more open period, a request is let through again.
@@ -439,8 +455,8 @@ describe('CallPipeline', () => {
       await flush();
       expect(next.error).toBeUndefined();
       expect(work).toHaveBeenCalledTimes(2);
-      calls[1]!.events.next(value('back'));
-      calls[1]!.events.complete();
+      calls[1].events.next(value('back'));
+      calls[1].events.complete();
       await flush();
       expect(next.events).toEqual([value('back')]);
       expect(breaker.state).toBe('closed');
@@ -451,12 +467,22 @@ describe('CallPipeline', () => {
     it('an open breaker refuses before a concurrency slot is taken', async () => {
       const breaker = track(makeBreaker());
       await openBreaker(breaker);
-      const limiter = new ConcurrencyLimiter('upstream', { limit: 2, queueSize: 10, maxWaitMs: 60_000, retryAfterSeconds: 1, detachedLimit: 1, fairQueue: true });
+      const limiter = new ConcurrencyLimiter('upstream', {
+        limit: 2,
+        queueSize: 10,
+        maxWaitMs: 60_000,
+        retryAfterSeconds: 1,
+        detachedLimit: 1,
+        fairQueue: true,
+      });
       const acquire = jest.spyOn(limiter, 'acquire');
       const pipeline = new CallPipeline();
       const { work } = upstream();
 
-      for (const policy of [{ breaker, limiter }, { breaker, limiter, dedup: dedup('refused') }] as CallPolicy[]) {
+      for (const policy of [
+        { breaker, limiter },
+        { breaker, limiter, dedup: dedup('refused') },
+      ] as CallPolicy[]) {
         const watcher = watch((await pipeline.start(policy, work)).events);
         await flush();
         expect(watcher.error).toBeInstanceOf(CircuitOpenError);
@@ -471,7 +497,14 @@ describe('CallPipeline', () => {
 
     it('a cached answer is served while the breaker is open, and a joined call never touches the breaker or a slot', async () => {
       const breaker = track(makeBreaker());
-      const limiter = new ConcurrencyLimiter('upstream', { limit: 1, queueSize: 0, maxWaitMs: 60_000, retryAfterSeconds: 1, detachedLimit: 1, fairQueue: true });
+      const limiter = new ConcurrencyLimiter('upstream', {
+        limit: 1,
+        queueSize: 0,
+        maxWaitMs: 60_000,
+        retryAfterSeconds: 1,
+        detachedLimit: 1,
+        fairQueue: true,
+      });
       const window = memoryWindow(100);
       const pipeline = new CallPipeline();
       const { work, calls } = upstream();
@@ -484,8 +517,8 @@ describe('CallPipeline', () => {
       const joiner = watch((await pipeline.start(policy, work)).events);
       await flush();
       expect(joiner.error).toBeUndefined();
-      calls[0]!.events.next(value('v'));
-      calls[0]!.events.complete();
+      calls[0].events.next(value('v'));
+      calls[0].events.complete();
       await flush();
       expect(leader.events).toEqual([value('v')]);
       expect(joiner.events).toEqual([value('v')]);
@@ -502,14 +535,25 @@ describe('CallPipeline', () => {
     it('a timeout aborts the work through its AbortSignal and counts as a breaker failure', async () => {
       jest.useFakeTimers({ doNotFake: ['setImmediate', 'nextTick', 'queueMicrotask'] });
       const breaker = track(makeBreaker());
-      const limiter = new ConcurrencyLimiter('upstream', { limit: 1, queueSize: 10, maxWaitMs: 60_000, retryAfterSeconds: 1, detachedLimit: 1, fairQueue: true });
+      const limiter = new ConcurrencyLimiter('upstream', {
+        limit: 1,
+        queueSize: 10,
+        maxWaitMs: 60_000,
+        retryAfterSeconds: 1,
+        detachedLimit: 1,
+        fairQueue: true,
+      });
       const pipeline = new CallPipeline();
       const { work, calls } = upstream();
-      const policy: CallPolicy = { breaker, limiter, timeLimits: { totalMs: 1_000, firstChunkMs: 1_000, idleMs: 1_000 } };
+      const policy: CallPolicy = {
+        breaker,
+        limiter,
+        timeLimits: { totalMs: 1_000, firstChunkMs: 1_000, idleMs: 1_000 },
+      };
 
       const watcher = watch((await pipeline.start(policy, work)).events);
       await flush();
-      const call = calls[0]!;
+      const call = calls[0];
       await jest.advanceTimersByTimeAsync(999);
       expect(call.signal.aborted).toBe(false);
 
@@ -533,7 +577,7 @@ describe('CallPipeline', () => {
 
       const watcher = watch((await pipeline.start(policy, work)).events);
       await flush();
-      const call = calls[0]!;
+      const call = calls[0];
       call.events.next(HEAD);
       call.events.next(chunk('partial'));
       await flush();
@@ -561,7 +605,7 @@ describe('CallPipeline', () => {
       });
       await flush();
 
-      calls[0]!.events.error(httpError(502));
+      calls[0].events.error(httpError(502));
       await flush();
       expect(retry).toBeDefined();
       const second = await retry!;
@@ -576,8 +620,8 @@ describe('CallPipeline', () => {
       const third = await pipeline.start(policy, work);
       expect(third.outcome).toBe('joined');
       const thirdWatcher = watch(third.events);
-      calls[1]!.events.next(value('second try'));
-      calls[1]!.events.complete();
+      calls[1].events.next(value('second try'));
+      calls[1].events.complete();
       expect(secondWatcher.events).toEqual([value('second try')]);
       expect(thirdWatcher.events).toEqual([value('second try')]);
       expect(work).toHaveBeenCalledTimes(2);
@@ -597,7 +641,7 @@ describe('CallPipeline', () => {
         },
       });
       await flush();
-      calls[0]!.events.error(httpError(502));
+      calls[0].events.error(httpError(502));
       await flush();
       expect(retry).toBeDefined();
       const second = await retry!;
@@ -614,21 +658,30 @@ describe('CallPipeline', () => {
     afterEach(() => {
       jest.restoreAllMocks();
     });
-    const FAKE = { doNotFake: ['setImmediate', 'nextTick', 'queueMicrotask'] as Array<'setImmediate' | 'nextTick' | 'queueMicrotask'> };
-    const retryPolicy = (retries: number) => ({ retries, baseDelayMs: 100, maxDelayMs: 2_000, shouldRetry: isTransientFailure });
+    const FAKE = {
+      doNotFake: ['setImmediate', 'nextTick', 'queueMicrotask'] as Array<
+        'setImmediate' | 'nextTick' | 'queueMicrotask'
+      >,
+    };
+    const retryPolicy = (retries: number) => ({
+      retries,
+      baseDelayMs: 100,
+      maxDelayMs: 2_000,
+      shouldRetry: isTransientFailure,
+    });
 
-    it('retries a transient failure with a fresh signal per attempt, and delivers the retry\'s answer', async () => {
+    it("retries a transient failure with a fresh signal per attempt, and delivers the retry's answer", async () => {
       jest.useFakeTimers(FAKE);
       const { work, calls } = upstream();
       const watcher = watch((await new CallPipeline().start({ retry: retryPolicy(1) }, work)).events);
       await flush();
-      calls[0]!.events.error(httpError(503));
+      calls[0].events.error(httpError(503));
       await jest.advanceTimersByTimeAsync(100); // the first back-off is at most baseDelayMs
       expect(work).toHaveBeenCalledTimes(2);
-      expect(calls[0]!.signal.aborted).toBe(true);
-      expect(calls[1]!.signal).not.toBe(calls[0]!.signal);
-      calls[1]!.events.next(value('second time lucky'));
-      calls[1]!.events.complete();
+      expect(calls[0].signal.aborted).toBe(true);
+      expect(calls[1].signal).not.toBe(calls[0].signal);
+      calls[1].events.next(value('second time lucky'));
+      calls[1].events.complete();
       await flush();
       expect(watcher.events).toEqual([value('second time lucky')]);
       expect(watcher.error).toBeUndefined();
@@ -640,18 +693,18 @@ describe('CallPipeline', () => {
       const { work, calls } = upstream();
       const watcher = watch((await new CallPipeline().start({ retry: retryPolicy(2) }, work)).events);
       await flush();
-      calls[0]!.events.error(httpError(502));
+      calls[0].events.error(httpError(502));
       await jest.advanceTimersByTimeAsync(98);
       expect(work).toHaveBeenCalledTimes(1);
       await jest.advanceTimersByTimeAsync(2);
       expect(work).toHaveBeenCalledTimes(2);
-      calls[1]!.events.error(Object.assign(new Error('reset'), { code: 'ECONNRESET' }));
+      calls[1].events.error(Object.assign(new Error('reset'), { code: 'ECONNRESET' }));
       await jest.advanceTimersByTimeAsync(198);
       expect(work).toHaveBeenCalledTimes(2);
       await jest.advanceTimersByTimeAsync(2);
       expect(work).toHaveBeenCalledTimes(3);
       const last = httpError(504);
-      calls[2]!.events.error(last);
+      calls[2].events.error(last);
       await jest.advanceTimersByTimeAsync(10_000);
       expect(work).toHaveBeenCalledTimes(3);
       expect(watcher.error).toBe(last);
@@ -667,7 +720,7 @@ describe('CallPipeline', () => {
       const watcher = watch((await new CallPipeline().start({ retry: retryPolicy(3) }, work)).events);
       await flush();
       const error = makeError();
-      calls[0]!.events.error(error);
+      calls[0].events.error(error);
       await jest.advanceTimersByTimeAsync(10_000);
       expect(work).toHaveBeenCalledTimes(1);
       expect(watcher.error).toBe(error);
@@ -678,10 +731,10 @@ describe('CallPipeline', () => {
       const { work, calls } = upstream();
       const watcher = watch((await new CallPipeline().start({ retry: retryPolicy(3) }, work)).events);
       await flush();
-      calls[0]!.events.next(HEAD);
-      calls[0]!.events.next(chunk('a'));
+      calls[0].events.next(HEAD);
+      calls[0].events.next(chunk('a'));
       const cut = Object.assign(new Error('terminated'), { code: 'UND_ERR_SOCKET' });
-      calls[0]!.events.error(cut);
+      calls[0].events.error(cut);
       await jest.advanceTimersByTimeAsync(10_000);
       expect(work).toHaveBeenCalledTimes(1);
       expect(watcher.events).toEqual([HEAD, chunk('a')]);
@@ -694,10 +747,10 @@ describe('CallPipeline', () => {
       const { work, calls } = upstream();
       const watcher = watch((await new CallPipeline().start({ breaker, retry: retryPolicy(5) }, work)).events);
       await flush();
-      calls[0]!.events.error(httpError(503));
+      calls[0].events.error(httpError(503));
       await jest.advanceTimersByTimeAsync(100);
       expect(breaker.snapshot().consecutiveFailures).toBe(1);
-      calls[1]!.events.error(httpError(503));
+      calls[1].events.error(httpError(503));
       await jest.advanceTimersByTimeAsync(5_000);
       expect(breaker.state).toBe('open');
       expect(work).toHaveBeenCalledTimes(2);
@@ -707,11 +760,13 @@ describe('CallPipeline', () => {
     it('with a health probe, a retry waits (within the back-off bound) for the upstream to come back', async () => {
       jest.useFakeTimers(FAKE);
       let healthy = false;
-      const breaker = track(makeBreaker({ failureThreshold: 1, probeIntervalMs: 500, healthProbe: async () => healthy }));
+      const breaker = track(
+        makeBreaker({ failureThreshold: 1, probeIntervalMs: 500, healthProbe: async () => healthy }),
+      );
       const { work, calls } = upstream();
       const watcher = watch((await new CallPipeline().start({ breaker, retry: retryPolicy(1) }, work)).events);
       await flush();
-      calls[0]!.events.error(httpError(503));
+      calls[0].events.error(httpError(503));
       await jest.advanceTimersByTimeAsync(200);
       expect(breaker.state).toBe('open');
       expect(work).toHaveBeenCalledTimes(1);
@@ -719,8 +774,8 @@ describe('CallPipeline', () => {
       await jest.advanceTimersByTimeAsync(500);
       expect(breaker.state).toBe('closed');
       expect(work).toHaveBeenCalledTimes(2);
-      calls[1]!.events.next(value('back'));
-      calls[1]!.events.complete();
+      calls[1].events.next(value('back'));
+      calls[1].events.complete();
       await flush();
       expect(watcher.events).toEqual([value('back')]);
     });
@@ -732,7 +787,7 @@ describe('CallPipeline', () => {
       const { work, calls } = upstream();
       const watcher = watch((await new CallPipeline().start({ breaker, retry: retryPolicy(1) }, work)).events);
       await flush();
-      calls[0]!.events.error(httpError(503));
+      calls[0].events.error(httpError(503));
       // Back-off (about 99 ms), then at most maxDelayMs (2 000 ms) of waiting for the breaker to close.
       await jest.advanceTimersByTimeAsync(2_090);
       expect(watcher.error).toBeUndefined();
@@ -838,7 +893,13 @@ describe('SingleFlight', () => {
     const stored: WindowPayload<RawResponse>[] = [];
     const keep = (key: string, body: Buffer) => {
       const source = new Subject<CallEvent<RawResponse>>();
-      flights.lead(key, source, { cancelWhenAbandoned: () => false, maxEntryBytes: 1_000_000, onSuccess: (entry) => void stored.push(entry) }).subscribe();
+      flights
+        .lead(key, source, {
+          cancelWhenAbandoned: () => false,
+          maxEntryBytes: 1_000_000,
+          onSuccess: (entry) => void stored.push(entry),
+        })
+        .subscribe();
       source.next({ kind: 'value', value: new RawResponse(body, 'application/json') });
       source.complete();
     };
@@ -903,7 +964,16 @@ describe('SingleFlight: what the streams in flight keep together', () => {
     await flush();
     // a's readers got every byte; a was kept, b (which outgrew the shared bound) was not.
     expect(seenA.join('')).toBe('aaaaaaa');
-    expect(stored).toEqual([{ kind: 'stream', head: { contentType: 'text/event-stream' }, chunks: ['aaaaaa', 'a'], tag: undefined, storedAt: 0, expiresAt: 0 }]);
+    expect(stored).toEqual([
+      {
+        kind: 'stream',
+        head: { contentType: 'text/event-stream' },
+        chunks: ['aaaaaa', 'a'],
+        tag: undefined,
+        storedAt: 0,
+        expiresAt: 0,
+      },
+    ]);
     expect(flights.heldBytes).toBe(0);
   });
 
@@ -936,7 +1006,9 @@ describe('calls in flight and the callers waiting on them', () => {
     const answer = new Promise<string>((resolve) => (release = resolve));
     const leaving = new AbortController();
     const herd = Array.from({ length: 5 }, (_, i) =>
-      orchestrator.run(policy, () => answer, { key: 'same', signal: i === 4 ? leaving.signal : undefined }).catch((error: unknown) => error),
+      orchestrator
+        .run(policy, () => answer, { key: 'same', signal: i === 4 ? leaving.signal : undefined })
+        .catch((error: unknown) => error),
     );
     await new Promise((resolve) => setImmediate(resolve));
     const [flight] = orchestrator.flightsInFlight();
@@ -956,7 +1028,10 @@ describe('calls in flight and the callers waiting on them', () => {
 });
 
 describe("a leader's tag, and answers found in this process", () => {
-  const work = (answer: Subject<CallEvent<string>>): CallWork<string> => () => answer;
+  const work =
+    (answer: Subject<CallEvent<string>>): CallWork<string> =>
+    () =>
+      answer;
 
   it("a call joined in flight and its answer replayed from the window both carry the leader's tag; peeking counts nothing", async () => {
     const orchestrator = new Orchestrator({ dedup: { cacheAnswers: true } });
@@ -982,7 +1057,11 @@ describe("a leader's tag, and answers found in this process", () => {
     expect(joinedEvents).toEqual(['the answer']);
 
     const cached = orchestrator.findLocal<string>(policy, { key: 'k' });
-    expect(cached).toMatchObject({ outcome: 'cached', tag: { model: 'm-1' }, stored: { kind: 'value', value: 'the answer' } });
+    expect(cached).toMatchObject({
+      outcome: 'cached',
+      tag: { model: 'm-1' },
+      stored: { kind: 'value', value: 'the answer' },
+    });
     expect(orchestrator.outcomes).toEqual({ miss: 1, joined: 1, cached: 1 });
     // Nothing under another key, and nothing for a caller that asks for a fresh answer.
     expect(orchestrator.peekLocal(policy, { key: 'other' })).toBeUndefined();
@@ -1000,7 +1079,9 @@ describe("a leader's tag, and answers found in this process", () => {
       answer.next({ kind: 'value', value: 'v' });
       answer.complete();
       jest.setSystemTime(1_000_000 + 5_000);
-      expect(orchestrator.peekLocal(policy, { key: 'k', reuse: { maxAgeMs: 10_000 } })).toMatchObject({ ageSeconds: 5 });
+      expect(orchestrator.peekLocal(policy, { key: 'k', reuse: { maxAgeMs: 10_000 } })).toMatchObject({
+        ageSeconds: 5,
+      });
       expect(orchestrator.peekLocal(policy, { key: 'k', reuse: { maxAgeMs: 2_000 } })).toBeUndefined();
       await orchestrator.close();
     } finally {

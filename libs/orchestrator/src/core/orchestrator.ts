@@ -11,7 +11,15 @@ import { checkUpstreamPools, type UpstreamPoolOptions } from './upstreams/upstre
 import type { Upstream, UpstreamSnapshot } from './upstreams/upstream-pool.js';
 import { CONCURRENCY_FIELDS, type ConcurrencyOptions } from './concurrency/concurrency.options.js';
 import { ConcurrencyRegistry, type LimiterSnapshot } from './concurrency/concurrency.registry.js';
-import { AnswerWindow, replayEntry, type ByteKeeper, type StoreState, type WindowEntry, type WindowHealth, type WindowPayload } from './dedup/answer-window.js';
+import {
+  AnswerWindow,
+  replayEntry,
+  type ByteKeeper,
+  type StoreState,
+  type WindowEntry,
+  type WindowHealth,
+  type WindowPayload,
+} from './dedup/answer-window.js';
 import { DEDUP_FIELDS, type DedupOptions, type DedupRequest } from './dedup/dedup.options.js';
 import { dedupKey } from './dedup/dedup-key.js';
 import { SingleFlight, type DedupOutcome, type LeadOptions } from './dedup/single-flight.js';
@@ -107,13 +115,17 @@ export function validateOrchestratorOptions(options: unknown): OrchestratorOptio
   checkBreakerOptions('breaker', o.breaker);
   checkFields('concurrency', o.concurrency, CONCURRENCY_FIELDS);
   checkFields('timeout', o.timeout, TIMEOUT_FIELDS);
-  if (o.timeout !== undefined && o.timeout.ms === undefined) throw new OrchestratorConfigError('timeout.ms is required');
+  if (o.timeout !== undefined && o.timeout.ms === undefined)
+    throw new OrchestratorConfigError('timeout.ms is required');
   checkFields('retry', o.retry, RETRY_FIELDS);
   for (const [name, breaker] of Object.entries(o.breakers ?? {})) checkBreakerOptions(`breakers.${name}`, breaker);
   for (const [name, limit] of Object.entries(o.limits ?? {})) checkFields(`limits.${name}`, limit, CONCURRENCY_FIELDS);
   checkUpstreamPools(o.upstreams);
   const isStore = (store: unknown) =>
-    typeof store === 'object' && store !== null && typeof (store as Keyv).get === 'function' && typeof (store as Keyv).set === 'function';
+    typeof store === 'object' &&
+    store !== null &&
+    typeof (store as Keyv).get === 'function' &&
+    typeof (store as Keyv).set === 'function';
   if (o.windowStores !== undefined && !o.windowStores.every(isStore)) {
     throw new OrchestratorConfigError('windowStores must be an array of Keyv instances');
   }
@@ -260,10 +272,14 @@ export class Orchestrator {
     this.upstreams = new UpstreamRegistry(this.options.upstreams, this.breakers, this.limiters);
     const dedup = withDefaults(DEDUP_FIELDS, this.options.dedup);
     if (dedup.maxEntryBytes > dedup.maxBytes) {
-      throw new OrchestratorConfigError(`dedup.maxEntryBytes (${dedup.maxEntryBytes}) must not exceed dedup.maxBytes (${dedup.maxBytes})`);
+      throw new OrchestratorConfigError(
+        `dedup.maxEntryBytes (${dedup.maxEntryBytes}) must not exceed dedup.maxBytes (${dedup.maxBytes})`,
+      );
     }
     if (dedup.maxEntryBytes > dedup.maxInFlightBytes) {
-      throw new OrchestratorConfigError(`dedup.maxEntryBytes (${dedup.maxEntryBytes}) must not exceed dedup.maxInFlightBytes (${dedup.maxInFlightBytes})`);
+      throw new OrchestratorConfigError(
+        `dedup.maxEntryBytes (${dedup.maxEntryBytes}) must not exceed dedup.maxInFlightBytes (${dedup.maxInFlightBytes})`,
+      );
     }
     this.flights = new SingleFlight({ maxHeldBytes: dedup.maxInFlightBytes });
     this.window = new AnswerWindow({
@@ -313,7 +329,12 @@ export class Orchestrator {
    * `defaultName` names the breaker and limiter when the settings do not.
    * @internal
    */
-  resolve(route: RouteSettings, controller: RouteSettings | undefined, defaultName: string, name = defaultName): RoutePolicy {
+  resolve(
+    route: RouteSettings,
+    controller: RouteSettings | undefined,
+    defaultName: string,
+    name = defaultName,
+  ): RoutePolicy {
     const pick = <K extends keyof RouteSettings>(k: K) =>
       mergeCapability(k, this.options[k] as Exclude<RouteSettings[K], false> | undefined, controller, route);
     const dedup = pick('dedup');
@@ -334,15 +355,19 @@ export class Orchestrator {
         ...base,
         breaker: breaker && this.breakers.get(breaker.name ?? defaultName, breaker),
         limiter: concurrency && this.limiters.get(concurrency.name ?? defaultName, concurrency),
-      } as RoutePolicy;
+      };
     }
     // Over a pool, failing over is the retry: an attempt is not repeated on the upstream that just failed it.
     if (!pool.dynamic && pool.members.length === 1) {
       const upstream = pool.members[0];
-      return { ...base, breaker: upstream.breaker, limiter: concurrency ? upstream.limiter : undefined, upstream } as RoutePolicy;
+      return { ...base, breaker: upstream.breaker, limiter: concurrency ? upstream.limiter : undefined, upstream };
     }
-    const plan = planOver(pool, { base: { ...base, retry: undefined } as RoutePolicy, limited: Boolean(concurrency), retry: base.retry });
-    return { ...base, retry: undefined, failover: plan } as RoutePolicy;
+    const plan = planOver(pool, {
+      base: { ...base, retry: undefined },
+      limited: Boolean(concurrency),
+      retry: base.retry,
+    });
+    return { ...base, retry: undefined, failover: plan };
   }
 
   /**
@@ -410,11 +435,19 @@ export class Orchestrator {
         if (replay) return { outcome: 'cached', ...replay, tag: stored.tag };
       }
       const traceparent = trace?.traceparent;
-      const claim = await this.options.coordinator?.claim<T>(key, lead, traceparent ? { trace: traceparent } : undefined);
+      const claim = await this.options.coordinator?.claim<T>(
+        key,
+        lead,
+        traceparent ? { trace: traceparent } : undefined,
+      );
       if (claim?.role === 'follow') return { outcome: 'joined', events: claim.events, leader: claim.leader };
       if (claim) {
         // Nobody here waits any more: the fleet is told at once (followers elsewhere take the call over).
-        return { outcome: 'miss', events: claim.publish(lead()), abandon: () => claim.publish<T>(NEVER).subscribe().unsubscribe() };
+        return {
+          outcome: 'miss',
+          events: claim.publish(lead()),
+          abandon: () => claim.publish<T>(NEVER).subscribe().unsubscribe(),
+        };
       }
     } catch {
       // A coordinator of the app's own that throws is a coordinator that is away.
@@ -503,7 +536,11 @@ export class Orchestrator {
   }
 
   /** A request that waits on a call in flight here: its span links to the call's leader (now, or once the fleet says who). */
-  private joined<T>(policy: RoutePolicy, running: Observable<CallEvent<T>>, trace: RequestSpan | undefined): StartedCall<T> {
+  private joined<T>(
+    policy: RoutePolicy,
+    running: Observable<CallEvent<T>>,
+    trace: RequestSpan | undefined,
+  ): StartedCall<T> {
     if (trace?.recording) (this.flights as SingleFlight<T>).onLeader(running, (leader) => trace.link(leader));
     return this.answer(policy, 'joined', running, trace);
   }
@@ -513,8 +550,15 @@ export class Orchestrator {
    * one call) and resolves with its result, shared with identical calls when
    * the policy deduplicates and a `key` is given.
    */
-  run<T>(policy: RoutePolicy, work: (signal: AbortSignal, upstream?: Upstream) => Promise<T> | ObservableInput<T>, call?: RunCall): Promise<T>;
-  run<T>(options: RunOptions, work: (signal: AbortSignal, upstream?: Upstream) => Promise<T> | ObservableInput<T>): Promise<T>;
+  run<T>(
+    policy: RoutePolicy,
+    work: (signal: AbortSignal, upstream?: Upstream) => Promise<T> | ObservableInput<T>,
+    call?: RunCall,
+  ): Promise<T>;
+  run<T>(
+    options: RunOptions,
+    work: (signal: AbortSignal, upstream?: Upstream) => Promise<T> | ObservableInput<T>,
+  ): Promise<T>;
   async run<T>(
     policyOrOptions: RoutePolicy | RunOptions,
     work: (signal: AbortSignal, upstream?: Upstream) => Promise<T> | ObservableInput<T>,
@@ -711,7 +755,10 @@ function ageOf(stored: WindowEntry<unknown>, reuse: Reuse | undefined): number |
 }
 
 /** A stored answer's events and age, unless the caller asks for a younger one. */
-function replayable<T>(stored: WindowEntry<T>, reuse: Reuse | undefined): { events: Observable<CallEvent<T>>; ageSeconds: number } | undefined {
+function replayable<T>(
+  stored: WindowEntry<T>,
+  reuse: Reuse | undefined,
+): { events: Observable<CallEvent<T>>; ageSeconds: number } | undefined {
   const ageSeconds = ageOf(stored, reuse);
   return ageSeconds === undefined ? undefined : { events: from(replayEntry(stored)), ageSeconds };
 }
@@ -775,7 +822,12 @@ class Lead<T> implements LeadOptions<T> {
   /** The guarded call (over the pool, if the policy has one). */
   call(): Observable<CallEvent<T>> {
     const { key, tenant, trace } = this.request;
-    return upstreamCall(this.policy, this.work, { source: { key, tenant }, handle: this.handle, observer: this.observer, trace });
+    return upstreamCall(this.policy, this.work, {
+      source: { key, tenant },
+      handle: this.handle,
+      observer: this.observer,
+      trace,
+    });
   }
 
   /**
@@ -820,13 +872,16 @@ export function upstreamOf(policy: RoutePolicy): string {
   return policy.breaker?.name ?? policy.failover?.pool.name ?? policy.limiter?.name ?? policy.name;
 }
 
-
 /** A short, stable, one-way form of an identity: safe to keep in memory maps, logs and metrics. */
 export function hashIdentity(identity: string): string {
   return createHash('sha256').update(identity).digest('base64url').slice(0, 22);
 }
 
-function observeWork<T>(work: (signal: AbortSignal, upstream?: Upstream) => Promise<T> | ObservableInput<T>, signal: AbortSignal, upstream: Upstream | undefined) {
+function observeWork<T>(
+  work: (signal: AbortSignal, upstream?: Upstream) => Promise<T> | ObservableInput<T>,
+  signal: AbortSignal,
+  upstream: Upstream | undefined,
+) {
   const result = work(signal, upstream);
   return isObservable(result) ? result : from(result);
 }

@@ -82,24 +82,41 @@ function normalize<O extends object>(
 }
 
 export function normalizeDedup(value: OrchestrateOptions['dedup'], where: string): false | DedupOptions | undefined {
-  return normalize<DedupOptions>(value, `${where} dedup`, undefined, undefined, (p, o) => checkFields(p, o, DEDUP_FIELDS));
+  return normalize<DedupOptions>(value, `${where} dedup`, undefined, undefined, (p, o) =>
+    checkFields(p, o, DEDUP_FIELDS),
+  );
 }
 
-export function normalizeBreaker(value: OrchestrateOptions['breaker'], where: string): false | BreakerOptions | undefined {
+export function normalizeBreaker(
+  value: OrchestrateOptions['breaker'],
+  where: string,
+): false | BreakerOptions | undefined {
   return normalize<BreakerOptions>(value, `${where} breaker`, 'string', 'name', checkBreakerOptions);
 }
 
-export function normalizeConcurrency(value: OrchestrateOptions['concurrency'], where: string): false | ConcurrencyOptions | undefined {
-  return normalize<ConcurrencyOptions>(value, `${where} concurrency`, 'number', 'limit', (p, o) => checkFields(p, o, CONCURRENCY_FIELDS));
+export function normalizeConcurrency(
+  value: OrchestrateOptions['concurrency'],
+  where: string,
+): false | ConcurrencyOptions | undefined {
+  return normalize<ConcurrencyOptions>(value, `${where} concurrency`, 'number', 'limit', (p, o) =>
+    checkFields(p, o, CONCURRENCY_FIELDS),
+  );
 }
 
 /** `true` takes the duration from the module's `timeout` option, checked when the route is resolved. */
-export function normalizeTimeout(value: OrchestrateOptions['timeout'], where: string): false | Partial<TimeoutOptions> | undefined {
-  return normalize<Partial<TimeoutOptions>>(value, `${where} timeout`, 'number', 'ms', (p, o) => checkFields(p, o, TIMEOUT_FIELDS));
+export function normalizeTimeout(
+  value: OrchestrateOptions['timeout'],
+  where: string,
+): false | Partial<TimeoutOptions> | undefined {
+  return normalize<Partial<TimeoutOptions>>(value, `${where} timeout`, 'number', 'ms', (p, o) =>
+    checkFields(p, o, TIMEOUT_FIELDS),
+  );
 }
 
 export function normalizeRetry(value: OrchestrateOptions['retry'], where: string): false | RetryOptions | undefined {
-  return normalize<RetryOptions>(value, `${where} retry`, 'number', 'retries', (p, o) => checkFields(p, o, RETRY_FIELDS));
+  return normalize<RetryOptions>(value, `${where} retry`, 'number', 'retries', (p, o) =>
+    checkFields(p, o, RETRY_FIELDS),
+  );
 }
 
 /** Checks and normalises what a route, a class or a `run` call asks for. */

@@ -44,11 +44,10 @@ export interface ExpressResponseLike extends ServerResponse {
 }
 
 /** A handler under the orchestrator: it returns the answer (or a promise of it) instead of sending it. */
-export type OrchestratedHandler<Req extends ExpressRequestLike = ExpressRequestLike, Res extends ExpressResponseLike = ExpressResponseLike> = (
-  request: Req,
-  response: Res,
-  signal: AbortSignal,
-) => unknown;
+export type OrchestratedHandler<
+  Req extends ExpressRequestLike = ExpressRequestLike,
+  Res extends ExpressResponseLike = ExpressResponseLike,
+> = (request: Req, response: Res, signal: AbortSignal) => unknown;
 
 /** An Express request handler (middleware signature). */
 export type ExpressMiddleware<Req, Res> = (request: Req, response: Res, next: (error?: unknown) => void) => void;
@@ -70,7 +69,8 @@ export interface Orchestrate {
  */
 export function orchestrated(options: ExpressOrchestratorOptions = {}): Orchestrate {
   const { orchestrator: given, errorShape = 'nest', ...engineOptions } = options;
-  if (errorShape !== 'nest' && errorShape !== 'openai') throw new OrchestratorConfigError(`errorShape must be "nest" or "openai"`);
+  if (errorShape !== 'nest' && errorShape !== 'openai')
+    throw new OrchestratorConfigError(`errorShape must be "nest" or "openai"`);
   const orchestrator = given ?? new Orchestrator(engineOptions);
   const names = new RouteNames();
   const wrap = <Req extends ExpressRequestLike, Res extends ExpressResponseLike>(

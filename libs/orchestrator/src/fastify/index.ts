@@ -89,10 +89,15 @@ export function orchestratorOf(instance: object): Orchestrator | undefined {
  * breaker and limiter (named by method and path) unless it names one; routes
  * that give one name different settings fail at registration.
  */
-export function orchestratorPlugin(instance: unknown, options: FastifyOrchestratorOptions, done: (error?: Error) => void): void {
+export function orchestratorPlugin(
+  instance: unknown,
+  options: FastifyOrchestratorOptions,
+  done: (error?: Error) => void,
+): void {
   try {
     const { orchestrator: given, errorShape = 'nest', ...engineOptions } = options ?? {};
-    if (errorShape !== 'nest' && errorShape !== 'openai') throw new OrchestratorConfigError(`errorShape must be "nest" or "openai"`);
+    if (errorShape !== 'nest' && errorShape !== 'openai')
+      throw new OrchestratorConfigError(`errorShape must be "nest" or "openai"`);
     const orchestrator = given ?? new Orchestrator(engineOptions);
     const app = instance as FastifyLike;
     const names = new RouteNames();

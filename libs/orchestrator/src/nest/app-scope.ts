@@ -37,11 +37,22 @@ const scopes = new WeakMap<OrchestratorService, AppScope>();
  * a mistake that would otherwise go unnoticed (whichever module loaded first
  * would win), so it stops start-up.
  */
-export function orchestratorOfApp(app: object, options: OrchestratorOptions | undefined, settings: ModuleSettings): OrchestratorService {
+export function orchestratorOfApp(
+  app: object,
+  options: OrchestratorOptions | undefined,
+  settings: ModuleSettings,
+): OrchestratorService {
   const scope = apps.get(app);
   if (!scope) {
     const service = new OrchestratorService(options);
-    const made: AppScope = { service, options, settings, names: new RouteNames(), routesChecked: false, handlersGuarded: false };
+    const made: AppScope = {
+      service,
+      options,
+      settings,
+      names: new RouteNames(),
+      routesChecked: false,
+      handlersGuarded: false,
+    };
     apps.set(app, made);
     scopes.set(service, made);
     return service;

@@ -8,12 +8,15 @@ export function settingsOf(target: object): RouteSettings {
     const value: unknown = Reflect.getMetadata(METADATA[c], target);
     if (value !== undefined) settings[c] = value;
   }
-  return settings as RouteSettings;
+  return settings;
 }
 
 /** Whether a class or a method carries any orchestrator decorator, `@Fallback` included. */
 export function asksOrchestrator(target: object): boolean {
-  return CAPABILITIES.some((c) => Reflect.getMetadata(METADATA[c], target) !== undefined) || Reflect.getMetadata(FALLBACK_METADATA, target) !== undefined;
+  return (
+    CAPABILITIES.some((c) => Reflect.getMetadata(METADATA[c], target) !== undefined) ||
+    Reflect.getMetadata(FALLBACK_METADATA, target) !== undefined
+  );
 }
 
 /**

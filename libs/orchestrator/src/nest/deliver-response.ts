@@ -100,7 +100,11 @@ export function deliver<T>(events: Observable<CallEvent<T>>, target: DeliveryTar
 /** The bytes of a `RawResponse` as the platform sends them unchanged. */
 function rawBody(response: RawResponse, target: DeliveryTarget): unknown {
   if (response.status !== undefined) target.setStatus?.(response.status);
-  target.setHeaders(response.headers ? { ...response.headers, 'content-type': response.contentType } : { 'content-type': response.contentType });
+  target.setHeaders(
+    response.headers
+      ? { ...response.headers, 'content-type': response.contentType }
+      : { 'content-type': response.contentType },
+  );
   if (target.platform === 'fastify') return response.body;
   return new StreamableFile(response.body, { type: response.contentType, length: response.body.length });
 }

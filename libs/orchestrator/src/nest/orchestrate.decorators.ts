@@ -41,7 +41,8 @@ function setting(key: string, value: unknown) {
  * summarize(@Body() body: SummaryRequest) { ... }
  * ```
  */
-export const Dedup = (options: boolean | DedupOptions = true) => setting(METADATA.dedup, normalizeDedup(options, '@Dedup()'));
+export const Dedup = (options: boolean | DedupOptions = true) =>
+  setting(METADATA.dedup, normalizeDedup(options, '@Dedup()'));
 
 /**
  * Guards the route with a circuit breaker: after consecutive failures, calls
@@ -105,11 +106,16 @@ export interface OrchestrateDecoratorOptions extends OrchestrateOptions {
  * ```
  */
 export const Orchestrate = (options: OrchestrateDecoratorOptions) => {
-  const { fallback, ...capabilities } = (options ?? {}) as OrchestrateDecoratorOptions;
-  const settings = normalizeOrchestrate(options === null || typeof options !== 'object' ? options : capabilities, '@Orchestrate()');
+  const { fallback, ...capabilities } = options ?? {};
+  const settings = normalizeOrchestrate(
+    options === null || typeof options !== 'object' ? options : capabilities,
+    '@Orchestrate()',
+  );
   return applyDecorators(
     ...CAPABILITIES.filter((c) => settings[c] !== undefined).map((c) => SetMetadata(METADATA[c], settings[c])),
-    ...('fallback' in (options ?? {}) ? [SetMetadata(FALLBACK_METADATA, normalizeFallback(fallback, '@Orchestrate() fallback'))] : []),
+    ...('fallback' in (options ?? {})
+      ? [SetMetadata(FALLBACK_METADATA, normalizeFallback(fallback, '@Orchestrate() fallback'))]
+      : []),
     UseFilters(OrchestratorModuleCheck),
   );
 };
@@ -134,7 +140,8 @@ export const Orchestrate = (options: OrchestrateDecoratorOptions) => {
  * async summarize(docId: string) { ... }
  * ```
  */
-export const Fallback = (answer: FallbackAnswer) => setting(FALLBACK_METADATA, normalizeFallback(answer, '@Fallback()'));
+export const Fallback = (answer: FallbackAnswer) =>
+  setting(FALLBACK_METADATA, normalizeFallback(answer, '@Fallback()'));
 
 /**
  * Injects the AbortSignal of the current upstream call: pass it to `fetch` so

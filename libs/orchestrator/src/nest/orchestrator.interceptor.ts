@@ -15,7 +15,13 @@ import { CAPABILITIES, type RoutePolicy, type RouteSettings } from '../core/poli
 import { claimInterceptor, scopeOf } from './app-scope.js';
 import { CALL_SIGNAL, CALL_UPSTREAM, FALLBACK_METADATA, METADATA } from './constants.js';
 import { withCallSignal, withServedHandler } from './contexts/call-scope.js';
-import { describeContextCall, graphqlRequestOf, isOtherContextKind, wsClientIdentity, type OtherContextKind } from './contexts/context-calls.js';
+import {
+  describeContextCall,
+  graphqlRequestOf,
+  isOtherContextKind,
+  wsClientIdentity,
+  type OtherContextKind,
+} from './contexts/context-calls.js';
 import { OrchestratorGraphQLError, errorPayload, transportException } from './contexts/context-errors.js';
 import { fallbackAnswers, type FallbackSetting } from './contexts/fallback.js';
 import type { Upstream } from '../core/upstreams/upstream-pool.js';
@@ -90,12 +96,17 @@ export class OrchestratorInterceptor implements NestInterceptor {
       body: request.body,
       request,
     };
-    const tenant = this.identify ? (this.identityOf(context) ?? this.orchestrator.tenantOf(described)) : this.orchestrator.tenantOf(described);
+    const tenant = this.identify
+      ? (this.identityOf(context) ?? this.orchestrator.tenantOf(described))
+      : this.orchestrator.tenantOf(described);
     const dedup = policy.dedup;
     const call: CallRequest = { tenant };
     if (dedup) {
       call.key = this.orchestrator.requestKey(policy, described, tenant);
-      call.reuse = reuseOf(dedup.honorCacheControl ? request.headers['cache-control'] : undefined, dedup.store?.(described) ?? true);
+      call.reuse = reuseOf(
+        dedup.honorCacheControl ? request.headers['cache-control'] : undefined,
+        dedup.store?.(described) ?? true,
+      );
     }
     const tracing = this.orchestrator.tracing;
     if (tracing) call.trace = this.spanOf(tracing, request, raw, described);
@@ -108,7 +119,9 @@ export class OrchestratorInterceptor implements NestInterceptor {
       // with it to every joined and replayed caller. Only deduplicated answers need them carried.
       if (!dedup || !response.getHeaders) return toCallEvents(next.handle());
       const before = { ...response.getHeaders() };
-      return toCallEvents(next.handle().pipe(map((value) => withHandlerHeaders(value, headersSetSince(before, response.getHeaders!())))));
+      return toCallEvents(
+        next.handle().pipe(map((value) => withHandlerHeaders(value, headersSetSince(before, response.getHeaders!())))),
+      );
     };
 
     const deliverStarted = (started: StartedCall<unknown>) => {
@@ -131,7 +144,12 @@ export class OrchestratorInterceptor implements NestInterceptor {
    * (`attachRequestSpan`; that layer ends it), else one started here and
    * ended when the response is over.
    */
-  private spanOf(tracing: RequestTracing, request: AnyRequest, raw: ServerResponse, described: DedupRequest): RequestSpan {
+  private spanOf(
+    tracing: RequestTracing,
+    request: AnyRequest,
+    raw: ServerResponse,
+    described: DedupRequest,
+  ): RequestSpan {
     const attached = requestSpanOf(request);
     if (attached) return attached;
     const pattern = request.routeOptions?.url ?? request.route?.path;
@@ -143,7 +161,10 @@ export class OrchestratorInterceptor implements NestInterceptor {
       'url.path': path,
     });
     // A client that left before its answer was written: 499, as nginx logs it.
-    if (span.recording) raw.once('close', () => span.end(raw.writableFinished ? raw.statusCode : 499, raw.writableFinished ? undefined : 'client_closed'));
+    if (span.recording)
+      raw.once('close', () =>
+        span.end(raw.writableFinished ? raw.statusCode : 499, raw.writableFinished ? undefined : 'client_closed'),
+      );
     return span;
   }
 
@@ -167,10 +188,13 @@ export class OrchestratorInterceptor implements NestInterceptor {
     const fallback = this.fallbackOf(context);
     if (!route && !fallback) return next.handle();
     if (!isOtherContextKind(kind)) {
-      return throwError(() => new Error(
-        `${context.getClass().name}.${context.getHandler().name} has orchestrator decorators, but runs in a "${kind}" context, ` +
-          'which OrchestratorModule does not serve (it serves http, graphql, rpc and ws): remove them, or call OrchestratorService.run() in the handler',
-      ));
+      return throwError(
+        () =>
+          new Error(
+            `${context.getClass().name}.${context.getHandler().name} has orchestrator decorators, but runs in a "${kind}" context, ` +
+              'which OrchestratorModule does not serve (it serves http, graphql, rpc and ws): remove them, or call OrchestratorService.run() in the handler',
+          ),
+      );
     }
     const described = describeContextCall(kind, context, route?.name ?? '');
     const policy = route && !described.passThrough ? this.policyOf(context, described.method) : null;
@@ -182,7 +206,9 @@ export class OrchestratorInterceptor implements NestInterceptor {
     const dedup = policy.dedup;
     if (dedup) {
       const request = described.request;
-      call.key = dedup.key ? dedup.key(request) : dedupKey({ method: request.method, url: request.url, body: request.body, credential: call.tenant });
+      call.key = dedup.key
+        ? dedup.key(request)
+        : dedupKey({ method: request.method, url: request.url, body: request.body, credential: call.tenant });
       if (dedup.store?.(request) === false) call.reuse = { noStore: true };
     }
     // Nest binds the handler's async context when `next.handle()` is called: the handler, its parameter
@@ -213,15 +239,28 @@ export class OrchestratorInterceptor implements NestInterceptor {
     if (kind === 'graphql') {
       const request = graphqlRequestOf(context);
       if (!request) return undefined;
-      return this.orchestrator.tenantOf({ method: 'POST', url: '', headers: request.headers ?? {}, body: undefined, request });
+      return this.orchestrator.tenantOf({
+        method: 'POST',
+        url: '',
+        headers: request.headers ?? {},
+        body: undefined,
+        request,
+      });
     }
     return undefined;
   }
 
-  private answerOther(error: unknown, kind: OtherContextKind, context: ExecutionContext, fallback: FallbackSetting | null): Observable<unknown> {
+  private answerOther(
+    error: unknown,
+    kind: OtherContextKind,
+    context: ExecutionContext,
+    fallback: FallbackSetting | null,
+  ): Observable<unknown> {
     if (fallback && fallbackAnswers(error)) return answerWith(fallback, error, context);
     if (!isOrchestratorError(error)) return throwError(() => error);
-    return from(Promise.resolve(this.contextErrorOf(error, context))).pipe(mergeMap((shaped) => throwError(() => shaped)));
+    return from(Promise.resolve(this.contextErrorOf(error, context))).pipe(
+      mergeMap((shaped) => throwError(() => shaped)),
+    );
   }
 
   /**
@@ -233,7 +272,8 @@ export class OrchestratorInterceptor implements NestInterceptor {
    */
   protected contextErrorOf(error: OrchestratorError, context: ExecutionContext): Error | Promise<Error> {
     const kind = context.getType<string>();
-    if (kind === 'rpc' || kind === 'ws') return transportException(kind).then((Exception) => new Exception(errorPayload(error)));
+    if (kind === 'rpc' || kind === 'ws')
+      return transportException(kind).then((Exception) => new Exception(errorPayload(error)));
     return new OrchestratorGraphQLError(error);
   }
 
@@ -242,7 +282,10 @@ export class OrchestratorInterceptor implements NestInterceptor {
     const handler = context.getHandler();
     let fallback = this.fallbacks.get(handler);
     if (fallback === undefined) {
-      fallback = this.reflector.get<FallbackSetting | undefined>(FALLBACK_METADATA, handler) ?? this.reflector.get<FallbackSetting | undefined>(FALLBACK_METADATA, context.getClass()) ?? null;
+      fallback =
+        this.reflector.get<FallbackSetting | undefined>(FALLBACK_METADATA, handler) ??
+        this.reflector.get<FallbackSetting | undefined>(FALLBACK_METADATA, context.getClass()) ??
+        null;
       this.fallbacks.set(handler, fallback);
     }
     return fallback;
@@ -271,7 +314,8 @@ export class OrchestratorInterceptor implements NestInterceptor {
     const response = context.switchToHttp().getResponse<AnyResponse>();
     const raw = 'raw' in response ? response.raw : response;
     if (!raw.headersSent) {
-      for (const [name, value] of Object.entries(errorHeaders(error))) this.adapterHost.httpAdapter.setHeader(response, name, value);
+      for (const [name, value] of Object.entries(errorHeaders(error)))
+        this.adapterHost.httpAdapter.setHeader(response, name, value);
     }
     throw orchestratorHttpException(error, scopeOf(this.orchestrator)?.settings.errorShape);
   }

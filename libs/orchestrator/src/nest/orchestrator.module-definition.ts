@@ -42,26 +42,37 @@ export interface OrchestratorModuleExtras {
 }
 
 export const { ConfigurableModuleClass, MODULE_OPTIONS_TOKEN, OPTIONS_TYPE, ASYNC_OPTIONS_TYPE } =
-  new ConfigurableModuleBuilder<OrchestratorModuleOptions>({ moduleName: 'Orchestrator', optionsInjectionToken: ORCHESTRATOR_OPTIONS })
+  new ConfigurableModuleBuilder<OrchestratorModuleOptions>({
+    moduleName: 'Orchestrator',
+    optionsInjectionToken: ORCHESTRATOR_OPTIONS,
+  })
     .setClassMethodName('forRoot')
-    .setExtras<OrchestratorModuleExtras>({ isGlobal: true, interceptor: undefined, errorShape: undefined, identify: undefined }, (definition, extras) => {
-      const settings = { interceptor: extras.interceptor ?? OrchestratorInterceptor, errorShape: extras.errorShape ?? 'nest', identify: extras.identify };
-      const providers: Provider[] = [
-        // One engine per app, however many modules import forRoot(): each import gets the same instance (or a
-        // start-up error if it asks for other options), so there is one set of breakers, limiters and windows.
-        {
-          provide: OrchestratorService,
-          useFactory: (options: OrchestratorOptions | undefined, app: ModulesContainer) => orchestratorOfApp(app, options, settings),
-          inject: [{ token: ORCHESTRATOR_OPTIONS, optional: true }, ModulesContainer],
-        },
-        // Registered by every import; all but the app's first pass requests straight through (see OrchestratorInterceptor).
-        { provide: APP_INTERCEPTOR, useClass: settings.interceptor },
-      ];
-      return {
-        ...definition,
-        global: extras.isGlobal,
-        providers: [...(definition.providers ?? []), ...providers],
-        exports: [...(definition.exports ?? []), OrchestratorService],
-      };
-    })
+    .setExtras<OrchestratorModuleExtras>(
+      { isGlobal: true, interceptor: undefined, errorShape: undefined, identify: undefined },
+      (definition, extras) => {
+        const settings = {
+          interceptor: extras.interceptor ?? OrchestratorInterceptor,
+          errorShape: extras.errorShape ?? 'nest',
+          identify: extras.identify,
+        };
+        const providers: Provider[] = [
+          // One engine per app, however many modules import forRoot(): each import gets the same instance (or a
+          // start-up error if it asks for other options), so there is one set of breakers, limiters and windows.
+          {
+            provide: OrchestratorService,
+            useFactory: (options: OrchestratorOptions | undefined, app: ModulesContainer) =>
+              orchestratorOfApp(app, options, settings),
+            inject: [{ token: ORCHESTRATOR_OPTIONS, optional: true }, ModulesContainer],
+          },
+          // Registered by every import; all but the app's first pass requests straight through (see OrchestratorInterceptor).
+          { provide: APP_INTERCEPTOR, useClass: settings.interceptor },
+        ];
+        return {
+          ...definition,
+          global: extras.isGlobal,
+          providers: [...(definition.providers ?? []), ...providers],
+          exports: [...(definition.exports ?? []), OrchestratorService],
+        };
+      },
+    )
     .build();

@@ -1,4 +1,11 @@
-import { Inject, Injectable, Logger, Optional, type BeforeApplicationShutdown, type OnApplicationShutdown } from '@nestjs/common';
+import {
+  Inject,
+  Injectable,
+  Logger,
+  Optional,
+  type BeforeApplicationShutdown,
+  type OnApplicationShutdown,
+} from '@nestjs/common';
 import { Orchestrator, type OrchestratorOptions } from '../core/orchestrator.js';
 import { ORCHESTRATOR_OPTIONS } from './constants.js';
 
@@ -25,7 +32,9 @@ export class OrchestratorService extends Orchestrator implements BeforeApplicati
       // Once per outage and once on recovery: a dead store must not flood the log.
       onStoreState: (state, error) =>
         state === 'degraded'
-          ? this.logger.warn(`answer window store unavailable (${describe(error)}); answering from memory until it is back`)
+          ? this.logger.warn(
+              `answer window store unavailable (${describe(error)}); answering from memory until it is back`,
+            )
           : this.logger.log('answer window store reachable again; sharing answers resumes'),
     });
   }

@@ -8,7 +8,10 @@ import { settingsOf } from './decorator-settings.js';
 type Controller = { name: string; prototype: object };
 
 /** Every controller method of the app that has orchestrator settings (its own or its class's). */
-function decoratedRoutes(modules: ModulesContainer, names: RouteNames): Array<{ name: string; route: RouteSettings; controller: RouteSettings }> {
+function decoratedRoutes(
+  modules: ModulesContainer,
+  names: RouteNames,
+): Array<{ name: string; route: RouteSettings; controller: RouteSettings }> {
   const scanner = new MetadataScanner();
   const found: Array<{ name: string; route: RouteSettings; controller: RouteSettings }> = [];
   const seen = new Set<unknown>();
@@ -23,7 +26,8 @@ function decoratedRoutes(modules: ModulesContainer, names: RouteNames): Array<{ 
         const handler = (type.prototype as Record<string, unknown>)[method];
         if (typeof handler !== 'function') continue;
         const route = settingsOf(handler);
-        if (classAsks || Object.keys(route).length > 0) found.push({ name: names.implicitName(`${type.name}.${method}`, handler), route, controller });
+        if (classAsks || Object.keys(route).length > 0)
+          found.push({ name: names.implicitName(`${type.name}.${method}`, handler), route, controller });
       }
     }
   }

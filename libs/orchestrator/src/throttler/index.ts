@@ -5,5 +5,10 @@
  * Redis, and an OpenAI-shaped 429 for them.
  */
 export { MemoryWindowCounters, type WindowCount, type WindowCounters } from './window-counters.js';
-export { CountersUnavailableError, RedisThrottlerStorage, type RedisThrottlerStorageOptions, type ThrottlerRedisClient } from './redis-throttler-storage.js';
+export {
+  CountersUnavailableError,
+  RedisThrottlerStorage,
+  type RedisThrottlerStorageOptions,
+  type ThrottlerRedisClient,
+} from './redis-throttler-storage.js';
 export { rateLimitErrorBody } from './rate-limit-error.js';

@@ -76,23 +76,46 @@ export class RedisThrottlerStorage implements WindowCounters {
     this.retryMs = options.retryMs ?? 1_000;
   }
 
-  async increment(key: string, ttl: number, limit: number, blockDuration: number, throttlerName: string): Promise<ThrottlerStorageRecord> {
+  async increment(
+    key: string,
+    ttl: number,
+    limit: number,
+    blockDuration: number,
+    throttlerName: string,
+  ): Promise<ThrottlerStorageRecord> {
     // The count and its block share a hash tag (one Redis Cluster slot for the script).
     const id = `${this.prefix}:throttle:{t:${throttlerName}:${key}}`;
-    if (!this.available()) return this.unavailable(() => this.local.incrementNow(`${throttlerName}:${key}`, ttl, limit, blockDuration));
+    if (!this.available())
+      return this.unavailable(() => this.local.incrementNow(`${throttlerName}:${key}`, ttl, limit, blockDuration));
     try {
-      const [hits, ttlMs, blocked, blockMs] = (await this.eval(INCREMENT, [id, `${id}:block`], [String(Math.max(1, Math.round(ttl))), String(limit), String(Math.round(blockDuration))])) as number[];
-      return { totalHits: Number(hits), timeToExpire: seconds(Number(ttlMs)), isBlocked: Number(blocked) === 1, timeToBlockExpire: Number(blocked) === 1 ? seconds(Number(blockMs)) : 0 };
+      const [hits, ttlMs, blocked, blockMs] = (await this.eval(
+        INCREMENT,
+        [id, `${id}:block`],
+        [String(Math.max(1, Math.round(ttl))), String(limit), String(Math.round(blockDuration))],
+      )) as number[];
+      return {
+        totalHits: Number(hits),
+        timeToExpire: seconds(Number(ttlMs)),
+        isBlocked: Number(blocked) === 1,
+        timeToBlockExpire: Number(blocked) === 1 ? seconds(Number(blockMs)) : 0,
+      };
     } catch (error) {
       this.degrade(error);
-      return this.unavailable(() => this.local.incrementNow(`${throttlerName}:${key}`, ttl, limit, blockDuration), error);
+      return this.unavailable(
+        () => this.local.incrementNow(`${throttlerName}:${key}`, ttl, limit, blockDuration),
+        error,
+      );
     }
   }
 
   async add(key: string, ttlMs: number, amount: number): Promise<WindowCount> {
     if (!this.available()) return this.unavailable(() => this.local.addNow(key, ttlMs, amount));
     try {
-      const [total, ttl] = (await this.eval(ADD, [`${this.prefix}:count:${key}`], [String(Math.max(1, Math.round(ttlMs))), String(Math.round(amount))])) as number[];
+      const [total, ttl] = (await this.eval(
+        ADD,
+        [`${this.prefix}:count:${key}`],
+        [String(Math.max(1, Math.round(ttlMs))), String(Math.round(amount))],
+      )) as number[];
       return { total: Number(total), timeToExpire: seconds(Number(ttl)) };
     } catch (error) {
       this.degrade(error);
@@ -117,7 +140,11 @@ export class RedisThrottlerStorage implements WindowCounters {
   }
 
   private async eval(script: string, keys: string[], args: string[]): Promise<unknown> {
-    const result = await withTimeout(this.options.client.sendCommand(['EVAL', script, String(keys.length), ...keys, ...args]), this.opTimeoutMs, 'no answer from Redis');
+    const result = await withTimeout(
+      this.options.client.sendCommand(['EVAL', script, String(keys.length), ...keys, ...args]),
+      this.opTimeoutMs,
+      'no answer from Redis',
+    );
     if (this.degraded) {
       this.degraded = false;
       this.options.onState?.('ok');

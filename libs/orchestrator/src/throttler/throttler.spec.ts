@@ -19,7 +19,7 @@ describe('MemoryWindowCounters', () => {
   });
 });
 
-describe('RedisThrottlerStorage (a Redis of its own, never the machine\'s)', () => {
+describe("RedisThrottlerStorage (a Redis of its own, never the machine's)", () => {
   let redis: OwnedRedis;
   let client: ReturnType<typeof createClient>;
   const prefix = `npo-test-${process.pid}-${Date.now()}`;
@@ -52,8 +52,16 @@ describe('RedisThrottlerStorage (a Redis of its own, never the machine\'s)', () 
   it('counts alone, and says so once, while Redis does not answer; then shares again', async () => {
     const states: string[] = [];
     let down = true;
-    const flaky = { sendCommand: (args: string[]) => (down ? new Promise<unknown>(() => undefined) : client.sendCommand(args)) };
-    const storage = new RedisThrottlerStorage({ client: flaky, prefix, opTimeoutMs: 50, retryMs: 100, onState: (s) => states.push(s) });
+    const flaky = {
+      sendCommand: (args: string[]) => (down ? new Promise<unknown>(() => undefined) : client.sendCommand(args)),
+    };
+    const storage = new RedisThrottlerStorage({
+      client: flaky,
+      prefix,
+      opTimeoutMs: 50,
+      retryMs: 100,
+      onState: (s) => states.push(s),
+    });
     // The clock is the test's: the 50 ms time limit and the 100 ms retry pass when it says so (Redis's own answers
     // still come over the socket), so a slow machine can neither expire an answer nor keep one waiting.
     jest.useFakeTimers({ doNotFake: ['nextTick', 'setImmediate', 'queueMicrotask'] });

@@ -35,7 +35,13 @@ export class MemoryWindowCounters implements WindowCounters {
 
   constructor(private readonly now: () => number = Date.now) {}
 
-  async increment(key: string, ttl: number, limit: number, blockDuration: number, throttlerName: string): Promise<ThrottlerStorageRecord> {
+  async increment(
+    key: string,
+    ttl: number,
+    limit: number,
+    blockDuration: number,
+    throttlerName: string,
+  ): Promise<ThrottlerStorageRecord> {
     return this.incrementNow(`${throttlerName}:${key}`, ttl, limit, blockDuration);
   }
 

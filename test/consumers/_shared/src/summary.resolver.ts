@@ -39,7 +39,11 @@ export class SummaryResolver {
 
   @Mutation(() => Summary)
   @CircuitBreaker({ name: 'with-fallback', failureThreshold: 2, openMs: 60_000 })
-  @Fallback((_cause: unknown, _root: unknown, args: { n: number }) => ({ call: 0, echo: `fallback for ${args.n}`, fallback: true }))
+  @Fallback((_cause: unknown, _root: unknown, args: { n: number }) => ({
+    call: 0,
+    echo: `fallback for ${args.n}`,
+    fallback: true,
+  }))
   withFallback(@Args('n', { type: () => Int }) n: number) {
     return this.backend.call(n);
   }

@@ -39,13 +39,19 @@ before(async () => {
       return { call, question: req.body.question };
     }),
   );
-  app.get('/price', orchestrate({ dedup: true }, async function price() {
-    return { call: count('price') };
-  }));
-  app.get('/fail', orchestrate({ breaker: 'flaky' }, async () => {
-    count('fail');
-    throw Object.assign(new Error('upstream down'), { status: 503 });
-  }));
+  app.get(
+    '/price',
+    orchestrate({ dedup: true }, async function price() {
+      return { call: count('price') };
+    }),
+  );
+  app.get(
+    '/fail',
+    orchestrate({ breaker: 'flaky' }, async () => {
+      count('fail');
+      throw Object.assign(new Error('upstream down'), { status: 503 });
+    }),
+  );
   // Two handlers that are only called the same, with settings of their own: each has its own breaker.
   const sameName = (fails) =>
     async function handler() {
@@ -55,7 +61,13 @@ before(async () => {
     };
   app.get('/same-a', orchestrate({ breaker: { failureThreshold: 2 } }, sameName(true)));
   app.get('/same-b', orchestrate({ breaker: { failureThreshold: 5 } }, sameName(false)));
-  app.get('/hang', orchestrate({ timeout: 50 }, (req, res, signal) => new Promise((resolve) => signal.addEventListener('abort', resolve))));
+  app.get(
+    '/hang',
+    orchestrate(
+      { timeout: 50 },
+      (req, res, signal) => new Promise((resolve) => signal.addEventListener('abort', resolve)),
+    ),
+  );
   // Errors that are not the orchestrator's go to Express's error handling, as usual.
   app.use((error, req, res, _next) => res.status(error.status ?? 500).json({ message: error.message }));
   await new Promise((resolve) => (server = app.listen(0, '127.0.0.1', resolve)));
@@ -67,7 +79,11 @@ after(async () => {
 });
 
 const ask = () =>
-  fetch(`${url}/answer`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ question: 'same' }) });
+  fetch(`${url}/answer`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ question: 'same' }),
+  });
 
 test('is loaded without Nest installed', () => {
   assert.throws(() => createRequire(import.meta.url).resolve('@nestjs/common'), { code: 'MODULE_NOT_FOUND' });
@@ -105,7 +121,10 @@ test('the breaker opens and refuses at once, in Nest shape with the retry header
   assert.equal(refused.status, 503);
   assert.equal(refused.headers.get('x-should-retry'), 'false');
   const body = await refused.json();
-  assert.deepEqual({ ...body, message: typeof body.message }, { statusCode: 503, message: 'string', error: 'Service Unavailable', code: 'circuit_open' });
+  assert.deepEqual(
+    { ...body, message: typeof body.message },
+    { statusCode: 503, message: 'string', error: 'Service Unavailable', code: 'circuit_open' },
+  );
   assert.equal(calls.fail, 2);
 });
 

@@ -46,7 +46,11 @@ before(async () => {
 after(() => app.close());
 
 const ask = () =>
-  fetch(`${url}/answer`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ question: 'same' }) });
+  fetch(`${url}/answer`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ question: 'same' }),
+  });
 
 test('is loaded without Nest installed', () => {
   assert.throws(() => createRequire(import.meta.url).resolve('@nestjs/common'), { code: 'MODULE_NOT_FOUND' });
@@ -85,7 +89,10 @@ test('the breaker opens and refuses at once, in Nest/Fastify shape with the retr
   assert.equal(refused.headers.get('x-should-retry'), 'false');
   assert.ok(Number(refused.headers.get('retry-after')) >= 1);
   const body = await refused.json();
-  assert.deepEqual({ ...body, message: typeof body.message }, { statusCode: 503, message: 'string', error: 'Service Unavailable', code: 'circuit_open' });
+  assert.deepEqual(
+    { ...body, message: typeof body.message },
+    { statusCode: 503, message: 'string', error: 'Service Unavailable', code: 'circuit_open' },
+  );
   assert.equal(calls.fail, 2);
 });
 

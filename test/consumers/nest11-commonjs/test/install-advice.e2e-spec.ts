@@ -51,7 +51,9 @@ describe('install advice for Nest 11: @nestjs/config 4, keyv 5 + @keyv/redis 5',
 
   beforeAll(async () => {
     const port = await freePort();
-    redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+    redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+      stdio: 'ignore',
+    });
     process.env.REDIS_URL = `redis://127.0.0.1:${port}`;
     await redisAnswers(port);
 
@@ -63,7 +65,10 @@ describe('install advice for Nest 11: @nestjs/config 4, keyv 5 + @keyv/redis 5',
           inject: [ConfigService],
           useFactory: (config: ConfigService) => {
             store = new KeyvRedis(config.getOrThrow<string>('REDIS_URL'));
-            return { windowStores: [new Keyv({ store, namespace: 'my-app', useKeyPrefix: false })], dedup: { storeTimeoutMs: 1_000 } };
+            return {
+              windowStores: [new Keyv({ store, namespace: 'my-app', useKeyPrefix: false })],
+              dedup: { storeTimeoutMs: 1_000 },
+            };
           },
         }),
       ],

@@ -1,4 +1,10 @@
-import { BadGatewayException, CanActivate, ExecutionContext, Injectable, ServiceUnavailableException } from '@nestjs/common';
+import {
+  BadGatewayException,
+  CanActivate,
+  ExecutionContext,
+  Injectable,
+  ServiceUnavailableException,
+} from '@nestjs/common';
 
 /**
  * Stands in for a slow, paid dependency: counts every call it receives, and

@@ -89,7 +89,11 @@ describe('nest-prompt-orchestrator in a Nest 11 app with module: nodenext, TypeS
     // The upstream never answers: only the time limit can end this request.
     const response = await fetch(`${url}/hang`);
     expect(response.status).toBe(504);
-    expect(await response.json()).toMatchObject({ statusCode: 504, error: 'Gateway Timeout', code: 'upstream_timeout' });
+    expect(await response.json()).toMatchObject({
+      statusCode: 504,
+      error: 'Gateway Timeout',
+      code: 'upstream_timeout',
+    });
     await waitFor(() => upstream.hungCallAborted, 'the hung call to see its signal abort');
   });
 

@@ -47,7 +47,13 @@ export class ScenariosController {
   }
 
   @Post('flaky-once')
-  @Orchestrate({ dedup: true, breaker: 'flaky-once', concurrency: 4, timeout: 5_000, retry: { retries: 1, baseDelayMs: 10 } })
+  @Orchestrate({
+    dedup: true,
+    breaker: 'flaky-once',
+    concurrency: 4,
+    timeout: 5_000,
+    retry: { retries: 1, baseDelayMs: 10 },
+  })
   flakyOnce(@Body() body: Record<string, unknown>) {
     return this.upstream.flakyOnce(body);
   }

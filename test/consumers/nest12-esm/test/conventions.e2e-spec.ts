@@ -22,7 +22,9 @@ describe.each(['express', 'fastify'] as const)('Nest conventions (%s)', (platfor
   const start = async (module: unknown = TwiceModule, logger?: LoggerService) => {
     Calls.reset();
     const moduleRef = await Test.createTestingModule({ imports: [module as never] }).compile();
-    app = moduleRef.createNestApplication(platform === 'express' ? new ExpressAdapter() : new FastifyAdapter(), { logger: logger ?? false });
+    app = moduleRef.createNestApplication(platform === 'express' ? new ExpressAdapter() : new FastifyAdapter(), {
+      logger: logger ?? false,
+    });
     await app.listen(0, '127.0.0.1');
     if (platform === 'fastify') await (app.getHttpAdapter().getInstance() as { ready(): Promise<unknown> }).ready();
     url = await app.getUrl();
@@ -43,7 +45,9 @@ describe.each(['express', 'fastify'] as const)('Nest conventions (%s)', (platfor
 
   it('a second forRoot() with different options is a start-up error that says so', async () => {
     await expect(
-      Test.createTestingModule({ imports: [OrchestratorModule.forRoot({ dedup: { windowMs: 1_000 } }), FeatureModule] }).compile(),
+      Test.createTestingModule({
+        imports: [OrchestratorModule.forRoot({ dedup: { windowMs: 1_000 } }), FeatureModule],
+      }).compile(),
     ).rejects.toThrow(/imported more than once with different options/);
   });
 
@@ -73,8 +77,14 @@ describe.each(['express', 'fastify'] as const)('Nest conventions (%s)', (platfor
         return {};
       }
     }
-    const moduleRef = await Test.createTestingModule({ imports: [OrchestratorModule.forRoot()], controllers: [ClashController] }).compile();
-    const clashing = moduleRef.createNestApplication(platform === 'express' ? new ExpressAdapter() : new FastifyAdapter(), { logger: false });
+    const moduleRef = await Test.createTestingModule({
+      imports: [OrchestratorModule.forRoot()],
+      controllers: [ClashController],
+    }).compile();
+    const clashing = moduleRef.createNestApplication(
+      platform === 'express' ? new ExpressAdapter() : new FastifyAdapter(),
+      { logger: false },
+    );
     await expect(clashing.init()).rejects.toThrow(/share the breaker "payments" with different settings/);
     await clashing.close().catch(() => undefined);
   });
@@ -82,7 +92,11 @@ describe.each(['express', 'fastify'] as const)('Nest conventions (%s)', (platfor
   it('a POST without a window: concurrent callers share the call, a later caller gets a new order', async () => {
     await start();
     const post = () =>
-      fetch(`${url}/c/orders`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ item: 'book' }) });
+      fetch(`${url}/c/orders`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ item: 'book' }),
+      });
     const first = [post(), post()];
     await waitFor(() => Calls.counts.orders === 1, 'the first order');
     await settle();
@@ -101,7 +115,8 @@ describe.each(['express', 'fastify'] as const)('Nest conventions (%s)', (platfor
     const joined = fetch(`${url}/c/stamped`);
     await settle();
     Calls.release();
-    for (const answer of await Promise.all([leader, joined])) expect(answer.headers.get('x-computed-at')).toBe('call-1');
+    for (const answer of await Promise.all([leader, joined]))
+      expect(answer.headers.get('x-computed-at')).toBe('call-1');
     const cached = await fetch(`${url}/c/stamped`);
     expect(cached.headers.get('x-orchestrator-dedup')).toBe('cached');
     expect(cached.headers.get('x-computed-at')).toBe('call-1');
@@ -112,7 +127,12 @@ describe.each(['express', 'fastify'] as const)('Nest conventions (%s)', (platfor
     const answer = await fetch(`${url}/c/slow`);
     expect(answer.status).toBe(504);
     expect(answer.headers.get('x-should-retry')).toBe('false');
-    expect(await answer.json()).toEqual({ statusCode: 504, message: expect.any(String), error: 'Gateway Timeout', code: 'upstream_timeout' });
+    expect(await answer.json()).toEqual({
+      statusCode: 504,
+      message: expect.any(String),
+      error: 'Gateway Timeout',
+      code: 'upstream_timeout',
+    });
   });
 
   it('decorators in an app without the module: a start-up warning', async () => {
@@ -125,9 +145,15 @@ describe.each(['express', 'fastify'] as const)('Nest conventions (%s)', (platfor
       }
     }
     const warnings: string[] = [];
-    const logger: LoggerService = { log() {}, error() {}, warn: (message: unknown) => void warnings.push(String(message)) };
+    const logger: LoggerService = {
+      log() {},
+      error() {},
+      warn: (message: unknown) => void warnings.push(String(message)),
+    };
     const moduleRef = await Test.createTestingModule({ controllers: [LonelyController] }).compile();
-    app = moduleRef.createNestApplication(platform === 'express' ? new ExpressAdapter() : new FastifyAdapter(), { logger });
+    app = moduleRef.createNestApplication(platform === 'express' ? new ExpressAdapter() : new FastifyAdapter(), {
+      logger,
+    });
     await app.init();
     expect(warnings).toEqual([expect.stringMatching(/LonelyController\.get.*OrchestratorModule is not imported/)]);
   });

@@ -52,7 +52,9 @@ describe('install advice for Nest 12: @nestjs/config, keyv 5 + @keyv/redis 5', (
 
   beforeAll(async () => {
     const port = await freePort();
-    redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+    redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+      stdio: 'ignore',
+    });
     process.env.REDIS_URL = `redis://127.0.0.1:${port}`;
     await redisAnswers(port);
 
@@ -64,7 +66,10 @@ describe('install advice for Nest 12: @nestjs/config, keyv 5 + @keyv/redis 5', (
           inject: [ConfigService],
           useFactory: (config: ConfigService) => {
             store = new KeyvRedis(config.getOrThrow<string>('REDIS_URL'));
-            return { windowStores: [new Keyv({ store, namespace: 'my-app', useKeyPrefix: false })], dedup: { storeTimeoutMs: 1_000 } };
+            return {
+              windowStores: [new Keyv({ store, namespace: 'my-app', useKeyPrefix: false })],
+              dedup: { storeTimeoutMs: 1_000 },
+            };
           },
         }),
       ],

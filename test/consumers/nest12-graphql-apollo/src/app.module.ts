@@ -6,7 +6,10 @@ import { Backend } from './backend.js';
 import { SummaryResolver } from './summary.resolver.js';
 
 @Module({
-  imports: [OrchestratorModule.forRoot(), GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true })],
+  imports: [
+    OrchestratorModule.forRoot(),
+    GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true }),
+  ],
   providers: [Backend, SummaryResolver],
 })
 export class AppModule {}

@@ -20,7 +20,10 @@ class StrayResolver {
 }
 
 @Module({
-  imports: [OrchestratorModule.forRoot(), GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true })],
+  imports: [
+    OrchestratorModule.forRoot(),
+    GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true }),
+  ],
   providers: [StrayResolver],
 })
 class StrayModule {}

@@ -6,7 +6,10 @@ import { Backend } from './backend.js';
 import { SummaryResolver } from './summary.resolver.js';
 
 @Module({
-  imports: [OrchestratorModule.forRoot(), GraphQLModule.forRoot<MercuriusDriverConfig>({ driver: MercuriusDriver, autoSchemaFile: true })],
+  imports: [
+    OrchestratorModule.forRoot(),
+    GraphQLModule.forRoot<MercuriusDriverConfig>({ driver: MercuriusDriver, autoSchemaFile: true }),
+  ],
   providers: [Backend, SummaryResolver],
 })
 export class AppModule {}

@@ -17,7 +17,11 @@ describe('nest-prompt-orchestrator on GraphQL resolvers (Nest 12, @nestjs/mercur
   let backend: Backend;
   const health = () => app.get(OrchestratorService).health();
   const post = async (query: string, headers: Record<string, string> = {}): Promise<GraphQLAnswer> => {
-    const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify({ query }) });
+    const response = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: JSON.stringify({ query }),
+    });
     return (await response.json()) as GraphQLAnswer;
   };
 
@@ -61,7 +65,10 @@ describe('nest-prompt-orchestrator on GraphQL resolvers (Nest 12, @nestjs/mercur
   it('holds the concurrency limit: 2 resolver calls at a time, the others queued', async () => {
     backend.mode = 'held';
     const answers = Array.from({ length: 10 }, (_, n) => post(`{ limited(n: ${n}) { call } }`));
-    await waitFor(() => backend.calls === 2 && health().limiters.reduce((sum, l) => sum + l.queued, 0) === 8, 'two calls running, eight queued');
+    await waitFor(
+      () => backend.calls === 2 && health().limiters.reduce((sum, l) => sum + l.queued, 0) === 8,
+      'two calls running, eight queued',
+    );
     backend.gate.resolve();
     const all = await Promise.all(answers);
     expect(all.every((answer) => answer.errors === undefined)).toBe(true);

@@ -8,7 +8,8 @@ import { SummaryHandlers } from './summary.handlers.js';
     OrchestratorModule.forRoot({
       // Microservice messages carry no credentials of their own: the tenant in the payload says who asks, so two
       // tenants never share an answer.
-      identify: (context) => (context.getType() === 'rpc' ? context.switchToRpc().getData<{ tenant?: string }>()?.tenant : undefined),
+      identify: (context) =>
+        context.getType() === 'rpc' ? context.switchToRpc().getData<{ tenant?: string }>()?.tenant : undefined,
     }),
   ],
   controllers: [SummaryHandlers],

@@ -12,7 +12,11 @@ export async function freePort(): Promise<number> {
 /** A redis-server of the test's own (on the PATH), on a free loopback port, answering PING before this resolves. */
 export async function startRedis(): Promise<{ port: number; stop(): void }> {
   const port = await freePort();
-  const child: ChildProcess = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  const child: ChildProcess = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    { stdio: 'ignore' },
+  );
   const stop = () => {
     if (child.exitCode === null) child.kill('SIGKILL');
   };

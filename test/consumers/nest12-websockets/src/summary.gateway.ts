@@ -32,7 +32,11 @@ export class SummaryGateway {
 
   @SubscribeMessage('with-fallback')
   @CircuitBreaker({ name: 'with-fallback', failureThreshold: 2, openMs: 60_000 })
-  @Fallback((_cause: unknown, _client: unknown, n: unknown) => ({ call: 0, echo: `fallback for ${String(n)}`, fallback: true }))
+  @Fallback((_cause: unknown, _client: unknown, n: unknown) => ({
+    call: 0,
+    echo: `fallback for ${String(n)}`,
+    fallback: true,
+  }))
   withFallback(@MessageBody() n: number) {
     return this.backend.call(n);
   }

@@ -47,7 +47,10 @@ describe('nest-prompt-orchestrator on WebSocket gateway messages (Nest 12, @nest
   it('answers 100 identical concurrent messages of one client with one service call, and not another client', async () => {
     const socket = await connect();
     backend.mode = 'held';
-    const answers = Array.from({ length: 100 }, () => socket.emitWithAck('summarize', 'report') as Promise<{ call: number }>);
+    const answers = Array.from(
+      { length: 100 },
+      () => socket.emitWithAck('summarize', 'report') as Promise<{ call: number }>,
+    );
     await waitFor(() => backend.calls === 1 && health().callersWaiting === 100, '100 messages waiting on one call');
     backend.gate.resolve();
     const all = await Promise.all(answers);
@@ -76,7 +79,10 @@ describe('nest-prompt-orchestrator on WebSocket gateway messages (Nest 12, @nest
     const socket = await connect();
     backend.mode = 'held';
     const answers = Array.from({ length: 10 }, (_, n) => socket.emitWithAck('limited', n));
-    await waitFor(() => backend.calls === 2 && health().limiters.reduce((sum, l) => sum + l.queued, 0) === 8, 'two calls running, eight queued');
+    await waitFor(
+      () => backend.calls === 2 && health().limiters.reduce((sum, l) => sum + l.queued, 0) === 8,
+      'two calls running, eight queued',
+    );
     backend.gate.resolve();
     await Promise.all(answers);
     expect(backend.calls).toBe(10);
@@ -95,7 +101,12 @@ describe('nest-prompt-orchestrator on WebSocket gateway messages (Nest 12, @nest
   it('answers with the fallback when the handler fails, and while its breaker is open without calling it', async () => {
     const socket = await connect();
     backend.mode = 'down';
-    for (const n of [1, 2, 3]) expect(await socket.emitWithAck('with-fallback', n)).toEqual({ call: 0, echo: `fallback for ${n}`, fallback: true });
+    for (const n of [1, 2, 3])
+      expect(await socket.emitWithAck('with-fallback', n)).toEqual({
+        call: 0,
+        echo: `fallback for ${n}`,
+        fallback: true,
+      });
     expect(backend.calls).toBe(2);
   });
 });

@@ -30,11 +30,15 @@ export class BreakerRegistry {
    */
   replace(name: string, overrides: BreakerOptions = {}): CircuitBreaker {
     const o = withDefaults(BREAKER_FIELDS, this.defaults, this.named[name], overrides);
-    const breaker = new CircuitBreaker(name, {
-      ...o,
-      failureRate: o.failureRate && withDefaults(FAILURE_RATE_FIELDS, o.failureRate),
-      isFailure: o.isFailure ?? isUpstreamFailure,
-    }, this.fleet);
+    const breaker = new CircuitBreaker(
+      name,
+      {
+        ...o,
+        failureRate: o.failureRate && withDefaults(FAILURE_RATE_FIELDS, o.failureRate),
+        isFailure: o.isFailure ?? isUpstreamFailure,
+      },
+      this.fleet,
+    );
     breaker.onTransition = this.transitions;
     this.breakers.set(name, breaker);
     return breaker;
@@ -47,7 +51,9 @@ export class BreakerRegistry {
   }
 
   /** Tells `listener` of every breaker's changes of state, those created later included (`undefined`: nobody). */
-  onTransition(listener: ((name: string, from: BreakerState, to: BreakerState, at: number, remote: boolean) => void) | undefined): void {
+  onTransition(
+    listener: ((name: string, from: BreakerState, to: BreakerState, at: number, remote: boolean) => void) | undefined,
+  ): void {
     this.transitions = listener;
     for (const breaker of this.breakers.values()) breaker.onTransition = listener;
   }

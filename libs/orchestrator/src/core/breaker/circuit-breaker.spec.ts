@@ -16,7 +16,9 @@ function codeError(code: string): Error {
 
 /** What undici's fetch throws when the socket drops: the code is on `cause`. */
 function undiciSocketError(): Error {
-  return new TypeError('fetch failed', { cause: Object.assign(new Error('other side closed'), { code: 'UND_ERR_SOCKET' }) });
+  return new TypeError('fetch failed', {
+    cause: Object.assign(new Error('other side closed'), { code: 'UND_ERR_SOCKET' }),
+  });
 }
 
 /** A promise the test settles by hand. */
@@ -59,12 +61,14 @@ describe('CircuitBreaker', () => {
   }
 
   async function fail(breaker: CircuitBreaker, error: unknown = httpError(500)): Promise<unknown> {
-    return breaker.execute(() => Promise.reject(error)).then(
-      () => {
-        throw new Error('expected the action to fail');
-      },
-      (caught: unknown) => caught,
-    );
+    return breaker
+      .execute(() => Promise.reject(error))
+      .then(
+        () => {
+          throw new Error('expected the action to fail');
+        },
+        (caught: unknown) => caught,
+      );
   }
 
   async function succeed(breaker: CircuitBreaker): Promise<void> {
@@ -316,11 +320,11 @@ describe('CircuitBreaker', () => {
 
       await jest.advanceTimersByTimeAsync(500);
       expect(healthProbe).toHaveBeenCalledTimes(1);
-      expect(signals[0]!.aborted).toBe(false);
+      expect(signals[0].aborted).toBe(false);
       await jest.advanceTimersByTimeAsync(199);
-      expect(signals[0]!.aborted).toBe(false);
+      expect(signals[0].aborted).toBe(false);
       await jest.advanceTimersByTimeAsync(1);
-      expect(signals[0]!.aborted).toBe(true);
+      expect(signals[0].aborted).toBe(true);
       expect(breaker.state).toBe('open');
 
       // The next probe is scheduled one interval after the timed-out one.
@@ -331,9 +335,7 @@ describe('CircuitBreaker', () => {
     });
 
     it('a probe that answers only after probeTimeoutMs does not close the breaker', async () => {
-      const healthProbe = jest.fn(
-        () => new Promise<unknown>((resolve) => setTimeout(() => resolve(true), 300)),
-      );
+      const healthProbe = jest.fn(() => new Promise<unknown>((resolve) => setTimeout(() => resolve(true), 300)));
       const breaker = makeBreaker({ openMs: 60_000, healthProbe, probeIntervalMs: 500, probeTimeoutMs: 200 });
       await openIt(breaker, healthProbe);
       await jest.advanceTimersByTimeAsync(500 + 300);
@@ -385,15 +387,18 @@ describe('CircuitBreaker', () => {
       expect(breaker.state).toBe('open');
     });
 
-    it.each([400, 401, 404, 422, 429, 501])('a %i does not count (and is still rejected to the caller)', async (status) => {
-      const breaker = makeBreaker({ failureThreshold: 1 });
-      for (let i = 0; i < 10; i++) {
-        const error = httpError(status);
-        await expect(fail(breaker, error)).resolves.toBe(error);
-      }
-      expect(breaker.state).toBe('closed');
-      expect(breaker.snapshot().consecutiveFailures).toBe(0);
-    });
+    it.each([400, 401, 404, 422, 429, 501])(
+      'a %i does not count (and is still rejected to the caller)',
+      async (status) => {
+        const breaker = makeBreaker({ failureThreshold: 1 });
+        for (let i = 0; i < 10; i++) {
+          const error = httpError(status);
+          await expect(fail(breaker, error)).resolves.toBe(error);
+        }
+        expect(breaker.state).toBe('closed');
+        expect(breaker.snapshot().consecutiveFailures).toBe(0);
+      },
+    );
 
     it('a 4xx reported through getStatus() (a Nest HttpException) does not count', async () => {
       const breaker = makeBreaker({ failureThreshold: 1 });
@@ -408,7 +413,10 @@ describe('CircuitBreaker', () => {
       ['ECONNREFUSED', () => codeError('ECONNREFUSED')],
       ['ECONNRESET', () => codeError('ECONNRESET')],
       ['undici UND_ERR_SOCKET in cause', undiciSocketError],
-      ['ECONNREFUSED two causes deep', () => new Error('outer', { cause: new Error('mid', { cause: codeError('ECONNREFUSED') }) })],
+      [
+        'ECONNREFUSED two causes deep',
+        () => new Error('outer', { cause: new Error('mid', { cause: codeError('ECONNREFUSED') }) }),
+      ],
     ])('%s counts', async (_name, makeError) => {
       const breaker = makeBreaker({ failureThreshold: 2 });
       await fail(breaker, makeError());
@@ -542,7 +550,7 @@ describe('CircuitBreaker', () => {
       expect(healthProbe).toHaveBeenCalledTimes(1);
 
       breaker.shutdown();
-      expect(signals[0]!.aborted).toBe(true);
+      expect(signals[0].aborted).toBe(true);
       await jest.advanceTimersByTimeAsync(0);
       expect(jest.getTimerCount()).toBe(0);
       await jest.advanceTimersByTimeAsync(10_000);
@@ -553,7 +561,8 @@ describe('CircuitBreaker', () => {
   describe('failures are attributed before they count', () => {
     const failAs = (breaker: CircuitBreaker, tenant: string, key = `${tenant}-${Math.random()}`) =>
       breaker.execute(() => Promise.reject(httpError(500)), { tenant, key }).catch((error: unknown) => error);
-    const succeedAs = (breaker: CircuitBreaker, tenant: string) => breaker.execute(() => Promise.resolve('ok'), { tenant, key: `${tenant}-ok` });
+    const succeedAs = (breaker: CircuitBreaker, tenant: string) =>
+      breaker.execute(() => Promise.resolve('ok'), { tenant, key: `${tenant}-ok` });
 
     it("one tenant's failures while another is answered never count: the breaker stays closed", async () => {
       const breaker = makeBreaker();
@@ -588,21 +597,24 @@ describe('CircuitBreaker', () => {
       expect(breaker.state).toBe('open');
     });
 
-    it.each([2, 6])('%i colluding tenants with standing never open it while the probe sees the upstream answering', async (count) => {
-      const healthProbe = jest.fn(async () => true);
-      const breaker = makeBreaker({ healthProbe });
-      for (let t = 0; t < count; t++) await succeedAs(breaker, `colluder-${t}`);
-      await succeedAs(breaker, 'victim');
-      for (let round = 0; round < 40; round++) {
-        // Bursts of five failures from each colluder, the victim answered between them.
-        for (let t = 0; t < count; t++) for (let i = 0; i < 5; i++) await failAs(breaker, `colluder-${t}`);
-        expect(await succeedAs(breaker, 'victim')).toBe('ok');
-        await jest.advanceTimersByTimeAsync(250);
-      }
-      expect(breaker.state).toBe('closed');
-      // One probe answers for a second of failures: the attack costs the upstream about a probe a second.
-      expect(healthProbe.mock.calls.length).toBeLessThanOrEqual(11);
-    });
+    it.each([2, 6])(
+      '%i colluding tenants with standing never open it while the probe sees the upstream answering',
+      async (count) => {
+        const healthProbe = jest.fn(async () => true);
+        const breaker = makeBreaker({ healthProbe });
+        for (let t = 0; t < count; t++) await succeedAs(breaker, `colluder-${t}`);
+        await succeedAs(breaker, 'victim');
+        for (let round = 0; round < 40; round++) {
+          // Bursts of five failures from each colluder, the victim answered between them.
+          for (let t = 0; t < count; t++) for (let i = 0; i < 5; i++) await failAs(breaker, `colluder-${t}`);
+          expect(await succeedAs(breaker, 'victim')).toBe('ok');
+          await jest.advanceTimersByTimeAsync(250);
+        }
+        expect(breaker.state).toBe('closed');
+        // One probe answers for a second of failures: the attack costs the upstream about a probe a second.
+        expect(healthProbe.mock.calls.length).toBeLessThanOrEqual(11);
+      },
+    );
 
     it('calls that arrive while the probe decides wait for its verdict: an outage costs the threshold, whatever the concurrency', async () => {
       const probe = deferred<boolean>();
@@ -655,10 +667,13 @@ describe('CircuitBreaker', () => {
         let calls = 0;
         for (let i = 0; i < 12; i++) {
           await breaker
-            .execute(() => {
-              calls++;
-              return Promise.reject(httpError(503));
-            }, { tenant: `new-${i}`, key: `k${i}` })
+            .execute(
+              () => {
+                calls++;
+                return Promise.reject(httpError(503));
+              },
+              { tenant: `new-${i}`, key: `k${i}` },
+            )
             .catch(() => undefined);
           await jest.advanceTimersByTimeAsync(0);
         }
@@ -673,10 +688,13 @@ describe('CircuitBreaker', () => {
         let calls = 0;
         const attempt = (i: number) =>
           breaker
-            .execute(() => {
-              calls++;
-              return Promise.reject(httpError(500));
-            }, { tenant: `new-${i}`, key: `k${i}` })
+            .execute(
+              () => {
+                calls++;
+                return Promise.reject(httpError(500));
+              },
+              { tenant: `new-${i}`, key: `k${i}` },
+            )
             .catch(() => undefined);
         // An attack that starts with the gateway: the upstream answers the probe.
         for (let i = 0; i < 12; i++) await attempt(i);
@@ -719,7 +737,16 @@ describe('CircuitBreaker', () => {
           },
           isProber: async () => true,
         });
-        const options = { failureThreshold: 5, openMs: 4_000, maxOpenMultiplier: 4, probeIntervalMs: 500, probeTimeoutMs: 2_000, unansweredMs: 10_000, isFailure: isUpstreamFailure, healthProbe };
+        const options = {
+          failureThreshold: 5,
+          openMs: 4_000,
+          maxOpenMultiplier: 4,
+          probeIntervalMs: 500,
+          probeTimeoutMs: 2_000,
+          unansweredMs: 10_000,
+          isFailure: isUpstreamFailure,
+          healthProbe,
+        };
         const here = new CircuitBreaker('upstream', options, fleet());
         const there = new CircuitBreaker('upstream', options, fleet());
         breakers.push(here, there);
@@ -727,7 +754,7 @@ describe('CircuitBreaker', () => {
         for (let i = 0; i < 5; i++) await fail(here, httpError(503));
         expect(here.state).toBe('open');
         expect(announced).toEqual([{ state: 'open', openMs: 4_000, probeBlind: true }]);
-        watchers[1]!(announced[0]!);
+        watchers[1](announced[0]);
         expect(there.state).toBe('open');
         healthProbe.mockClear();
         await jest.advanceTimersByTimeAsync(3_999);

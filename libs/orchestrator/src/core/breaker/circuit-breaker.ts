@@ -10,7 +10,10 @@ import type { BREAKER_FIELDS, BreakerOptions, FAILURE_RATE_FIELDS, FailureRateOp
 export type BreakerState = 'closed' | 'open' | 'half_open';
 
 /** A breaker's settings with every default applied (see `BreakerOptions` for each field). */
-export type CircuitBreakerOptions = Omit<WithDefaults<BreakerOptions, typeof BREAKER_FIELDS>, 'name' | 'failureRate' | 'isFailure'> & {
+export type CircuitBreakerOptions = Omit<
+  WithDefaults<BreakerOptions, typeof BREAKER_FIELDS>,
+  'name' | 'failureRate' | 'isFailure'
+> & {
   failureRate?: WithDefaults<FailureRateOptions, typeof FAILURE_RATE_FIELDS>;
   isFailure: (error: unknown) => boolean;
 };
@@ -144,9 +147,11 @@ export class CircuitBreaker {
     this.openPeriod = this.breakerPeriod = options.openMs;
     this.breaker = this.makeBreaker(options.openMs);
     if (fleet) {
-      void fleet.watch(name, (state) => this.applyRemote(state)).then((current) => {
-        if (current?.state === 'open') this.applyRemote(current);
-      });
+      void fleet
+        .watch(name, (state) => this.applyRemote(state))
+        .then((current) => {
+          if (current?.state === 'open') this.applyRemote(current);
+        });
     }
   }
 
@@ -168,7 +173,11 @@ export class CircuitBreaker {
       const quiet = this.quietOpen;
       this.quietOpen = false;
       if (this.fleet && !this.applyingRemote && !quiet) {
-        this.announcing = this.fleet.announce(this.name, { state: 'open', openMs: this.openPeriod, ...(this.probeBlind ? { probeBlind: true } : {}) });
+        this.announcing = this.fleet.announce(this.name, {
+          state: 'open',
+          openMs: this.openPeriod,
+          ...(this.probeBlind ? { probeBlind: true } : {}),
+        });
       }
       this.noteState(quiet);
     });
@@ -238,7 +247,8 @@ export class CircuitBreaker {
     // with. Opened here first when that is not the current breaker's or its period (what opossum then reopens is a
     // replaced breaker, which changes nothing).
     const current = this.breaker;
-    if (current.halfOpen && (breaker !== current || this.openPeriod !== this.breakerPeriod)) this.openFor(this.openPeriod);
+    if (current.halfOpen && (breaker !== current || this.openPeriod !== this.breakerPeriod))
+      this.openFor(this.openPeriod);
   }
 
   private wakeWaiters(): void {
@@ -417,7 +427,8 @@ export class CircuitBreaker {
     try {
       return await action();
     } catch (error) {
-      if (error !== KNOWN_DOWN && error !== PROBER_DECIDES && (!this.options.isFailure(error) || !this.counts(source))) this.notFailures.add(error);
+      if (error !== KNOWN_DOWN && error !== PROBER_DECIDES && (!this.options.isFailure(error) || !this.counts(source)))
+        this.notFailures.add(error);
       throw error;
     }
   }
@@ -519,10 +530,15 @@ export class CircuitBreaker {
   }
 
   /** One run of the health probe, bounded by `probeTimeoutMs` (and by `abort`): whether the upstream answered. */
-  private async probeOnce(probe: (signal: AbortSignal) => Promise<unknown>, abort = new AbortController()): Promise<boolean> {
+  private async probeOnce(
+    probe: (signal: AbortSignal) => Promise<unknown>,
+    abort = new AbortController(),
+  ): Promise<boolean> {
     const timer = setTimeout(() => abort.abort(), this.options.probeTimeoutMs);
     // A probe that ignores its signal must not hang the loop: the abort (timeout or stop) ends the wait.
-    const aborted = new Promise<false>((resolve) => abort.signal.addEventListener('abort', () => resolve(false), { once: true }));
+    const aborted = new Promise<false>((resolve) =>
+      abort.signal.addEventListener('abort', () => resolve(false), { once: true }),
+    );
     try {
       return (await Promise.race([probe(abort.signal), aborted])) !== false && !abort.signal.aborted;
     } catch {

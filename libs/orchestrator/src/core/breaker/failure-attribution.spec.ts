@@ -8,7 +8,7 @@ function clocked() {
 }
 
 describe('FailureAttribution', () => {
-  it('an outage: nobody succeeds once it starts, so every failure is the upstream\'s, from one tenant or many', () => {
+  it("an outage: nobody succeeds once it starts, so every failure is the upstream's, from one tenant or many", () => {
     const { attribution, tick } = clocked();
     for (const tenant of ['c', 'b', 'a']) attribution.succeeded({ tenant, key: `k-${tenant}` });
     tick();
@@ -32,7 +32,7 @@ describe('FailureAttribution', () => {
     expect(attribution.attribute({ tenant: 'good', key: 'g2' })).toBe('upstream');
   });
 
-  it('a request that fails again while other requests of the same tenant are answered: the request\'s own', () => {
+  it("a request that fails again while other requests of the same tenant are answered: the request's own", () => {
     const { attribution, tick } = clocked();
     expect(attribution.attribute({ tenant: 't', key: 'poison' })).toBe('upstream');
     tick();
@@ -56,7 +56,7 @@ describe('FailureAttribution', () => {
     expect(attribution.attribute({ tenant: 'bad' })).toBe('upstream');
   });
 
-  it('calls without a source are always the upstream\'s', () => {
+  it("calls without a source are always the upstream's", () => {
     const { attribution } = clocked();
     attribution.succeeded({ tenant: 'x', key: 'y' });
     expect(attribution.attribute(undefined)).toBe('upstream');
@@ -75,7 +75,7 @@ describe('FailureAttribution', () => {
   });
 
   describe('callers never answered (a caller posing as a new tenant on every request)', () => {
-    it('while others are answered, a swarm of new callers only ever fails as newcomers: none of it is the upstream\'s', () => {
+    it("while others are answered, a swarm of new callers only ever fails as newcomers: none of it is the upstream's", () => {
       const { attribution, tick } = clocked();
       attribution.succeeded({ tenant: 'victim', key: 'v0' });
       for (let i = 0; i < 1_000; i++) {
@@ -106,7 +106,7 @@ describe('FailureAttribution', () => {
       expect(attribution.attribute({ tenant: 'new-1' })).toBe('upstream');
     });
 
-    it('one answer gives a caller standing: its failures are then judged like anyone\'s', () => {
+    it("one answer gives a caller standing: its failures are then judged like anyone's", () => {
       const { attribution, tick } = clocked();
       attribution.succeeded({ tenant: 'old', key: 'k1' });
       tick();

@@ -157,7 +157,8 @@ export class FailureAttribution {
     if (source?.tenant !== undefined) {
       const began = this.tenants.fail(source.tenant, at);
       if (this.tenantSuccesses.latestOtherThan(source.tenant) >= began) verdict = 'caller';
-      else if (!this.answered.has(source.tenant) && at - this.lastSuccessAt < this.newcomerGraceMs) verdict = 'newcomer';
+      else if (!this.answered.has(source.tenant) && at - this.lastSuccessAt < this.newcomerGraceMs)
+        verdict = 'newcomer';
     }
     if (source?.key !== undefined) {
       const began = this.keys.fail(source.key, at);

@@ -20,7 +20,8 @@ const CONNECTION_ERROR_CODES = new Set([
 
 function statusOf(error: object): number | undefined {
   const candidate = error as { status?: unknown; statusCode?: unknown; getStatus?: () => unknown };
-  const status = typeof candidate.getStatus === 'function' ? candidate.getStatus() : (candidate.status ?? candidate.statusCode);
+  const status =
+    typeof candidate.getStatus === 'function' ? candidate.getStatus() : (candidate.status ?? candidate.statusCode);
   return typeof status === 'number' ? status : undefined;
 }
 

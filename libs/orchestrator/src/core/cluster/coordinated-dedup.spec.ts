@@ -42,7 +42,9 @@ function counted(ms = 20) {
 }
 
 /** A coordinator of the test's own: claims answered as `claim` says, breakers left alone. */
-function coordinator(claim: (key: string) => Promise<LeadClaim | FollowClaim<unknown> | undefined>): FlightCoordinator & BreakerCoordinator {
+function coordinator(
+  claim: (key: string) => Promise<LeadClaim | FollowClaim<unknown> | undefined>,
+): FlightCoordinator & BreakerCoordinator {
   return {
     claim: claim as FlightCoordinator['claim'],
     countFailure: async () => undefined,
@@ -67,7 +69,9 @@ describe('identical requests in one process share one call, whatever the fleet d
 
   async function herd(made: Orchestrator, count: number, work: () => Promise<string>) {
     const policy = made.policy({ dedup: true });
-    const answers = await Promise.all(Array.from({ length: count }, () => made.run(policy, work, { key: 'same prompt' })));
+    const answers = await Promise.all(
+      Array.from({ length: count }, () => made.run(policy, work, { key: 'same prompt' })),
+    );
     return { answers, outcomes: { ...made.outcomes } };
   }
 
@@ -95,7 +99,7 @@ describe('identical requests in one process share one call, whatever the fleet d
   });
 
   it('a coordinator that throws is a coordinator that is away: one call here', async () => {
-    const claims = jest.fn(() => Promise.reject<undefined>(new Error("connection reset")));
+    const claims = jest.fn(() => Promise.reject<undefined>(new Error('connection reset')));
     const made = orchestrator({ coordinator: coordinator(claims) });
     const { work, calls } = counted();
     const { answers } = await herd(made, 50, work);
@@ -105,7 +109,10 @@ describe('identical requests in one process share one call, whatever the fleet d
 
   it('another replica leads: one claim, no call here, every request joined to its events', async () => {
     const remote = new ReplaySubject<CallEvent<string>>(); // a followed call is read from its first event
-    const claims = jest.fn(async (): Promise<FollowClaim<unknown>> => ({ role: 'follow', events: remote.asObservable() }));
+    const claims = jest.fn(async (): Promise<FollowClaim<unknown>> => ({
+      role: 'follow',
+      events: remote.asObservable(),
+    }));
     const made = orchestrator({ coordinator: coordinator(claims) });
     const { work, calls } = counted();
     const pending = herd(made, 100, work);
@@ -125,7 +132,7 @@ describe('identical requests in one process share one call, whatever the fleet d
     const claim: LeadClaim = {
       role: 'lead',
       publish: <T>(events: Observable<CallEvent<T>>) => {
-        published = events as Observable<CallEvent<unknown>>;
+        published = events;
         return new Observable<CallEvent<T>>((subscriber) => {
           const inner = events.subscribe(subscriber);
           return () => {
@@ -155,7 +162,9 @@ describe('identical requests in one process share one call, whatever the fleet d
 
   it('a stream replayed to local joiners of a followed call arrives whole, in order', async () => {
     const remote = new ReplaySubject<CallEvent<string>>(); // a followed call is read from its first event
-    const made = orchestrator({ coordinator: coordinator(async () => ({ role: 'follow', events: remote.asObservable() }) as FollowClaim<unknown>) });
+    const made = orchestrator({
+      coordinator: coordinator(async () => ({ role: 'follow', events: remote.asObservable() })),
+    });
     const policy = made.policy({ dedup: true });
     const work = () => new Observable<CallEvent<string>>(() => undefined);
     const first = await made.start(policy, { key: 's' }, work);
@@ -166,6 +175,11 @@ describe('identical requests in one process share one call, whatever the fleet d
     remote.next({ kind: 'chunk', chunk: 'data: a\n\n' });
     remote.next({ kind: 'chunk', chunk: 'data: b\n\n' });
     remote.complete();
-    for (const events of await all) expect(events.map((e) => (e.kind === 'chunk' ? e.chunk : e.kind))).toEqual(['head', 'data: a\n\n', 'data: b\n\n']);
+    for (const events of await all)
+      expect(events.map((e) => (e.kind === 'chunk' ? e.chunk : e.kind))).toEqual([
+        'head',
+        'data: a\n\n',
+        'data: b\n\n',
+      ]);
   });
 });

@@ -38,7 +38,11 @@ export interface FlightCoordinator {
    * then acts alone. `lead` is what a follower runs if the leader dies before
    * anything reached its callers.
    */
-  claim<T>(key: string, lead: () => Observable<CallEvent<T>>, options?: ClaimOptions): Promise<LeadClaim | FollowClaim<T> | undefined>;
+  claim<T>(
+    key: string,
+    lead: () => Observable<CallEvent<T>>,
+    options?: ClaimOptions,
+  ): Promise<LeadClaim | FollowClaim<T> | undefined>;
   /** Whether coordination works right now (`degraded`: each replica acts alone), for health reports. */
   health?(): { state: 'ok' | 'degraded'; error?: string };
 }
@@ -125,25 +129,45 @@ export interface ErrorCodec {
 export const DEFAULT_ERROR_CODEC: ErrorCodec = {
   encode(error) {
     const e = error as { message?: unknown; status?: unknown; statusCode?: unknown };
-    const message = typeof e?.message === 'string' ? e.message.slice(0, MAX_MESSAGE) : 'The call failed on another replica.';
+    const message =
+      typeof e?.message === 'string' ? e.message.slice(0, MAX_MESSAGE) : 'The call failed on another replica.';
     if (isOrchestratorError(error)) {
       // `o` marks the fields a follower needs to answer as the leader did; `message`, `status` and `code` alone are
       // what a replica of an earlier version reads.
       const retryAfter = error.retryAfterSeconds;
-      return { message, status: error.status, code: error.code, o: { type: error.type, retryable: error.retryable, ...(retryAfter === undefined ? {} : { retryAfter }) } };
+      return {
+        message,
+        status: error.status,
+        code: error.code,
+        o: { type: error.type, retryable: error.retryable, ...(retryAfter === undefined ? {} : { retryAfter }) },
+      };
     }
-    const status = typeof e?.status === 'number' ? e.status : typeof e?.statusCode === 'number' ? e.statusCode : undefined;
+    const status =
+      typeof e?.status === 'number' ? e.status : typeof e?.statusCode === 'number' ? e.statusCode : undefined;
     const code = codeOf(error);
     return { message, ...(status !== undefined ? { status } : {}), ...(code !== undefined ? { code } : {}) };
   },
   decode(data) {
     const message = String(data.message ?? 'The call failed on another replica.').slice(0, MAX_MESSAGE);
-    const status = typeof data.status === 'number' && Number.isInteger(data.status) && data.status >= 400 && data.status <= 599 ? data.status : undefined;
+    const status =
+      typeof data.status === 'number' && Number.isInteger(data.status) && data.status >= 400 && data.status <= 599
+        ? data.status
+        : undefined;
     const code = typeof data.code === 'string' ? data.code : undefined;
     const o = data.o as { type?: unknown; retryable?: unknown; retryAfter?: unknown } | undefined;
     if (o && status !== undefined && code !== undefined && RELAYED_CODES.has(code) && typeof o.type === 'string') {
-      const retryAfter = typeof o.retryAfter === 'number' && Number.isFinite(o.retryAfter) && o.retryAfter >= 0 ? o.retryAfter : undefined;
-      return new RelayedOrchestratorError(code as OrchestratorErrorCode, status, o.type.slice(0, 100), message, retryAfter, o.retryable === true);
+      const retryAfter =
+        typeof o.retryAfter === 'number' && Number.isFinite(o.retryAfter) && o.retryAfter >= 0
+          ? o.retryAfter
+          : undefined;
+      return new RelayedOrchestratorError(
+        code as OrchestratorErrorCode,
+        status,
+        o.type.slice(0, 100),
+        message,
+        retryAfter,
+        o.retryable === true,
+      );
     }
     return new RemoteCallError(message, status, code);
   },
@@ -183,14 +207,20 @@ export function toWire<T>(event: CallEvent<T>): WireEvent {
       return { k: 'b', b: value.body.toString('base64'), ct: value.contentType, h: value.headers, s: value.status };
     }
     case 'head':
-      return event.formatError ? { k: 'h', h: event.head, x: event.formatError(leaderLost()) } : { k: 'h', h: event.head };
+      return event.formatError
+        ? { k: 'h', h: event.head, x: event.formatError(leaderLost()) }
+        : { k: 'h', h: event.head };
     case 'chunk':
-      return typeof event.chunk === 'string' ? { k: 'c', c: event.chunk } : { k: 'c', c: event.chunk.toString('base64'), b: 1 };
+      return typeof event.chunk === 'string'
+        ? { k: 'c', c: event.chunk }
+        : { k: 'c', c: event.chunk.toString('base64'), b: 1 };
   }
 }
 
 /** The error a follower's callers get when the replica making the call goes away in the middle of its answer. */
-export function leaderLost(message = 'The replica making this call went away in the middle of its answer.'): RemoteCallError {
+export function leaderLost(
+  message = 'The replica making this call went away in the middle of its answer.',
+): RemoteCallError {
   return new RemoteCallError(message, 502, 'leader_lost');
 }
 
@@ -207,7 +237,11 @@ export class WireReader {
   event<T>(wire: Exclude<WireEvent, { k: 'end' } | { k: 'err' }>): CallEvent<T> {
     if (wire.k !== 'h' || wire.x === undefined) return fromWire<T>(wire);
     const lost = wire.x;
-    return { kind: 'head', head: wire.h, formatError: (error) => (typeof error === 'object' && error !== null ? this.texts.get(error) : undefined) ?? lost };
+    return {
+      kind: 'head',
+      head: wire.h,
+      formatError: (error) => (typeof error === 'object' && error !== null ? this.texts.get(error) : undefined) ?? lost,
+    };
   }
 
   error(wire: Extract<WireEvent, { k: 'err' }>): Error {
@@ -218,7 +252,11 @@ export class WireReader {
 }
 
 /** What a leader publishes when its call fails: the error, and the chunk its callers got for it (if a stream said so). */
-export function errorToWire(codec: ErrorCodec, error: unknown, formatError: ((error: unknown) => string) | undefined): Extract<WireEvent, { k: 'err' }> {
+export function errorToWire(
+  codec: ErrorCodec,
+  error: unknown,
+  formatError: ((error: unknown) => string) | undefined,
+): Extract<WireEvent, { k: 'err' }> {
   const e = codec.encode(error);
   return formatError ? { k: 'err', e, f: formatError(error) } : { k: 'err', e };
 }

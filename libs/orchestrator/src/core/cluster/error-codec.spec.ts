@@ -15,7 +15,8 @@ import { errorBody, errorHeaders } from '../http/errors.js';
 import { DEFAULT_ERROR_CODEC, RemoteCallError } from './coordination.js';
 
 /** An error as it reaches a follower: encoded by the leader, through JSON (Redis, IPC), decoded by the follower. */
-const across = (error: unknown) => DEFAULT_ERROR_CODEC.decode(JSON.parse(JSON.stringify(DEFAULT_ERROR_CODEC.encode(error))) as Record<string, unknown>);
+const across = (error: unknown) =>
+  DEFAULT_ERROR_CODEC.decode(JSON.parse(JSON.stringify(DEFAULT_ERROR_CODEC.encode(error))) as Record<string, unknown>);
 
 describe("the leader's error, as its followers on other replicas get it", () => {
   it.each<[string, OrchestratorError]>([
@@ -43,7 +44,9 @@ describe("the leader's error, as its followers on other replicas get it", () => 
   });
 
   it("a connection error wrapped by the HTTP client keeps its cause's code", () => {
-    const error = new Error('fetch failed', { cause: Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }) });
+    const error = new Error('fetch failed', {
+      cause: Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }),
+    });
     const followed = across(error);
     expect(followed).toMatchObject({ code: 'ECONNRESET' });
     expect(isTransientFailure(followed)).toBe(isTransientFailure(error));
@@ -57,9 +60,21 @@ describe("the leader's error, as its followers on other replicas get it", () => 
     // A caller hanging up is never an answer to send: its followers take the call over instead.
     expect(isOrchestratorError(across(new ClientClosedError()))).toBe(false);
     // A code no version of the package relays, or a status that is not an error's: not made an orchestrator error.
-    expect(DEFAULT_ERROR_CODEC.decode({ message: 'm', status: 503, code: 'made_up', o: { type: 't', retryable: true } })).toBeInstanceOf(RemoteCallError);
-    expect(DEFAULT_ERROR_CODEC.decode({ message: 'm', status: 200, code: 'circuit_open', o: { type: 't', retryable: false } })).toBeInstanceOf(RemoteCallError);
+    expect(
+      DEFAULT_ERROR_CODEC.decode({ message: 'm', status: 503, code: 'made_up', o: { type: 't', retryable: true } }),
+    ).toBeInstanceOf(RemoteCallError);
+    expect(
+      DEFAULT_ERROR_CODEC.decode({
+        message: 'm',
+        status: 200,
+        code: 'circuit_open',
+        o: { type: 't', retryable: false },
+      }),
+    ).toBeInstanceOf(RemoteCallError);
     // What a replica of an earlier version sends (no `o`): read as before.
-    expect(DEFAULT_ERROR_CODEC.decode({ message: 'm', status: 504, code: 'upstream_timeout' })).toMatchObject({ name: 'RemoteCallError', status: 504 });
+    expect(DEFAULT_ERROR_CODEC.decode({ message: 'm', status: 504, code: 'upstream_timeout' })).toMatchObject({
+      name: 'RemoteCallError',
+      status: 504,
+    });
   });
 });

@@ -13,7 +13,6 @@ import { RedisCoordinator } from './redis-coordinator.js';
  * silent cut.
  */
 
-
 describe('RedisCoordinator: a leader lost in the middle of a stream', () => {
   let redis: OwnedRedis;
   const clients: Array<{ destroy(): void }> = [];
@@ -39,11 +38,17 @@ describe('RedisCoordinator: a leader lost in the middle of a stream', () => {
     await client.connect();
     await subscriber.connect();
     clients.push(client, subscriber);
-    const coordinator = new RedisCoordinator({ client, subscriber, prefix: 'lost-leader', opTimeoutMs: 500, ...options });
+    const coordinator = new RedisCoordinator({
+      client,
+      subscriber,
+      prefix: 'lost-leader',
+      opTimeoutMs: 500,
+      ...options,
+    });
     return { coordinator, die: () => (client.destroy(), subscriber.destroy(), coordinator.close()) };
   }
 
-  it('the follower gets the leader\'s own error event for a lost leader, once its lease runs out', async () => {
+  it("the follower gets the leader's own error event for a lost leader, once its lease runs out", async () => {
     const timing = { leaseMs: 600, pollMs: 50 };
     const leader = await replica(timing);
     const follower = await replica(timing);
@@ -52,7 +57,8 @@ describe('RedisCoordinator: a leader lost in the middle of a stream', () => {
     const lead = (await leader.coordinator.claim<string>('k', never)) as LeadClaim;
     expect(lead.role).toBe('lead');
     const upstream = new Subject<CallEvent<string>>();
-    const formatError = (error: unknown) => `event: error\ndata: ${JSON.stringify({ code: (error as RemoteCallError).code })}\n\n`;
+    const formatError = (error: unknown) =>
+      `event: error\ndata: ${JSON.stringify({ code: (error as RemoteCallError).code })}\n\n`;
     lead.publish(upstream).subscribe({ error: () => undefined });
     upstream.next({ kind: 'head', head: { contentType: 'text/event-stream' }, formatError });
     upstream.next({ kind: 'chunk', chunk: 'data: first\n\n' });
@@ -63,7 +69,8 @@ describe('RedisCoordinator: a leader lost in the middle of a stream', () => {
     const failed = new Promise<{ error: unknown }>((resolve) =>
       follow.events.subscribe({ next: (event) => seen.push(event), error: (error: unknown) => resolve({ error }) }),
     );
-    for (const deadline = Date.now() + 60_000; seen.length < 2 && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 10));
+    for (const deadline = Date.now() + 60_000; seen.length < 2 && Date.now() < deadline;)
+      await new Promise((r) => setTimeout(r, 10));
     expect(seen.map((e) => e.kind)).toEqual(['head', 'chunk']);
 
     leader.die();
@@ -76,7 +83,7 @@ describe('RedisCoordinator: a leader lost in the middle of a stream', () => {
     expect(head.formatError?.(error)).toBe('event: error\ndata: {"code":"leader_lost"}\n\n');
   }, 120_000);
 
-  it('an error the leader\'s callers saw mid-stream reaches the follower\'s callers as the same bytes', async () => {
+  it("an error the leader's callers saw mid-stream reaches the follower's callers as the same bytes", async () => {
     const timing = { leaseMs: 2_000, pollMs: 50 };
     const leader = await replica(timing);
     const follower = await replica(timing);
@@ -91,7 +98,9 @@ describe('RedisCoordinator: a leader lost in the middle of a stream', () => {
 
     const follow = (await follower.coordinator.claim<string>('k2', never)) as FollowClaim<string>;
     const seen: CallEvent<string>[] = [];
-    const error = await new Promise<unknown>((resolve) => follow.events.subscribe({ next: (event) => seen.push(event), error: resolve }));
+    const error = await new Promise<unknown>((resolve) =>
+      follow.events.subscribe({ next: (event) => seen.push(event), error: resolve }),
+    );
     const head = seen[0] as Extract<CallEvent<string>, { kind: 'head' }>;
     expect(head.formatError?.(error)).toBe('data: {"error":"provider reset the stream"}\n\n');
   }, 20_000);

@@ -139,7 +139,11 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
 
   // ---- one call per key, fleet-wide ----
 
-  async claim<T>(key: string, lead: () => Observable<CallEvent<T>>, options?: ClaimOptions): Promise<LeadClaim | FollowClaim<T> | undefined> {
+  async claim<T>(
+    key: string,
+    lead: () => Observable<CallEvent<T>>,
+    options?: ClaimOptions,
+  ): Promise<LeadClaim | FollowClaim<T> | undefined> {
     if (!this.available()) return undefined;
     // The leader's span rides in the lease's value: a follower learns it with the same reply that makes it follow.
     const trace = options?.trace;
@@ -277,7 +281,11 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
    * backlog, or evicted) end its answer with `leader_lost` once part of it was delivered; before that, its callers
    * are refused (`FlightOutgrownError`), never given a part of the answer or a second call's.
    */
-  private follow<T>(key: string, initialHolder: string, lead: () => Observable<CallEvent<T>>): Observable<CallEvent<T>> {
+  private follow<T>(
+    key: string,
+    initialHolder: string,
+    lead: () => Observable<CallEvent<T>>,
+  ): Observable<CallEvent<T>> {
     return new Observable<CallEvent<T>>((subscriber) => {
       let holder = initialHolder;
       let lastId = '-';
@@ -326,7 +334,12 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
       // likely in the window), rather than given a second call's answer while its herd gets the first.
       const missed = () => {
         finish();
-        if (delivered) subscriber.error(leaderLost('This replica fell behind the call it followed: the events it still needed were no longer kept.'));
+        if (delivered)
+          subscriber.error(
+            leaderLost(
+              'This replica fell behind the call it followed: the events it still needed were no longer kept.',
+            ),
+          );
         else subscriber.error(new FlightOutgrownError());
       };
       // One read at a time; a notification during a read asks for one more.
@@ -341,9 +354,14 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
             again = false;
             for (;;) {
               const stream = this.flightKey(flightOf(holder), 'stream');
-              const entries = (await this.command(['XRANGE', stream, lastId === '-' ? '-' : `(${lastId}`, '+', 'COUNT', String(READ_BATCH)])) as Array<
-                [string, string[]]
-              > | null;
+              const entries = (await this.command([
+                'XRANGE',
+                stream,
+                lastId === '-' ? '-' : `(${lastId}`,
+                '+',
+                'COUNT',
+                String(READ_BATCH),
+              ])) as Array<[string, string[]]> | null;
               failingSince = undefined;
               for (const [id, fields] of entries ?? []) {
                 lastId = id;
@@ -457,7 +475,13 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
     const message = JSON.stringify({ ...state, by: this.replicaId });
     try {
       if (state.state === 'open') {
-        await this.command(['SET', this.breakerKey(name, 'state'), message, 'PX', String(Math.max(1, state.openMs ?? 60_000) + this.leaseMs)]);
+        await this.command([
+          'SET',
+          this.breakerKey(name, 'state'),
+          message,
+          'PX',
+          String(Math.max(1, state.openMs ?? 60_000) + this.leaseMs),
+        ]);
       } else await this.command(['DEL', this.breakerKey(name, 'state'), this.breakerKey(name, 'failures')]);
       await this.command(['PUBLISH', this.breakerKey(name, 'events'), message]);
     } catch (error) {
@@ -480,7 +504,10 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
     }
   }
 
-  private async subscribeBreaker(name: string, watcher: { onChange: (state: SharedBreakerState) => void; subscribed: boolean }): Promise<void> {
+  private async subscribeBreaker(
+    name: string,
+    watcher: { onChange: (state: SharedBreakerState) => void; subscribed: boolean },
+  ): Promise<void> {
     await this.timed(
       this.options.subscriber.subscribe(this.breakerKey(name, 'events'), (message) => {
         // Another replica counted a failure: a success here must end the fleet's run.
@@ -543,7 +570,6 @@ export class RedisCoordinator implements FlightCoordinator, BreakerCoordinator {
   private timed<T>(promise: Promise<T>): Promise<T> {
     return withTimeout(promise, this.opTimeoutMs, 'no answer from Redis');
   }
-
 
   private degrade(error: unknown): void {
     // The app is closing and its clients with it: what fails now is no outage.

@@ -47,17 +47,26 @@ describe('RedisCoordinator: following a live leader, and what Redis keeps of its
     await client.connect();
     await subscriber.connect();
     // `deaf`: announcements never reach it, so it reads only at its polls (a follower that falls behind).
-    const subscriptions = options.deaf ? { subscribe: async () => undefined, unsubscribe: async () => undefined } : subscriber;
-    const coordinator = new RedisCoordinator({ client, subscriber: subscriptions, prefix, opTimeoutMs: 200, ...timing });
+    const subscriptions = options.deaf
+      ? { subscribe: async () => undefined, unsubscribe: async () => undefined }
+      : subscriber;
+    const coordinator = new RedisCoordinator({
+      client,
+      subscriber: subscriptions,
+      prefix,
+      opTimeoutMs: 200,
+      ...timing,
+    });
     closing.push(() => (coordinator.close(), client.destroy(), subscriber.destroy()));
     return coordinator;
   }
 
-  const own = (label: string) => () => new Observable<CallEvent<string>>((s) => {
-    s.next({ kind: 'head', head: { contentType: 'text/plain' } });
-    s.next({ kind: 'chunk', chunk: label });
-    s.complete();
-  });
+  const own = (label: string) => () =>
+    new Observable<CallEvent<string>>((s) => {
+      s.next({ kind: 'head', head: { contentType: 'text/plain' } });
+      s.next({ kind: 'chunk', chunk: label });
+      s.complete();
+    });
 
   /** Leads `key` on `leader`: the upstream the test drives, and the flight's stream key in Redis. */
   async function leadOn(leader: RedisCoordinator, prefix: string, key: string) {
@@ -65,7 +74,9 @@ describe('RedisCoordinator: following a live leader, and what Redis keeps of its
     expect(lead.role).toBe('lead');
     const upstream = new Subject<CallEvent<string>>();
     const leaderSaw: string[] = [];
-    lead.publish(upstream).subscribe({ next: (e) => e.kind === 'chunk' && leaderSaw.push(String(e.chunk)), error: () => undefined });
+    lead
+      .publish(upstream)
+      .subscribe({ next: (e) => e.kind === 'chunk' && leaderSaw.push(String(e.chunk)), error: () => undefined });
     const holder = String(await raw.get(`${prefix}:lease:${key}`));
     const flight = holder.slice(holder.indexOf(':') + 1);
     return { upstream, leaderSaw, stream: `${prefix}:{f:${flight}}:stream`, lease: `${prefix}:lease:${key}` };
@@ -88,7 +99,8 @@ describe('RedisCoordinator: following a live leader, and what Redis keeps of its
 
   const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
   const until = async (condition: () => boolean, what: string) => {
-    for (const deadline = Date.now() + 10_000; !condition(); await sleep(10)) if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    for (const deadline = Date.now() + 10_000; !condition(); await sleep(10))
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
   };
 
   it('the lease evicted mid-stream: the follower gets the whole answer (no leader_lost), and the leader takes its lease back', async () => {
@@ -179,7 +191,10 @@ describe('RedisCoordinator: following a live leader, and what Redis keeps of its
       if (i % 20 === 19) {
         await sleep(20);
         const entries = await raw.sendCommand<Array<[string, string[]]>>(['XRANGE', call.stream, '-', '+']);
-        largest = Math.max(largest, entries.reduce((n, [, fields]) => n + fields[1].length, 0));
+        largest = Math.max(
+          largest,
+          entries.reduce((n, [, fields]) => n + fields[1].length, 0),
+        );
       }
     }
     call.upstream.complete();

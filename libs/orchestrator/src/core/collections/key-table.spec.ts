@@ -29,7 +29,8 @@ function compareWithMap(keys: number, operations: number, deleteShare: number, s
     if (table.get(key) !== model.get(key) || table.has(key) !== model.has(key)) differences.push(`get ${key} at ${i}`);
     if (table.size !== model.size) differences.push(`size at ${i}`);
     // Every key the model holds is still found: a deletion that left a probe short would lose one.
-    if (i % 97 === 0) for (const [held, value] of model) if (table.get(held) !== value) differences.push(`lost ${held} at ${i}`);
+    if (i % 97 === 0)
+      for (const [held, value] of model) if (table.get(held) !== value) differences.push(`lost ${held} at ${i}`);
   }
   expect(differences).toEqual([]);
   for (const [key, value] of model) expect(table.get(key)).toBe(value);
@@ -87,7 +88,20 @@ describe('KeyTable', () => {
   it('keeps keys that differ only in length or in one unit apart, and the empty key', () => {
     compareWithMap(3, 300, 0.3, 3);
     const table = new KeyTable<number>();
-    const keys = ['', 'a', 'aa', 'aaa', 'ab', 'ba', '\u0000', '\u0000\u0000', 'é', 'e\u0301', '__proto__', 'constructor'];
+    const keys = [
+      '',
+      'a',
+      'aa',
+      'aaa',
+      'ab',
+      'ba',
+      '\u0000',
+      '\u0000\u0000',
+      'é',
+      'e\u0301',
+      '__proto__',
+      'constructor',
+    ];
     keys.forEach((key, i) => table.set(key, i));
     keys.forEach((key, i) => expect(table.get(key)).toBe(i));
     expect(table.size).toBe(keys.length);

@@ -95,7 +95,7 @@ export class KeyTable<V> {
     const { keys, entries, hashes, mask } = this;
     let hole = slot;
     for (let next = (hole + 1) & mask; keys[next] !== undefined; next = (next + 1) & mask) {
-      const home = hashes[next]! & mask;
+      const home = hashes[next] & mask;
       // `next` may move to `hole` unless its home lies cyclically within (hole, next].
       const stays = hole <= next ? hole < home && home <= next : hole < home || home <= next;
       if (stays) continue;
@@ -117,7 +117,7 @@ export class KeyTable<V> {
     for (let from = 0; from < keys.length; from++) {
       const key = keys[from];
       if (key === undefined) continue;
-      let slot = hashes[from]! & this.mask;
+      let slot = hashes[from] & this.mask;
       while (this.keys[slot] !== undefined) slot = (slot + 1) & this.mask;
       this.keys[slot] = key;
       this.entries[slot] = entries[from];

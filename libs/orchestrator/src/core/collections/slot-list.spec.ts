@@ -35,8 +35,8 @@ describe('SlotList', () => {
     for (let i = 0; i < 10_000; i++) {
       const held = [list.add(i), list.add(i + 0.5)];
       for (const place of held) places.add(place);
-      list.delete(held[0]!, i);
-      list.delete(held[1]!, i + 0.5);
+      list.delete(held[0], i);
+      list.delete(held[1], i + 0.5);
     }
     expect(list.size).toBe(0);
     expect(places.size).toBe(2);

@@ -51,7 +51,12 @@ class Simulation {
  * calls in flight then), and the limiter hands a finished call's slot to the next caller before the finished call's
  * sample is taken (so the calls in flight a sample reports include its successor, as `call.ts` reports them).
  */
-function eventRun(capacity: number, clients: number, ms: number, baseMs = 50): { limits: number[]; latencies: number[] } {
+function eventRun(
+  capacity: number,
+  clients: number,
+  ms: number,
+  baseMs = 50,
+): { limits: number[]; latencies: number[] } {
   let now = 0;
   const limit = new AdaptiveLimit(512, {}, () => now);
   let inFlight = 0;
@@ -144,7 +149,12 @@ describe('AdaptiveLimit', () => {
   it('shrinks at once on an overload answer, once per window however many arrive', () => {
     let now = 0;
     const changes: number[] = [];
-    const limit = new AdaptiveLimit(512, { initialLimit: 100 }, () => now, (l) => changes.push(l));
+    const limit = new AdaptiveLimit(
+      512,
+      { initialLimit: 100 },
+      () => now,
+      (l) => changes.push(l),
+    );
     for (let i = 0; i < 50; i++) limit.drop();
     expect(limit.limit).toBe(50);
     now += 100;
@@ -181,7 +191,12 @@ describe('AdaptiveLimit', () => {
   it('probes at most once per probeIntervalMs, and only on congestion', () => {
     let now = 0;
     const limits: number[] = [];
-    const limit = new AdaptiveLimit(512, { initialLimit: 40, probeIntervalMs: 30_000, slowStart: false }, () => now, (l) => limits.push(l));
+    const limit = new AdaptiveLimit(
+      512,
+      { initialLimit: 40, probeIntervalMs: 30_000, slowStart: false },
+      () => now,
+      (l) => limits.push(l),
+    );
     const window = (latency: number, inFlight = limit.limit) => {
       now += 2 * latency;
       for (let i = 0; i < 8; i++) limit.sample(latency, inFlight);
@@ -247,7 +262,13 @@ describe('AdaptiveLimit', () => {
   it("does not read the process's own slowness (its event loop's lag) as the upstream queueing", () => {
     let now = 0;
     let lag = 0;
-    const limit = new AdaptiveLimit(512, { initialLimit: 40, slowStart: false }, () => now, undefined, () => lag);
+    const limit = new AdaptiveLimit(
+      512,
+      { initialLimit: 40, slowStart: false },
+      () => now,
+      undefined,
+      () => lag,
+    );
     const window = (latency: number) => {
       now += 100;
       for (let i = 0; i < 8; i++) limit.sample(latency, 40);

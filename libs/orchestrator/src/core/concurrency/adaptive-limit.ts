@@ -152,7 +152,8 @@ export class AdaptiveLimit {
       probeIntervalMs: options.probeIntervalMs ?? 30_000,
     };
     const s = this.settings;
-    if (!(s.minLimit >= 1 && s.minLimit <= maxLimit)) throw new OrchestratorConfigError(`adaptive minLimit must be within 1..${maxLimit}`);
+    if (!(s.minLimit >= 1 && s.minLimit <= maxLimit))
+      throw new OrchestratorConfigError(`adaptive minLimit must be within 1..${maxLimit}`);
     if (!(s.tolerance >= 1)) throw new OrchestratorConfigError('adaptive tolerance must be at least 1');
     if (!(s.backoff > 0 && s.backoff < 1) || !(s.dropBackoff > 0 && s.dropBackoff < 1)) {
       throw new OrchestratorConfigError('adaptive backoff and dropBackoff must be between 0 and 1');
@@ -218,7 +219,8 @@ export class AdaptiveLimit {
     const now = this.now();
     if (now - this.lastDropAt < this.settings.windowMs) return;
     this.lastDropAt = now;
-    if (this.resumeAt !== undefined) this.resumeAt = Math.max(this.settings.minLimit, this.resumeAt * this.settings.dropBackoff);
+    if (this.resumeAt !== undefined)
+      this.resumeAt = Math.max(this.settings.minLimit, this.resumeAt * this.settings.dropBackoff);
     else this.set(this.current * this.settings.dropBackoff, now);
   }
 
@@ -238,7 +240,10 @@ export class AdaptiveLimit {
     // the next window measures the slope again); past the knee, one step costs at most one window of queueing.
     if (slope && slope.elasticity < KNEE_ELASTICITY && compensated <= this.noLoadMs * UNQUEUED_LATENCY) {
       this.grow(now);
-    } else if (compensated > this.noLoadMs * s.tolerance || (slope?.fresh && slope.elasticity >= PAST_KNEE_ELASTICITY)) {
+    } else if (
+      compensated > this.noLoadMs * s.tolerance ||
+      (slope?.fresh && slope.elasticity >= PAST_KNEE_ELASTICITY)
+    ) {
       // Congested, or latency that just rose in proportion to the calls in flight (an upstream at its capacity, even
       // against an uncontended latency measured wrong). The uncontended latency may never have been uncontended:
       // measure it first. A quarter of the limit (at least a few calls), and at most half the last limit whose
@@ -297,7 +302,8 @@ export class AdaptiveLimit {
       // Steps of one call, or callers that are all in: the slope measured a few windows ago still holds, unless the
       // latency moved on its own (an upstream slower for everyone is not measured by our calls).
       const steady = latencyMs <= anchor.latencyMs * STEADY_LATENCY;
-      if (this.slope && ++this.slope.age <= SLOPE_WINDOWS && steady) return { elasticity: this.slope.elasticity, fresh: false };
+      if (this.slope && ++this.slope.age <= SLOPE_WINDOWS && steady)
+        return { elasticity: this.slope.elasticity, fresh: false };
       return undefined;
     }
     this.anchor = { inFlight, latencyMs };

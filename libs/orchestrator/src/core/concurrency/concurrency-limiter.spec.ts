@@ -3,7 +3,15 @@ import { OverloadedError, QueueTimeoutError } from '../errors.js';
 import { ConcurrencyLimiter, type ConcurrencyLimiterOptions, type ReleaseSlot } from './concurrency-limiter.js';
 
 function makeLimiter(overrides: Partial<ConcurrencyLimiterOptions> = {}): ConcurrencyLimiter {
-  return new ConcurrencyLimiter('upstream', { limit: 16, queueSize: 100, maxWaitMs: 60_000, retryAfterSeconds: 3, detachedLimit: 4, fairQueue: true, ...overrides });
+  return new ConcurrencyLimiter('upstream', {
+    limit: 16,
+    queueSize: 100,
+    maxWaitMs: 60_000,
+    retryAfterSeconds: 3,
+    detachedLimit: 4,
+    fairQueue: true,
+    ...overrides,
+  });
 }
 
 /** Tracks how one acquire() settled, without awaiting it. */
@@ -63,7 +71,7 @@ describe('ConcurrencyLimiter', () => {
       [10, 18],
       [15, 19],
     ] as const) {
-      calls[released]!.release!();
+      calls[released].release!();
       await flush();
       expect(grantOrder.at(-1)).toBe(expectedNext);
       expect(limiter.inFlight).toBe(16);
@@ -173,14 +181,14 @@ describe('ConcurrencyLimiter', () => {
     // The second leaves; the slot the first frees goes to the third.
     leaveSecond();
     expect(limiter.queued).toBe(1);
-    releases[0]!();
+    releases[0]();
     expect(outcomes).toEqual(['first granted', 'fourth refused: OverloadedError', 'third granted']);
 
     // A waiter not granted within maxWaitMs is refused, and never granted later.
     waitAs('fifth');
     await jest.advanceTimersByTimeAsync(1_000);
     expect(outcomes.at(-1)).toBe('fifth refused: QueueTimeoutError');
-    releases[1]!();
+    releases[1]();
     expect(limiter.inFlight).toBe(0);
     expect(outcomes.filter((o) => o.startsWith('second') || o.startsWith('fifth granted'))).toEqual([]);
   });
@@ -381,7 +389,15 @@ describe('ConcurrencyLimiter with a moving limit', () => {
     let now = 0;
     const limiter = new ConcurrencyLimiter(
       'upstream',
-      { limit: 64, queueSize: 10, maxWaitMs: 1_000, retryAfterSeconds: 1, detachedLimit: 4, fairQueue: true, adaptive: { initialLimit: 16 } },
+      {
+        limit: 64,
+        queueSize: 10,
+        maxWaitMs: 1_000,
+        retryAfterSeconds: 1,
+        detachedLimit: 4,
+        fairQueue: true,
+        adaptive: { initialLimit: 16 },
+      },
       () => now,
     );
     expect(limiter.limit).toBe(16);

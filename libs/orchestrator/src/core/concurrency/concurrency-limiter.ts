@@ -5,7 +5,10 @@ import { AdaptiveLimit, type Clock } from './adaptive-limit.js';
 import type { CONCURRENCY_FIELDS, ConcurrencyOptions } from './concurrency.options.js';
 
 /** A limiter's settings with every default applied (see `ConcurrencyOptions` for each field). */
-export type ConcurrencyLimiterOptions = Omit<WithDefaults<ConcurrencyOptions, typeof CONCURRENCY_FIELDS>, 'name' | 'detachedLimit' | 'adaptive'> & {
+export type ConcurrencyLimiterOptions = Omit<
+  WithDefaults<ConcurrencyOptions, typeof CONCURRENCY_FIELDS>,
+  'name' | 'detachedLimit' | 'adaptive'
+> & {
   detachedLimit: number;
   adaptive?: ConcurrencyOptions['adaptive'];
 };
@@ -325,7 +328,10 @@ export class ConcurrencyLimiter {
    */
   abortedCall(): void {
     if (!this.loadKnown || this.capacity === undefined) return;
-    const call: AbortedCall = { tick: ++this.ticks, timer: setTimeout(() => this.holdEnded(call), ABORTED_CALL_HOLD_MS) };
+    const call: AbortedCall = {
+      tick: ++this.ticks,
+      timer: setTimeout(() => this.holdEnded(call), ABORTED_CALL_HOLD_MS),
+    };
     call.timer.unref?.();
     this.aborted.push(call);
     this.updateLimit();

@@ -34,7 +34,10 @@ export class ConcurrencyRegistry {
   /** A new limiter under that name, which `get` returns from now on (see `BreakerRegistry.replace`). */
   replace(name: string, overrides: ConcurrencyOptions = {}): ConcurrencyLimiter {
     const o = withDefaults(CONCURRENCY_FIELDS, this.defaults, this.named[name], overrides);
-    const limiter = new ConcurrencyLimiter(name, { ...o, detachedLimit: o.detachedLimit ?? Math.max(1, Math.ceil(o.limit / 4)) });
+    const limiter = new ConcurrencyLimiter(name, {
+      ...o,
+      detachedLimit: o.detachedLimit ?? Math.max(1, Math.ceil(o.limit / 4)),
+    });
     this.limiters.set(name, limiter);
     return limiter;
   }

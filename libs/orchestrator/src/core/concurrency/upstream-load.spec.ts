@@ -1,6 +1,11 @@
 import { afterEach, beforeEach, describe, expect, it, jest } from '@jest/globals';
 import { Orchestrator } from '../orchestrator.js';
-import { ABORTED_CALL_HOLD_MS, ConcurrencyLimiter, type ConcurrencyLimiterOptions, type ReleaseSlot } from './concurrency-limiter.js';
+import {
+  ABORTED_CALL_HOLD_MS,
+  ConcurrencyLimiter,
+  type ConcurrencyLimiterOptions,
+  type ReleaseSlot,
+} from './concurrency-limiter.js';
 
 /**
  * A limiter under an upstream's own capacity that also reports its load (a llama.cpp server's busy slots): slots
@@ -12,7 +17,19 @@ let now = 0;
 const clock = () => now;
 
 function makeLimiter(overrides: Partial<ConcurrencyLimiterOptions> = {}): ConcurrencyLimiter {
-  return new ConcurrencyLimiter('llama', { limit: 64, queueSize: 100, maxWaitMs: 60_000, retryAfterSeconds: 1, detachedLimit: 16, fairQueue: true, ...overrides }, clock);
+  return new ConcurrencyLimiter(
+    'llama',
+    {
+      limit: 64,
+      queueSize: 100,
+      maxWaitMs: 60_000,
+      retryAfterSeconds: 1,
+      detachedLimit: 16,
+      fairQueue: true,
+      ...overrides,
+    },
+    clock,
+  );
 }
 
 /** A limiter of `slots` whose upstream was read once, `busy` of them taken by others. */
@@ -284,7 +301,9 @@ describe('calls under an upstream that reports its load', () => {
 
     // Both slots taken (the kept call, and a live one): the next live call waits here for the kept one to end.
     let release: ((value: string) => void) | undefined;
-    const holding = orchestrator.run(slow, () => new Promise<string>((resolve) => (release = resolve)), { key: 'holding' });
+    const holding = orchestrator.run(slow, () => new Promise<string>((resolve) => (release = resolve)), {
+      key: 'holding',
+    });
     await jest.advanceTimersByTimeAsync(0);
     const next = orchestrator.run(slow, () => Promise.resolve('next'), { key: 'next' });
     await jest.advanceTimersByTimeAsync(0);
@@ -297,7 +316,16 @@ describe('calls under an upstream that reports its load', () => {
   });
 
   it('a pool orders a member whose slots are all busy elsewhere after one with a free slot', () => {
-    orchestrator = new Orchestrator({ upstreams: { llm: { members: [{ name: 'a', target: 'A' }, { name: 'b', target: 'B' }] } } });
+    orchestrator = new Orchestrator({
+      upstreams: {
+        llm: {
+          members: [
+            { name: 'a', target: 'A' },
+            { name: 'b', target: 'B' },
+          ],
+        },
+      },
+    });
     orchestrator.policy({ breaker: 'llm', concurrency: true }, 'chat');
     const pool = orchestrator.upstreams.get('llm')!;
     for (const member of pool.members) member.setHealth('up', { slots: 2 });

@@ -1,8 +1,18 @@
 import { afterEach, beforeEach, describe, expect, it, jest } from '@jest/globals';
 import { Keyv, type KeyvStoreAdapter } from 'keyv';
-import { AnswerWindow, entrySize, type AnswerWindowOptions, type StoreState, type WindowPayload } from './answer-window.js';
+import {
+  AnswerWindow,
+  entrySize,
+  type AnswerWindowOptions,
+  type StoreState,
+  type WindowPayload,
+} from './answer-window.js';
 
-const bytes = (n: number): WindowPayload<unknown> => ({ kind: 'bytes', body: Buffer.alloc(n, 120), contentType: 'application/json' });
+const bytes = (n: number): WindowPayload<unknown> => ({
+  kind: 'bytes',
+  body: Buffer.alloc(n, 120),
+  contentType: 'application/json',
+});
 
 /** A Keyv store that keeps entries in a Map and misbehaves on command. */
 function faultyStore() {
@@ -58,7 +68,11 @@ describe('AnswerWindow', () => {
         },
       };
     }
-    const stream = (text: string): WindowPayload<unknown> => ({ kind: 'stream', head: { contentType: 'text/event-stream' }, chunks: [Buffer.from(text.slice(0, 3)), Buffer.from(text.slice(3))] });
+    const stream = (text: string): WindowPayload<unknown> => ({
+      kind: 'stream',
+      head: { contentType: 'text/event-stream' },
+      chunks: [Buffer.from(text.slice(0, 3)), Buffer.from(text.slice(3))],
+    });
 
     it("keeps a stored stream's bytes where the keeper puts them, and tells it when each is let go", async () => {
       const { window } = windowWith({ maxEntries: 2 });
@@ -82,7 +96,11 @@ describe('AnswerWindow', () => {
       const bytesKeeper = keeper();
       window.keeper = bytesKeeper;
       await window.set('a', stream('data: a'), 1_000);
-      const text: WindowPayload<unknown> = { kind: 'stream', head: { contentType: 'text/event-stream' }, chunks: ['data: t'] };
+      const text: WindowPayload<unknown> = {
+        kind: 'stream',
+        head: { contentType: 'text/event-stream' },
+        chunks: ['data: t'],
+      };
       await window.set('t', text, 60_000);
       await window.set('p', bytes(10), 60_000);
       jest.setSystemTime(1_002_000);
@@ -107,7 +125,11 @@ describe('AnswerWindow', () => {
 
     it('counts what an entry holds: bytes, stream chunks, serialised values', () => {
       expect(entrySize(bytes(1_000))).toBeGreaterThanOrEqual(1_000);
-      const stream = entrySize({ kind: 'stream', head: { contentType: 'text/event-stream' }, chunks: ['x'.repeat(500), 'y'.repeat(500)] });
+      const stream = entrySize({
+        kind: 'stream',
+        head: { contentType: 'text/event-stream' },
+        chunks: ['x'.repeat(500), 'y'.repeat(500)],
+      });
       expect(stream).toBeGreaterThanOrEqual(1_000);
       expect(entrySize({ kind: 'value', value: { text: 'z'.repeat(1_000) } })).toBeGreaterThanOrEqual(1_000);
     });

@@ -193,7 +193,10 @@ export class AnswerWindow {
   /** Closes the shared stores, within about a second: a frozen store never holds shutdown up. */
   async disconnect(): Promise<void> {
     clearTimeout(this.store?.retry);
-    if (this.shared) await withTimeout(this.shared.disconnect(), Math.max(this.options.storeTimeoutMs, DISCONNECT_MS)).catch(() => undefined);
+    if (this.shared)
+      await withTimeout(this.shared.disconnect(), Math.max(this.options.storeTimeoutMs, DISCONNECT_MS)).catch(
+        () => undefined,
+      );
   }
 
   private async sharedOp<R>(op: (cache: Cache) => Promise<R>): Promise<R | undefined> {
@@ -225,7 +228,10 @@ export class AnswerWindow {
     try {
       // Straight to the stores: cache-manager would turn a failure into a miss.
       const stores = this.options.stores!;
-      await withTimeout(Promise.all(stores.map((store) => store.get('nest-prompt-orchestrator:probe'))), this.options.storeTimeoutMs);
+      await withTimeout(
+        Promise.all(stores.map((store) => store.get('nest-prompt-orchestrator:probe'))),
+        this.options.storeTimeoutMs,
+      );
     } catch (error) {
       this.store!.error = describeError(error);
       return this.scheduleRetry();
@@ -254,7 +260,8 @@ export function entrySize(entry: WindowPayload<unknown>): number {
 /** Rebuilds a call's events from a stored answer. */
 export function replayEntry<T>(entry: WindowPayload<T>): CallEvent<T>[] {
   if (entry.kind === 'value') return [{ kind: 'value', value: entry.value }];
-  if (entry.kind === 'bytes') return [{ kind: 'value', value: new RawResponse(entry.body, entry.contentType, entry.headers, entry.status) as T }];
+  if (entry.kind === 'bytes')
+    return [{ kind: 'value', value: new RawResponse(entry.body, entry.contentType, entry.headers, entry.status) as T }];
   const events: CallEvent<T>[] = [{ kind: 'head', head: entry.head }];
   for (const chunk of entry.chunks) events.push(new ChunkEvent(chunk));
   return events;

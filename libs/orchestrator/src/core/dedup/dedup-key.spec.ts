@@ -89,7 +89,16 @@ describe('dedupKey', () => {
         },
       }),
     ],
-    ['a value deep inside', (i) => ({ ...i, body: { ...(i.body as object), response_format: { type: 'json_object', schema: { a: 1, b: [1, 2, { c: 0 }] } } } })],
+    [
+      'a value deep inside',
+      (i) => ({
+        ...i,
+        body: {
+          ...(i.body as object),
+          response_format: { type: 'json_object', schema: { a: 1, b: [1, 2, { c: 0 }] } },
+        },
+      }),
+    ],
     ['a number turned into a string', (i) => ({ ...i, body: { ...(i.body as object), temperature: '0.2' } })],
   ])('changes when %s changes', (_name, change) => {
     expect(dedupKey(change(base))).not.toBe(dedupKey(base));
@@ -122,7 +131,10 @@ describe('dedupKey', () => {
   describe('hostile bodies do not throw', () => {
     it.each<[string, () => unknown]>([
       ['an object nested 100,000 deep', () => deepObject(100_000)],
-      ['an array nested 100,000 deep (what JSON.parse accepts from a 200 KB body)', () => JSON.parse('['.repeat(100_000) + ']'.repeat(100_000))],
+      [
+        'an array nested 100,000 deep (what JSON.parse accepts from a 200 KB body)',
+        () => JSON.parse('['.repeat(100_000) + ']'.repeat(100_000)),
+      ],
       ['an array nested 10,000 deep', () => deepArray(10_000)],
       [
         'a cycle',
@@ -136,15 +148,33 @@ describe('dedupKey', () => {
       ['a bigint', () => ({ n: 12345678901234567890n, list: [1n, 2n] })],
       ['a 1 MB string', () => ({ prompt: 'x'.repeat(1024 * 1024) })],
       ['a 1 MB key', () => ({ ['k'.repeat(1024 * 1024)]: 1 })],
-      ['a toJSON that throws', () => ({ toJSON: () => { throw new Error('no'); } })],
-      ['a getter that throws', () => Object.defineProperty({}, 'boom', { enumerable: true, get: () => { throw new Error('no'); } })],
+      [
+        'a toJSON that throws',
+        () => ({
+          toJSON: () => {
+            throw new Error('no');
+          },
+        }),
+      ],
+      [
+        'a getter that throws',
+        () =>
+          Object.defineProperty({}, 'boom', {
+            enumerable: true,
+            get: () => {
+              throw new Error('no');
+            },
+          }),
+      ],
       ['symbols and functions', () => ({ [Symbol('s')]: 1, f: () => 1, u: undefined })],
       ['a null-prototype object', () => Object.assign(Object.create(null), { a: 1 })],
       ['NaN and infinities', () => ({ a: NaN, b: Infinity, c: -0 })],
     ])('%s', (_name, makeBody) => {
       const body = makeBody();
       let key: string | undefined;
-      expect(() => (key = dedupKey({ method: 'POST', url: '/v1/chat/completions', credential: CREDENTIAL, body }))).not.toThrow();
+      expect(
+        () => (key = dedupKey({ method: 'POST', url: '/v1/chat/completions', credential: CREDENTIAL, body })),
+      ).not.toThrow();
       expect(typeof key).toBe('string');
       expect(key!.length).toBeGreaterThan(0);
       expect(key).not.toContain('sk-live');
@@ -195,21 +225,33 @@ describe('dedupKey', () => {
       Array.isArray(value)
         ? value.map(sortDeep)
         : typeof value === 'object' && value !== null
-          ? Object.fromEntries(Object.keys(value).sort().map((k) => [k, sortDeep((value as Record<string, unknown>)[k])]))
+          ? Object.fromEntries(
+              Object.keys(value)
+                .sort()
+                .map((k) => [k, sortDeep((value as Record<string, unknown>)[k])]),
+            )
           : value;
     let seed = 7;
-    const random = () => ((seed = (seed * 16807) % 2147483647) / 2147483647);
+    const random = () => (seed = (seed * 16807) % 2147483647) / 2147483647;
     const make = (depth: number): unknown => {
       const r = random();
       if (depth > 3 || r < 0.3) return [1, -0, 0.1, 'a', 'é"\\n', true, null, '', 2e21][Math.floor(random() * 9)];
       if (r < 0.6) return Array.from({ length: Math.floor(random() * 3) }, () => make(depth + 1));
-      return Object.fromEntries(Array.from({ length: Math.floor(random() * 3) }, () => [['a', 'b', 'ab', ''][Math.floor(random() * 4)], make(depth + 1)]));
+      return Object.fromEntries(
+        Array.from({ length: Math.floor(random() * 3) }, () => [
+          ['a', 'b', 'ab', ''][Math.floor(random() * 4)],
+          make(depth + 1),
+        ]),
+      );
     };
     const bodies = Array.from({ length: 400 }, () => make(0));
     for (let i = 0; i < bodies.length; i++) {
       const j = (i * 7 + 3) % bodies.length;
       const same = JSON.stringify(sortDeep(bodies[i])) === JSON.stringify(sortDeep(bodies[j]));
-      expect(dedupKey({ method: 'POST', url: '/x', body: bodies[i] }) === dedupKey({ method: 'POST', url: '/x', body: bodies[j] })).toBe(same);
+      expect(
+        dedupKey({ method: 'POST', url: '/x', body: bodies[i] }) ===
+          dedupKey({ method: 'POST', url: '/x', body: bodies[j] }),
+      ).toBe(same);
     }
   });
   describe('rawBody: the bytes as sent are the key', () => {
@@ -238,7 +280,9 @@ describe('dedupKey', () => {
     it('hashes the bytes, not the parsed body', () => {
       // A caller passing both must pass the same request; the bytes decide.
       expect(dedupKey(withBytes(compact, { body: { other: true } }))).toBe(dedupKey(withBytes(compact)));
-      expect(dedupKey(withBytes(compact, { rawBody: Buffer.from(`${compact} `) }))).not.toBe(dedupKey(withBytes(compact)));
+      expect(dedupKey(withBytes(compact, { rawBody: Buffer.from(`${compact} `) }))).not.toBe(
+        dedupKey(withBytes(compact)),
+      );
     });
 
     it('still keeps method, url, credential and scope apart', () => {
@@ -263,22 +307,42 @@ describe('dedupKey', () => {
   });
 
   it('a large body is hashed in pieces with the same key as one string would give', () => {
-    const messages = Array.from({ length: 600 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: `turn ${i} ${'é'.repeat(300)}` }));
+    const messages = Array.from({ length: 600 }, (_, i) => ({
+      role: i % 2 ? 'assistant' : 'user',
+      content: `turn ${i} ${'é'.repeat(300)}`,
+    }));
     const body = { model: 'm', messages };
-    const sorted = JSON.stringify({ messages: messages.map((m) => ({ content: m.content, role: m.role })), model: 'm' });
+    const sorted = JSON.stringify({
+      messages: messages.map((m) => ({ content: m.content, role: m.role })),
+      model: 'm',
+    });
     const expected = createHash('sha256').update(`POST\n/x\n\n`).update(sorted).digest('base64url');
     expect(dedupKey({ method: 'POST', url: '/x', body })).toBe(expected);
   });
 
   it('bytes are keyed by SHA-256 of the head and the bytes, whatever their size and however they came in', () => {
     // Small bodies in one piece are hashed in one call, others through a Hash object: both must give this key.
-    const head = keyHead({ method: 'POST', url: '/v1/chat/completions?q=é', credential: 'key=équipe', scope: 'model-ü' });
+    const head = keyHead({
+      method: 'POST',
+      url: '/v1/chat/completions?q=é',
+      credential: 'key=équipe',
+      scope: 'model-ü',
+    });
     for (const size of [0, 1, 3 * 1024 - 1, 3 * 1024, 3 * 1024 + 1, 20_000]) {
       const body = Buffer.from(Array.from({ length: size }, (_, i) => (i * 31 + 7) % 256));
       const expected = createHash('sha256').update(head).update(body).digest('base64url');
       expect(bytesKey(head, [body])).toBe(expected);
       expect(bytesKey(head, size === 0 ? [] : [body.subarray(0, size >> 1), body.subarray(size >> 1)])).toBe(expected);
-      expect(dedupKey({ method: 'POST', url: '/v1/chat/completions?q=é', credential: 'key=équipe', scope: 'model-ü', body: null, rawBody: body })).toBe(expected);
+      expect(
+        dedupKey({
+          method: 'POST',
+          url: '/v1/chat/completions?q=é',
+          credential: 'key=équipe',
+          scope: 'model-ü',
+          body: null,
+          rawBody: body,
+        }),
+      ).toBe(expected);
     }
   });
 });

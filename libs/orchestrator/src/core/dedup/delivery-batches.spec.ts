@@ -95,7 +95,9 @@ describe('DeliveryBatches', () => {
     const shared = source.pipe(share({ connector: () => new ReplaySubject<string>() }), batches.operator<string>());
     const received: string[][] = Array.from({ length: 1000 }, () => []);
     const completed: number[] = [];
-    received.forEach((events, i) => shared.subscribe({ next: (e) => events.push(e), complete: () => completed.push(i) }));
+    received.forEach((events, i) =>
+      shared.subscribe({ next: (e) => events.push(e), complete: () => completed.push(i) }),
+    );
     source.next('head');
     source.next('body');
     source.complete();

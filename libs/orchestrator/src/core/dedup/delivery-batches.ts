@@ -89,7 +89,7 @@ export class DeliveryBatches {
     this.turnScheduled = false;
     this.ranThisTurn = 0;
     while (this.waiting > 0 && this.ranThisTurn < this.options.size) {
-      const delivery = this.queue[this.head]!;
+      const delivery = this.queue[this.head];
       this.queue[this.head++] = noop;
       this.ranThisTurn++;
       try {

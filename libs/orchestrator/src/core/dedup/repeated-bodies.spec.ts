@@ -41,7 +41,9 @@ describe('RepeatedBodies', () => {
     repeated(bodies, request, piecesOf(body, 65_536), body.length, expected);
     expect(keyOf(bodies, request, piecesOf(body, 10_000), body.length)).toBe(expected);
     const small = bodyOf(900);
-    expect(keyOf(bodies, request, piecesOf(small, 1000), small.length)).toBe(dedupKey({ ...request, body: undefined, rawBody: small }));
+    expect(keyOf(bodies, request, piecesOf(small, 1000), small.length)).toBe(
+      dedupKey({ ...request, body: undefined, rawBody: small }),
+    );
   });
 
   it('finds a repeated body by its bytes: the key kept is given back without hashing', () => {
@@ -62,7 +64,9 @@ describe('RepeatedBodies', () => {
     // 30% in: between the samples at 25% and 37.5%, so the fingerprint is the same.
     other[Math.floor(other.length * 0.3)] = 0x79;
     for (const pieces of [[other], piecesOf(other, 65_536), piecesOf(other, 1000)]) {
-      expect(keyOf(bodies, request, pieces, other.length)).toBe(dedupKey({ ...request, body: undefined, rawBody: other }));
+      expect(keyOf(bodies, request, pieces, other.length)).toBe(
+        dedupKey({ ...request, body: undefined, rawBody: other }),
+      );
     }
     // The last byte of a piece that is not the last of the body.
     const cut = Buffer.from(body);
@@ -92,14 +96,20 @@ describe('RepeatedBodies', () => {
     expect(keyOf(bodies, request, piecesOf(small, 7), small.length)).toBe('small-key');
     const other = Buffer.from(small);
     other[100] = 0x79;
-    expect(keyOf(bodies, request, [other], other.length)).toBe(dedupKey({ ...request, body: undefined, rawBody: other }));
+    expect(keyOf(bodies, request, [other], other.length)).toBe(
+      dedupKey({ ...request, body: undefined, rawBody: other }),
+    );
     const shorter = small.subarray(0, 199);
-    expect(keyOf(bodies, request, [shorter], shorter.length)).toBe(dedupKey({ ...request, body: undefined, rawBody: shorter }));
+    expect(keyOf(bodies, request, [shorter], shorter.length)).toBe(
+      dedupKey({ ...request, body: undefined, rawBody: shorter }),
+    );
     // A small body whose bytes spell a large body's fingerprint is not that body.
     const large = bodyOf(100 * KB);
     repeated(bodies, request, [large], large.length, 'large-key');
     const last = large.length - 16;
-    const samples = [0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1].map((at) => large.toString('latin1', Math.floor(at * last), Math.floor(at * last) + 16));
+    const samples = [0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1].map((at) =>
+      large.toString('latin1', Math.floor(at * last), Math.floor(at * last) + 16),
+    );
     const keptPrint = Buffer.from(`${large.length}:${samples.join('')}`, 'latin1');
     expect(keyOf(bodies, request, [keptPrint], keptPrint.length)).not.toBe('large-key');
     // Nor is a large body whose fingerprint a small body's bytes spell, once that small body is kept.

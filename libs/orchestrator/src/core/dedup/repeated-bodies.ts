@@ -38,7 +38,10 @@ export class RepeatedBodies {
 
   constructor(options: RepeatedBodiesOptions = {}) {
     // A body's size counts once whether it is kept as bytes or in its fingerprint (plus the fingerprint's samples).
-    this.kept = new LRUCache<string, Kept>({ maxSize: options.maxBytes ?? 32 * 1024 * 1024, sizeCalculation: (kept, print) => (kept.body?.length ?? 0) + print.length });
+    this.kept = new LRUCache<string, Kept>({
+      maxSize: options.maxBytes ?? 32 * 1024 * 1024,
+      sizeCalculation: (kept, print) => (kept.body?.length ?? 0) + print.length,
+    });
   }
 
   /**
@@ -66,7 +69,8 @@ export class RepeatedBodies {
    */
   keyOf(head: string, print: string, pieces: readonly Uint8Array[], length: number): string {
     const kept = this.kept.get(print);
-    if (kept !== undefined && (kept.body === undefined || (kept.body.length === length && equal(kept.body, pieces)))) return kept.key;
+    if (kept !== undefined && (kept.body === undefined || (kept.body.length === length && equal(kept.body, pieces))))
+      return kept.key;
     return bytesKey(head, pieces);
   }
 
@@ -102,7 +106,11 @@ function slice(pieces: readonly Uint8Array[], start: number): string {
 }
 
 function latin1(bytes: Uint8Array, from: number, to: number): string {
-  return (Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length)).toString('latin1', from, to);
+  return (Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length)).toString(
+    'latin1',
+    from,
+    to,
+  );
 }
 
 /** Whether the pieces, in order, hold the same bytes as `body` (their lengths together already equal). */

@@ -1,4 +1,13 @@
-import { Observable, ReplaySubject, Subject, type Observer, type Subscriber, type Subscription, type TeardownLogic, type Unsubscribable } from 'rxjs';
+import {
+  Observable,
+  ReplaySubject,
+  Subject,
+  type Observer,
+  type Subscriber,
+  type Subscription,
+  type TeardownLogic,
+  type Unsubscribable,
+} from 'rxjs';
 import { isRawResponse, type CallEvent, type Chunk, type StreamHead } from '../events.js';
 import { sizeOf, type WindowEntry, type WindowPayload } from './answer-window.js';
 import { BatchedDelivery, DeliveryBatches } from './delivery-batches.js';
@@ -109,7 +118,13 @@ export class SingleFlight<T> {
   /** The calls in flight with the most callers waiting on them, at most `limit`. */
   busiest(limit: number): FlightInfo[] {
     const all = this.flights.values().sort((a, b) => b.subscribers - a.subscribers || a.startedAt - b.startedAt);
-    return all.slice(0, limit).map((f) => ({ key: f.key, route: f.route, upstream: f.upstream, startedAt: f.startedAt, callers: f.subscribers }));
+    return all.slice(0, limit).map((f) => ({
+      key: f.key,
+      route: f.route,
+      upstream: f.upstream,
+      startedAt: f.startedAt,
+      callers: f.subscribers,
+    }));
   }
 
   /** Callers waiting on every call in flight here, together. */

@@ -52,9 +52,14 @@ interface AnswerWithHeaders {
 export function withHandlerHeaders(value: unknown, headers: Record<string, string> | undefined): unknown {
   if (!headers) return value;
   if (isStreamedResponse(value)) {
-    return new StreamedResponse(value.chunks, { ...value.head, headers: { ...headers, ...value.head.headers } }, value.formatError);
+    return new StreamedResponse(
+      value.chunks,
+      { ...value.head, headers: { ...headers, ...value.head.headers } },
+      value.formatError,
+    );
   }
-  if (isRawResponse(value)) return new RawResponse(value.body, value.contentType, { ...headers, ...value.headers }, value.status);
+  if (isRawResponse(value))
+    return new RawResponse(value.body, value.contentType, { ...headers, ...value.headers }, value.status);
   return { [ANSWER]: 1, value, headers } satisfies AnswerWithHeaders;
 }
 

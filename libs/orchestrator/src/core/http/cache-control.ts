@@ -9,7 +9,9 @@ import type { Reuse } from '../orchestrator.js';
 export function reuseOf(cacheControl: string | string[] | undefined, storable: boolean): Reuse | undefined {
   if (cacheControl === undefined) return storable ? undefined : { noStore: true };
   const reuse: Reuse = storable ? {} : { noStore: true };
-  for (const directive of (Array.isArray(cacheControl) ? cacheControl.join(',') : cacheControl).toLowerCase().split(',')) {
+  for (const directive of (Array.isArray(cacheControl) ? cacheControl.join(',') : cacheControl)
+    .toLowerCase()
+    .split(',')) {
     const [name, value] = directive.trim().split('=', 2);
     if (name === 'no-cache') reuse.noCache = true;
     else if (name === 'no-store') reuse.noStore = true;

@@ -20,6 +20,8 @@ describe('RouteNames', () => {
     names.check(a, { breaker: { failureThreshold: 2 } });
     expect(() => names.check(b, { breaker: { failureThreshold: 5 } })).not.toThrow();
     names.check('x', { breaker: { name: 'payments', failureThreshold: 2 } });
-    expect(() => names.check('y', { breaker: { name: 'payments', failureThreshold: 5 } })).toThrow(OrchestratorConfigError);
+    expect(() => names.check('y', { breaker: { name: 'payments', failureThreshold: 5 } })).toThrow(
+      OrchestratorConfigError,
+    );
   });
 });

@@ -43,8 +43,12 @@ export class HttpRoute {
     if (this.inFlightOnly === undefined) {
       const dedup = this.route.dedup;
       // Only where dedup is on at all: `{ cacheAnswers: false }` on a route would otherwise turn it on.
-      const on = dedup !== false && (dedup !== undefined || (this.controller?.dedup !== undefined && this.controller.dedup !== false));
-      this.inFlightOnly = this.resolve(on ? { ...this.route, dedup: { ...(dedup || {}), cacheAnswers: false } } : this.route);
+      const on =
+        dedup !== false &&
+        (dedup !== undefined || (this.controller?.dedup !== undefined && this.controller.dedup !== false));
+      this.inFlightOnly = this.resolve(
+        on ? { ...this.route, dedup: { ...(dedup || {}), cacheAnswers: false } } : this.route,
+      );
     }
     return this.inFlightOnly;
   }

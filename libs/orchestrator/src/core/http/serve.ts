@@ -6,7 +6,13 @@ import type { DedupRequest } from '../dedup/dedup.options.js';
 import { ClientClosedError, isOrchestratorError } from '../errors.js';
 import { isRawResponse, type CallEvent } from '../events.js';
 import type { CallRequest, Orchestrator } from '../orchestrator.js';
-import { DEDUP_HEADER, headersSetSince, unwrapAnswer, withHandlerHeaders, type HeaderValues } from './answer-headers.js';
+import {
+  DEDUP_HEADER,
+  headersSetSince,
+  unwrapAnswer,
+  withHandlerHeaders,
+  type HeaderValues,
+} from './answer-headers.js';
 import { reuseOf } from './cache-control.js';
 import { errorBody, errorHeaders, type ErrorShape } from './errors.js';
 import type { HttpRoute } from './route.js';
@@ -52,18 +58,23 @@ export async function serve(
     const dedup = policy.dedup;
     if (dedup) {
       call.key = orchestrator.requestKey(policy, described, tenant);
-      call.reuse = reuseOf(dedup.honorCacheControl ? exchange.headers['cache-control'] : undefined, dedup.store?.(described) ?? true);
+      call.reuse = reuseOf(
+        dedup.honorCacheControl ? exchange.headers['cache-control'] : undefined,
+        dedup.store?.(described) ?? true,
+      );
     }
     const work: CallWork<unknown> = (signal) => {
       // Headers the handler sets while it runs go with the answer to every joined and replayed caller.
       const before = { ...exchange.getHeaders() };
       const answer = from(Promise.resolve().then(() => handler(signal)));
-      return toCallEvents(answer.pipe(map((value) => withHandlerHeaders(value, headersSetSince(before, exchange.getHeaders())))));
+      return toCallEvents(
+        answer.pipe(map((value) => withHandlerHeaders(value, headersSetSince(before, exchange.getHeaders())))),
+      );
     };
     const started = orchestrator.startLocal(policy, call, work) ?? (await orchestrator.start(policy, call, work));
     if (started.outcome) exchange.setHeader(DEDUP_HEADER, started.outcome);
     if (started.ageSeconds !== undefined) exchange.setHeader('age', String(started.ageSeconds));
-    await deliver(started.events as Observable<CallEvent<unknown>>, exchange);
+    await deliver(started.events, exchange);
   } catch (error) {
     if (!isOrchestratorError(error)) throw error;
     if (error.code === 'client_closed_request') return;
@@ -80,7 +91,8 @@ function sendValue(exchange: Exchange, answer: unknown): void {
   const { value, headers } = unwrapAnswer(answer);
   for (const [name, text] of Object.entries(headers ?? {})) exchange.setHeader(name, text);
   if (!isRawResponse(value)) return exchange.send(value);
-  for (const [name, text] of Object.entries({ ...value.headers, 'content-type': value.contentType })) exchange.setHeader(name, text);
+  for (const [name, text] of Object.entries({ ...value.headers, 'content-type': value.contentType }))
+    exchange.setHeader(name, text);
   exchange.send(value.body, value.status);
 }
 
@@ -106,7 +118,11 @@ function deliver(events: Observable<CallEvent<unknown>>, exchange: Exchange): Pr
       stopListening();
       body = new Readable({ read() {} });
       body.once('close', () => subscription?.unsubscribe());
-      for (const [name, value] of Object.entries({ 'cache-control': 'no-cache', 'x-accel-buffering': 'no', ...head!.head.headers })) {
+      for (const [name, value] of Object.entries({
+        'cache-control': 'no-cache',
+        'x-accel-buffering': 'no',
+        ...head!.head.headers,
+      })) {
         exchange.setHeader(name, value);
       }
       exchange.stream(body, head!.head.contentType);

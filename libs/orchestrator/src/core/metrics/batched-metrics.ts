@@ -95,7 +95,13 @@ export class BatchedHistogram<L extends string> {
   private readonly bounds: number[];
   private readonly tallies = new Map<string, BucketTally>();
 
-  constructor(config: { name: string; help: string; labelNames: readonly L[]; buckets: readonly number[]; registers: PromClient.Registry[] }) {
+  constructor(config: {
+    name: string;
+    help: string;
+    labelNames: readonly L[];
+    buckets: readonly number[];
+    registers: PromClient.Registry[];
+  }) {
     this.name = config.name;
     this.help = config.help;
     this.labelNames = config.labelNames;

@@ -189,7 +189,7 @@ describe('withTimeLimits', () => {
       for (let i = 0; i < 5 && !seen.error; i++) {
         jest.setSystemTime(Date.now() + 900);
         await jest.advanceTimersByTimeAsync(1_000);
-        }
+      }
       expect(seen.error).toBeInstanceOf(UpstreamTimeoutError);
     });
   });

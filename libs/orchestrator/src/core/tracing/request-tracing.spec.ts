@@ -1,7 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import * as api from '@opentelemetry/api';
 import { createClient } from '@keyv/redis';
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+  type ReadableSpan,
+} from '@opentelemetry/sdk-trace-base';
 import { startOwnedRedis, type OwnedRedis } from '../../../../../test/support/redis-server.js';
 import { RedisCoordinator } from '../cluster/redis-coordinator.js';
 import { Orchestrator } from '../orchestrator.js';
@@ -14,7 +19,10 @@ const CLIENT = api.SpanKind.CLIENT;
 function traced() {
   const exporter = new InMemorySpanExporter();
   const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
-  const tracing = new RequestTracing(api, { tracerProvider: provider, upstreamAttributes: () => ({ 'server.address': 'provider.test' }) });
+  const tracing = new RequestTracing(api, {
+    tracerProvider: provider,
+    upstreamAttributes: () => ({ 'server.address': 'provider.test' }),
+  });
   return { exporter, tracing, spans: () => exporter.getFinishedSpans() };
 }
 
@@ -54,12 +62,18 @@ describe('RequestTracing: a herd in one process', () => {
     };
     const callers = Array.from({ length: 10 }, (_, i) => callerTrace(i + 1));
     const requests = callers.map((caller) => {
-      const span = tracing.startServerSpan('POST /v1/chat/completions', { traceparent: caller.traceparent }, {
-        [A.genAiProviderName]: 'openai',
-        [A.genAiOperation]: 'chat',
-        [A.genAiRequestModel]: 'gpt-test',
-      });
-      return orchestrator.run(policy, work, { key: 'same prompt', trace: span }).then((answer) => (span.end(200), answer));
+      const span = tracing.startServerSpan(
+        'POST /v1/chat/completions',
+        { traceparent: caller.traceparent },
+        {
+          [A.genAiProviderName]: 'openai',
+          [A.genAiOperation]: 'chat',
+          [A.genAiRequestModel]: 'gpt-test',
+        },
+      );
+      return orchestrator
+        .run(policy, work, { key: 'same prompt', trace: span })
+        .then((answer) => (span.end(200), answer));
     });
     expect(await Promise.all(requests)).toEqual(Array(10).fill('answer'));
     expect(calls).toBe(1);
@@ -111,38 +125,58 @@ describe('RequestTracing: a herd in one process', () => {
     await expect(orchestrator.run(policy, () => Promise.reject(failure), { trace: first })).rejects.toBe(failure);
     first.end(503);
     const second = tracing.startServerSpan('POST /x', {});
-    await expect(orchestrator.run(policy, () => Promise.resolve('never'), { trace: second })).rejects.toMatchObject({ code: 'circuit_open' });
+    await expect(orchestrator.run(policy, () => Promise.resolve('never'), { trace: second })).rejects.toMatchObject({
+      code: 'circuit_open',
+    });
     second.end(503, 'circuit_open');
     await orchestrator.close();
 
     const client = spans().filter((s) => s.kind === CLIENT);
     expect(client).toHaveLength(1);
-    expect(client[0].attributes).toMatchObject({ 'http.response.status_code': 503, 'error.type': '503', [A.result]: 'error' });
+    expect(client[0].attributes).toMatchObject({
+      'http.response.status_code': 503,
+      'error.type': '503',
+      [A.result]: 'error',
+    });
     expect(client[0].status.code).toBe(api.SpanStatusCode.ERROR);
     const server = spans().filter((s) => s.kind === SERVER);
     expect(server.map((s) => s.attributes[A.breakerState])).toEqual(['closed', 'open']);
     expect(server[1].attributes['error.type']).toBe('circuit_open');
   });
 
-  it('the upstream request carries the attempt\'s client span (traceparent, tracestate); answer attributes land on it', async () => {
+  it("the upstream request carries the attempt's client span (traceparent, tracestate); answer attributes land on it", async () => {
     const { tracing, spans } = traced();
     const orchestrator = new Orchestrator({ tracing });
     const policy = orchestrator.policy({ breaker: 'llm' });
     const caller = callerTrace(7);
     const span = tracing.startServerSpan('POST /x', { traceparent: caller.traceparent, tracestate: 'vendor=opaque' });
     const sent: Array<Record<string, string>> = [];
-    await orchestrator.run(policy, async () => {
-      const headers: Record<string, string> = {};
-      span.injectUpstream(headers);
-      sent.push(headers);
-      span.setUpstreamAttributes({ [A.genAiResponseId]: 'resp-1', [A.genAiResponseFinishReasons]: ['stop'], [A.genAiInputTokens]: 12 });
-      return 'answer';
-    }, { trace: span });
+    await orchestrator.run(
+      policy,
+      async () => {
+        const headers: Record<string, string> = {};
+        span.injectUpstream(headers);
+        sent.push(headers);
+        span.setUpstreamAttributes({
+          [A.genAiResponseId]: 'resp-1',
+          [A.genAiResponseFinishReasons]: ['stop'],
+          [A.genAiInputTokens]: 12,
+        });
+        return 'answer';
+      },
+      { trace: span },
+    );
     span.end(200);
     await orchestrator.close();
     const [call] = spans().filter((s) => s.kind === CLIENT);
-    expect(sent).toEqual([{ traceparent: `00-${caller.traceId}-${call.spanContext().spanId}-01`, tracestate: 'vendor=opaque' }]);
-    expect(call.attributes).toMatchObject({ [A.genAiResponseId]: 'resp-1', [A.genAiResponseFinishReasons]: ['stop'], [A.genAiInputTokens]: 12 });
+    expect(sent).toEqual([
+      { traceparent: `00-${caller.traceId}-${call.spanContext().spanId}-01`, tracestate: 'vendor=opaque' },
+    ]);
+    expect(call.attributes).toMatchObject({
+      [A.genAiResponseId]: 'resp-1',
+      [A.genAiResponseFinishReasons]: ['stop'],
+      [A.genAiInputTokens]: 12,
+    });
     expect(spans().find((s) => s.kind === SERVER)!.attributes[A.genAiInputTokens]).toBeUndefined();
     const none: Record<string, string> = {};
     NOOP_REQUEST_SPAN.injectUpstream(none);
@@ -179,7 +213,13 @@ describe('RequestTracing: a herd across two replicas sharing a Redis', () => {
     await client.connect();
     await subscriber.connect();
     clients.push(client, subscriber);
-    const coordinator = new RedisCoordinator({ client, subscriber, prefix: 'traced-herd', opTimeoutMs: 1_000, pollMs: 50 });
+    const coordinator = new RedisCoordinator({
+      client,
+      subscriber,
+      prefix: 'traced-herd',
+      opTimeoutMs: 1_000,
+      pollMs: 50,
+    });
     const orchestrator = new Orchestrator({ tracing, coordinator });
     return { orchestrator, close: async () => (await orchestrator.close(), coordinator.close()) };
   }
@@ -195,11 +235,15 @@ describe('RequestTracing: a herd across two replicas sharing a Redis', () => {
       return 'answer';
     };
     const run = (made: Orchestrator, span: RequestSpan) =>
-      made.run(made.policy({ dedup: true, breaker: 'llm' }), work, { key: 'fleet prompt', trace: span }).then((answer) => (span.end(200), answer));
+      made
+        .run(made.policy({ dedup: true, breaker: 'llm' }), work, { key: 'fleet prompt', trace: span })
+        .then((answer) => (span.end(200), answer));
     const leaderSpan = tracing.startServerSpan('POST /a', { traceparent: callerTrace(1).traceparent });
     const first = run(a.orchestrator, leaderSpan);
     await wait(100);
-    const others = Array.from({ length: 4 }, (_, i) => run(b.orchestrator, tracing.startServerSpan('POST /b', { traceparent: callerTrace(i + 2).traceparent })));
+    const others = Array.from({ length: 4 }, (_, i) =>
+      run(b.orchestrator, tracing.startServerSpan('POST /b', { traceparent: callerTrace(i + 2).traceparent })),
+    );
     expect(await Promise.all([first, ...others])).toEqual(Array(5).fill('answer'));
     expect(calls).toBe(1);
     await a.close();
@@ -210,7 +254,10 @@ describe('RequestTracing: a herd across two replicas sharing a Redis', () => {
     expect(leader.attributes[A.dedupOutcome]).toBe('miss');
     const followers = server.filter((s) => s.name === 'POST /b');
     expect(followers.map((s) => s.attributes[A.dedupOutcome])).toEqual(Array(4).fill('joined'));
-    for (const span of followers) expect(span.links.map((l: ReadableSpan['links'][number]) => l.context.spanId)).toEqual([leader.spanContext().spanId]);
+    for (const span of followers)
+      expect(span.links.map((l: ReadableSpan['links'][number]) => l.context.spanId)).toEqual([
+        leader.spanContext().spanId,
+      ]);
     expect(spans().filter((s) => s.kind === CLIENT)).toHaveLength(1);
   }, 20_000);
 });

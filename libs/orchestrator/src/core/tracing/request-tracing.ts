@@ -141,15 +141,20 @@ export class RequestTracing {
   static async create(options: RequestTracingOptions = {}): Promise<RequestTracing> {
     let api: { default?: unknown };
     try {
-      api = (await import('@opentelemetry/api')) as { default?: unknown };
+      api = await import('@opentelemetry/api');
     } catch (error) {
       const code = (error as { code?: string }).code;
       if (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') {
-        throw new OrchestratorConfigError('tracing needs the package "@opentelemetry/api": npm install @opentelemetry/api');
+        throw new OrchestratorConfigError(
+          'tracing needs the package "@opentelemetry/api": npm install @opentelemetry/api',
+        );
       }
       throw error;
     }
-    return new RequestTracing(api.default && typeof api.default === 'object' ? { ...api, ...api.default } : api, options);
+    return new RequestTracing(
+      api.default && typeof api.default === 'object' ? { ...api, ...api.default } : api,
+      options,
+    );
   }
 
   /** `api` is the `@opentelemetry/api` module (typed loosely so that apps without it still compile against this package). */
@@ -165,7 +170,11 @@ export class RequestTracing {
   startServerSpan(name: string, headers: TraceHeaders, attributes?: SpanAttributes): RequestSpan {
     const { api, tracer } = this.backend;
     if (!this.backend.live()) return NOOP_REQUEST_SPAN;
-    const span = tracer.startSpan(name, { kind: api.SpanKind.SERVER, attributes: clean(attributes) }, this.backend.parentOf(headers));
+    const span = tracer.startSpan(
+      name,
+      { kind: api.SpanKind.SERVER, attributes: clean(attributes) },
+      this.backend.parentOf(headers),
+    );
     if (!span.isRecording()) return NOOP_REQUEST_SPAN;
     return new TracedRequest(this.backend, span, attributes);
   }
@@ -244,7 +253,8 @@ class Backend {
     }
     const operation = attributes[A.genAiOperation];
     const model = attributes[A.genAiRequestModel];
-    const name = typeof operation === 'string' && typeof model === 'string' ? `${operation} ${model}` : `upstream ${upstream}`;
+    const name =
+      typeof operation === 'string' && typeof model === 'string' ? `${operation} ${model}` : `upstream ${upstream}`;
     return this.tracer.startSpan(
       name,
       { kind: api.SpanKind.CLIENT, attributes: { ...own, ...attributes, [A.upstream]: upstream } },
@@ -282,11 +292,15 @@ class TracedRequest implements RequestSpan {
   }
 
   setOutcome(outcome: RequestOutcome, upstream: string, breaker?: BreakerState): void {
-    this.span.setAttributes(breaker === undefined ? { [A.dedupOutcome]: outcome, [A.upstream]: upstream } : {
-      [A.dedupOutcome]: outcome,
-      [A.upstream]: upstream,
-      [A.breakerState]: breaker,
-    });
+    this.span.setAttributes(
+      breaker === undefined
+        ? { [A.dedupOutcome]: outcome, [A.upstream]: upstream }
+        : {
+            [A.dedupOutcome]: outcome,
+            [A.upstream]: upstream,
+            [A.breakerState]: breaker,
+          },
+    );
   }
 
   link(traceparent: string | undefined): void {
@@ -297,7 +311,10 @@ class TracedRequest implements RequestSpan {
   }
 
   startUpstreamSpan(upstream: string, attributes: SpanAttributes): UpstreamSpan {
-    const attempt = new TracedUpstream(this.tracing, this.tracing.startClient(this.span, upstream, { ...this.request, ...clean(attributes) }));
+    const attempt = new TracedUpstream(
+      this.tracing,
+      this.tracing.startClient(this.span, upstream, { ...this.request, ...clean(attributes) }),
+    );
     this.attempt = attempt;
     return attempt;
   }
@@ -352,9 +369,17 @@ class TracedUpstream implements UpstreamSpan {
     this.span.setAttribute(A.result, result);
     if (error !== undefined && result !== 'cancelled') {
       const e = error as { code?: unknown; status?: unknown; statusCode?: unknown; name?: unknown };
-      const status = typeof e?.status === 'number' ? e.status : typeof e?.statusCode === 'number' ? e.statusCode : undefined;
+      const status =
+        typeof e?.status === 'number' ? e.status : typeof e?.statusCode === 'number' ? e.statusCode : undefined;
       if (status !== undefined) this.span.setAttribute('http.response.status_code', status);
-      const type = typeof e?.code === 'string' ? e.code : status !== undefined ? String(status) : typeof e?.name === 'string' ? e.name : 'error';
+      const type =
+        typeof e?.code === 'string'
+          ? e.code
+          : status !== undefined
+            ? String(status)
+            : typeof e?.name === 'string'
+              ? e.name
+              : 'error';
       this.span.setAttribute('error.type', type);
       this.span.setStatus({ code: this.tracing.api.SpanStatusCode.ERROR, message: type });
     }

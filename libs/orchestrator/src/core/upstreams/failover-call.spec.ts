@@ -24,7 +24,15 @@ function pool(shouldFailover?: (error: unknown) => boolean, limit = 4) {
   const orchestrator = new Orchestrator({
     breaker: { failureThreshold: 2, openMs: 60_000 },
     limits: { a: { limit }, b: { limit } },
-    upstreams: { llm: { members: [{ name: 'a', target: 'A' }, { name: 'b', target: 'B' }], shouldFailover } },
+    upstreams: {
+      llm: {
+        members: [
+          { name: 'a', target: 'A' },
+          { name: 'b', target: 'B' },
+        ],
+        shouldFailover,
+      },
+    },
   });
   const policy = orchestrator.policy({ breaker: 'llm', concurrency: true, dedup: true, timeout: 5_000 }, 'chat');
   return { orchestrator, policy, members: orchestrator.upstreams.get('llm')!.members };
@@ -63,14 +71,21 @@ describe('failover over a pool of upstreams', () => {
   });
 
   it("the caller's own 4xx is not failed over: any upstream would say the same", async () => {
-    const { run, asked } = await callWith({ A: () => Promise.reject(new HttpError(400)), B: () => Promise.resolve('from B') });
+    const { run, asked } = await callWith({
+      A: () => Promise.reject(new HttpError(400)),
+      B: () => Promise.resolve('from B'),
+    });
     await expect(run()).rejects.toMatchObject({ status: 400 });
     expect(asked).toEqual(['A']);
   });
 
   it('the pool decides which 429s are worth another upstream (e.g. a Retry-After within the budget is relayed)', async () => {
-    const beyondBudget = (error: unknown) => !(error instanceof HttpError && error.status === 429 && Number(error.retryAfter) <= 5);
-    const { run, asked } = await callWith({ A: () => Promise.reject(new HttpError(429, '2')), B: () => Promise.resolve('from B') }, beyondBudget);
+    const beyondBudget = (error: unknown) =>
+      !(error instanceof HttpError && error.status === 429 && Number(error.retryAfter) <= 5);
+    const { run, asked } = await callWith(
+      { A: () => Promise.reject(new HttpError(429, '2')), B: () => Promise.resolve('from B') },
+      beyondBudget,
+    );
     await expect(run()).rejects.toMatchObject({ status: 429 });
     expect(asked).toEqual(['A']);
   });
@@ -91,7 +106,10 @@ describe('failover over a pool of upstreams', () => {
   });
 
   it('every breaker open: the refusal is the answer, and no upstream is called', async () => {
-    const { run, asked, members } = await callWith({ A: () => Promise.resolve('from A'), B: () => Promise.resolve('from B') });
+    const { run, asked, members } = await callWith({
+      A: () => Promise.resolve('from A'),
+      B: () => Promise.resolve('from B'),
+    });
     members.forEach((m) => m.breaker.recordFailure(new HttpError(500)));
     members.forEach((m) => m.breaker.recordFailure(new HttpError(500)));
     expect(members.map((m) => m.breaker.state)).toEqual(['open', 'open']);
@@ -100,13 +118,19 @@ describe('failover over a pool of upstreams', () => {
   });
 
   it('every upstream failing: the last error is the answer, each upstream tried once', async () => {
-    const { run, asked } = await callWith({ A: () => Promise.reject(refused()), B: () => Promise.reject(new HttpError(503)) });
+    const { run, asked } = await callWith({
+      A: () => Promise.reject(refused()),
+      B: () => Promise.reject(new HttpError(503)),
+    });
     await expect(run()).rejects.toMatchObject({ status: 503 });
     expect(asked).toEqual(['A', 'B']);
   });
 
   it('a health check that says down (or loading) takes an upstream out of rotation, and back', async () => {
-    const { run, asked, members } = await callWith({ A: () => Promise.resolve('from A'), B: () => Promise.resolve('from B') });
+    const { run, asked, members } = await callWith({
+      A: () => Promise.resolve('from A'),
+      B: () => Promise.resolve('from B'),
+    });
     members[0].setHealth('loading', { detail: 'Loading model' });
     await expect(run()).resolves.toBe('from B');
     expect(members[0].snapshot()).toMatchObject({ health: 'loading', available: false, detail: 'Loading model' });
@@ -145,7 +169,9 @@ describe('failover over a pool of upstreams', () => {
     let calls = 0;
     const work = (_signal: AbortSignal, upstream?: Upstream) => {
       calls++;
-      return upstream!.target === 'A' ? Promise.reject(refused()) : new Promise<string>((resolve) => setTimeout(() => resolve('from B'), 20));
+      return upstream!.target === 'A'
+        ? Promise.reject(refused())
+        : new Promise<string>((resolve) => setTimeout(() => resolve('from B'), 20));
     };
     const answers = await Promise.all([1, 2, 3].map(() => orchestrator.run<string>(policy, work, { key: 'same' })));
     expect(answers).toEqual(['from B', 'from B', 'from B']);
@@ -201,7 +227,8 @@ describe('a hold while no upstream is in rotation', () => {
 
     // In rotation by health but every breaker open: refused at once (circuit_open), never held.
     pool.members[0].setHealth('up');
-    for (const member of pool.members) for (let i = 0; i < 2; i++) member.breaker.recordFailure(Object.assign(new Error('500'), { status: 500 }));
+    for (const member of pool.members)
+      for (let i = 0; i < 2; i++) member.breaker.recordFailure(Object.assign(new Error('500'), { status: 500 }));
     await expect(run('k2')).rejects.toMatchObject({ code: 'circuit_open' });
     expect(asked).toEqual(['B']);
     expect(seen.filter((line) => line.startsWith('held'))).toEqual(['held llm served']);
@@ -222,7 +249,13 @@ describe('a hold while no upstream is in rotation', () => {
     pool.members.forEach((m) => m.setHealth('down'));
     const refusal = await run('k').catch((error: unknown) => error);
     expect(refusal).toBeInstanceOf(NoUpstreamAvailableError);
-    expect(refusal).toMatchObject({ code: 'no_upstream_available', status: 503, retryAfterSeconds: 1, retryable: false, heldMs: 20 });
+    expect(refusal).toMatchObject({
+      code: 'no_upstream_available',
+      status: 503,
+      retryAfterSeconds: 1,
+      retryable: false,
+      heldMs: 20,
+    });
     expect(asked).toEqual([]);
     expect(pool.held).toBe(0);
     expect(seen).toEqual(['held llm expired', 'refused llm no_upstream_available']);
@@ -309,7 +342,10 @@ describe('failover and streams: never after the first byte', () => {
   }
 
   it('a stream that fails before its first chunk fails over; the caller sees one head and the other stream', async () => {
-    const { asked, seen, failure } = await events({ A: () => stream([new HttpError(502)]), B: () => stream(['b1', 'b2']) });
+    const { asked, seen, failure } = await events({
+      A: () => stream([new HttpError(502)]),
+      B: () => stream(['b1', 'b2']),
+    });
     expect(failure).toBeUndefined();
     expect(asked).toEqual(['A', 'B']);
     expect(seen).toEqual(['head', 'b1', 'b2']);
@@ -326,14 +362,19 @@ describe('failover and streams: never after the first byte', () => {
 
 describe('a pool of one', () => {
   it("is exactly its member's breaker and limiter, with no failover in between; the work is told the upstream", async () => {
-    const orchestrator = new Orchestrator({ limits: { only: { limit: 3 } }, upstreams: { llm: { members: [{ name: 'only', target: 'http://x' }] } } });
+    const orchestrator = new Orchestrator({
+      limits: { only: { limit: 3 } },
+      upstreams: { llm: { members: [{ name: 'only', target: 'http://x' }] } },
+    });
     open.push(orchestrator);
     const policy = orchestrator.policy({ breaker: 'llm', concurrency: true }, 'chat');
     expect(policy.failover).toBeUndefined();
     expect(policy.breaker?.name).toBe('only');
     expect(policy.limiter?.limit).toBe(3);
     await expect(orchestrator.run(policy, async (_signal, upstream) => upstream?.target)).resolves.toBe('http://x');
-    expect(orchestrator.health().upstreams).toEqual([expect.objectContaining({ name: 'only', pool: 'llm', health: 'up', limit: 3, inFlight: 0 })]);
+    expect(orchestrator.health().upstreams).toEqual([
+      expect.objectContaining({ name: 'only', pool: 'llm', health: 'up', limit: 3, inFlight: 0 }),
+    ]);
   });
 });
 
@@ -353,12 +394,20 @@ describe('a chain of pools: the fallbacks once every upstream of the primary fai
     });
     open.push(orchestrator);
     const pools = orchestrator.upstreams;
-    const base = orchestrator.policy({ breaker: 'llm', concurrency: true, dedup: true, timeout: 5_000, retry: true }, 'chat');
+    const base = orchestrator.policy(
+      { breaker: 'llm', concurrency: true, dedup: true, timeout: 5_000, retry: true },
+      'chat',
+    );
     const policy = withFallbacks(base, pools.get('llm')!, [pools.get('backup')!, pools.get('last')!]);
     return { orchestrator, policy, base, pools };
   }
 
-  async function ask(policy: RoutePolicy, orchestrator: Orchestrator, answers: Record<string, () => Promise<string>>, key?: string) {
+  async function ask(
+    policy: RoutePolicy,
+    orchestrator: Orchestrator,
+    answers: Record<string, () => Promise<string>>,
+    key?: string,
+  ) {
     const asked: string[] = [];
     const answer = await orchestrator
       .run<string>(
@@ -374,9 +423,13 @@ describe('a chain of pools: the fallbacks once every upstream of the primary fai
     return { answer, asked };
   }
 
-  it('the next pool answers once each upstream of the one before has failed over, in the chain\'s order', async () => {
+  it("the next pool answers once each upstream of the one before has failed over, in the chain's order", async () => {
     const { orchestrator, policy } = chain();
-    const { answer, asked } = await ask(policy, orchestrator, { A: () => Promise.reject(refused()), B: () => Promise.reject(new HttpError(503)), C: () => Promise.reject(new HttpError(502)) });
+    const { answer, asked } = await ask(policy, orchestrator, {
+      A: () => Promise.reject(refused()),
+      B: () => Promise.reject(new HttpError(503)),
+      C: () => Promise.reject(new HttpError(502)),
+    });
     expect(answer).toBe('from D');
     expect(asked).toEqual(['A', 'B', 'C', 'D']);
   });
@@ -390,7 +443,8 @@ describe('a chain of pools: the fallbacks once every upstream of the primary fai
 
   it("every breaker of the primary open: the fallback answers at once, and the primary's upstreams are not called", async () => {
     const { orchestrator, policy, pools } = chain();
-    for (const member of pools.get('llm')!.members) for (let i = 0; i < 2; i++) member.breaker.recordFailure(new HttpError(500));
+    for (const member of pools.get('llm')!.members)
+      for (let i = 0; i < 2; i++) member.breaker.recordFailure(new HttpError(500));
     const { answer, asked } = await ask(policy, orchestrator, {});
     expect(answer).toBe('from C');
     expect(asked).toEqual(['C']);
@@ -405,20 +459,26 @@ describe('a chain of pools: the fallbacks once every upstream of the primary fai
 
   it('a sole primary upstream keeps its retries, then the fallback answers; a fallback is not retried', async () => {
     const { orchestrator, policy } = chain(['A']);
-    const { answer, asked } = await ask(policy, orchestrator, { A: () => Promise.reject(new HttpError(503)), C: () => Promise.reject(new HttpError(503)) });
+    const { answer, asked } = await ask(policy, orchestrator, {
+      A: () => Promise.reject(new HttpError(503)),
+      C: () => Promise.reject(new HttpError(503)),
+    });
     expect(answer).toBe('from D');
     expect(asked).toEqual(['A', 'A', 'C', 'D']);
   });
 
   it('identical requests share one flight while a fallback serves it', async () => {
     const { orchestrator, policy, pools } = chain();
-    for (const member of pools.get('llm')!.members) for (let i = 0; i < 2; i++) member.breaker.recordFailure(new HttpError(500));
+    for (const member of pools.get('llm')!.members)
+      for (let i = 0; i < 2; i++) member.breaker.recordFailure(new HttpError(500));
     let calls = 0;
     const work = (_signal: AbortSignal, upstream?: Upstream) => {
       calls++;
       return new Promise<string>((resolve) => setTimeout(() => resolve(`from ${String(upstream!.target)}`), 20));
     };
-    const answers = await Promise.all(Array.from({ length: 20 }, () => orchestrator.run<string>(policy, work, { key: 'same' })));
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, () => orchestrator.run<string>(policy, work, { key: 'same' })),
+    );
     expect(new Set(answers)).toEqual(new Set(['from C']));
     expect(calls).toBe(1);
   });
@@ -426,6 +486,8 @@ describe('a chain of pools: the fallbacks once every upstream of the primary fai
   it('without fallbacks the policy is left as it is; a policy over another pool is refused', () => {
     const { policy, base, pools } = chain();
     expect(withFallbacks(base, pools.get('llm')!, [])).toBe(base);
-    expect(() => withFallbacks(policy, pools.get('backup')!, [pools.get('last')!])).toThrow(/does not send its calls to pool "backup"/);
+    expect(() => withFallbacks(policy, pools.get('backup')!, [pools.get('last')!])).toThrow(
+      /does not send its calls to pool "backup"/,
+    );
   });
 });

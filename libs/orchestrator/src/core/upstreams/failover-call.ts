@@ -45,7 +45,13 @@ export function planOver(pool: UpstreamPool, template: MemberTemplate): Failover
       const cache = retry ? sole : shared;
       let policy = cache.get(upstream);
       if (!policy) {
-        policy = { ...template.base, retry, breaker: upstream.breaker, limiter: template.limited ? upstream.limiter : undefined, upstream } as RoutePolicy;
+        policy = {
+          ...template.base,
+          retry,
+          breaker: upstream.breaker,
+          limiter: template.limited ? upstream.limiter : undefined,
+          upstream,
+        };
         cache.set(upstream, policy);
       }
       return policy;
@@ -59,7 +65,11 @@ export function planOver(pool: UpstreamPool, template: MemberTemplate): Failover
  * first while no upstream it may go to is in rotation, when its pool says so
  * (`UpstreamPool.hold`).
  */
-export function upstreamCall<T>(policy: RoutePolicy, work: CallWork<T>, options: GuardedCallOptions = {}): Observable<CallEvent<T>> {
+export function upstreamCall<T>(
+  policy: RoutePolicy,
+  work: CallWork<T>,
+  options: GuardedCallOptions = {},
+): Observable<CallEvent<T>> {
   const plan = policy.failover;
   const pool = plan?.pool ?? policy.upstream?.group;
   // The common case allocates nothing: no hold, or an upstream in rotation now.
@@ -79,7 +89,11 @@ export function upstreamCall<T>(policy: RoutePolicy, work: CallWork<T>, options:
  * caller gone) ends the wait. An open breaker is not waited for: its upstream
  * is in rotation by health, and the call is refused by the breaker at once.
  */
-function heldCall<T>(pools: readonly UpstreamPool[], observer: ObserverHub | undefined, call: () => Observable<CallEvent<T>>): Observable<CallEvent<T>> {
+function heldCall<T>(
+  pools: readonly UpstreamPool[],
+  observer: ObserverHub | undefined,
+  call: () => Observable<CallEvent<T>>,
+): Observable<CallEvent<T>> {
   const pool = pools[0];
   const ms = pool.hold!.ms;
   return new Observable<CallEvent<T>>((subscriber) => {
@@ -103,10 +117,13 @@ function heldCall<T>(pools: readonly UpstreamPool[], observer: ObserverHub | und
       observer?.held(pool.name, outcome);
     };
     // Node's timers take at most 2^31 - 1 ms; a longer hold would fire at once.
-    const timer = setTimeout(() => {
-      leave('expired');
-      refuse(ms);
-    }, Math.min(ms, 2_147_483_647));
+    const timer = setTimeout(
+      () => {
+        leave('expired');
+        refuse(ms);
+      },
+      Math.min(ms, 2_147_483_647),
+    );
     const check = () => {
       if (!holding || !pools.some((p) => p.inRotation)) return;
       leave('served');
@@ -134,7 +151,11 @@ function heldCall<T>(pools: readonly UpstreamPool[], observer: ObserverHub | und
  * Each upstream's own breaker counts its own failures; the last error (or the
  * first that is not worth failing over on) is the call's.
  */
-export function failoverCall<T>(plan: FailoverPlan, work: CallWork<T>, options: GuardedCallOptions = {}): Observable<CallEvent<T>> {
+export function failoverCall<T>(
+  plan: FailoverPlan,
+  work: CallWork<T>,
+  options: GuardedCallOptions = {},
+): Observable<CallEvent<T>> {
   return new Observable<CallEvent<T>>((subscriber) => {
     const stages = plan.fallbacks ? [plan, ...plan.fallbacks] : [plan];
     let stage = 0;
@@ -200,20 +221,31 @@ export function failoverCall<T>(plan: FailoverPlan, work: CallWork<T>, options: 
  * upstream that just failed it (a sole primary upstream keeps the retries it
  * had). Without fallbacks, the policy as it is.
  */
-export function withFallbacks(policy: RoutePolicy, primary: UpstreamPool, fallbacks: readonly UpstreamPool[]): RoutePolicy {
+export function withFallbacks(
+  policy: RoutePolicy,
+  primary: UpstreamPool,
+  fallbacks: readonly UpstreamPool[],
+): RoutePolicy {
   if (fallbacks.length === 0) return policy;
   if (policy.failover ? policy.failover.pool !== primary : policy.upstream !== primary.members[0]) {
     throw new Error(`withFallbacks: policy "${policy.name}" does not send its calls to pool "${primary.name}"`);
   }
   // Where the calls go is the plan's: the chain itself has no breaker, limiter or upstream of its own.
-  const { breaker: _breaker, limiter: _limiter, upstream: _upstream, retry: _retry, failover: _failover, ...rest } = policy;
+  const {
+    breaker: _breaker,
+    limiter: _limiter,
+    upstream: _upstream,
+    retry: _retry,
+    failover: _failover,
+    ...rest
+  } = policy;
   const own: FailoverPlan = policy.failover ?? {
     pool: primary,
-    template: { base: rest as RoutePolicy, limited: policy.limiter !== undefined, retry: policy.retry },
+    template: { base: rest, limited: policy.limiter !== undefined, retry: policy.retry },
     // A pool of one fixed member: its policy as it is (with the retries it had).
     policyOf: () => policy,
   };
   const template: MemberTemplate = { ...own.template, retry: undefined };
   const plans = fallbacks.map((pool) => planOver(pool, template));
-  return { ...rest, failover: { ...own, fallbacks: plans } } as RoutePolicy;
+  return { ...rest, failover: { ...own, fallbacks: plans } };
 }

@@ -67,7 +67,11 @@ function stream(count: number): { chunks: string[]; ended: Promise<void>; upstre
     .then(
       (started) =>
         new Promise<void>((resolve, reject) =>
-          started.events.subscribe({ next: (e) => e.kind === 'chunk' && chunks.push(String(e.chunk)), error: reject, complete: resolve }),
+          started.events.subscribe({
+            next: (e) => e.kind === 'chunk' && chunks.push(String(e.chunk)),
+            error: reject,
+            complete: resolve,
+          }),
         ),
     );
   return { chunks, ended, upstream: () => served };
@@ -86,7 +90,11 @@ describe('a member added to a dynamic pool', () => {
     setUp(['a']);
     const b = orchestrator.upstreams.add('llm', { name: 'b', target: 'b' });
     expect(b.snapshot()).toMatchObject({ name: 'b', pool: 'llm', health: 'pending', available: false });
-    expect(pool().order().map((m) => m.name)).toEqual(['a']);
+    expect(
+      pool()
+        .order()
+        .map((m) => m.name),
+    ).toEqual(['a']);
     // The policy was resolved before the member came: it still sees the pool as it is now.
     await expect(call({ a: new HttpError(503), b: 'from b' })).rejects.toMatchObject({ status: 503 });
     expect(asked).toEqual(['a']);
@@ -100,18 +108,35 @@ describe('a member added to a dynamic pool', () => {
     setUp(['a']);
     const b = orchestrator.upstreams.add('llm', { name: 'b', target: 'b' });
     b.setHealth('down', { detail: 'ECONNREFUSED' });
-    expect(pool().order().map((m) => m.name)).toEqual(['a']);
+    expect(
+      pool()
+        .order()
+        .map((m) => m.name),
+    ).toEqual(['a']);
     b.setHealth('up');
     pool().member('a')!.setHealth('down');
     // Now `a` is the one out of rotation: still tried, but last.
-    expect(pool().order().map((m) => m.name)).toEqual(['b', 'a']);
+    expect(
+      pool()
+        .order()
+        .map((m) => m.name),
+    ).toEqual(['b', 'a']);
   });
 
   it('has a breaker and a limiter of its own, with the settings it was added with', () => {
     setUp(['a']);
-    const b = orchestrator.upstreams.add('llm', { name: 'b', target: 'b' }, { concurrency: { limit: 2 }, breaker: { failureThreshold: 1 } });
+    const b = orchestrator.upstreams.add(
+      'llm',
+      { name: 'b', target: 'b' },
+      { concurrency: { limit: 2 }, breaker: { failureThreshold: 1 } },
+    );
     expect(b.limiter.limit).toBe(2);
-    expect(orchestrator.health().limiters.map((l) => l.name).sort()).toEqual(['a', 'b']);
+    expect(
+      orchestrator
+        .health()
+        .limiters.map((l) => l.name)
+        .sort(),
+    ).toEqual(['a', 'b']);
     b.setHealth('up');
     b.breaker.recordFailure(new HttpError(500));
     expect(b.breaker.state).toBe('open');
@@ -123,10 +148,12 @@ describe('a member added to a dynamic pool', () => {
     const c = orchestrator.upstreams.add('backup', { name: 'c', target: 'c' });
     c.setHealth('up');
     const chained = withFallbacks(policy, pool(), [orchestrator.upstreams.get('backup')!]);
-    await expect(orchestrator.run<string>(chained, async (_signal, upstream) => {
-      if (upstream!.target === 'a') throw new HttpError(502);
-      return `from ${String(upstream!.target)}`;
-    })).resolves.toBe('from c');
+    await expect(
+      orchestrator.run<string>(chained, async (_signal, upstream) => {
+        if (upstream!.target === 'a') throw new HttpError(502);
+        return `from ${String(upstream!.target)}`;
+      }),
+    ).resolves.toBe('from c');
     expect(orchestrator.health().upstreams.map((u) => `${u.pool}/${u.name}`)).toEqual(['llm/a', 'backup/c']);
   });
 });
@@ -173,10 +200,17 @@ describe('a member removed from a dynamic pool', () => {
   });
 
   it('waits for calls still queued for its slot, and sends them there', async () => {
-    orchestrator = new Orchestrator({ concurrency: { limit: 1 }, upstreams: { llm: { members: [{ name: 'a', target: 'a' }], dynamic: true } } });
+    orchestrator = new Orchestrator({
+      concurrency: { limit: 1 },
+      upstreams: { llm: { members: [{ name: 'a', target: 'a' }], dynamic: true } },
+    });
     policy = orchestrator.policy({ breaker: 'llm', concurrency: true }, 'chat');
     const slow = (label: string) =>
-      orchestrator.run<string>(policy, (_signal, upstream) => new Promise<string>((resolve) => setTimeout(() => resolve(`${label} ${String(upstream!.target)}`), 100)));
+      orchestrator.run<string>(
+        policy,
+        (_signal, upstream) =>
+          new Promise<string>((resolve) => setTimeout(() => resolve(`${label} ${String(upstream!.target)}`), 100)),
+      );
     const first = slow('first');
     const second = slow('second');
     await jest.advanceTimersByTimeAsync(0);
@@ -217,7 +251,12 @@ describe('a member removed from a dynamic pool', () => {
     await long.ended;
     await removal;
     // The newcomer's breaker and limiter stay; only the old member's were let go.
-    expect(orchestrator.health().breakers.map((x) => x.name).sort()).toEqual(['a', 'b']);
+    expect(
+      orchestrator
+        .health()
+        .breakers.map((x) => x.name)
+        .sort(),
+    ).toEqual(['a', 'b']);
     expect(orchestrator.breakerState('a')).toBeDefined();
     fresh.setHealth('up');
     pool().member('b')!.setHealth('down');

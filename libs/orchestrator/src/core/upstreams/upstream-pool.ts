@@ -226,8 +226,10 @@ export class UpstreamPool<Target = unknown> {
    */
   add(member: Upstream<Target>): void {
     if (!this.dynamic) throw new Error(`upstream pool "${this.name}" is not dynamic: its members are fixed`);
-    if (member.pool !== this.name) throw new Error(`upstream "${member.name}" belongs to pool "${member.pool}", not "${this.name}"`);
-    if (this.list.some((m) => m.name === member.name && !m.draining)) throw new Error(`upstream pool "${this.name}" already has a member "${member.name}"`);
+    if (member.pool !== this.name)
+      throw new Error(`upstream "${member.name}" belongs to pool "${member.pool}", not "${this.name}"`);
+    if (this.list.some((m) => m.name === member.name && !m.draining))
+      throw new Error(`upstream pool "${this.name}" already has a member "${member.name}"`);
     member.awaitFirstCheck();
     member.group = this;
     this.list = [...this.list, member];
@@ -305,7 +307,9 @@ export class UpstreamPool<Target = unknown> {
         load: limiter.limit > 0 ? (limiter.inFlight + limiter.queued) / limiter.limit : Infinity,
       });
     }
-    scored.sort((a, b) => a.rank - b.rank || (a.load === b.load ? 0 : a.load - b.load) || a.member.index - b.member.index);
+    scored.sort(
+      (a, b) => a.rank - b.rank || (a.load === b.load ? 0 : a.load - b.load) || a.member.index - b.member.index,
+    );
     return scored.map((s) => s.member);
   }
 

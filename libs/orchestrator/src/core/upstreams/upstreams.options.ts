@@ -39,12 +39,16 @@ export function checkUpstreamPools(pools: Record<string, UpstreamPoolOptions> | 
   for (const [name, pool] of Object.entries(pools ?? {})) {
     const members = (pool as Partial<UpstreamPoolOptions> | undefined)?.members;
     if (!Array.isArray(members) || members.length === 0) {
-      throw new OrchestratorConfigError(`upstreams.${name}.members must be a non-empty array, got ${describeValue(members)}`);
+      throw new OrchestratorConfigError(
+        `upstreams.${name}.members must be a non-empty array, got ${describeValue(members)}`,
+      );
     }
     const names = new Set<string>();
     for (const member of members as Array<{ name?: unknown } | undefined>) {
-      if (typeof member?.name !== 'string' || member.name === '') throw new OrchestratorConfigError(`upstreams.${name}.members: every member needs a name`);
-      if (names.has(member.name)) throw new OrchestratorConfigError(`upstreams.${name}.members: "${member.name}" appears twice`);
+      if (typeof member?.name !== 'string' || member.name === '')
+        throw new OrchestratorConfigError(`upstreams.${name}.members: every member needs a name`);
+      if (names.has(member.name))
+        throw new OrchestratorConfigError(`upstreams.${name}.members: "${member.name}" appears twice`);
       names.add(member.name);
     }
     if (pool.shouldFailover !== undefined && typeof pool.shouldFailover !== 'function') {
@@ -52,15 +56,27 @@ export function checkUpstreamPools(pools: Record<string, UpstreamPoolOptions> | 
     }
     const hold = pool.hold as Partial<UpstreamHold> | undefined;
     if (hold !== undefined) {
-      if (typeof hold !== 'object' || hold === null || typeof hold.ms !== 'number' || !Number.isFinite(hold.ms) || hold.ms < 0) {
-        throw new OrchestratorConfigError(`upstreams.${name}.hold.ms must be a number of milliseconds >= 0, got ${describeValue(hold?.ms)}`);
+      if (
+        typeof hold !== 'object' ||
+        hold === null ||
+        typeof hold.ms !== 'number' ||
+        !Number.isFinite(hold.ms) ||
+        hold.ms < 0
+      ) {
+        throw new OrchestratorConfigError(
+          `upstreams.${name}.hold.ms must be a number of milliseconds >= 0, got ${describeValue(hold?.ms)}`,
+        );
       }
       if (hold.maxHeld !== undefined && !(Number.isInteger(hold.maxHeld) && hold.maxHeld >= 0)) {
-        throw new OrchestratorConfigError(`upstreams.${name}.hold.maxHeld must be a whole number >= 0, got ${describeValue(hold.maxHeld)}`);
+        throw new OrchestratorConfigError(
+          `upstreams.${name}.hold.maxHeld must be a whole number >= 0, got ${describeValue(hold.maxHeld)}`,
+        );
       }
     }
     if (pool.dynamic !== undefined && typeof pool.dynamic !== 'boolean') {
-      throw new OrchestratorConfigError(`upstreams.${name}.dynamic must be true or false, got ${describeValue(pool.dynamic)}`);
+      throw new OrchestratorConfigError(
+        `upstreams.${name}.dynamic must be true or false, got ${describeValue(pool.dynamic)}`,
+      );
     }
   }
 }

@@ -32,10 +32,14 @@ interface GraphQLInfo {
 }
 
 /** The HTTP request behind a GraphQL operation (Apollo's and Mercurius' contexts keep it as `req` or `request`). */
-export function graphqlRequestOf(context: ExecutionContext): (DedupRequest['request'] & { headers?: DedupRequest['headers'] }) | undefined {
+export function graphqlRequestOf(
+  context: ExecutionContext,
+): (DedupRequest['request'] & { headers?: DedupRequest['headers'] }) | undefined {
   const gqlContext = context.getArgByIndex<{ req?: unknown; request?: unknown } | undefined>(2);
   const request = gqlContext?.req ?? gqlContext?.request;
-  return typeof request === 'object' && request !== null && 'headers' in request ? (request as { headers: DedupRequest['headers'] }) : undefined;
+  return typeof request === 'object' && request !== null && 'headers' in request
+    ? (request as { headers: DedupRequest['headers'] })
+    : undefined;
 }
 
 const ROOT_TYPES = new Set(['Query', 'Mutation', 'Subscription']);
@@ -51,12 +55,30 @@ export function describeContextCall(kind: OtherContextKind, context: ExecutionCo
   if (kind === 'rpc') {
     const rpc = context.switchToRpc();
     const pattern = patternOf(context.getHandler(), 'microservices:pattern') ?? patternOfContext(rpc.getContext());
-    return { method: 'POST', request: { method: 'RPC', url: `${name} ${pattern ?? ''}`, headers: NO_HEADERS, body: rpc.getData(), request: rpc.getContext<object>() } };
+    return {
+      method: 'POST',
+      request: {
+        method: 'RPC',
+        url: `${name} ${pattern ?? ''}`,
+        headers: NO_HEADERS,
+        body: rpc.getData(),
+        request: rpc.getContext<object>(),
+      },
+    };
   }
   if (kind === 'ws') {
     const ws = context.switchToWs();
     const pattern = ws.getPattern?.() ?? patternOf(context.getHandler(), 'message');
-    return { method: 'POST', request: { method: 'WS', url: `${name} ${String(pattern ?? '')}`, headers: NO_HEADERS, body: ws.getData(), request: ws.getClient<object>() } };
+    return {
+      method: 'POST',
+      request: {
+        method: 'WS',
+        url: `${name} ${String(pattern ?? '')}`,
+        headers: NO_HEADERS,
+        body: ws.getData(),
+        request: ws.getClient<object>(),
+      },
+    };
   }
   const [root, args, , info] = context.getArgs<[unknown, unknown, unknown, GraphQLInfo | undefined]>();
   const type = info?.parentType?.name ?? '';
@@ -83,7 +105,8 @@ function patternOf(handler: object, key: string): string | undefined {
 }
 
 function patternOfContext(context: unknown): string | undefined {
-  const candidate = context as { getPattern?: () => unknown; getChannel?: () => unknown; getSubject?: () => unknown } | undefined;
+  const candidate = context as
+    { getPattern?: () => unknown; getChannel?: () => unknown; getSubject?: () => unknown } | undefined;
   const pattern = candidate?.getPattern?.() ?? candidate?.getChannel?.() ?? candidate?.getSubject?.();
   return pattern === undefined ? undefined : String(pattern);
 }

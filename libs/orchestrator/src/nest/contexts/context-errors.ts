@@ -20,7 +20,12 @@ export interface OrchestratorErrorPayload {
 
 /** The payload of an orchestrator error as microservice and WebSocket callers get it (see `OrchestratorErrorPayload`). */
 export function errorPayload(error: OrchestratorError): OrchestratorErrorPayload {
-  const payload: OrchestratorErrorPayload = { status: 'error', code: error.code.toUpperCase(), message: error.message, retryable: error.retryable };
+  const payload: OrchestratorErrorPayload = {
+    status: 'error',
+    code: error.code.toUpperCase(),
+    message: error.message,
+    retryable: error.retryable,
+  };
   if (error.retryAfterSeconds !== undefined) payload.retryAfterMs = error.retryAfterSeconds * 1000;
   return payload;
 }
@@ -54,7 +59,13 @@ let wsException: Promise<ExceptionClass> | undefined;
  */
 export function transportException(kind: 'rpc' | 'ws'): Promise<ExceptionClass> {
   if (kind === 'rpc') {
-    return (rpcException ??= loadOptional<{ RpcException: ExceptionClass }>('@nestjs/microservices', 'Orchestrator decorators on microservice handlers').then((m) => m.RpcException));
+    return (rpcException ??= loadOptional<{ RpcException: ExceptionClass }>(
+      '@nestjs/microservices',
+      'Orchestrator decorators on microservice handlers',
+    ).then((m) => m.RpcException));
   }
-  return (wsException ??= loadOptional<{ WsException: ExceptionClass }>('@nestjs/websockets', 'Orchestrator decorators on WebSocket gateways').then((m) => m.WsException));
+  return (wsException ??= loadOptional<{ WsException: ExceptionClass }>(
+    '@nestjs/websockets',
+    'Orchestrator decorators on WebSocket gateways',
+  ).then((m) => m.WsException));
 }

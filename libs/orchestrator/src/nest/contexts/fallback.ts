@@ -14,7 +14,8 @@ export interface FallbackSetting {
 }
 
 export function normalizeFallback(answer: FallbackAnswer, where: string): FallbackSetting {
-  if (answer === undefined) throw new OrchestratorConfigError(`${where} needs a value or a function (cause, ...args) => value`);
+  if (answer === undefined)
+    throw new OrchestratorConfigError(`${where} needs a value or a function (cause, ...args) => value`);
   if (typeof answer === 'function') {
     const handler = answer as (cause: unknown, ...args: unknown[]) => unknown;
     return { answer: (cause, args) => handler(cause, ...args) };
@@ -22,9 +23,15 @@ export function normalizeFallback(answer: FallbackAnswer, where: string): Fallba
   return { answer: () => answer };
 }
 
-
 // GraphQL codes (Apollo's and the spec's usual ones) that mean the request itself is wrong.
-const CALLER_CODES = new Set(['BAD_USER_INPUT', 'BAD_REQUEST', 'GRAPHQL_VALIDATION_FAILED', 'GRAPHQL_PARSE_FAILED', 'UNAUTHENTICATED', 'FORBIDDEN']);
+const CALLER_CODES = new Set([
+  'BAD_USER_INPUT',
+  'BAD_REQUEST',
+  'GRAPHQL_VALIDATION_FAILED',
+  'GRAPHQL_PARSE_FAILED',
+  'UNAUTHENTICATED',
+  'FORBIDDEN',
+]);
 // Exceptions a handler throws on purpose to answer its caller (Nest's microservice and WebSocket ones).
 const ANSWERING_EXCEPTIONS = new Set(['RpcException', 'WsException']);
 
@@ -35,8 +42,14 @@ const ANSWERING_EXCEPTIONS = new Set(['RpcException', 'WsException']);
 export function fallbackAnswers(error: unknown): boolean {
   if (isOrchestratorError(error)) return error.code !== 'client_closed_request';
   if (typeof error !== 'object' || error === null) return true;
-  const candidate = error as { getStatus?: () => unknown; status?: unknown; statusCode?: unknown; extensions?: { code?: unknown } };
-  const status = typeof candidate.getStatus === 'function' ? candidate.getStatus() : (candidate.status ?? candidate.statusCode);
+  const candidate = error as {
+    getStatus?: () => unknown;
+    status?: unknown;
+    statusCode?: unknown;
+    extensions?: { code?: unknown };
+  };
+  const status =
+    typeof candidate.getStatus === 'function' ? candidate.getStatus() : (candidate.status ?? candidate.statusCode);
   if (typeof status === 'number') return status >= 500;
   if (ANSWERING_EXCEPTIONS.has(error.constructor?.name)) return false;
   const code = candidate.extensions?.code;

@@ -15,9 +15,15 @@ import { asksOrchestrator, NEST_HANDLER_METADATA, settingsOf } from '../decorato
 type AnyMethod = (this: unknown, ...args: unknown[]) => unknown;
 
 // Nest calls these itself; a class-wide decorator is not meant for them.
-const LIFECYCLE = new Set(['constructor', 'onModuleInit', 'onApplicationBootstrap', 'onModuleDestroy', 'beforeApplicationShutdown', 'onApplicationShutdown']);
+const LIFECYCLE = new Set([
+  'constructor',
+  'onModuleInit',
+  'onApplicationBootstrap',
+  'onModuleDestroy',
+  'beforeApplicationShutdown',
+  'onApplicationShutdown',
+]);
 const NO_HEADERS: DedupRequest['headers'] = Object.freeze({});
-
 
 /** Whether a method is a handler Nest calls through the interceptor (a route, a message pattern, a resolver field, a gateway message). */
 function isHandler(method: object): boolean {
@@ -29,7 +35,10 @@ function isHandler(method: object): boolean {
   );
 }
 
-function decoratedMethods(prototype: object, classAsks: boolean): Array<{ method: string; fn: AnyMethod; own: boolean }> {
+function decoratedMethods(
+  prototype: object,
+  classAsks: boolean,
+): Array<{ method: string; fn: AnyMethod; own: boolean }> {
   const found: Array<{ method: string; fn: AnyMethod; own: boolean }> = [];
   for (const method of new MetadataScanner().getAllMethodNames(prototype)) {
     const fn = (prototype as Record<string, unknown>)[method];
@@ -56,7 +65,8 @@ export function serveProviderMethods(modules: ModulesContainer, service: Orchest
       const type = wrapper.metatype as { name: string; prototype: object } | null | undefined;
       if (!type?.prototype) continue;
       for (const { method, fn, own } of decoratedMethods(type.prototype, false)) {
-        if (own && !isHandler(fn)) throw notServed(where(type, method), 'it is a method of a controller that is not a route or message handler');
+        if (own && !isHandler(fn))
+          throw notServed(where(type, method), 'it is a method of a controller that is not a route or message handler');
       }
     }
     const moduleType = module.metatype as { name: string; prototype?: object } | undefined;
@@ -76,11 +86,18 @@ export function serveProviderMethods(modules: ModulesContainer, service: Orchest
       if (Reflect.hasMetadata('graphql:resolver_type', type) || Reflect.hasMetadata('websockets:is_gateway', type)) {
         // Resolvers and gateways are served by the interceptor, handler by handler.
         const stray = methods.find((m) => m.own && !isHandler(m.fn));
-        if (stray) throw notServed(where(type, stray.method), 'it is a method of a resolver or gateway that is not one of its handlers');
+        if (stray)
+          throw notServed(
+            where(type, stray.method),
+            'it is a method of a resolver or gateway that is not one of its handlers',
+          );
         continue;
       }
       if (!wrapper.isDependencyTreeStatic() || wrapper.isTransient) {
-        throw notServed(where(type, methods[0].method), 'its provider is request-scoped or transient (only singleton providers are wrapped); call OrchestratorService.run() inside it instead');
+        throw notServed(
+          where(type, methods[0].method),
+          'its provider is request-scoped or transient (only singleton providers are wrapped); call OrchestratorService.run() inside it instead',
+        );
       }
       const classSettings = settingsOf(type);
       const classFallback = Reflect.getMetadata(FALLBACK_METADATA, type) as FallbackSetting | undefined;
@@ -89,7 +106,12 @@ export function serveProviderMethods(modules: ModulesContainer, service: Orchest
         const settings = settingsOf(fn);
         names.check(name, settings, classSettings);
         const fallback = (Reflect.getMetadata(FALLBACK_METADATA, fn) as FallbackSetting | undefined) ?? classFallback;
-        (instance as Record<string, unknown>)[method] = orchestrated(service, new HttpRoute(service, name, settings, classSettings), fn, fallback);
+        (instance as Record<string, unknown>)[method] = orchestrated(
+          service,
+          new HttpRoute(service, name, settings, classSettings),
+          fn,
+          fallback,
+        );
       }
     }
   }
@@ -108,7 +130,12 @@ function notServed(name: string, why: string): OrchestratorConfigError {
  * limit and retries, then the fallback. It returns a Promise whatever the
  * method returned; `currentCallSignal()` gives it the call's signal.
  */
-function orchestrated(service: OrchestratorService, route: HttpRoute, original: AnyMethod, fallback: FallbackSetting | undefined): AnyMethod {
+function orchestrated(
+  service: OrchestratorService,
+  route: HttpRoute,
+  original: AnyMethod,
+  fallback: FallbackSetting | undefined,
+): AnyMethod {
   // Answers of a method are shared while in flight; kept for a window only when it asks (`windowMs`), like a POST.
   const policy = route.policyFor('POST');
   const wrapped = function (this: unknown, ...args: unknown[]): unknown {

@@ -8,7 +8,13 @@ import { asksOrchestrator, NEST_HANDLER_METADATA } from '../decorator-settings.j
 type AnyMethod = (this: unknown, ...args: unknown[]) => unknown;
 type HandlerKind = 'rpc' | 'ws';
 
-const { pattern: PATTERN, eventHandlerType: EVENT_HANDLER_TYPE, messageMapping: MESSAGE_MAPPING, gateway: GATEWAY, httpPath: HTTP_PATH } = NEST_HANDLER_METADATA;
+const {
+  pattern: PATTERN,
+  eventHandlerType: EVENT_HANDLER_TYPE,
+  messageMapping: MESSAGE_MAPPING,
+  gateway: GATEWAY,
+  httpPath: HTTP_PATH,
+} = NEST_HANDLER_METADATA;
 
 /** What a caller of an unserved message handler gets as the error's `code`. */
 export const NOT_ORCHESTRATED_CODE = 'ORCHESTRATOR_NOT_APPLIED';
@@ -28,7 +34,9 @@ const guards = new WeakSet<object>();
 export function guardTransportHandlers(modules: ModulesContainer): void {
   const scanner = new MetadataScanner();
   for (const module of modules.values()) {
-    const classes = [...module.controllers.values(), ...module.providers.values()].map((wrapper) => wrapper.metatype as unknown);
+    const classes = [...module.controllers.values(), ...module.providers.values()].map(
+      (wrapper) => wrapper.metatype as unknown,
+    );
     for (const type of classes) {
       // Classes only: a factory provider's metatype is its factory function, with no handlers.
       if (!isClass(type)) continue;
@@ -84,7 +92,7 @@ function notServedMessage(kind: HandlerKind, name: string, isEvent: boolean): st
   if (kind === 'rpc') {
     return (
       `${name} has orchestrator decorators, but OrchestratorInterceptor did not run for this ${isEvent ? 'event' : 'message'}, ` +
-      'so they would do nothing: a microservice connected to a hybrid app gets none of the app\'s global interceptors unless ' +
+      "so they would do nothing: a microservice connected to a hybrid app gets none of the app's global interceptors unless " +
       'it is connected with app.connectMicroservice(options, { inheritAppConfig: true })'
     );
   }

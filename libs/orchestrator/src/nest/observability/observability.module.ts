@@ -1,4 +1,15 @@
-import { Controller, Get, Header, Inject, Module, Res, type DynamicModule, type OnModuleDestroy, type Provider, type Type } from '@nestjs/common';
+import {
+  Controller,
+  Get,
+  Header,
+  Inject,
+  Module,
+  Res,
+  type DynamicModule,
+  type OnModuleDestroy,
+  type Provider,
+  type Type,
+} from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { OrchestratorService } from '../orchestrator.service.js';
 import { logOrchestratorEvents, type StructuredLogger } from './orchestrator-event-log.js';
@@ -107,7 +118,10 @@ export class OrchestratorObservabilityModule {
         const created = metrics ? await OrchestratorMetrics.create(orchestrator, metrics) : undefined;
         let logger = options.logger;
         if (logger === true) {
-          const pino = await loadOptional<{ default?: () => StructuredLogger; pino?: () => StructuredLogger }>('pino', 'logger: true');
+          const pino = await loadOptional<{ default?: () => StructuredLogger; pino?: () => StructuredLogger }>(
+            'pino',
+            'logger: true',
+          );
           logger = (pino.pino ?? pino.default!)();
         }
         return new Observability(created, logger ? logOrchestratorEvents(orchestrator, logger) : undefined);
@@ -119,7 +133,10 @@ export class OrchestratorObservabilityModule {
     return {
       module: OrchestratorObservabilityModule,
       controllers,
-      providers: [provider, { provide: OrchestratorMetrics, inject: [OBSERVABILITY], useFactory: (o: Observability) => o.metrics ?? null }],
+      providers: [
+        provider,
+        { provide: OrchestratorMetrics, inject: [OBSERVABILITY], useFactory: (o: Observability) => o.metrics ?? null },
+      ],
       exports: [OrchestratorMetrics],
     };
   }

@@ -10,7 +10,10 @@ export async function loadOptional<T = object>(name: string, feature: string): P
   try {
     loaded = (await import(name)) as { default?: unknown };
   } catch (error) {
-    if ((error as { code?: string }).code === 'ERR_MODULE_NOT_FOUND' || (error as { code?: string }).code === 'MODULE_NOT_FOUND') {
+    if (
+      (error as { code?: string }).code === 'ERR_MODULE_NOT_FOUND' ||
+      (error as { code?: string }).code === 'MODULE_NOT_FOUND'
+    ) {
       throw new OrchestratorConfigError(`${feature} needs the package "${name}": npm install ${name}`);
     }
     throw error;

@@ -19,14 +19,27 @@ export function logOrchestratorEvents(orchestrator: Orchestrator, logger: Struct
   return orchestrator.observe({
     breakerTransition(name: string, from: BreakerState, to: BreakerState, _at: number, remote?: boolean) {
       // One line per change, where it was made: a replica or worker applying another's is at debug.
-      if (remote) return logger.debug?.({ event: 'breaker_transition', breaker: name, from, to, remote: true }, `breaker "${name}" ${to} (applied from another replica)`);
+      if (remote)
+        return logger.debug?.(
+          { event: 'breaker_transition', breaker: name, from, to, remote: true },
+          `breaker "${name}" ${to} (applied from another replica)`,
+        );
       const fields = { event: 'breaker_transition', breaker: name, from, to };
       if (to === 'open') logger.warn(fields, `breaker "${name}" opened: calls are refused until the upstream recovers`);
-      else logger.info(fields, to === 'closed' ? `breaker "${name}" closed: traffic resumes` : `breaker "${name}" half-open: one probe call goes through`);
+      else
+        logger.info(
+          fields,
+          to === 'closed'
+            ? `breaker "${name}" closed: traffic resumes`
+            : `breaker "${name}" half-open: one probe call goes through`,
+        );
     },
     storeState(state: StoreState, error?: string) {
       if (state === 'degraded') {
-        logger.warn({ event: 'store_degraded', error }, 'answer window store unreachable: answering from memory until it is back');
+        logger.warn(
+          { event: 'store_degraded', error },
+          'answer window store unreachable: answering from memory until it is back',
+        );
       } else logger.info({ event: 'store_recovered' }, 'answer window store reachable again');
     },
   });

@@ -43,7 +43,10 @@ export function livenessReport(): HealthReport {
 export function readinessReport(orchestrator: Orchestrator, options: ReadinessOptions = {}): HealthReport {
   const health = orchestrator.health();
   const details: Record<string, HealthIndicatorResult> = {
-    orchestrator: { status: orchestrator.isClosing ? 'down' : 'up', ...(orchestrator.isClosing ? { reason: 'shutting down' } : {}) },
+    orchestrator: {
+      status: orchestrator.isClosing ? 'down' : 'up',
+      ...(orchestrator.isClosing ? { reason: 'shutting down' } : {}),
+    },
   };
   const store = health.window.store;
   if (store) {
@@ -64,11 +67,15 @@ export function readinessReport(orchestrator: Orchestrator, options: ReadinessOp
   }
   details.breakers = {
     status: 'up',
-    ...Object.fromEntries(health.breakers.map((b) => [b.name, b.observed || b.state !== 'closed' ? b.state : 'unknown'])),
+    ...Object.fromEntries(
+      health.breakers.map((b) => [b.name, b.observed || b.state !== 'closed' ? b.state : 'unknown']),
+    ),
   };
   details.limiters = {
     status: 'up',
-    ...Object.fromEntries(health.limiters.map((l) => [l.name, { inFlight: l.inFlight, queued: l.queued, limit: l.limit }])),
+    ...Object.fromEntries(
+      health.limiters.map((l) => [l.name, { inFlight: l.inFlight, queued: l.queued, limit: l.limit }]),
+    ),
   };
   if (health.upstreams.length > 0) {
     // A pool whose every upstream a health check took out (dead, loading) cannot answer: unlike an open breaker, that
@@ -80,7 +87,15 @@ export function readinessReport(orchestrator: Orchestrator, options: ReadinessOp
       ...Object.fromEntries(
         health.upstreams.map((u) => [
           u.name,
-          { health: u.health, breaker: u.breaker, available: u.available, limit: u.limit, inFlight: u.inFlight, queued: u.queued, ...(u.slots === undefined ? {} : { slots: u.slots }) },
+          {
+            health: u.health,
+            breaker: u.breaker,
+            available: u.available,
+            limit: u.limit,
+            inFlight: u.inFlight,
+            queued: u.queued,
+            ...(u.slots === undefined ? {} : { slots: u.slots }),
+          },
         ]),
       ),
     };

@@ -6,7 +6,8 @@ import { OrchestratorMetrics } from './orchestrator-metrics.js';
 
 /** The store gauge exists only where there is a store: an alert on `store_up == 0` must not fire without one. */
 describe('orchestrator_store_up', () => {
-  const scrape = async (orchestrator: Orchestrator) => new OrchestratorMetrics(prom, orchestrator, { defaultMetrics: false }).registry.metrics();
+  const scrape = async (orchestrator: Orchestrator) =>
+    new OrchestratorMetrics(prom, orchestrator, { defaultMetrics: false }).registry.metrics();
 
   it('is absent without a shared window store', async () => {
     const orchestrator = new Orchestrator();
@@ -22,7 +23,7 @@ describe('orchestrator_store_up', () => {
 });
 
 describe('series present from the start', () => {
-  it("every breaker change and every refusal reason of a known upstream is at 0 before any event; the first opening reads 1", async () => {
+  it('every breaker change and every refusal reason of a known upstream is at 0 before any event; the first opening reads 1', async () => {
     const orchestrator = new Orchestrator({ breakers: { llm: { failureThreshold: 1, openMs: 60_000 } } });
     const policy = orchestrator.policy({ breaker: 'llm' }, 'chat');
     const metrics = new OrchestratorMetrics(prom, orchestrator, { defaultMetrics: false });
@@ -32,8 +33,12 @@ describe('series present from the start', () => {
     for (const reason of ['circuit_open', 'overloaded', 'queue_timeout', 'shutting_down', 'no_upstream_available']) {
       expect(start).toContain(`orchestrator_refusals_total{upstream="llm",reason="${reason}"} 0`);
     }
-    await expect(orchestrator.run(policy, () => Promise.reject(Object.assign(new Error('down'), { status: 503 })))).rejects.toThrow();
-    expect(await metrics.text()).toMatch(/^orchestrator_breaker_transitions_total\{name="llm",from="closed",to="open"\} 1$/m);
+    await expect(
+      orchestrator.run(policy, () => Promise.reject(Object.assign(new Error('down'), { status: 503 }))),
+    ).rejects.toThrow();
+    expect(await metrics.text()).toMatch(
+      /^orchestrator_breaker_transitions_total\{name="llm",from="closed",to="open"\} 1$/m,
+    );
     metrics.close();
     await orchestrator.close();
   });

@@ -37,14 +37,24 @@ const BREAKER_TRANSITIONS: ReadonlyArray<readonly [BreakerState, BreakerState]> 
   ['half_open', 'open'],
 ];
 const TRANSITION_LABELS = BREAKER_TRANSITIONS.map(([from, to]) => ({ from, to }));
-const REFUSAL_REASONS: readonly RefusalReason[] = ['circuit_open', 'overloaded', 'queue_timeout', 'shutting_down', 'no_upstream_available'];
+const REFUSAL_REASONS: readonly RefusalReason[] = [
+  'circuit_open',
+  'overloaded',
+  'queue_timeout',
+  'shutting_down',
+  'no_upstream_available',
+];
 const REFUSAL_LABELS = REFUSAL_REASONS.map((reason) => ({ reason }));
 /**
  * prom-client's default gauges whose names end in `_total`, which the exposition format keeps for counters
  * (`promtool check metrics` rejects them): the same figures are there by type, without the suffix
  * (`nodejs_active_handles{type}` and kin).
  */
-const MISNAMED_DEFAULT_METRICS = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'];
+const MISNAMED_DEFAULT_METRICS = [
+  'nodejs_active_handles_total',
+  'nodejs_active_requests_total',
+  'nodejs_active_resources_total',
+];
 
 /** Children of a labelled metric, bound once per label combination (label values here are few and fixed). */
 class Children<C> {
@@ -108,7 +118,10 @@ export class OrchestratorMetrics {
   private readonly unsubscribe: () => void;
 
   /** Loads prom-client (an optional peer dependency of this package) and starts observing `orchestrator`. */
-  static async create(orchestrator: Orchestrator, options: OrchestratorMetricsOptions = {}): Promise<OrchestratorMetrics> {
+  static async create(
+    orchestrator: Orchestrator,
+    options: OrchestratorMetricsOptions = {},
+  ): Promise<OrchestratorMetrics> {
     return new OrchestratorMetrics(await loadOptional('prom-client', 'metrics'), orchestrator, options);
   }
 
@@ -178,7 +191,9 @@ export class OrchestratorMetrics {
       labelNames: ['upstream', 'reason'],
       registers,
       collect() {
-        seriesOfKnown(this, 'upstream', knownUpstreams(), REFUSAL_LABELS, refusalNames, (name) => refusalChildren.forget(name));
+        seriesOfKnown(this, 'upstream', knownUpstreams(), REFUSAL_LABELS, refusalNames, (name) =>
+          refusalChildren.forget(name),
+        );
       },
     });
     const timeouts = new prom.Counter({
@@ -187,7 +202,12 @@ export class OrchestratorMetrics {
       labelNames: ['upstream', 'phase'],
       registers,
     });
-    const retries = new prom.Counter({ name: `${p}retries_total`, help: 'Attempts retried.', labelNames: ['upstream'], registers });
+    const retries = new prom.Counter({
+      name: `${p}retries_total`,
+      help: 'Attempts retried.',
+      labelNames: ['upstream'],
+      registers,
+    });
     const queueWait = new BatchedHistogram({
       name: `${p}queue_wait_seconds`,
       help: 'Time a call waited for a concurrency slot (0 when one was free).',
@@ -234,20 +254,40 @@ export class OrchestratorMetrics {
     limiterGauge('queued', 'Calls waiting for a concurrency slot.', (l) => l.queued);
     limiterGauge('queue_size', 'Calls allowed to wait at once; more are refused as overloaded.', (l) => l.queueSize);
     limiterGauge('concurrency_limit', 'Upstream calls allowed in flight at once.', (l) => l.limit);
-    limiterGauge('detached_in_flight', 'Calls still running with no caller left (their answer goes to the window).', (l) => l.detached);
-    gauge('held_calls', 'Calls held now, waiting for an upstream of their pool to come into rotation (identical requests share one).', ['pool'], (g) => {
-      for (const pool of orchestrator.upstreams.all()) if (pool.hold) g.set({ pool: pool.name }, pool.held);
-    });
-    gauge('dedup_in_flight', 'Deduplicated calls in flight (each may have many callers).', [], (g) => g.set(orchestrator.health().inFlight));
-    gauge('window_entries', 'Answers kept in the in-memory window.', [], (g) => g.set(orchestrator.health().window.entries));
+    limiterGauge(
+      'detached_in_flight',
+      'Calls still running with no caller left (their answer goes to the window).',
+      (l) => l.detached,
+    );
+    gauge(
+      'held_calls',
+      'Calls held now, waiting for an upstream of their pool to come into rotation (identical requests share one).',
+      ['pool'],
+      (g) => {
+        for (const pool of orchestrator.upstreams.all()) if (pool.hold) g.set({ pool: pool.name }, pool.held);
+      },
+    );
+    gauge('dedup_in_flight', 'Deduplicated calls in flight (each may have many callers).', [], (g) =>
+      g.set(orchestrator.health().inFlight),
+    );
+    gauge('window_entries', 'Answers kept in the in-memory window.', [], (g) =>
+      g.set(orchestrator.health().window.entries),
+    );
     gauge('window_bytes', 'Bytes the in-memory window holds.', [], (g) => g.set(orchestrator.health().window.bytes));
-    gauge('window_max_bytes', 'Bytes the in-memory window may hold.', [], (g) => g.set(orchestrator.health().window.maxBytes));
+    gauge('window_max_bytes', 'Bytes the in-memory window may hold.', [], (g) =>
+      g.set(orchestrator.health().window.maxBytes),
+    );
     // Registered only with a shared store: an unset gauge without labels reads 0, which a StoreDegraded alert takes for an outage.
     if (orchestrator.health().window.store) {
-      gauge('store_up', "1 when the window's shared store is reachable, 0 while degraded (absent without one).", [], (g) => {
-        const store = orchestrator.health().window.store;
-        if (store) g.set(store.state === 'ok' ? 1 : 0);
-      });
+      gauge(
+        'store_up',
+        "1 when the window's shared store is reachable, 0 while degraded (absent without one).",
+        [],
+        (g) => {
+          const store = orchestrator.health().window.store;
+          if (store) g.set(store.state === 'ok' ? 1 : 0);
+        },
+      );
     }
 
     const requestChildren = new Children((route, upstream, outcome) => requests.tally(route, upstream, outcome));
