@@ -30,17 +30,11 @@ for (let i = 0; i < options.length; i += 2) {
   else usage(`unknown option ${options[i]}`);
 }
 
-// A tight loop that looks at the clock and at its parent every 2^20 turns (a few milliseconds).
-const BURNER = `
-const end = Date.now() + Number(process.argv[1]) * 1000;
-const parent = Number(process.argv[2]);
-for (let i = 1; ; i++) {
-  if ((i & 0xfffff) === 0 && (Date.now() > end || process.ppid !== parent)) process.exit(0);
-}`;
+const BURNER = new URL('./burner.mjs', import.meta.url).pathname;
 
 const running = [];
 for (let i = 0; i < burners; i++) {
-  const burner = spawn(process.execPath, ['-e', BURNER, String(maxSeconds), String(process.pid)], { stdio: 'ignore' });
+  const burner = spawn(process.execPath, [BURNER, String(maxSeconds), String(process.pid)], { stdio: 'ignore' });
   running.push(burner);
 }
 process.stderr.write(

@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { startBurners } from './burners.js';
 import { readFileSync } from 'node:fs';
 import { request } from 'undici';
 import { processCpuMs, startGateway, startMinimalProxy, startMockProvider, type ChildHandle } from './processes.js';
@@ -69,13 +69,6 @@ async function startAndAnswer(
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** Two busy loops (as scripts/with-burners.mjs starts), each stopping by itself after `seconds` or when this process is gone. */
-function startBurners(seconds: number): ChildProcess[] {
-  const code = `const end = Date.now() + ${seconds} * 1000; const parent = ${process.pid};
-for (let i = 1; ; i++) { if ((i & 0xfffff) === 0 && (Date.now() > end || process.ppid !== parent)) process.exit(0); }`;
-  return [0, 1].map(() => spawn(process.execPath, ['-e', code], { stdio: 'ignore' }));
-}
-
 function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   const mid = Math.floor(sorted.length / 2);
@@ -90,8 +83,8 @@ export async function runRest(options: {
 }): Promise<RestResult> {
   const { rounds, windowSec, loaded, log } = options;
   const perRoundSec = 15 + REST_MS / 1000 + windowSec;
-  const burners = loaded ? startBurners(rounds * perRoundSec + 60) : [];
-  if (loaded) log(`  beside 2 busy processes (PIDs ${burners.map((b) => b.pid).join(' ')})`);
+  const burners = loaded ? startBurners(2, rounds * perRoundSec + 60) : undefined;
+  if (burners) log(`  beside 2 busy processes (PIDs ${burners.pids.join(' ')})`);
   const mock = await startMockProvider(0);
   const floor: RestSample[] = [];
   const gateway: RestSample[] = [];
@@ -133,7 +126,7 @@ export async function runRest(options: {
     }
   } finally {
     await mock.stop();
-    for (const burner of burners) if (burner.exitCode === null && burner.signalCode === null) burner.kill('SIGKILL');
+    burners?.stop();
   }
   const startRatio = median(gateway.map((s) => s.startMs)) / median(floor.map((s) => s.startMs));
   const rss = median(gateway.map((s) => s.rssMb));
