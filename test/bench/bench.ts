@@ -49,7 +49,8 @@ Options:
                         The SDK's own retry back-off is not compressed.
   --target T            direct | gateway | both (default both) for herd, distinct, outage503, outagehang
   --out DIR             where JSON results and SVG charts go (default bench-results)
-  --docs                also copy the charts to docs/benchmarks/ (overhead: write its table into docs/benchmarks.md)
+  --docs                also copy the charts to docs/benchmarks/ (overhead: write its table into docs/benchmarks.md,
+                        and its --profile summaries to docs/benchmarks/DATE-overhead-profiles.md)
   --strict              exit non-zero when a timing target is missed too (default: count targets only)
   --duration S          overhead: seconds per measured stretch (default 3); soak: length of the run (default 120)
   --rounds N            overhead: interleaved rounds of every row, floor and gateway (default 5, at least 2);
@@ -293,7 +294,9 @@ async function main(): Promise<number> {
       });
       await report(result, overheadTable(result));
       if (cli.docs)
-        written.push(await writeOverheadDocs(result, before, `npm run bench -- ${process.argv.slice(2).join(' ')}`));
+        written.push(
+          ...(await writeOverheadDocs(result, before, `npm run bench -- ${process.argv.slice(2).join(' ')}`)),
+        );
     } else if (scenario === 'scale') {
       const result = await runScale(cli.scale, log);
       await report(result, scaleTable(result, cli.scale), { scale: cli.scale });
