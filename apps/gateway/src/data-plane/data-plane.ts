@@ -629,6 +629,7 @@ class ProxiedCall implements PendingReply {
 
   /** A route whose client API is not the provider's: the same upstream call, its request and answer translated. */
   private translated(_signal: AbortSignal, upstream: Upstream | undefined): Observable<CallEvent<RawResponse>> {
+    if (upstream !== undefined) this.context.upstream = upstream.name;
     return this.passThrough(this.plane.parts.gateway.provider.plan(this.route), undefined, upstream);
   }
 
