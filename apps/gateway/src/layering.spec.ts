@@ -15,6 +15,7 @@ const src = dirname(fileURLToPath(import.meta.url));
 const LAYERS = [
   'audit',
   'common',
+  'config',
   'apis',
   'translate',
   'providers',
@@ -22,7 +23,6 @@ const LAYERS = [
   'shared-state',
   'budgets',
   'cluster',
-  'config',
   'status',
   'observability',
   'http',
