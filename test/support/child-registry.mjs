@@ -84,22 +84,24 @@ export class ChildRegistry {
 
   /**
    * The suite is over: its children are killed, and so is any started later by a test still running past its timeout.
-   * Resolves, once they have exited, to those the suite had left running without ever signalling them (a leak: a
-   * suite stops what it starts; one it signalled and did not wait for is only killed).
+   * Resolves, once they have exited, to those the suite left behind: `running`, never signalled (a leak: a suite stops
+   * what it starts), and `unawaited`, signalled but not waited for (still there for whatever runs next).
    */
   async close() {
     this.#closed = true;
     const left = [...this.#children.values()].filter((child) => !gone(child));
-    const unsignalled = left.filter((child) => !child.killed);
     const exited = left.map(
       (child) => new Promise((resolve) => (gone(child) ? resolve() : child.once('exit', resolve))),
     );
+    const described = (child) => ({ pid: child.pid, command: child.spawnargs.join(' ') });
+    const running = left.filter((child) => !child.killed).map(described);
+    const unawaited = left.filter((child) => child.killed).map(described);
     this.killAll();
     // Bounded so that a process stuck in the kernel cannot hang the run; the global teardown is the backstop for it.
     let timer;
     await Promise.race([Promise.all(exited), new Promise((resolve) => (timer = setTimeout(resolve, 10_000)))]);
     clearTimeout(timer);
-    return unsignalled.map((child) => ({ pid: child.pid, command: child.spawnargs.join(' ') }));
+    return { running, unawaited };
   }
 
   #forget(pid) {

@@ -15,9 +15,12 @@ export default class OwnChildrenEnvironment extends TestEnvironment {
   }
 
   async teardown() {
-    // Reported, so that a suite that leaves a process running (and so on to the next suites) is found and fixed.
-    for (const { pid, command } of await this.children.close())
+    // Reported, so that a suite that leaves a process behind (for the next suites to run beside) is found and fixed.
+    const { running, unawaited } = await this.children.close();
+    for (const { pid, command } of running)
       process.stderr.write(`${this.testPath}: killed pid ${pid}, left running by the suite: ${command}\n`);
+    for (const { pid, command } of unawaited)
+      process.stderr.write(`${this.testPath}: pid ${pid} was signalled but not waited for by the suite: ${command}\n`);
     await super.teardown();
   }
 }
