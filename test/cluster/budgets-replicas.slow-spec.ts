@@ -44,7 +44,7 @@ describe('budgets shared by replicas through Redis', () => {
     await ensureBuilt();
   }, 180_000);
   afterEach(async () => {
-    for (const replica of replicas) replica.kill();
+    await Promise.all(replicas.map((replica) => replica.stop()));
     replicas = [];
     await provider?.close();
     await redis?.close();

@@ -79,7 +79,7 @@ describe('a frozen Redis under several replicas', () => {
   afterEach(async () => {
     // Thawed before it is killed (close() sends SIGCONT too): nothing stays stopped.
     redis?.thaw();
-    for (const replica of replicas) replica.kill();
+    await Promise.all(replicas.map((replica) => replica.stop()));
     replicas = [];
     await provider?.close();
     await redis?.close();

@@ -119,7 +119,7 @@ describe('streams longer than a replica keeps in flight, across replicas sharing
     await ensureBuilt();
   }, 180_000);
   afterEach(async () => {
-    for (const replica of replicas) replica.kill();
+    await Promise.all(replicas.map((replica) => replica.stop()));
     replicas = [];
     await provider?.close();
     provider = undefined;
@@ -193,7 +193,7 @@ describe('streams longer than a worker keeps in flight, across the workers of on
     await ensureBuilt();
   }, 180_000);
   afterEach(async () => {
-    gateway?.kill();
+    await gateway?.stop();
     gateway = undefined;
     await provider?.close();
     provider = undefined;

@@ -20,8 +20,7 @@ beforeAll(async () => {
   await ensureBuilt();
 }, 180_000);
 afterEach(async () => {
-  gateway?.kill();
-  await gateway?.exited;
+  await gateway?.stop();
   gateway = undefined;
   await provider?.close();
   provider = undefined;

@@ -29,9 +29,9 @@ describe('a herd of 10,000 on new connections', () => {
     provider = await startMockProcess(['--latency', '300']);
     gateway = await startGatewayProcess(['--upstream', provider.url]);
   }, 180_000);
-  afterAll(() => {
-    gateway?.kill();
-    provider?.kill();
+  afterAll(async () => {
+    await gateway?.stop();
+    await provider?.stop();
   });
 
   it('listens with an accept queue as deep as the kernel allows', () => {

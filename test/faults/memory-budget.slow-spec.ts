@@ -35,9 +35,9 @@ describe('the window is bounded in bytes', () => {
     provider = await startMockProcess();
     gateway = await startGatewayProcess(['--upstream', provider.url, '--window-max-bytes', String(BUDGET)]);
   }, 180_000);
-  afterAll(() => {
-    gateway?.kill();
-    provider?.kill();
+  afterAll(async () => {
+    await gateway?.stop();
+    await provider?.stop();
   });
 
   it(`1 GB of distinct ~1 MB embeddings answers keep the gateway within its budget (${BUDGET / MiB} MiB) + ${MARGIN / MiB} MiB`, async () => {

@@ -35,7 +35,7 @@ describe.each(PLATFORMS)('graceful shutdown (%s)', (platform) => {
   let gateway: GatewayProcess | undefined;
   beforeAll(ensureBuilt, 180_000);
   afterEach(async () => {
-    gateway?.kill();
+    await gateway?.stop();
     await provider?.close();
   });
 

@@ -130,9 +130,9 @@ describe.each([
       '--no-adaptive-concurrency',
     ]);
   }, 180_000);
-  afterAll(() => {
-    gateway?.kill();
-    provider?.kill();
+  afterAll(async () => {
+    await gateway?.stop();
+    await provider?.stop();
     oneEventServer?.closeAllConnections();
     oneEventServer?.close();
   });

@@ -52,9 +52,9 @@ describe('requests die young under load', () => {
       FULL_GC_ON_SIGNAL,
     ]);
   }, 180_000);
-  afterAll(() => {
-    gateway?.kill();
-    provider?.kill();
+  afterAll(async () => {
+    await gateway?.stop();
+    await provider?.stop();
   });
 
   it(`after a full GC under load, a distinct request promotes at most ${MAX_PROMOTED_PER_REQUEST} bytes`, async () => {

@@ -439,7 +439,11 @@ describe('the gateway binary', () => {
       provider = await startMockProvider({ latencyMs: 5 });
     });
     afterAll(async () => {
-      if (child && child.exitCode === null) child.kill('SIGKILL');
+      if (child && child.exitCode === null && child.signalCode === null) {
+        const exited = new Promise((resolve) => child!.once('exit', resolve));
+        child.kill('SIGKILL');
+        await exited;
+      }
       await provider.close();
     });
 

@@ -168,7 +168,7 @@ describe('Provider keys in error shapes', () => {
         await new Promise((resolve) => setTimeout(resolve, 50));
       for (const form of FORMS) expect(gatewayProcess.output()).not.toContain(form);
     } finally {
-      gatewayProcess.kill();
+      await gatewayProcess.stop();
       await provider.close();
     }
   }, 240_000);

@@ -37,8 +37,8 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 describe('a gateway at rest', () => {
   const started: AppProcess[] = [];
   let dir: string | undefined;
-  afterEach(() => {
-    for (const app of started.splice(0)) app.kill();
+  afterEach(async () => {
+    await Promise.all(started.splice(0).map((app) => app.stop()));
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 

@@ -200,7 +200,7 @@ describe('keys never leave the gateway in what it says', () => {
   let leaky: { url: string; close: () => Promise<void> } | undefined;
   beforeAll(() => ensureBuilt(), 180_000);
   afterEach(async () => {
-    gateway?.kill();
+    await gateway?.stop();
     gateway = undefined;
     await leaky?.close();
     leaky = undefined;

@@ -99,7 +99,7 @@ describe('idle event-stream watchers cannot starve the gateway', () => {
   }, 180_000);
   afterAll(async () => {
     for (const socket of sockets) socket.destroy();
-    gateway?.kill();
+    await gateway?.stop();
     await provider?.close();
   });
 

@@ -49,7 +49,7 @@ export async function startFleet(
   writeFileSync(join(dir, 'prices.json'), JSON.stringify({ 'priced-model': { input: 0, output: 1_000_000 } }));
   const replicas: AppProcess[] = [];
   const stop = async () => {
-    for (const replica of replicas) replica.kill();
+    await Promise.all(replicas.map((replica) => replica.stop()));
     await provider.close();
   };
   try {

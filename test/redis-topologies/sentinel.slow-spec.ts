@@ -52,7 +52,8 @@ describe('replicas sharing Redis through Sentinel', () => {
     const herd = Promise.all(
       Array.from({ length: 20 }, (_, i) => ask(fleet!.urls[i % 4], uniquePrompt('sentinel failover'))),
     );
-    await new Promise((resolve) => setTimeout(resolve, 500)); // the herd is in flight (its calls take 2 s)
+    // The herd is in flight: its call has reached the provider (and takes 2 s there).
+    await fleet.provider.waitFor((stats) => stats.total >= 1, 60_000);
     await old.kill();
     const answers = await herd;
     expect(answers.map((a) => a.status)).toEqual(answers.map(() => 200));

@@ -33,7 +33,7 @@ describe('replicas sharing a Redis over TLS', () => {
     tls = await makeTlsFiles();
   }, 180_000);
   afterEach(async () => {
-    gateway?.kill();
+    await gateway?.stop();
     gateway = undefined;
     await fleet?.stop();
     fleet = undefined;

@@ -38,6 +38,8 @@ export interface AppProcess {
   exited: Promise<number | null>;
   /** SIGKILL if still running; safe to call twice. */
   kill(): void;
+  /** kill(), then its exit: what a suite's cleanup awaits, so that nothing it started outlives it. */
+  stop(): Promise<void>;
 }
 
 /** The gateway as a process. */
@@ -79,7 +81,11 @@ async function startApp(
     url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(output)?.[1];
     if (!url) await new Promise((resolve) => setTimeout(resolve, 20)); // polling interval
   }
-  return { child, url, pid: child.pid!, output: () => output, exited, kill };
+  const stop = async () => {
+    kill();
+    await exited;
+  };
+  return { child, url, pid: child.pid!, output: () => output, exited, kill, stop };
 }
 
 /** Starts the built gateway with `args` (`--port 0` is added), and `nodeArgs` beside the flags it always runs with. */
