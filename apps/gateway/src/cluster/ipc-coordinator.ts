@@ -12,7 +12,7 @@ import {
   type LeadClaim,
   type SharedBreakerState,
   type WireEvent as CallWireEvent,
-} from 'nest-prompt-orchestrator/internal';
+} from 'nest-prompt-orchestrator/low-level';
 import { Observable, type Subscription } from 'rxjs';
 import { GONE, type ClaimReply } from './messages.js';
 import { WorkerChannel } from './worker-channel.js';

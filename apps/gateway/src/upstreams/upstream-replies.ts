@@ -1,5 +1,5 @@
 import { isOrchestratorError } from 'nest-prompt-orchestrator';
-import { RemoteCallError } from 'nest-prompt-orchestrator/internal';
+import { RemoteCallError } from 'nest-prompt-orchestrator/low-level';
 import type { ClientApi, UpstreamPlan } from '../providers/provider.js';
 import { sseEvent } from '../translate/sse.js';
 import { UpstreamStreamError } from './stream-end.js';
