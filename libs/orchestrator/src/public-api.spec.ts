@@ -259,6 +259,8 @@ describe('the public API', () => {
       'startLocalCall',
       'startCall',
       'toWire',
+      'lowLevelCalls',
+      'KeyTable',
     ]) {
       expect(names).not.toContain(leaked);
     }
