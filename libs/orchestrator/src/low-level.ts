@@ -13,18 +13,15 @@ export type { ByteKeeper } from './core/dedup/answer-window.js';
 export { KeyTable } from './core/collections/key-table.js';
 export { SlotList } from './core/collections/slot-list.js';
 
-// The wire format of coordinated calls (the gateway's workers relay them over IPC): being replaced by the relay
-// protocol and its transports, so outside the promise above until then.
+// Coordinated calls (the gateway's workers relay them over IPC): the relay protocol over a transport, the
+// node:cluster transport, and what crosses it. Outside the promise above until the relay's API settles.
 export {
   RemoteCallError,
   DEFAULT_ERROR_CODEC,
   type ErrorCodec,
-  type LeadClaim,
-  type FollowClaim,
   type SharedBreakerState,
-  type ClaimOptions,
 } from './core/cluster/coordination.js';
-// Building blocks of a coordinator (the gateway's workers use one over IPC): a call's events as they cross the wire.
-export { toWire, fromWire, WireReader, errorToWire, leaderLost, type WireEvent } from './core/cluster/coordination.js';
+export { RelayCoordinator } from './core/cluster/relay.js';
+export * as ipcRelay from './core/cluster/ipc-relay.js';
 // A late joiner refused a stream no longer kept for joiners (here, or in the fleet): the gateway answers it as a 503 to retry.
 export { FlightOutgrownError } from './core/dedup/single-flight.js';

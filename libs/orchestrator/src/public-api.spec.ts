@@ -172,7 +172,7 @@ const NEST = [
 ];
 
 // The low-level entry: the call entry below `run()` and what calls are built with (at most 10 names), beside the
-// wire format of coordinated calls, listed apart until the relay protocol replaces it.
+// relay of coordinated calls, listed apart until its API settles.
 const LOW_LEVEL = [
   'ByteKeeper',
   'CallEvent',
@@ -186,20 +186,13 @@ const LOW_LEVEL = [
   'lowLevelCalls',
 ];
 const WIRE = [
-  'ClaimOptions',
   'DEFAULT_ERROR_CODEC',
   'ErrorCodec',
   'FlightOutgrownError',
-  'FollowClaim',
-  'LeadClaim',
+  'RelayCoordinator',
   'RemoteCallError',
   'SharedBreakerState',
-  'WireEvent',
-  'WireReader',
-  'errorToWire',
-  'fromWire',
-  'leaderLost',
-  'toWire',
+  'ipcRelay',
 ];
 
 describe('the public API', () => {

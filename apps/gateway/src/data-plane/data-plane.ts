@@ -14,7 +14,7 @@ import {
   type LowLevelCalls,
   type StartedCall,
 } from 'nest-prompt-orchestrator/low-level';
-import { Observable, from, type Subscription } from 'rxjs';
+import { Observable, type Subscription } from 'rxjs';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import type { GatewayService } from '../gateway.service.js';
 import { parseJson, streamErrorEvent, upstreamUrl } from '../upstreams/upstream-replies.js';
@@ -28,6 +28,7 @@ import { GatewayTracing, StreamFacts } from '../observability/gateway-tracing.js
 import { ApiError, invalidRequest, keyRequired } from '../common/api-error.js';
 import { clientKey, identityOf, isOneOf, keyDigest } from '../common/credentials.js';
 import { drainBound, drainRequest, errorReply } from '../http/error-reply.js';
+import { requireObject } from '../http/request-validation.js';
 import type { Lifecycle } from '../common/lifecycle.js';
 import {
   newContext,
@@ -50,8 +51,8 @@ import { JsonSyntaxError, JsonTooDeepError, scanJson, type JsonSkeleton } from '
 import { ProxyRoutes } from './proxy-routes.js';
 import { mergeUsage, needsStreamUsage, usageOfJson, withStreamUsage } from '../budgets/usage.js';
 import type { Usage } from '../budgets/prices.js';
-import { SseScan } from './sse-scan.js';
-import { UpstreamExchange } from './upstream-exchange.js';
+import { SseScan } from '../upstreams/sse-scan.js';
+import { UpstreamExchange } from '../upstreams/upstream-exchange.js';
 import { Interned } from './interned.js';
 import { ByteArena } from './byte-arena.js';
 import { ReplyBatch, type PendingReply } from './reply-batch.js';
@@ -519,8 +520,21 @@ class ProxiedCall implements PendingReply {
       const { budgets, gateway } = parts;
       const context = this.context;
       const upload = this.info.body === 'multipart';
-      const added = this.addsStreamUsage(skeleton);
-      const sent = this.plane.attempts.bodyFor(context, upstream, this.body, skeleton);
+      // A translated route: the request translated for the provider (a translation reads the body, so it needs one:
+      // what it cannot translate is a 400 naming the field); the exchange translates the answer back.
+      const translation = plan.translation;
+      const clientBody =
+        translation && this.body !== undefined && this.body.length > 0
+          ? (JSON.parse(this.body.toString('utf8')) as unknown)
+          : undefined;
+      const added = !translation && this.addsStreamUsage(skeleton);
+      const sent = !translation
+        ? this.plane.attempts.bodyFor(context, upstream, this.body, skeleton)
+        : translation.request
+          ? Buffer.from(JSON.stringify(translation.request(requireObject(clientBody))))
+          : clientBody === undefined
+            ? undefined
+            : this.body;
       const body = added ? withIncludeUsage(sent!, skeleton!) : sent;
       const provider = gateway.provider;
       const headers: Record<string, string> = { 'x-request-id': context.id };
@@ -537,11 +551,11 @@ class ProxiedCall implements PendingReply {
         provider.forwardedHeaders(this.request.headers),
       );
       // The provider sees this attempt's client span as its caller (W3C trace context).
-      if (context.span?.recording) {
+      if (context.span?.recording && !translation) {
         context.span.injectUpstream(headers);
         const facts = (this.streamFacts = new StreamFacts());
         this.streamReader = (bytes) => facts.read(bytes);
-      }
+      } else if (translation) context.span?.injectUpstream(headers);
       const exchange = new UpstreamExchange(
         subscriber,
         {
@@ -552,6 +566,8 @@ class ProxiedCall implements PendingReply {
           stripUsage: added,
           presentedKey: this.presented,
           formatError: streamErrorEvent(context.api),
+          translation,
+          clientBody: clientBody as Record<string, unknown> | undefined,
         },
         this,
       );
@@ -613,23 +629,10 @@ class ProxiedCall implements PendingReply {
     );
   }
 
-  /** A route whose client API is not the provider's: the gateway service translates request and answer. */
-  private translated(signal: AbortSignal, upstream: Upstream | undefined): Observable<CallEvent<RawResponse>> {
+  /** A route whose client API is not the provider's: the same upstream call, its request and answer translated. */
+  private translated(_signal: AbortSignal, upstream: Upstream | undefined): Observable<CallEvent<RawResponse>> {
     if (upstream !== undefined) this.context.upstream = upstream.name;
-    let body: unknown;
-    if (this.body !== undefined && this.body.length > 0) body = JSON.parse(this.body.toString('utf8'));
-    const query = this.query;
-    const answer = this.plane.parts.gateway.forward({
-      context: this.context,
-      signal,
-      upstream,
-      headers: this.request.headers,
-      body,
-      rawBody: this.body,
-      params: this.params,
-      query,
-    });
-    return this.plane.calls.toCallEvents<RawResponse>(from(answer));
+    return this.passThrough(this.plane.parts.gateway.provider.plan(this.route), undefined, upstream);
   }
 
   /**
