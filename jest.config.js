@@ -14,7 +14,7 @@ export default {
     '^nest-prompt-orchestrator$': '<rootDir>/libs/orchestrator/src/index.ts',
     '^nest-prompt-orchestrator/throttler$': '<rootDir>/libs/orchestrator/src/throttler/index.ts',
     '^nest-prompt-orchestrator/core$': '<rootDir>/libs/orchestrator/src/core/index.ts',
-    '^nest-prompt-orchestrator/internal$': '<rootDir>/libs/orchestrator/src/internal.ts',
+    '^nest-prompt-orchestrator/low-level$': '<rootDir>/libs/orchestrator/src/low-level.ts',
     '^nest-prompt-orchestrator/fastify$': '<rootDir>/libs/orchestrator/src/fastify/index.ts',
     '^nest-prompt-orchestrator/express$': '<rootDir>/libs/orchestrator/src/express/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import { dedupKey } from 'nest-prompt-orchestrator/internal';
+import { Orchestrator } from 'nest-prompt-orchestrator/core';
+import { lowLevelCalls } from 'nest-prompt-orchestrator/low-level';
 import { table } from './report.js';
 
 export interface KeyCostRow {
@@ -56,13 +57,15 @@ function time(fn: () => unknown, budgetMs: number): { us: number; iterations: nu
 }
 
 export function runKeyCost(budgetMs = 300): KeyCostResult {
+  // The core's key function; the orchestrator it comes with is never used (nothing of it runs, nothing to close).
+  const keys = lowLevelCalls(new Orchestrator());
   const rows = SIZES_KB.map((kb): KeyCostRow => {
     const { body, messages } = conversation(kb);
     const json = JSON.stringify(body);
     const bytes = Buffer.from(json);
     const input = { method: 'POST', url: '/v1/chat/completions', body, credential: 'Bearer sk-bench-0000' };
-    const key = time(() => dedupKey(input), budgetMs);
-    const raw = time(() => dedupKey({ ...input, rawBody: bytes }, { maxDepth: 128 }), budgetMs);
+    const key = time(() => keys.dedupKey(input), budgetMs);
+    const raw = time(() => keys.dedupKey({ ...input, rawBody: bytes }, { maxDepth: 128 }), budgetMs);
     const sha = time(() => createHash('sha256').update(bytes).digest('base64url'), budgetMs);
     const both = time(() => createHash('sha256').update(JSON.stringify(body)).digest('base64url'), budgetMs);
     return {

@@ -1,7 +1,7 @@
 import 'reflect-metadata';
 import { parseArgs } from 'node:util';
 import { OrchestratorService } from 'nest-prompt-orchestrator';
-import { dedupKey } from 'nest-prompt-orchestrator/internal';
+import { lowLevelCalls } from 'nest-prompt-orchestrator/low-level';
 
 /**
  * Pushes N distinct requests through the dedup pipeline in-process (OrchestratorService.run, the engine
@@ -56,6 +56,7 @@ async function main(): Promise<void> {
 
   // Defaults everywhere: the window keeps at most 10 000 answers for 5 minutes.
   const orchestrator = new OrchestratorService({});
+  const keys = lowLevelCalls(orchestrator);
   const answerFor = (i: number) => ({
     id: `chatcmpl-mem-${i}`,
     object: 'chat.completion',
@@ -81,7 +82,7 @@ async function main(): Promise<void> {
   const worker = async () => {
     while (next < count) {
       const i = next++;
-      const key = dedupKey({
+      const key = keys.dedupKey({
         method: 'POST',
         url: '/v1/chat/completions',
         body: { model: 'mock-model', messages: [{ role: 'user', content: `Memory prompt #${i}` }] },

@@ -204,8 +204,8 @@ function checkTarball(files) {
   }
   if (manifest.sideEffects !== false) problems.push('package.json: sideEffects is not false');
   // Every entry point, for both module systems: the Nest module, the framework-free core, the Fastify plugin, the
-  // Express middleware, the throttler storages, and the gateway's internal entry.
-  for (const name of ['.', './core', './fastify', './express', './throttler', './internal']) {
+  // Express middleware, the throttler storages, and the low-level call entry.
+  for (const name of ['.', './core', './fastify', './express', './throttler', './low-level']) {
     const entry = manifest.exports?.[name];
     for (const condition of ['import', 'require']) {
       if (!entry?.[condition]?.types || !entry?.[condition]?.default)

@@ -46,6 +46,8 @@ export {
   type SpanAttributeValue,
   type TraceHeaders,
 } from './core/tracing/request-tracing.js';
+/** Reads a W3C `traceparent` (e.g. `RequestSpan.traceparent`) into its trace and span ids, for log lines. */
+export { parseTraceParent } from './core/tracing/traceparent.js';
 
 // Observability: metrics (prom-client), event logs (pino-shaped), terminus-style health. Optional peers, loaded on use.
 export {
@@ -58,6 +60,8 @@ export {
   type OrchestratorMetricsOptions,
   type MetricsRegistry,
 } from './nest/observability/orchestrator-metrics.js';
+/** prom-client metrics counted on every request without its per-call label hashing (what `OrchestratorMetrics` uses). */
+export { TalliedCounter, BatchedHistogram, type Tally, type BucketTally } from './core/metrics/batched-metrics.js';
 export { logOrchestratorEvents, type StructuredLogger } from './nest/observability/orchestrator-event-log.js';
 export {
   livenessReport,

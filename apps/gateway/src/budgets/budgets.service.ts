@@ -5,7 +5,7 @@ import {
   RedisThrottlerStorage,
   type WindowCounters,
 } from 'nest-prompt-orchestrator/throttler';
-import { parseTraceParent } from 'nest-prompt-orchestrator/internal';
+import { parseTraceParent } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import { ApiError } from '../common/api-error.js';

@@ -1,6 +1,6 @@
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { KeyTable } from 'nest-prompt-orchestrator/internal';
+import { KeyTable } from 'nest-prompt-orchestrator/low-level';
 import type { SpendCap } from '../config/spend-cap.js';
 
 /** What the ledger needs of Redis: commands (node-redis's `sendCommand`). */

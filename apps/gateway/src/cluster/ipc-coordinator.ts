@@ -4,7 +4,7 @@ import {
   ipcRelay,
   type ErrorCodec,
   type SharedBreakerState,
-} from 'nest-prompt-orchestrator/internal';
+} from 'nest-prompt-orchestrator/low-level';
 import type { WorkerChannel } from './worker-channel.js';
 
 export interface IpcCoordinatorOptions extends ipcRelay.IpcRelayWorkerOptions {

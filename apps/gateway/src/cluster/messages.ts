@@ -1,4 +1,4 @@
-import type { SharedBreakerState, ipcRelay } from 'nest-prompt-orchestrator/internal';
+import type { SharedBreakerState, ipcRelay } from 'nest-prompt-orchestrator/low-level';
 
 /**
  * What the workers of `--workers N` and their primary say to each other over

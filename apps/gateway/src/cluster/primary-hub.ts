@@ -1,5 +1,5 @@
 import cluster from 'node:cluster';
-import { ipcRelay, type SharedBreakerState } from 'nest-prompt-orchestrator/internal';
+import { ipcRelay, type SharedBreakerState } from 'nest-prompt-orchestrator/low-level';
 import { AggregatorRegistry, Gauge } from 'prom-client';
 import { capPortLabels } from '../common/label-bounds.js';
 import {

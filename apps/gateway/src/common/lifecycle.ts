@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import type { Server, ServerResponse } from 'node:http';
-import { SlotList } from 'nest-prompt-orchestrator/internal';
+import { SlotList } from 'nest-prompt-orchestrator/low-level';
 
 /**
  * What a graceful shutdown needs to know: how many requests are in flight,

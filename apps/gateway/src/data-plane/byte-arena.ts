@@ -1,4 +1,4 @@
-import type { ByteKeeper } from 'nest-prompt-orchestrator/internal';
+import type { ByteKeeper } from 'nest-prompt-orchestrator/low-level';
 
 /** Bytes per slab: the most a kept stream wastes at its end. */
 export const SLAB_BYTES = 16 * 1024;

@@ -8,21 +8,12 @@ import {
   type Upstream,
 } from 'nest-prompt-orchestrator';
 import {
-  RepeatedBodies,
-  hashIdentity,
-  noteClientGone,
-  reuseOf,
-  answerLocalCall,
-  keepWindowBytes,
-  keyHead,
-  peekLocalCall,
-  startCall,
-  startLocalCall,
+  lowLevelCalls,
   type CallEvent,
   type CallWork,
+  type LowLevelCalls,
   type StartedCall,
-  type WindowPayload,
-} from 'nest-prompt-orchestrator/internal';
+} from 'nest-prompt-orchestrator/low-level';
 import { Observable, type Subscription } from 'rxjs';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import type { GatewayService } from '../gateway.service.js';
@@ -78,6 +69,9 @@ export interface DataPlaneParts {
   /** Where the gateway's own warnings go (a request that failed with a 5xx of the gateway's making). */
   warn: (line: string) => void;
 }
+
+/** An answer as the window holds it (a body, or a stream's head and chunks). */
+type Stored = NonNullable<StartedCall<RawResponse>['stored']>;
 
 // Deeper than any real request; a provider parsing it recursively could overflow its stack.
 const MAX_DEPTH = 128;
@@ -137,13 +131,17 @@ export class DataPlane {
   private readonly plans = new WeakMap<UpstreamPlan, { origin: string; path: string }>();
   /** Where the window keeps the streams it stores (see `ByteArena`). */
   readonly arena: ByteArena;
+  /** The orchestrator's call entry (calls started here, not through `run`), and its key and reuse helpers. */
+  readonly calls: LowLevelCalls;
   /** Large bodies sent again and again (a long conversation retried, a shared document): their keys without hashing them again. */
-  readonly bodies = new RepeatedBodies();
+  readonly bodies: ReturnType<LowLevelCalls['repeatedBodies']>;
   /** Whole answers (not streams) are written together at the end of each turn of the event loop (see `ReplyBatch`). */
   readonly replies = new ReplyBatch();
 
   constructor(readonly parts: DataPlaneParts) {
     const { config } = parts;
+    this.calls = lowLevelCalls(parts.orchestrator);
+    this.bodies = this.calls.repeatedBodies();
     this.keyDigests = config.gatewayKeys.map(keyDigest);
     this.checksKeys = gatewayChecksKeys(config);
     this.dedupOn = config.dedup;
@@ -152,7 +150,7 @@ export class DataPlane {
     this.attempts = new UpstreamAttempts(config, parts.orchestrator);
     // Room for the window's bytes, and for streams let go while callers still write them.
     this.arena = new ByteArena(config.windowMaxBytes + ARENA_SLACK_BYTES);
-    if (this.dedupOn) keepWindowBytes(parts.orchestrator, this.arena);
+    if (this.dedupOn) this.calls.keepWindowBytes(this.arena);
     if (config.corsOrigins) this.corsOrigins = config.corsOrigins === '*' ? '*' : new Set(config.corsOrigins);
   }
 
@@ -182,7 +180,7 @@ export class DataPlane {
   tenantOf(identity: string): string {
     let tenant = this.tenants.get(identity);
     if (tenant === undefined) {
-      tenant = hashIdentity(identity);
+      tenant = this.calls.hashIdentity(identity);
       this.tenants.set(identity, tenant);
     }
     return tenant;
@@ -341,7 +339,7 @@ class ProxiedCall implements PendingReply {
   /** The request is in: who it is, whether it may pass, its key, and then its flight. */
   private async serve(): Promise<void> {
     const { parts } = this.plane;
-    const { config, budgets, gateway, orchestrator } = parts;
+    const { config, budgets, gateway } = parts;
     const context = this.context;
     const headers = this.request.headers;
     try {
@@ -365,8 +363,13 @@ class ProxiedCall implements PendingReply {
       let scope = this.plane.dedupOn && generation ? gateway.dedupScope(headers) : undefined;
       // Known once the upstream's identity is: no turn of the event loop for it.
       if (typeof scope === 'object') scope = await scope;
-      const { bodies } = this.plane;
-      const head = keyHead({ method: this.info.method, url: this.request.url ?? '', credential: identity, scope });
+      const { bodies, calls } = this.plane;
+      const head = calls.keyHead({
+        method: this.info.method,
+        url: this.request.url ?? '',
+        credential: identity,
+        scope,
+      });
       const pieces = this.parts ?? [this.body ?? EMPTY_BODY];
       const print = bodies.printOf(head, pieces, this.size);
       const hash = bodies.keyOf(head, print, pieces, this.size);
@@ -378,9 +381,9 @@ class ProxiedCall implements PendingReply {
       // (the call's tag) stands for them.
       const local =
         scope !== undefined && json && !config.observability.logPrompts
-          ? { key: hash, tenant, reuse: reuseOf(headers['cache-control'], true), trace: context.span }
+          ? { key: hash, tenant, reuse: calls.reuseOf(headers['cache-control'], true), trace: context.span }
           : undefined;
-      const found = local && peekLocalCall<RawResponse>(orchestrator, policy, local);
+      const found = local && calls.peekLocal<RawResponse>(policy, local);
       // Held from the look-up on: admission may wait, and the window may let the stream go meanwhile.
       if (found?.stored) this.holdStored(found.stored);
       const tag = found?.tag as CallTag | undefined;
@@ -392,14 +395,14 @@ class ProxiedCall implements PendingReply {
         bodies.repeated(print, pieces, this.size, hash);
         // Not sent anywhere: its bytes are let go while it waits for its answer (a herd waits with all of them).
         this.body = this.parts = undefined;
-        return this.deliver(answerLocalCall(orchestrator, policy, local, found));
+        return this.deliver(calls.answerLocal(policy, local, found));
       }
       this.joinBody();
       const storable = config.windowForSampled || !isSampled(context.body);
       const call = {
         key: context.dedupKey,
         tenant,
-        reuse: scope === undefined ? undefined : reuseOf(headers['cache-control'], storable),
+        reuse: scope === undefined ? undefined : calls.reuseOf(headers['cache-control'], storable),
         trace: context.span,
         // What a request that reuses the answer reads instead of its own body (never the whole body of --log-prompts).
         // `settled` is there from the start: added once the call is priced, it would give every tag a second object.
@@ -415,8 +418,7 @@ class ProxiedCall implements PendingReply {
         policy,
       );
       const started =
-        startLocalCall<RawResponse>(orchestrator, chained, call, work) ??
-        (await startCall<RawResponse>(orchestrator, chained, call, work));
+        calls.startLocal<RawResponse>(chained, call, work) ?? (await calls.start<RawResponse>(chained, call, work));
       if (started.outcome === 'joined' || started.outcome === 'cached') bodies.repeated(print, pieces, this.size, hash);
       this.deliver(started);
     } catch (error) {
@@ -665,7 +667,7 @@ class ProxiedCall implements PendingReply {
   }
 
   /** An answer from the window, written as the window holds it (a body, or a stream's head and chunks). */
-  private replay(stored: Exclude<WindowPayload<RawResponse>, { kind: 'value' }>): void {
+  private replay(stored: Exclude<Stored, { kind: 'value' }>): void {
     if (stored.kind === 'bytes') {
       this.inCall = false;
       if (this.unknownUsage) this.learnUsage(usageOfJson(stored.body));
@@ -680,7 +682,7 @@ class ProxiedCall implements PendingReply {
     this.complete();
   }
 
-  private holdStored(stored: WindowPayload<RawResponse>): void {
+  private holdStored(stored: Stored): void {
     if (stored.kind === 'stream' && this.bytesHeld === undefined) this.bytesHeld = this.plane.arena.hold(stored.chunks);
   }
 
@@ -908,7 +910,7 @@ class ProxiedCall implements PendingReply {
   /** The client hung up before its answer was written: it leaves the flight (which goes on for whoever else is in it). */
   private left(): void {
     this.subscription?.unsubscribe();
-    if (this.inCall) noteClientGone(this.plane.parts.orchestrator);
+    if (this.inCall) this.plane.calls.noteClientGone();
     this.inCall = false;
   }
 

@@ -1,22 +1,20 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
 import {
+  BatchedHistogram,
   OrchestratorMetrics,
   OrchestratorService,
   TRACE_ATTRIBUTES,
+  TalliedCounter,
+  parseTraceParent,
+  type BucketTally,
   type RequestOutcome,
+  type Tally,
   type UpstreamPool,
 } from 'nest-prompt-orchestrator';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import * as promClient from 'prom-client';
 import type { Registry } from 'prom-client';
-import {
-  BatchedHistogram,
-  parseTraceParent,
-  TalliedCounter,
-  type BucketTally,
-  type Tally,
-} from 'nest-prompt-orchestrator/internal';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG, GATEWAY_LOGGER } from '../common/gateway.tokens.js';
 import { pathOfUrl, type RequestContext } from './request-context.js';

@@ -9,7 +9,7 @@ import {
 } from '@nestjs/common';
 import { Keyv } from 'keyv';
 import { RedisCoordinator } from 'nest-prompt-orchestrator';
-import { DEFAULT_ERROR_CODEC, type ErrorCodec } from 'nest-prompt-orchestrator/internal';
+import { DEFAULT_ERROR_CODEC, type ErrorCodec } from 'nest-prompt-orchestrator/low-level';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import { REDIS_LINK, redisModuleOfLinks, type RedisLink, type RedisTopology } from './redis-connection.js';

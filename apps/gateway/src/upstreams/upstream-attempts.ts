@@ -1,5 +1,5 @@
 import { RawResponse, type Orchestrator, type RoutePolicy, type Upstream } from 'nest-prompt-orchestrator';
-import { withFallbacks, type CallEvent } from 'nest-prompt-orchestrator/internal';
+import { lowLevelCalls, type CallEvent } from 'nest-prompt-orchestrator/low-level';
 import { map, type Observable } from 'rxjs';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import type { JsonSkeleton } from '../data-plane/json-skeleton.js';
@@ -45,7 +45,7 @@ export class UpstreamAttempts {
 
   constructor(
     config: Pick<GatewayConfig, 'upstreams' | 'upstreamsFile'>,
-    private readonly orchestrator: Pick<Orchestrator, 'upstreams'>,
+    private readonly orchestrator: Orchestrator,
   ) {
     this.chains = config.upstreamsFile?.fallbacks ?? new Map();
     this.labelled = attemptsNeedUpstream(config);
@@ -85,7 +85,7 @@ export class UpstreamAttempts {
         if (!found) throw new Error(`fallback group "${group}" is not a pool of the orchestrator`);
         return found;
       };
-      policy = withFallbacks(
+      policy = lowLevelCalls(this.orchestrator).withFallbacks(
         base,
         pool(UPSTREAM_POOL),
         chain.map((step) => pool(step.group)),

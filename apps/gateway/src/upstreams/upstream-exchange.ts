@@ -1,5 +1,5 @@
 import { RawResponse } from 'nest-prompt-orchestrator';
-import { ChunkEvent, type CallEvent, type FlowControl } from 'nest-prompt-orchestrator/internal';
+import { ChunkEvent, type CallEvent, type FlowControl } from 'nest-prompt-orchestrator/low-level';
 import { TextDecoder } from 'node:util';
 import type { Subscriber } from 'rxjs';
 import type { Dispatcher } from 'undici';

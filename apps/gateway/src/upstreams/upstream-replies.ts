@@ -1,5 +1,5 @@
 import { isOrchestratorError } from 'nest-prompt-orchestrator';
-import { RemoteCallError } from 'nest-prompt-orchestrator/internal';
+import { RemoteCallError } from 'nest-prompt-orchestrator/low-level';
 import { UpstreamStreamError } from '../apis/errors.js';
 import { API_FORMATS } from '../apis/formats.js';
 import type { ClientApi, UpstreamPlan } from '../providers/provider.js';

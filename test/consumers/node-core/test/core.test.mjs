@@ -47,3 +47,25 @@ test('/core: the breaker opens after its threshold and refuses at once (CommonJS
   assert.equal(errorHeaders(refused)['x-should-retry'], 'false');
   await orchestrator.close();
 });
+
+test('/low-level: the call entry below run() resolves for import and require, one object per orchestrator', async () => {
+  const { Orchestrator } = await import('nest-prompt-orchestrator/core');
+  const esm = await import('nest-prompt-orchestrator/low-level');
+  const cjs = require('nest-prompt-orchestrator/low-level');
+  assert.match(require.resolve('nest-prompt-orchestrator/low-level'), /dist[\\/]cjs[\\/]low-level\.js$/);
+  const orchestrator = new Orchestrator();
+  const calls = esm.lowLevelCalls(orchestrator);
+  assert.equal(esm.lowLevelCalls(orchestrator), calls);
+  assert.equal(typeof cjs.lowLevelCalls, 'function');
+  const policy = orchestrator.policy({ dedup: true });
+  const { of } = await import('rxjs');
+  const started = calls.startLocal(policy, { key: 'k' }, () => calls.toCallEvents(of(42)));
+  assert.equal(started.outcome, 'miss');
+  const events = [];
+  await new Promise((resolve, reject) =>
+    started.events.subscribe({ next: (e) => events.push(e), error: reject, complete: resolve }),
+  );
+  assert.deepEqual(events, [{ kind: 'value', value: 42 }]);
+  assert.equal(calls.hashIdentity('secret').length, 22);
+  await orchestrator.close();
+});
