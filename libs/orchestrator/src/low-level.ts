@@ -13,15 +13,10 @@ export type { ByteKeeper } from './core/dedup/answer-window.js';
 export { KeyTable } from './core/collections/key-table.js';
 export { SlotList } from './core/collections/slot-list.js';
 
-// Coordinated calls (the gateway's workers relay them over IPC): the relay protocol over a transport, the
-// node:cluster transport, and what crosses it. Outside the promise above until the relay's API settles.
-export {
-  RemoteCallError,
-  DEFAULT_ERROR_CODEC,
-  type ErrorCodec,
-  type SharedBreakerState,
-} from './core/cluster/coordination.js';
+// Where an embedder writes a call's answer: the rules of every response (the Nest interceptor and `serve` use it too).
+export { ResponseSink, type StreamHeadEvent } from './core/http/response-sink.js';
+
+// Coordinated calls (the gateway's workers relay them over IPC): the relay protocol over a transport, and the
+// node:cluster transport. Outside the promise above until the relay's API settles.
 export { RelayCoordinator } from './core/cluster/relay.js';
 export * as ipcRelay from './core/cluster/ipc-relay.js';
-// A late joiner refused a stream no longer kept for joiners (here, or in the fleet): the gateway answers it as a 503 to retry.
-export { FlightOutgrownError } from './core/dedup/single-flight.js';

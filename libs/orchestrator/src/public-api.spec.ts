@@ -62,13 +62,16 @@ const CORE = [
   'ClientClosedError',
   'Clock',
   'ConcurrencyOptions',
+  'DEFAULT_ERROR_CODEC',
   'DedupOptions',
   'DedupOutcome',
   'DedupRequest',
   'ErrorBody',
+  'ErrorCodec',
   'ErrorShape',
   'FailureRateOptions',
   'FlightCoordinator',
+  'FlightOutgrownError',
   'FlightSnapshot',
   'HoldOutcome',
   'LimiterSnapshot',
@@ -91,12 +94,14 @@ const CORE = [
   'RedisCoordinator',
   'RedisCoordinatorOptions',
   'RedisSubscriber',
+  'RemoteCallError',
   'RefusalReason',
   'RequestOutcome',
   'RetryOptions',
   'RoutePolicy',
   'RunCall',
   'RunOptions',
+  'SharedBreakerState',
   'ShuttingDownError',
   'StreamHead',
   'StreamedResponse',
@@ -171,8 +176,8 @@ const NEST = [
   'readinessReport',
 ];
 
-// The low-level entry: the call entry below `run()` and what calls are built with (at most 10 names), beside the
-// relay of coordinated calls, listed apart until its API settles.
+// The low-level entry (at most 15 names): the call entry below `run()`, what calls are built with, the response sink,
+// and the relay of coordinated calls, listed apart until its API settles.
 const LOW_LEVEL = [
   'ByteKeeper',
   'CallEvent',
@@ -181,19 +186,13 @@ const LOW_LEVEL = [
   'FlowControl',
   'KeyTable',
   'LowLevelCalls',
+  'ResponseSink',
   'SlotList',
   'StartedCall',
+  'StreamHeadEvent',
   'lowLevelCalls',
 ];
-const WIRE = [
-  'DEFAULT_ERROR_CODEC',
-  'ErrorCodec',
-  'FlightOutgrownError',
-  'RelayCoordinator',
-  'RemoteCallError',
-  'SharedBreakerState',
-  'ipcRelay',
-];
+const WIRE = ['RelayCoordinator', 'ipcRelay'];
 
 describe('the public API', () => {
   it.each([
@@ -264,7 +263,7 @@ describe('the public API', () => {
       .map((s) => s.name)
       .sort();
     expect(names).toEqual([...LOW_LEVEL, ...WIRE].sort());
-    expect(LOW_LEVEL.length).toBeLessThanOrEqual(10);
+    expect(LOW_LEVEL.length + WIRE.length).toBeLessThanOrEqual(15);
   });
 
   it('LowLevelCalls holds the call entry points and the helpers calls are built with', () => {

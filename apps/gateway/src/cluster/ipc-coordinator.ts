@@ -1,10 +1,5 @@
-import type { BreakerCoordinator } from 'nest-prompt-orchestrator';
-import {
-  RelayCoordinator,
-  ipcRelay,
-  type ErrorCodec,
-  type SharedBreakerState,
-} from 'nest-prompt-orchestrator/low-level';
+import type { BreakerCoordinator, ErrorCodec, SharedBreakerState } from 'nest-prompt-orchestrator';
+import { RelayCoordinator, ipcRelay } from 'nest-prompt-orchestrator/low-level';
 import type { WorkerChannel } from './worker-channel.js';
 
 export interface IpcCoordinatorOptions extends ipcRelay.IpcRelayWorkerOptions {

@@ -1,4 +1,5 @@
-import type { SharedBreakerState, ipcRelay } from 'nest-prompt-orchestrator/low-level';
+import type { ipcRelay } from 'nest-prompt-orchestrator/low-level';
+import type { SharedBreakerState } from 'nest-prompt-orchestrator';
 
 /**
  * What the workers of `--workers N` and their primary say to each other over

@@ -1,6 +1,5 @@
 import { HttpException } from '@nestjs/common';
-import { isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrator';
-import { FlightOutgrownError } from 'nest-prompt-orchestrator/low-level';
+import { FlightOutgrownError, isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrator';
 import type { IncomingMessage } from 'node:http';
 import type { ClientApi } from '../providers/provider.js';
 import { UpstreamHttpError, UpstreamProtocolError, upstreamMessage } from '../apis/errors.js';

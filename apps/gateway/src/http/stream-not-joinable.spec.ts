@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { FlightOutgrownError } from 'nest-prompt-orchestrator/low-level';
+import { FlightOutgrownError } from 'nest-prompt-orchestrator';
 import { errorReply } from './error-reply.js';
 
 /**

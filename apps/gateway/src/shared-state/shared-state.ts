@@ -8,8 +8,7 @@ import {
   type OnModuleInit,
 } from '@nestjs/common';
 import { Keyv } from 'keyv';
-import { RedisCoordinator } from 'nest-prompt-orchestrator';
-import { DEFAULT_ERROR_CODEC, type ErrorCodec } from 'nest-prompt-orchestrator/low-level';
+import { DEFAULT_ERROR_CODEC, RedisCoordinator, type ErrorCodec } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import { REDIS_LINK, redisModuleOfLinks, type RedisLink, type RedisTopology } from './redis-connection.js';

@@ -1,5 +1,4 @@
-import { isOrchestratorError } from 'nest-prompt-orchestrator';
-import { RemoteCallError } from 'nest-prompt-orchestrator/low-level';
+import { RemoteCallError, isOrchestratorError } from 'nest-prompt-orchestrator';
 import { UpstreamStreamError } from '../apis/errors.js';
 import { API_FORMATS } from '../apis/formats.js';
 import type { ClientApi, UpstreamPlan } from '../providers/provider.js';

@@ -61,6 +61,16 @@ export {
 
 // Replicas: one call and one breaker state across the fleet (optional; Redis through any node-redis-like client).
 export type { FlightCoordinator, BreakerCoordinator } from './cluster/coordination.js';
+// What crosses between replicas: `RedisCoordinatorOptions.errorCodec` carries an app's own errors, and a call led by
+// another replica fails with a `RemoteCallError` when no codec knows its error.
+export {
+  RemoteCallError,
+  DEFAULT_ERROR_CODEC,
+  type ErrorCodec,
+  type SharedBreakerState,
+} from './cluster/coordination.js';
+// A late joiner refused a stream no longer kept for joiners (it outgrew `maxEntryBytes`, here or in the fleet).
+export { FlightOutgrownError } from './dedup/single-flight.js';
 export {
   RedisCoordinator,
   type RedisCoordinatorOptions,
