@@ -26,6 +26,7 @@ export { parseTraceParent, formatTraceParent } from './core/tracing/traceparent.
 export { toCallEvents, type CallWork } from './core/call.js';
 export type { CallEvent, Chunk, FlowControl } from './core/events.js';
 export { ChunkEvent } from './core/events.js';
+export { ResponseSink, type StreamHeadEvent } from './core/http/response-sink.js';
 export type { WindowPayload, ByteKeeper } from './core/dedup/answer-window.js';
 export {
   dedupKey,
