@@ -119,6 +119,7 @@ export class Delivery extends ResponseSink<RawResponse> implements PendingReply 
 
   /** A response already gone is not started: nothing is written to it, and it never counts as the stream's reader. */
   protected override startStreamOnce(): void {
+    if (this.streaming) return;
     const response = this.call.response;
     if (response.destroyed || response.writableEnded) return;
     super.startStreamOnce();
