@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { cpus } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -48,7 +49,8 @@ Options:
                         The SDK's own retry back-off is not compressed.
   --target T            direct | gateway | both (default both) for herd, distinct, outage503, outagehang
   --out DIR             where JSON results and SVG charts go (default bench-results)
-  --docs                also copy the charts to docs/benchmarks/ (overhead: write its table into docs/benchmarks.md)
+  --docs                also copy the charts to docs/benchmarks/ (overhead: write its table into docs/benchmarks.md,
+                        and its --profile summaries to docs/benchmarks/DATE-overhead-profiles.md)
   --strict              exit non-zero when a timing target is missed too (default: count targets only)
   --duration S          overhead: seconds per measured stretch (default 3); soak: length of the run (default 120)
   --rounds N            overhead: interleaved rounds of every row, floor and gateway (default 5, at least 2);
@@ -63,6 +65,8 @@ Options:
   --perf-profile        overhead: the same profile taken with perf (CPU time of every thread, the
                         kernel's included; needs perf and the right to record the gateway)
   --before FILE         overhead: a JSON result of an earlier run, shown as the "before" column
+  --against DIR         overhead: the gateway of another built checkout (DIR/dist/apps/gateway/src/main.js, e.g. a
+                        worktree of the previous commit) measured as a third side in the same rounds (A/B column)
   --loaded              cluster: the fleet's promises with two busy processes taking the cores (herds of 300 over 4
                         replicas, Redis frozen under a herd, a leader killed mid-stream); overhead: the same rows
                         with two busy processes beside them, from the first warm-up to the end; rest: the same
@@ -90,6 +94,14 @@ interface Cli {
   loaded: boolean;
   warmUpSec?: number;
   before?: string;
+  against?: string;
+}
+
+/** The gateway entry of another built checkout (`--against DIR`). */
+function againstEntry(dir: string): string {
+  const entry = resolve(dir, 'dist/apps/gateway/src/main.js');
+  if (!existsSync(entry)) throw new UsageError(`--against: no built gateway at ${entry} (run npm run build there)`);
+  return entry;
 }
 
 function parseCli(argv: string[]): Cli | undefined {
@@ -113,6 +125,7 @@ function parseCli(argv: string[]): Cli | undefined {
         loaded: { type: 'boolean', default: false },
         'warm-up': { type: 'string' },
         before: { type: 'string' },
+        against: { type: 'string' },
         help: { type: 'boolean', default: false },
       },
     });
@@ -166,6 +179,7 @@ function parseCli(argv: string[]): Cli | undefined {
     loaded: values.loaded ?? false,
     warmUpSec,
     before: values.before,
+    against: values.against === undefined ? undefined : againstEntry(values.against),
   };
 }
 
@@ -275,11 +289,14 @@ async function main(): Promise<number> {
         out: cli.out,
         burners: cli.loaded ? 2 : 0,
         warmUpSec: cli.warmUpSec,
+        againstEntry: cli.against,
         log,
       });
       await report(result, overheadTable(result));
       if (cli.docs)
-        written.push(await writeOverheadDocs(result, before, `npm run bench -- ${process.argv.slice(2).join(' ')}`));
+        written.push(
+          ...(await writeOverheadDocs(result, before, `npm run bench -- ${process.argv.slice(2).join(' ')}`)),
+        );
     } else if (scenario === 'scale') {
       const result = await runScale(cli.scale, log);
       await report(result, scaleTable(result, cli.scale), { scale: cli.scale });

@@ -3,7 +3,7 @@ import { execFile, spawn } from 'node:child_process';
 import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { Pool, request } from 'undici';
 import { percentile } from './metrics.js';
 import { nginxBinary, startNginx } from './nginx.js';
@@ -41,10 +41,15 @@ export interface OverheadOptions {
   warmUpSec?: number;
   /** Busy-looping processes running beside every row, from the first warm-up to the end (`--loaded`): 0 for none. */
   burners?: number;
+  /**
+   * Another build's gateway entry (`--against DIR`): measured as a third side in the same rounds, so a change is
+   * judged against the build before it under the same load (the A/B column).
+   */
+  againstEntry?: string;
   log?: (line: string) => void;
 }
 
-type Side = 'floor' | 'gateway';
+type Side = 'floor' | 'gateway' | 'against';
 type BodyKind =
   | 'small-distinct'
   | 'small-same'
@@ -326,6 +331,10 @@ export interface RowSummary {
   disturbedRounds: number[];
   floor: SideSummary;
   gateway: SideSummary;
+  /** The other build's side (`--against`), and this build's CPU per request over that build's, round by round. */
+  against?: SideSummary;
+  abRatios?: number[];
+  abMedian?: number;
   /** Requests per second the provider serves straight, with nothing in front (the floor's rate should stay below it). */
   providerRequestsPerSec?: number;
 }
@@ -354,7 +363,14 @@ export interface HerdSummary {
 }
 
 export interface OverheadResult {
-  options: { durationSec: number; rounds: number; herd: number; burners?: number; warmUpSec?: number };
+  options: {
+    durationSec: number;
+    rounds: number;
+    herd: number;
+    burners?: number;
+    warmUpSec?: number;
+    againstEntry?: string;
+  };
   stretches: Stretch[];
   rows: RowSummary[];
   herd?: HerdSummary;
@@ -482,17 +498,25 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     const floor = await start(startMinimalProxy(mock.url, 256));
     traces = await startTraceSink();
     const gateways: Record<string, ChildHandle> = {};
+    const againstGateways: Record<string, ChildHandle> = {};
     const baselines = await startBaselines(rows, mock, floor, nginx, start);
     const upstreamOf = (row: LoadRow) => (row.provider ? baselines.providers[row.provider]!.url : mock.url);
     for (const row of rows) {
       gateways[gatewayOf(row)] ??= await start(
         startGateway(upstreamOf(row), ['--platform', row.platform, ...flagsOf(row, traces.url)]),
       );
+      if (options.againstEntry)
+        againstGateways[gatewayOf(row)] ??= await start(
+          startGateway(upstreamOf(row), ['--platform', row.platform, ...flagsOf(row, traces.url)], [], {
+            entry: options.againstEntry,
+          }),
+        );
       if (row.variant === 'traced') log(`    traces of ${row.id} go to ${traces.url}`);
     }
     const servers = [
       ...Object.entries(baselines.servers).map(([p, g]) => `${p} ${g.url}`),
       ...Object.entries(gateways).map(([p, g]) => `gateway ${p} ${g.url}`),
+      ...Object.entries(againstGateways).map(([p, g]) => `against ${p} ${g.url}`),
     ];
     log(`  overhead: provider ${mock.url}, ${servers.join(', ')}`);
 
@@ -502,6 +526,8 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     for (const row of rows) {
       await blast(baselines.servers[baselineOf(row)].url, row, warmSec, specs.get(row.id)!);
       await blast(gateways[gatewayOf(row)].url, row, warmSec, specs.get(row.id)!);
+      const against = againstGateways[gatewayOf(row)];
+      if (against) await blast(against.url, row, warmSec, specs.get(row.id)!);
       // What the provider serves on its own, with nothing in front: the ceiling of any proxy's rate on this row.
       const alone = await blast(upstreamOf(row), row, warmSec, specs.get(row.id)!);
       providerAlone.set(row.id, alone['2xx'] / alone.duration);
@@ -526,9 +552,13 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     const shots: HerdShot[] = [];
     for (let round = 1; round <= options.rounds; round++) {
       for (const row of rows) {
-        const sides: Side[] = round % 2 === 1 ? ['floor', 'gateway'] : ['gateway', 'floor'];
+        const order: Side[] = options.againstEntry ? ['floor', 'gateway', 'against'] : ['floor', 'gateway'];
+        const sides = round % 2 === 1 ? order : order.reverse();
         for (const side of sides) {
-          const server = side === 'floor' ? baselines.servers[baselineOf(row)] : gateways[gatewayOf(row)];
+          const server =
+            side === 'floor'
+              ? baselines.servers[baselineOf(row)]
+              : (side === 'gateway' ? gateways : againstGateways)[gatewayOf(row)];
           // Not measured: a proxy in service, not one back from the minute the other rows took (see WARM_UP_SEC).
           const warmUpSec = options.warmUpSec ?? WARM_UP_SEC;
           if (warmUpSec > 0) await blast(server.url, row, warmUpSec, specs.get(row.id)!);
@@ -612,6 +642,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
         herd: options.herd,
         burners: options.burners ?? 0,
         warmUpSec: options.warmUpSec ?? WARM_UP_SEC,
+        againstEntry: options.againstEntry,
       },
       stretches,
       rows: summaries,
@@ -721,6 +752,13 @@ function summarise(row: LoadRow, stretches: Stretch[]): RowSummary {
     ratios.push(g.cpuMsPerRequest / f.cpuMsPerRequest);
     if (Math.abs(f.cpuMsPerRequest / floor.cpuMsPerRequest - 1) > DISTURBED) disturbedRounds.push(round);
   }
+  const abRatios: number[] = [];
+  for (const round of rounds) {
+    const g = mine.find((s) => s.round === round && s.side === 'gateway');
+    const a = mine.find((s) => s.round === round && s.side === 'against');
+    if (g && a) abRatios.push(g.cpuMsPerRequest / a.cpuMsPerRequest);
+  }
+  const ab = abRatios.length ? { against: side('against'), abRatios, abMedian: median(abRatios) } : {};
   return {
     id: row.id,
     label: row.label,
@@ -731,6 +769,7 @@ function summarise(row: LoadRow, stretches: Stretch[]): RowSummary {
     disturbedRounds,
     floor,
     gateway: side('gateway'),
+    ...ab,
   };
 }
 
@@ -1172,6 +1211,7 @@ export function overheadMarkdown(result: OverheadResult, before?: OverheadResult
 
 /** The table in plain text for the terminal. */
 export function overheadTable(result: OverheadResult): string {
+  const withAgainst = result.rows.some((row) => row.abMedian !== undefined);
   const rows = result.rows.map((row) => [
     row.label,
     `${row.ratioMedian.toFixed(2)}x`,
@@ -1186,6 +1226,12 @@ export function overheadTable(result: OverheadResult): string {
     `${row.floor.latencyP50}/${row.floor.latencyP99}`,
     String(row.gateway.failed + row.floor.failed),
     row.disturbedRounds.join(',') || '-',
+    ...(withAgainst
+      ? [
+          row.abMedian === undefined ? '-' : `${row.abMedian.toFixed(2)}x`,
+          row.against ? ms(row.against.cpuMsPerRequest) : '-',
+        ]
+      : []),
   ]);
   const { durationSec, rounds } = result.options;
   const out = [
@@ -1205,10 +1251,16 @@ export function overheadTable(result: OverheadResult): string {
         'floor p50/p99',
         'failed',
         'disturbed',
+        ...(withAgainst ? ['A/B med', 'against CPU ms'] : []),
       ],
       rows,
     ),
     '   ratio: gateway CPU per request / floor CPU per request in the same round; a round is disturbed when the floor strays > 25% from its median.',
+    ...(withAgainst
+      ? [
+          `   A/B: this build's CPU per request / the --against build's (${result.options.againstEntry}) in the same round.`,
+        ]
+      : []),
   ];
   if (result.herd) {
     const h = result.herd;
@@ -1229,26 +1281,59 @@ export function overheadTable(result: OverheadResult): string {
 const START = '<!-- overhead-table:start -->';
 const END = '<!-- overhead-table:end -->';
 
-/** Writes the table (and the profile summaries) into docs/benchmarks.md between its markers. */
+/**
+ * Writes the table into docs/benchmarks.md between its markers, and the run's profile summaries (if it took any) to a
+ * dated file under docs/benchmarks/ that the table links to: the page keeps the current figures only.
+ * Returns the files written.
+ */
 export async function writeOverheadDocs(
   result: OverheadResult,
   before: OverheadResult | undefined,
   command: string,
-): Promise<string> {
+): Promise<string[]> {
   const file = join(repoRoot(), 'docs', 'benchmarks.md');
   const text = await readFile(file, 'utf8');
   const from = text.indexOf(START);
   const to = text.indexOf(END);
   if (from < 0 || to < from) throw new Error(`docs/benchmarks.md has no ${START} ... ${END} markers`);
+  const date = new Date().toISOString().slice(0, 10);
+  const generated = `Generated by \`${command}\` (${result.options.rounds} rounds, ${result.options.durationSec} s per stretch, ${date}${loadedNote(result)})`;
+  const written: string[] = [];
+  let profilesNote: string[] = [];
+  if (result.profiles.length) {
+    const profiles = await writeOverheadProfiles(result, `${generated}.`, date);
+    written.push(profiles);
+    profilesNote = ['', `CPU profiles of this run: [${basename(profiles)}](benchmarks/${basename(profiles)}).`];
+  }
   const block = [
     START,
-    `Generated by \`${command}\` (${result.options.rounds} rounds, ${result.options.durationSec} s per stretch, ${new Date().toISOString().slice(0, 10)}${loadedNote(result)}).`,
+    `${generated}.`,
     '',
     overheadMarkdown(result, before),
     ...(result.limits ? ['', limitsMarkdown(result.limits)] : []),
-    ...result.profiles.flatMap((p) => ['', '```', profileTable(p), '```']),
+    ...profilesNote,
     END,
   ].join('\n');
   await writeFile(file, text.slice(0, from) + block + text.slice(to + END.length));
+  written.push(file);
+  return written;
+}
+
+/** Writes a run's profile summaries to docs/benchmarks/DATE-overhead-profiles.md (numbered when that is taken). */
+async function writeOverheadProfiles(result: OverheadResult, generated: string, date: string): Promise<string> {
+  const dir = join(repoRoot(), 'docs', 'benchmarks');
+  await mkdir(dir, { recursive: true });
+  const taken = new Set(await readdir(dir));
+  let name = `${date}-overhead-profiles.md`;
+  for (let n = 2; taken.has(name); n++) name = `${date}-overhead-profiles-${n}.md`;
+  const file = join(dir, name);
+  const text = [
+    `# CPU profiles of the overhead bench, ${date}`,
+    '',
+    `${generated} The table of the same run is in [the benchmarks page](../benchmarks.md).`,
+    ...result.profiles.flatMap((p) => ['', '```', profileTable(p), '```']),
+    '',
+  ].join('\n');
+  await writeFile(file, text);
   return file;
 }

@@ -293,6 +293,7 @@ export async function startGateway(
   upstream: string,
   flags: readonly string[],
   nodeArgs: string[] = [],
+  { entry }: { entry?: string } = {},
 ): Promise<ChildHandle> {
   // As `npm start` runs it (see runtime-flags.ts).
   nodeArgs = [...GATEWAY_NODE_FLAGS, ...nodeArgs];
@@ -303,7 +304,7 @@ export async function startGateway(
       return await startNodeChild(
         'gateway',
         // BENCH_GATEWAY_ENTRY: another build of the gateway (e.g. an older commit's) against the same floor and harness.
-        process.env.BENCH_GATEWAY_ENTRY ?? ENTRY.gateway,
+        entry ?? process.env.BENCH_GATEWAY_ENTRY ?? ENTRY.gateway,
         ['--provider', 'openai', '--upstream', upstream, '--host', '127.0.0.1', '--port', String(port), ...flags],
         /gateway listening on (http:\/\/[\d.]+:\d+)/,
         { timeoutMs: 30_000, nodeArgs },

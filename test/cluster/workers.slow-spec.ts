@@ -4,7 +4,7 @@ import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startMockProvider, type MockProvider } from '../../apps/mock-provider/src/index.js';
-import { GONE, type ToWorker } from '../../apps/gateway/src/cluster/messages.js';
+import type { ToWorker } from '../../apps/gateway/src/cluster/messages.js';
 import { PrimaryHub, type HubWorker } from '../../apps/gateway/src/cluster/primary-hub.js';
 import { sseData, uniquePrompt } from '../support/gateway-harness.js';
 import { ensureBuilt, startGatewayProcess, type AppProcess } from '../support/gateway-process.js';
@@ -196,14 +196,14 @@ describe('--workers: what crosses between the workers and their primary', () => 
     const hub = new PrimaryHub({ maxFlightBytes: 1 << 20, log: () => undefined });
     const [a, b] = [1, 2].map(inbox);
     const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
-    hub.receive(a.handle, { gw: 'claim', c: 1, key: 'traced', t: traceparent });
-    expect(a.answer()).toEqual({ role: 'lead', f: 1 });
+    hub.receive(a.handle, { gw: 'claim', c: 1, key: 'traced', trace: traceparent });
+    expect(a.answer()).toEqual({ role: 'lead', flight: 1 });
     hub.receive(b.handle, { gw: 'claim', c: 1, key: 'traced' });
-    expect(b.answer()).toEqual({ role: 'follow', f: 1, events: [], t: traceparent });
+    expect(b.answer()).toEqual({ role: 'follow', flight: 1, events: [], trace: traceparent });
     // An untraced leader: nothing to link to, nothing sent.
     hub.receive(a.handle, { gw: 'claim', c: 2, key: 'plain' });
     hub.receive(b.handle, { gw: 'claim', c: 2, key: 'plain' });
-    expect(b.answer()).toEqual({ role: 'follow', f: 2, events: [] });
+    expect(b.answer()).toEqual({ role: 'follow', flight: 2, events: [] });
   });
 
   it("the primary, message by message: one lead per key, a late follower gets every event so far, a call too large to keep is not joined late, a dead leader's followers are told; one failure count and one prober", () => {
@@ -219,41 +219,41 @@ describe('--workers: what crosses between the workers and their primary', () => 
         handle,
         inbox,
         answer: () => inbox.filter((m) => m.gw === 're').at(-1)?.v,
-        events: () => inbox.filter((m) => m.gw === 'ev'),
+        events: () => inbox.filter((m) => m.gw === 'event'),
       };
     };
-    const head = JSON.stringify({ k: 'h', h: { contentType: 'text/event-stream' } });
-    const chunk = JSON.stringify({ k: 'c', c: 'data: 0123456789\n\n' });
+    const head = JSON.stringify({ kind: 'head', head: { contentType: 'text/event-stream' } });
+    const chunk = JSON.stringify({ kind: 'chunk', chunk: 'data: 0123456789\n\n' });
     const lines: string[] = [];
     // Room for the head and one chunk: the second chunk is one too many to keep.
     const hub = new PrimaryHub({ maxFlightBytes: head.length + chunk.length, log: (line) => lines.push(line) });
     const [a, b, c] = [1, 2, 3].map(worker);
 
     hub.receive(a.handle, { gw: 'claim', c: 1, key: 'k' });
-    expect(a.answer()).toEqual({ role: 'lead', f: 1 });
-    hub.receive(a.handle, { gw: 'pub', f: 1, e: head });
+    expect(a.answer()).toEqual({ role: 'lead', flight: 1 });
+    hub.receive(a.handle, { gw: 'publish', flight: 1, event: head });
     hub.receive(b.handle, { gw: 'claim', c: 7, key: 'k' });
-    expect(b.answer()).toEqual({ role: 'follow', f: 1, events: [head] });
-    hub.receive(a.handle, { gw: 'pub', f: 1, e: chunk });
-    hub.receive(a.handle, { gw: 'pub', f: 1, e: chunk });
+    expect(b.answer()).toEqual({ role: 'follow', flight: 1, events: [head] });
+    hub.receive(a.handle, { gw: 'publish', flight: 1, event: chunk });
+    hub.receive(a.handle, { gw: 'publish', flight: 1, event: chunk });
     // The follower already there gets each event live, kept or not.
     expect(b.events()).toEqual([
-      { gw: 'ev', c: 7, e: chunk },
-      { gw: 'ev', c: 7, e: chunk },
+      { gw: 'event', follower: 7, event: chunk },
+      { gw: 'event', follower: 7, event: chunk },
     ]);
     hub.receive(c.handle, { gw: 'claim', c: 1, key: 'k' });
     expect(c.answer()).toEqual({ role: 'alone' });
     expect(lines).toHaveLength(1);
-    hub.receive(a.handle, { gw: 'pub', f: 1, e: '{"k":"end"}', last: 1 });
-    expect(b.events().at(-1)).toEqual({ gw: 'ev', c: 7, e: '{"k":"end"}' });
+    hub.receive(a.handle, { gw: 'publish', flight: 1, event: '{"kind":"end"}', last: true });
+    expect(b.events().at(-1)).toEqual({ gw: 'event', follower: 7, event: '{"kind":"end"}' });
     expect(hub.flightCount).toBe(0);
 
     hub.receive(c.handle, { gw: 'claim', c: 2, key: 'k' });
-    expect(c.answer()).toEqual({ role: 'lead', f: 2 });
+    expect(c.answer()).toEqual({ role: 'lead', flight: 2 });
     hub.receive(b.handle, { gw: 'claim', c: 8, key: 'k' });
-    expect(b.answer()).toEqual({ role: 'follow', f: 2, events: [] });
+    expect(b.answer()).toEqual({ role: 'follow', flight: 2, events: [] });
     hub.gone(c.handle);
-    expect(b.events().at(-1)).toEqual({ gw: 'ev', c: 8, e: GONE });
+    expect(b.events().at(-1)).toEqual({ gw: 'event', follower: 8, event: '{"kind":"gone"}' });
     expect(hub.flightCount).toBe(0);
 
     hub.receive(a.handle, { gw: 'fail', c: 2, name: 'upstream' });

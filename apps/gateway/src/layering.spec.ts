@@ -8,18 +8,21 @@ const src = dirname(fileURLToPath(import.meta.url));
 /**
  * The gateway's folders, lowest first: a file may import at run time from its own layer or a lower one, never a
  * higher one. `.` is the files at the top (Nest wiring, the Nest service, health routes, main). `status/page` is the
- * browser script, built on its own; `audit` is a command of its own that imports nothing here.
+ * browser script, built on its own; `audit` is a command of its own that imports nothing here. `apis` is what each
+ * upstream API says and how (its tables), below the translations and providers that speak them and the upstream
+ * calls that read them.
  */
 const LAYERS = [
   'audit',
   'common',
+  'config',
+  'apis',
   'translate',
-  'upstreams',
   'providers',
+  'upstreams',
   'shared-state',
   'budgets',
   'cluster',
-  'config',
   'status',
   'observability',
   'http',

@@ -1,7 +1,7 @@
 /**
  * `nest-prompt-orchestrator/internal`: what this repository's gateway uses
  * beyond the public API (the low-level call entry, key and identity hashing,
- * the wire format of coordinated calls). Not covered by semver: it changes
+ * the relay of coordinated calls). Not covered by semver: it changes
  * with the gateway. Framework-free, like `/core`.
  *
  * The gateway's data plane starts calls with `startLocalCall()` and
@@ -43,13 +43,11 @@ export {
   RemoteCallError,
   DEFAULT_ERROR_CODEC,
   type ErrorCodec,
-  type LeadClaim,
-  type FollowClaim,
   type SharedBreakerState,
-  type ClaimOptions,
 } from './core/cluster/coordination.js';
-// Building blocks of a coordinator (the gateway's workers use one over IPC): a call's events as they cross the wire.
-export { toWire, fromWire, WireReader, errorToWire, leaderLost, type WireEvent } from './core/cluster/coordination.js';
+// The relay protocol of coordinated calls over a transport, and its transport between node:cluster's workers and their primary.
+export { RelayCoordinator } from './core/cluster/relay.js';
+export * as ipcRelay from './core/cluster/ipc-relay.js';
 // A late joiner refused a stream no longer kept for joiners (here, or in the fleet): the gateway answers it as a 503 to retry.
 export { FlightOutgrownError } from './core/dedup/single-flight.js';
 // Metrics counted on every request without prom-client's per-call label hashing (read by the registry at scrape time).

@@ -11,7 +11,7 @@ import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import { ApiError } from '../common/api-error.js';
 import type { RequestContext, Settled } from '../observability/request-context.js';
 import { SharedState } from '../shared-state/shared-state.js';
-import type { SpendCap } from './spend-cap.js';
+import type { SpendCap } from '../config/spend-cap.js';
 import { ROUTES } from '../providers/provider.js';
 import { PriceTable, type Usage } from './prices.js';
 import { RequestLog } from './request-log.js';
@@ -53,7 +53,7 @@ export class Budgets implements OnApplicationShutdown {
       );
     }
     this.prices = new PriceTable({
-      operator: budgets.pricesFile ? PriceTable.readFile(budgets.pricesFile) : undefined,
+      operator: budgets.prices,
       defaultPrice: budgets.defaultPrice,
       upstreamUrl: config.upstream,
       localModels: config.provider === 'llama',

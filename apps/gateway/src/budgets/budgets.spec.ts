@@ -4,12 +4,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { calcPrice } from '@pydantic/genai-prices';
 import { firstValueFrom, from, toArray } from 'rxjs';
-import { parseSpendCap } from './spend-cap.js';
-import { PriceTable, parsePrice, parsePrices } from './prices.js';
+import { parseSpendCap } from '../config/spend-cap.js';
+import { parsePrice, parsePrices } from '../config/prices-file.js';
+import { PriceTable } from './prices.js';
 import { RequestLog, type RequestLogEntry } from './request-log.js';
 import { SpendLedger, periodKey } from './spend-ledger.js';
 import { tapUsage, usageOfJson, withStreamUsage } from './usage.js';
-import { KeysFileError, parseKeys } from './virtual-keys.js';
+import { KeysFileError, parseKeys } from '../config/keys-file.js';
 
 describe('keys documents', () => {
   it('reads {} as a file that lists no keys (every virtual key is refused), not as one to refuse', () => {

@@ -1,7 +1,7 @@
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { KeyTable } from 'nest-prompt-orchestrator/internal';
-import type { SpendCap } from './spend-cap.js';
+import type { SpendCap } from '../config/spend-cap.js';
 
 /** What the ledger needs of Redis: commands (node-redis's `sendCommand`). */
 export interface LedgerRedis {

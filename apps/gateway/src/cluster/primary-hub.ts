@@ -1,11 +1,9 @@
 import cluster from 'node:cluster';
-import type { SharedBreakerState } from 'nest-prompt-orchestrator/internal';
+import { ipcRelay, type SharedBreakerState } from 'nest-prompt-orchestrator/internal';
 import { AggregatorRegistry, Gauge } from 'prom-client';
 import { capPortLabels } from '../common/label-bounds.js';
 import {
-  GONE,
   isGatewayMessage,
-  type ClaimReply,
   type Gathered,
   type GatherReply,
   type ToPrimary,
@@ -35,19 +33,6 @@ export interface HubWorker {
 }
 type Worker = HubWorker;
 
-/** One upstream call for a key, made by one worker, followed by others. */
-interface Flight {
-  id: number;
-  key: string;
-  leader: number;
-  /** Everything published so far (JSON text of each event), for workers that join late; `undefined` once too large. */
-  events: string[] | undefined;
-  bytes: number;
-  followers: Array<{ worker: Worker; c: number }>;
-  /** The leader's span (a traceparent), for the followers' spans to link to. */
-  trace?: string;
-}
-
 interface Gathering {
   what: Gathered;
   asker: Worker;
@@ -70,26 +55,19 @@ const METRIC_AGGREGATORS: Record<string, 'max' | 'min'> = {
 
 /**
  * The primary's side of `--workers N`: what makes the workers one gateway.
- * It holds, per key, the claim on the one upstream call and that call's
- * events so far (a worker that joins late gets them all, then each as it is
- * published), the port's breaker state (failures counted across workers,
- * openings and closings told to all, one prober), and gathers metrics, health
- * and status figures from every worker for the one that was asked.
- *
- * Memory is bounded: a flight's events are dropped when it ends, and a flight
- * whose events outgrow `maxFlightBytes` keeps none (the workers following it
- * go on live; a worker that asks later calls alone). Every answer to a claim
- * is sent as the claim is read, with no timer.
+ * It holds the relay of calls between the workers (the library's
+ * `ipcRelay.IpcRelayHub`: one call per key, its events for workers that join
+ * late, bounded by `maxFlightBytes`), the port's breaker state (failures
+ * counted across workers, openings and closings told to all, one prober), and
+ * gathers metrics, health and status figures from every worker for the one
+ * that was asked.
  */
 export class PrimaryHub {
-  private readonly maxFlightBytes: number;
   private readonly proberLeaseMs: number;
   private readonly gatherTimeoutMs: Record<Gathered, number>;
   private readonly log: (line: string) => void;
-  private flightSeq = 0;
   private gatherSeq = 0;
-  private readonly leases = new Map<string, Flight>();
-  private readonly flights = new Map<number, Flight>();
+  private readonly relay: ipcRelay.IpcRelayHub<Worker>;
   private readonly failures = new Map<string, { n: number; at: number }>();
   private readonly breakers = new Map<string, { state: SharedBreakerState; until: number }>();
   private readonly probers = new Map<string, { worker: number; until: number }>();
@@ -108,10 +86,15 @@ export class PrimaryHub {
   private merging: Promise<void> = Promise.resolve();
 
   constructor(options: PrimaryHubOptions = {}) {
-    this.maxFlightBytes = options.maxFlightBytes ?? 32 * 1024 * 1024;
+    const maxFlightBytes = options.maxFlightBytes ?? 32 * 1024 * 1024;
     this.proberLeaseMs = options.proberLeaseMs ?? 5_000;
     this.gatherTimeoutMs = { metrics: 3_000, health: 1_000, status: 1_000, ...options.gatherTimeoutMs };
     this.log = options.log ?? ((line) => console.error(line));
+    this.relay = new ipcRelay.IpcRelayHub<Worker>({
+      maxFlightBytes,
+      send,
+      log: (line) => this.log(`gateway: ${line}`),
+    });
   }
 
   /** Serves node:cluster's workers (the primary of `--workers`). */
@@ -124,7 +107,7 @@ export class PrimaryHub {
 
   /** Flights in progress (for tests and figures). */
   get flightCount(): number {
-    return this.flights.size;
+    return this.relay.flightCount;
   }
 
   /** A message from a worker (anything else on the channel is not ours and is ignored). */
@@ -132,13 +115,9 @@ export class PrimaryHub {
     if (!isGatewayMessage<ToPrimary>(message)) return;
     this.known.set(worker.id, worker);
     switch (message.gw) {
-      case 'pub':
-        return this.publish(message.f, message.e, message.last === 1);
-      case 'unfollow': {
-        const flight = this.flights.get(message.f);
-        if (flight) flight.followers = flight.followers.filter((f) => !(f.worker === worker && f.c === message.c));
-        return;
-      }
+      case 'publish':
+      case 'unfollow':
+        return this.relay.receive(worker, message);
       case 'reset':
         this.failures.delete(message.name);
         return;
@@ -153,9 +132,7 @@ export class PrimaryHub {
     const reply = (v: unknown) => send(worker, { gw: 're', c: ask.c, v });
     switch (ask.gw) {
       case 'claim':
-        return reply(
-          this.claim(worker, ask.key, ask.c, typeof ask.t === 'string' && ask.t.length <= 64 ? ask.t : undefined),
-        );
+        return reply(this.relay.claim(worker, ask, ask.c));
       case 'fail':
         return reply(this.countFailure(ask.name));
       case 'announce':
@@ -170,54 +147,6 @@ export class PrimaryHub {
       case 'gather':
         return this.gather(worker, ask.c, ask.what);
     }
-  }
-
-  // ---- flights ----
-
-  private claim(worker: Worker, key: string, c: number, trace: string | undefined): ClaimReply {
-    const flight = this.leases.get(key);
-    if (!flight) {
-      const created: Flight = {
-        id: ++this.flightSeq,
-        key,
-        leader: worker.id,
-        events: [],
-        bytes: 0,
-        followers: [],
-        trace,
-      };
-      this.leases.set(key, created);
-      this.flights.set(created.id, created);
-      return { role: 'lead', f: created.id };
-    }
-    if (!flight.events) return { role: 'alone' };
-    flight.followers.push({ worker, c });
-    return flight.trace
-      ? { role: 'follow', f: flight.id, events: flight.events, t: flight.trace }
-      : { role: 'follow', f: flight.id, events: flight.events };
-  }
-
-  private publish(f: number, event: string, last: boolean): void {
-    const flight = this.flights.get(f);
-    if (!flight) return;
-    for (const { worker, c } of flight.followers) send(worker, { gw: 'ev', c, e: event });
-    if (last) return this.end(flight);
-    if (!flight.events) return;
-    flight.bytes += event.length;
-    if (flight.bytes <= this.maxFlightBytes) {
-      flight.events.push(event);
-      return;
-    }
-    // Its followers have every event already and go on live; only a later joiner would need them all again.
-    flight.events = undefined;
-    this.log(
-      `gateway: a call's answer grew past ${this.maxFlightBytes} bytes; workers that ask for it from now on call the provider themselves`,
-    );
-  }
-
-  private end(flight: Flight): void {
-    this.flights.delete(flight.id);
-    if (this.leases.get(flight.key) === flight) this.leases.delete(flight.key);
   }
 
   // ---- breakers ----
@@ -272,15 +201,7 @@ export class PrimaryHub {
         this.departed = countersOf(merged as unknown as MetricList);
       });
     }
-    for (const flight of [...this.flights.values()]) {
-      if (flight.leader === worker.id) {
-        // Its followers take the call over (or fail, if part of it had reached their callers).
-        for (const { worker: follower, c } of flight.followers) send(follower, { gw: 'ev', c, e: GONE });
-        this.end(flight);
-      } else if (flight.followers.some((f) => f.worker === worker)) {
-        flight.followers = flight.followers.filter((f) => f.worker !== worker);
-      }
-    }
+    this.relay.workerGone(worker);
     for (const [name, prober] of this.probers) if (prober.worker === worker.id) this.probers.delete(name);
     for (const [g, gathering] of this.gatherings) {
       if (gathering.asker === worker) {

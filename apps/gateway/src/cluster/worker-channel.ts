@@ -1,7 +1,7 @@
 import cluster from 'node:cluster';
 import { isGatewayMessage, type Gathered, type ToPrimary, type ToWorker, type WorkerAsk } from './messages.js';
 
-type Push = Extract<ToWorker, { gw: 'ev' | 'failing' | 'breaker' }>;
+type Push = Extract<ToWorker, { gw: 'event' | 'failing' | 'breaker' }>;
 type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 
 /**

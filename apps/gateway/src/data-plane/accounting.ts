@@ -8,7 +8,7 @@ import { GatewayTracing, type StreamFacts } from '../observability/gateway-traci
 import type { CallTag, RequestContext } from '../observability/request-context.js';
 import type { DataPlane } from './data-plane.js';
 import type { ProxiedCall } from './proxied-call.js';
-import { SseScan } from './sse-scan.js';
+import { SseScan } from '../upstreams/sse-scan.js';
 
 /** The first chunk and the last few of a reused stream (see `ProxiedCall.reusedChunks`). */
 export interface ReusedChunks {

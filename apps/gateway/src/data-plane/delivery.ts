@@ -15,7 +15,7 @@ import { serverTiming } from '../observability/request-context.js';
 import { learnUsage, noteOutcome, streamedUsage, unknownUsage } from './accounting.js';
 import type { ProxiedCall } from './proxied-call.js';
 import type { PendingReply } from './reply-batch.js';
-import { UpstreamExchange } from './upstream-exchange.js';
+import { UpstreamExchange } from '../upstreams/upstream-exchange.js';
 
 /** A stream reader this far behind the stream (beyond what it was replayed on joining) is cut: memory stays bounded. */
 const MAX_BEHIND_BYTES = 4 * 1024 * 1024;

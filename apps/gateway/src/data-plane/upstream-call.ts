@@ -3,14 +3,14 @@ import type { RawResponse, RoutePolicy, Upstream } from 'nest-prompt-orchestrato
 import {
   startCall,
   startLocalCall,
-  toCallEvents,
   reuseOf,
   type CallEvent,
   type CallWork,
   type StartedCall,
 } from 'nest-prompt-orchestrator/internal';
-import { Observable, from } from 'rxjs';
+import { Observable } from 'rxjs';
 import { parseJson, streamErrorEvent } from '../upstreams/upstream-replies.js';
+import { requireObject } from '../http/request-validation.js';
 import type { UpstreamTarget } from '../upstreams/upstream-set.js';
 import type { GatewayRoute, RouteInfo, UpstreamPlan } from '../providers/provider.js';
 import type { Usage } from '../budgets/prices.js';
@@ -18,7 +18,7 @@ import { needsStreamUsage, withStreamUsage } from '../budgets/usage.js';
 import type { RequestContext } from '../observability/request-context.js';
 import { GatewayTracing, StreamFacts } from '../observability/gateway-tracing.js';
 import type { JsonSkeleton } from './json-skeleton.js';
-import { UpstreamExchange, type ExchangeHooks } from './upstream-exchange.js';
+import { UpstreamExchange, type ExchangeHooks } from '../upstreams/upstream-exchange.js';
 import { countUpstreamUsage } from './accounting.js';
 import type { DataPlane } from './data-plane.js';
 import type { ProxiedCall } from './proxied-call.js';
@@ -118,8 +118,21 @@ export class UpstreamCall implements ExchangeHooks {
       const { budgets, gateway } = parts;
       const context = this.context;
       const upload = this.info.body === 'multipart';
-      const added = this.addsStreamUsage(skeleton);
-      const sent = this.plane.attempts.bodyFor(context, upstream, this.body, skeleton);
+      // A translated route: the request translated for the provider (a translation reads the body, so it needs one:
+      // what it cannot translate is a 400 naming the field); the exchange translates the answer back.
+      const translation = plan.translation;
+      const clientBody =
+        translation && this.body !== undefined && this.body.length > 0
+          ? (JSON.parse(this.body.toString('utf8')) as unknown)
+          : undefined;
+      const added = !translation && this.addsStreamUsage(skeleton);
+      const sent = !translation
+        ? this.plane.attempts.bodyFor(context, upstream, this.body, skeleton)
+        : translation.request
+          ? Buffer.from(JSON.stringify(translation.request(requireObject(clientBody))))
+          : clientBody === undefined
+            ? undefined
+            : this.body;
       const body = added ? withIncludeUsage(sent!, skeleton!) : sent;
       const provider = gateway.provider;
       const headers: Record<string, string> = { 'x-request-id': context.id };
@@ -136,11 +149,11 @@ export class UpstreamCall implements ExchangeHooks {
         provider.forwardedHeaders(this.request.headers),
       );
       // The provider sees this attempt's client span as its caller (W3C trace context).
-      if (context.span?.recording) {
+      if (context.span?.recording && !translation) {
         context.span.injectUpstream(headers);
         const facts = (this.streamFacts = new StreamFacts());
         this.streamReader = (bytes) => facts.read(bytes);
-      }
+      } else if (translation) context.span?.injectUpstream(headers);
       const exchange = new UpstreamExchange(
         subscriber,
         {
@@ -151,6 +164,8 @@ export class UpstreamCall implements ExchangeHooks {
           stripUsage: added,
           presentedKey: this.presented,
           formatError: streamErrorEvent(context.api),
+          translation,
+          clientBody: clientBody as Record<string, unknown> | undefined,
         },
         this,
       );
@@ -204,23 +219,10 @@ export class UpstreamCall implements ExchangeHooks {
     );
   }
 
-  /** A route whose client API is not the provider's: the gateway service translates request and answer. */
-  private translated(signal: AbortSignal, upstream: Upstream | undefined): Observable<CallEvent<RawResponse>> {
+  /** A route whose client API is not the provider's: the same upstream call, its request and answer translated. */
+  private translated(_signal: AbortSignal, upstream: Upstream | undefined): Observable<CallEvent<RawResponse>> {
     if (upstream !== undefined) this.context.upstream = upstream.name;
-    let body: unknown;
-    if (this.body !== undefined && this.body.length > 0) body = JSON.parse(this.body.toString('utf8'));
-    const query = this.query;
-    const answer = this.plane.parts.gateway.forward({
-      context: this.context,
-      signal,
-      upstream,
-      headers: this.request.headers,
-      body,
-      rawBody: this.body,
-      params: this.params,
-      query,
-    });
-    return toCallEvents<RawResponse>(from(answer));
+    return this.passThrough(this.plane.parts.gateway.provider.plan(this.route), undefined, upstream);
   }
 
   /**

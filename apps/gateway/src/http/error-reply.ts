@@ -3,7 +3,7 @@ import { isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrato
 import { FlightOutgrownError } from 'nest-prompt-orchestrator/internal';
 import type { IncomingMessage } from 'node:http';
 import type { ClientApi } from '../providers/provider.js';
-import { UpstreamHttpError, UpstreamProtocolError, upstreamMessage } from '../upstreams/upstream-client.js';
+import { UpstreamHttpError, UpstreamProtocolError, upstreamMessage } from '../apis/errors.js';
 import { ApiError } from '../common/api-error.js';
 import { redactor } from '../common/redaction.js';
 import type { RequestContext } from '../observability/request-context.js';

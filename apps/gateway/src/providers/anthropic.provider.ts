@@ -7,7 +7,14 @@ import {
 } from '../translate/anthropic-openai.js';
 import { chatResponseToResponses, chatStreamToResponses, responsesRequestToChat } from '../translate/responses-chat.js';
 import { pipeTranslators } from '../translate/sse.js';
-import { Provider, ROUTES, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } from './provider.js';
+import {
+  Provider,
+  type KeyedTarget,
+  ROUTES,
+  type GatewayRoute,
+  type UpstreamAuth,
+  type UpstreamPlan,
+} from './provider.js';
 
 type Json = Record<string, unknown>;
 
@@ -24,8 +31,8 @@ export class AnthropicProvider extends Provider {
   protected readonly routes: Partial<Record<GatewayRoute, UpstreamPlan>>;
   private readonly v1: string;
 
-  constructor(config: GatewayConfig) {
-    super(config);
+  constructor(config: GatewayConfig, firstUpstream?: KeyedTarget) {
+    super(config, firstUpstream);
     this.v1 = `${config.upstream}/v1`;
     this.routes = {
       chat: {

@@ -1,8 +1,14 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { UpstreamStreamError } from '../upstreams/stream-end.js';
-import { UpstreamHttpError } from '../upstreams/upstream-client.js';
-import { Provider, ROUTES, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } from './provider.js';
+import { UpstreamHttpError, UpstreamStreamError } from '../apis/errors.js';
+import {
+  Provider,
+  type KeyedTarget,
+  ROUTES,
+  type GatewayRoute,
+  type UpstreamAuth,
+  type UpstreamPlan,
+} from './provider.js';
 
 type Json = Record<string, unknown>;
 
@@ -16,8 +22,8 @@ export class LlamaProvider extends Provider {
   readonly kind = 'llama' as const;
   protected readonly routes: Partial<Record<GatewayRoute, UpstreamPlan>>;
 
-  constructor(config: GatewayConfig) {
-    super(config);
+  constructor(config: GatewayConfig, firstUpstream?: KeyedTarget) {
+    super(config, firstUpstream);
     const base = config.upstream;
     // The server has every route at the gateway's own path, in the same API.
     this.routes = Object.fromEntries(

@@ -1,12 +1,12 @@
 import type { IncomingHttpHeaders } from 'node:http';
+import { openAIBase } from '../apis/formats.js';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import {
   anthropicRequestToOpenAI,
   openAIResponseToAnthropic,
   openAIStreamToAnthropic,
 } from '../translate/anthropic-openai.js';
-import { openAIBase } from '../upstreams/upstream-set.js';
-import { Provider, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } from './provider.js';
+import { Provider, type KeyedTarget, type GatewayRoute, type UpstreamAuth, type UpstreamPlan } from './provider.js';
 
 /**
  * Any OpenAI-compatible API (OpenAI itself, vLLM, ...). OpenAI routes pass
@@ -18,8 +18,8 @@ export class OpenAIProvider extends Provider {
   protected readonly routes: Partial<Record<GatewayRoute, UpstreamPlan>>;
   private readonly v1: string;
 
-  constructor(config: GatewayConfig) {
-    super(config);
+  constructor(config: GatewayConfig, firstUpstream?: KeyedTarget) {
+    super(config, firstUpstream);
     // OPENAI_BASE_URL conventionally ends in /v1.
     this.v1 = openAIBase(config.upstream);
     const v1 = this.v1;

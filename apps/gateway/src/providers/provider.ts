@@ -2,9 +2,8 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { isUpstreamFailure, isTransientFailure } from 'nest-prompt-orchestrator';
 import type { GatewayConfig, ProviderKind } from '../config/gateway-config.js';
 import { notSupported } from '../common/api-error.js';
+import type { StreamFormat } from '../apis/formats.js';
 import type { SseTranslator } from '../translate/sse.js';
-import type { StreamFormat } from '../upstreams/stream-end.js';
-import { upstreamMembers, type UpstreamTarget } from '../upstreams/upstream-set.js';
 
 type Json = Record<string, unknown>;
 
@@ -212,13 +211,21 @@ export interface UpstreamPlan {
   translation?: Translation;
 }
 
+/** What a provider reads of an upstream (see `UpstreamTarget`) to choose the key it is sent. */
+export interface KeyedTarget {
+  /** Its own key (upstreams file). */
+  key?: { reveal(): string };
+  /** Without a key of its own, whether it is sent the provider key or the client's. */
+  inheritsKey: boolean;
+}
+
 /** What a provider needs to know of a caller to authenticate the upstream call. */
 export interface UpstreamAuth {
   /** The key the client presented (Bearer or x-api-key), when it is to be passed through. */
   clientKey?: string;
   headers: IncomingHttpHeaders;
   /** The upstream the call goes to (its own key, if it has one); absent: the first upstream (identity checks). */
-  upstream?: UpstreamTarget;
+  upstream?: KeyedTarget;
 }
 
 /**
@@ -232,12 +239,14 @@ export abstract class Provider {
   /** Each route this provider serves; the others answer 501. */
   protected abstract readonly routes: Partial<Record<GatewayRoute, UpstreamPlan>>;
 
-  /** Where a call that names no upstream goes: the first one, as the provider's URLs are built on it. */
-  protected readonly firstUpstream: UpstreamTarget;
-
-  constructor(protected readonly config: GatewayConfig) {
-    this.firstUpstream = upstreamMembers(config)[0].target;
-  }
+  constructor(
+    protected readonly config: GatewayConfig,
+    /**
+     * Where a call that names no upstream goes: the first one, as the provider's URLs are built on it (the upstream
+     * set's own target, whose key a reload changes in place). Without one: `--upstream`, sent the usual key.
+     */
+    protected readonly firstUpstream: KeyedTarget = { inheritsKey: true },
+  ) {}
 
   /** The URL the breaker's health probe calls while the breaker is open. */
   abstract healthUrl(): string;

@@ -4,7 +4,7 @@ import { ApiError } from '../common/api-error.js';
 import { errorReply, type ErrorReply } from '../http/error-reply.js';
 import { redactor } from '../common/redaction.js';
 import type { ClientApi } from '../providers/provider.js';
-import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError } from '../upstreams/upstream-client.js';
+import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError } from '../apis/errors.js';
 import { GATEWAY_ERROR_CODEC } from './shared-state.js';
 
 /**

@@ -1,6 +1,7 @@
 import { isIP } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import type { RedisCommands, RedisSubscriber } from 'nest-prompt-orchestrator';
+import { parseSentinelUrl, type SentinelTarget } from '../config/redis-flags.js';
 
 /** Injection token of the gateway's Redis connection (`RedisLink`), opened before anything that shares through it. */
 export const REDIS_LINK = Symbol('REDIS_LINK');
@@ -12,51 +13,6 @@ export interface RedisTarget {
   url: string;
   /** PEM contents of `--redis-ca`, `--redis-cert`, `--redis-key`. */
   tls?: { ca?: Buffer; cert?: Buffer; key?: Buffer };
-}
-
-/** A Sentinel set: `redis+sentinel://[user:password@]host:port[,host:port...]/master-name[/db]` (`rediss+sentinel` for TLS). */
-export interface SentinelTarget {
-  name: string;
-  sentinels: Array<{ host: string; port: number }>;
-  username?: string;
-  password?: string;
-  database?: number;
-  tls: boolean;
-}
-
-const SENTINEL_URL = /^(rediss?)\+sentinel:\/\/(?:([^@/]*)@)?([^/]+)\/([^/?#]+)(?:\/(\d+))?\/?$/;
-
-/** The Sentinel set a `redis+sentinel://` URL names, `undefined` for another URL; throws (naming the flag, never a password) when it is malformed. */
-export function parseSentinelUrl(url: string): SentinelTarget | undefined {
-  if (!/^rediss?\+sentinel:/.test(url)) return undefined;
-  const match = SENTINEL_URL.exec(url);
-  if (!match)
-    throw new Error(
-      '--redis: a Sentinel URL is redis+sentinel://[user:password@]host:port[,host:port...]/master-name[/db]',
-    );
-  const [, scheme, userinfo, hosts, name, db] = match;
-  const sentinels = hosts.split(',').map((entry) => {
-    const at = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(entry.trim());
-    const port = Number(at?.[2] ?? 26379);
-    if (!at || !Number.isInteger(port) || port < 1 || port > 65535)
-      throw new Error(`--redis: "${entry}" is not a sentinel's host:port`);
-    return { host: at[1].replace(/^\[|\]$/g, ''), port };
-  });
-  let username: string | undefined;
-  let password: string | undefined;
-  if (userinfo) {
-    const colon = userinfo.indexOf(':');
-    username = colon < 0 ? undefined : decodeURIComponent(userinfo.slice(0, colon)) || undefined;
-    password = decodeURIComponent(colon < 0 ? userinfo : userinfo.slice(colon + 1));
-  }
-  return {
-    name: decodeURIComponent(name),
-    sentinels,
-    username,
-    password,
-    database: db === undefined ? undefined : Number(db),
-    tls: scheme === 'rediss',
-  };
 }
 
 /** Whatever node-redis object `KeyvRedis` is given (a client, a cluster or a Sentinel set). */

@@ -16,9 +16,9 @@ import { REDIS_LINK, redisModuleOfLinks, type RedisLink, type RedisTopology } fr
 import { ApiError } from '../common/api-error.js';
 import { redactor } from '../common/redaction.js';
 import type { ClientApi } from '../providers/provider.js';
-import { UpstreamStreamError } from '../upstreams/stream-end.js';
+import { UpstreamStreamError } from '../apis/errors.js';
 import { RedisHealth } from './redis-health.js';
-import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError } from '../upstreams/upstream-client.js';
+import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError } from '../apis/errors.js';
 
 /**
  * What replicas share through one Redis (`--redis`): the answer window, and a

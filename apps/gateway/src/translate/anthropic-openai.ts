@@ -1,3 +1,4 @@
+import { API_FORMATS } from '../apis/formats.js';
 import { invalidRequest } from '../common/api-error.js';
 import type { EventSourceMessage } from 'eventsource-parser';
 import { sseEvent, type SseTranslator } from './sse.js';
@@ -13,6 +14,9 @@ import { sseEvent, type SseTranslator } from './sse.js';
  * prompts on their own) and the thinking blocks of earlier assistant turns
  * (Anthropic itself leaves them out of the context).
  */
+
+/** OpenAI's end marker, as its API's table says it. */
+const OPENAI_END = API_FORMATS.openai.endData!;
 
 type Json = Record<string, unknown>;
 
@@ -385,7 +389,7 @@ export function openAIStreamToAnthropic(): SseTranslator {
 
   return {
     onEvent(message: EventSourceMessage) {
-      if (message.data === '[DONE]') {
+      if (message.data === OPENAI_END) {
         if (finished || !started) return '';
         finished = true;
         return finish();
@@ -393,9 +397,10 @@ export function openAIStreamToAnthropic(): SseTranslator {
       const chunk = JSON.parse(message.data) as Json;
       if (chunk.error) {
         const error = isObject(chunk.error) ? chunk.error : { message: String(chunk.error) };
-        return sseEvent(
-          { type: 'error', error: { type: 'api_error', message: String(error.message ?? 'upstream error') } },
-          'error',
+        return API_FORMATS.anthropic.streamError(
+          String(error.message ?? 'upstream error'),
+          false,
+          'stream_interrupted',
         );
       }
       let out = started ? '' : start(chunk);
@@ -699,7 +704,7 @@ export function anthropicStreamToOpenAI(includeUsage: boolean): SseTranslator {
         }
         case 'message_stop': {
           done = true;
-          return (includeUsage ? chunk([], openAIUsage(usage)) : '') + 'data: [DONE]\n\n';
+          return (includeUsage ? chunk([], openAIUsage(usage)) : '') + sseEvent(OPENAI_END);
         }
         case 'error': {
           const error = (event.error as Json | undefined) ?? {};

@@ -1,4 +1,5 @@
 import type { EventSourceMessage } from 'eventsource-parser';
+import { API_FORMATS } from '../apis/formats.js';
 import { invalidRequest } from '../common/api-error.js';
 import { sseEvent, type SseTranslator } from './sse.js';
 
@@ -329,7 +330,7 @@ export function chatStreamToResponses(): SseTranslator {
 
   return {
     onEvent(event: EventSourceMessage) {
-      if (event.data === '[DONE]') return done || !started ? '' : complete();
+      if (event.data === API_FORMATS.openai.endData) return done || !started ? '' : complete();
       const chunk = JSON.parse(event.data) as Json;
       if (chunk.error) {
         const error = isObject(chunk.error) ? chunk.error : { message: String(chunk.error) };

@@ -1,11 +1,6 @@
-import { createParser, type EventSourceMessage } from 'eventsource-parser';
-import { Observable } from 'rxjs';
+import { createParser, type EventSourceMessage, type EventSourceParser } from 'eventsource-parser';
 
-/** One SSE event as text: `event:` line (if named), `data:` line, blank line. */
-export function sseEvent(data: unknown, event?: string): string {
-  const json = typeof data === 'string' ? data : JSON.stringify(data);
-  return event ? `event: ${event}\ndata: ${json}\n\n` : `data: ${json}\n\n`;
-}
+export { sseEvent } from '../apis/formats.js';
 
 export interface SseTranslator {
   /** Text to send for one upstream event. */
@@ -15,43 +10,39 @@ export interface SseTranslator {
 }
 
 /**
- * Re-encodes an upstream SSE stream event by event, as the text arrives. The
- * upstream's errors (a cut connection) pass through untouched, so the client
- * sees them as errors, not as a clean end.
+ * Re-encodes an upstream SSE stream event by event, as its text arrives: `feed` takes the text of one read and gives
+ * what to send for it, `end` what to send once the upstream ended (or the error it ended with).
  */
-export function translateSse(text: Observable<string>, translator: SseTranslator): Observable<string> {
-  return new Observable<string>((subscriber) => {
-    let out = '';
-    const parser = createParser({
+export class StreamTranslation {
+  private out = '';
+  private readonly parser: EventSourceParser;
+
+  constructor(private readonly translator: SseTranslator) {
+    this.parser = createParser({
       onEvent: (message) => {
-        out += translator.onEvent(message);
+        this.out += this.translator.onEvent(message);
       },
     });
-    const subscription = text.subscribe({
-      next(chunk) {
-        try {
-          parser.feed(chunk);
-        } catch (error) {
-          // A provider event that is not valid JSON: the stream cannot go on, and must not crash the process.
-          subscriber.error(new Error(`The provider sent an unreadable stream event: ${(error as Error).message}`));
-          return;
-        }
-        if (out) {
-          subscriber.next(out);
-          out = '';
-        }
-      },
-      error: (error: unknown) => subscriber.error(error),
-      complete() {
-        const end = translator.onEnd();
-        if (end instanceof Error) return subscriber.error(end);
-        out += end;
-        if (out) subscriber.next(out);
-        subscriber.complete();
-      },
-    });
-    return () => subscription.unsubscribe();
-  });
+  }
+
+  /** Text to send for the events the text completes; throws when the provider sent an event it cannot read. */
+  feed(text: string): string {
+    try {
+      this.parser.feed(text);
+    } catch (error) {
+      // A provider event that is not valid JSON: the stream cannot go on.
+      this.out = '';
+      throw new Error(`The provider sent an unreadable stream event: ${(error as Error).message}`, { cause: error });
+    }
+    const out = this.out;
+    this.out = '';
+    return out;
+  }
+
+  /** Text to send once the upstream stream has ended, or the error it ended with (no end marker). */
+  end(): string | Error {
+    return this.translator.onEnd();
+  }
 }
 
 /** Two translations in a row (e.g. Anthropic -> chat completions -> Responses): the first one's events feed the second. */

@@ -7,7 +7,7 @@ import { redactor } from '../common/redaction.js';
 import type { MemberChecks } from './health-poller.js';
 import { LiveUpstreams } from './live-upstreams.js';
 import { diffUpstreams, memberOf, poolsOf, type UpstreamTarget } from './upstream-set.js';
-import { readUpstreamsFile, type UpstreamsFile } from './upstreams-file.js';
+import { readUpstreamsFile, type UpstreamsFile } from '../config/upstreams-file.js';
 
 /**
  * A reload of the upstreams file applied to the orchestrator's pools, without

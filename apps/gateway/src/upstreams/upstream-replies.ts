@@ -1,8 +1,8 @@
 import { isOrchestratorError } from 'nest-prompt-orchestrator';
 import { RemoteCallError } from 'nest-prompt-orchestrator/internal';
+import { UpstreamStreamError } from '../apis/errors.js';
+import { API_FORMATS } from '../apis/formats.js';
 import type { ClientApi, UpstreamPlan } from '../providers/provider.js';
-import { sseEvent } from '../translate/sse.js';
-import { UpstreamStreamError } from './stream-end.js';
 
 // What both forwarding paths (the data plane and the Nest service) make of a call upstream: its URL, its JSON
 // body, the last event of a stream that broke.
@@ -26,8 +26,9 @@ export function parseJson(bytes: Buffer): unknown {
 
 /**
  * The last event of a stream that broke after it started, in the client's own
- * stream format, so the SDK raises an error instead of seeing a clean end. The
- * leading blank line closes any event the provider left half-written.
+ * stream format (its table's error shape), so the SDK raises an error instead of
+ * seeing a clean end. The leading blank line closes any event the provider left
+ * half-written.
  */
 export function streamErrorEvent(api: ClientApi): (error: unknown) => string {
   let format = STREAM_ERROR_EVENTS.get(api);
@@ -46,15 +47,6 @@ function makeStreamErrorEvent(api: ClientApi): (error: unknown) => string {
     // A follower's leader (another replica) went away mid-answer: said as such, not blamed on the provider.
     const lost = error instanceof RemoteCallError && error.code === 'leader_lost';
     const message = timeout || lost ? (error as Error).message : 'The provider interrupted the stream.';
-    if (api === 'anthropic') {
-      return (
-        '\n\n' + sseEvent({ type: 'error', error: { type: timeout ? 'timeout_error' : 'api_error', message } }, 'error')
-      );
-    }
-    if (api === 'llama') {
-      return '\n\n' + sseEvent({ error: { code: timeout ? 504 : 502, message, type: 'server_error' } });
-    }
-    const code = timeout ? 'upstream_timeout' : lost ? 'leader_lost' : 'stream_interrupted';
-    return '\n\n' + sseEvent({ error: { message, type: timeout ? 'timeout' : 'server_error', param: null, code } });
+    return '\n\n' + API_FORMATS[api].streamError(message, timeout, lost ? 'leader_lost' : 'stream_interrupted');
   };
 }

@@ -9,7 +9,8 @@ import {
 } from 'nest-prompt-orchestrator';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { ApiError } from '../common/api-error.js';
-import { UpstreamHttpError } from './upstream-client.js';
+import { UpstreamHttpError } from '../apis/errors.js';
+import { openAIBase } from '../apis/formats.js';
 import {
   PRIMARY_POOL,
   type FallbackStep,
@@ -237,11 +238,6 @@ export function urlFor(
   const from = config.provider === 'openai' ? openAIBase(config.upstream) : config.upstream;
   if (!url.startsWith(from)) return url;
   return (config.provider === 'openai' ? openAIBase(base) : base) + url.slice(from.length);
-}
-
-/** An OpenAI-compatible base URL as the provider uses it: ending in `/v1` (OPENAI_BASE_URL conventionally does). */
-export function openAIBase(url: string): string {
-  return url.endsWith('/v1') ? url : `${url}/v1`;
 }
 
 /**

@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { lastValueFrom, of, toArray } from 'rxjs';
 import { toCallEvents } from './call.js';
-import { fromWire } from './cluster/coordination.js';
+import { fromRelay } from './cluster/relay-wire.js';
 import { replayEntry } from './dedup/answer-window.js';
 import { ChunkEvent, StreamedResponse, type CallEvent } from './events.js';
 
@@ -31,8 +31,8 @@ describe('chunk events', () => {
   });
 
   it('of a stream received from another replica or worker', () => {
-    const text = fromWire({ k: 'c', c: 'a' });
-    const bytes = fromWire({ k: 'c', c: Buffer.from('b').toString('base64'), b: 1 });
+    const text = fromRelay({ kind: 'chunk', chunk: 'a' });
+    const bytes = fromRelay({ kind: 'chunk', chunk: Buffer.from('b').toString('base64'), base64: true });
     expect([text, bytes].map((event) => event instanceof ChunkEvent)).toEqual([true, true]);
     expect([text, bytes].map((event) => String(event.kind === 'chunk' && event.chunk))).toEqual(['a', 'b']);
   });

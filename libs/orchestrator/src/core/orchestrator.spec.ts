@@ -7,7 +7,7 @@ import { isTransientFailure, isUpstreamFailure } from './breaker/failure-classif
 import type { CallWork } from './call.js';
 import { ConcurrencyLimiter } from './concurrency/concurrency-limiter.js';
 import { AnswerWindow, type WindowPayload } from './dedup/answer-window.js';
-import { SingleFlight, type LeadOptions } from './dedup/single-flight.js';
+import { FlightOutgrownError, SingleFlight, type LeadOptions } from './dedup/single-flight.js';
 import { CircuitOpenError, UpstreamTimeoutError } from './errors.js';
 import { RawResponse, type CallEvent } from './events.js';
 import { Orchestrator, type StartedCall } from './orchestrator.js';
@@ -975,6 +975,60 @@ describe('SingleFlight: what the streams in flight keep together', () => {
       },
     ]);
     expect(flights.heldBytes).toBe(0);
+  });
+
+  it('a stream past maxEntryBytes goes on reaching its callers; one subscribing after it let its copy go is refused', async () => {
+    const flights = new SingleFlight<string>();
+    const source = new Subject<Event>();
+    const seen: string[] = [];
+    flights.lead('k', source, options([])).subscribe((e) => e.kind === 'chunk' && seen.push(String(e.chunk)));
+    const late = flights.join('k')!;
+    source.next(HEAD);
+    source.next(chunk('123456789'));
+    expect(flights.join('k')).toBeUndefined();
+    expect(flights.heldBytes).toBe(0);
+    let refused: unknown;
+    late.subscribe({ error: (error: unknown) => (refused = error) });
+    expect(refused).toBeInstanceOf(FlightOutgrownError);
+    source.next(chunk('0'));
+    source.complete();
+    await flush();
+    expect(seen.join('')).toBe('1234567890');
+  });
+
+  it('a caller subscribing after the end gets every event, then the end: a completion or an error', async () => {
+    const flights = new SingleFlight<string>();
+    const kinds = (events: Observable<Event>) => {
+      const seen: string[] = [];
+      events.subscribe({
+        next: (e) => seen.push(e.kind === 'chunk' ? String(e.chunk) : e.kind),
+        error: (error: unknown) => seen.push(`error ${(error as Error).message}`),
+        complete: () => seen.push('complete'),
+      });
+      return seen;
+    };
+    const completing = new Subject<Event>();
+    const completed = flights.lead('done', completing, {
+      ...options([]),
+      onSuccess: () => new Promise<void>(() => {}),
+    });
+    completed.subscribe();
+    completing.next(HEAD);
+    completing.next(chunk('ab'));
+    completing.complete();
+    await flush();
+    const afterCompletion = kinds(flights.join('done')!);
+
+    const failing = new Subject<Event>();
+    const failed = flights.lead('failed', failing, options([]));
+    failed.subscribe({ error: () => undefined });
+    failing.next(HEAD);
+    failing.next(chunk('cd'));
+    failing.error(new Error('lost'));
+    const afterError = kinds(failed);
+    await flush();
+    expect(afterCompletion).toEqual(['head', 'ab', 'complete']);
+    expect(afterError).toEqual(['head', 'cd', 'error lost']);
   });
 
   it('a stream cancelled when its callers left hands its share back: the next one is kept', async () => {

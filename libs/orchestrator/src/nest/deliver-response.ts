@@ -1,10 +1,10 @@
 import { StreamableFile } from '@nestjs/common';
 import type { ServerResponse } from 'node:http';
-import { Readable } from 'node:stream';
-import { Observable, type Subscription } from 'rxjs';
+import type { Readable } from 'node:stream';
+import { Observable, type Subscriber, type Unsubscribable } from 'rxjs';
 import { isRawResponse, type CallEvent, type RawResponse, type StreamHead } from '../core/events.js';
-import { ClientClosedError } from '../core/errors.js';
 import { unwrapAnswer } from '../core/http/answer-headers.js';
+import { NodeResponseSink } from '../core/http/node-response-sink.js';
 
 export interface DeliveryTarget {
   /** The Node response under the framework's one: watched for the client leaving, cut when a stream breaks. */
@@ -25,76 +25,51 @@ export interface DeliveryTarget {
  */
 export function deliver<T>(events: Observable<CallEvent<T>>, target: DeliveryTarget): Observable<unknown> {
   return new Observable<unknown>((subscriber) => {
-    let head: Extract<CallEvent<T>, { kind: 'head' }> | undefined;
-    let body: Readable | undefined;
-    let subscription: Subscription | undefined;
-    const onClientGone = () => {
-      // 'close' also follows a complete answer; only an unfinished one means the client left.
-      if (target.raw.writableFinished) return;
-      subscription?.unsubscribe();
-      body?.destroy();
-      subscriber.error(new ClientClosedError());
-    };
-    if (target.raw.destroyed) return onClientGone();
-    // A plain listener, not an AbortSignal: this runs for every request, and signals cost far more.
-    target.raw.once('close', onClientGone);
-    const stopListening = () => target.raw.removeListener('close', onClientGone);
-
-    subscription = events.subscribe({
-      next(event) {
-        if (event.kind === 'value') {
-          stopListening();
-          const { value, headers } = unwrapAnswer(event.value);
-          if (headers) target.setHeaders(headers);
-          subscriber.next(isRawResponse(value) ? rawBody(value, target) : value);
-          subscriber.complete();
-        } else if (event.kind === 'head') {
-          head = event;
-        } else if (body) {
-          body.push(event.chunk);
-        } else if (head) {
-          // From here on the response belongs to the stream: Nest destroys `body` if the client leaves.
-          stopListening();
-          body = new Readable({ read() {} });
-          body.once('close', () => subscription?.unsubscribe());
-          body.push(event.chunk);
-          target.setHeaders(streamHeaders(head.head));
-          subscriber.next(new StreamableFile(body, { type: head.head.contentType }));
-          subscriber.complete();
-        }
-      },
-      error(error: unknown) {
-        stopListening();
-        if (!body) return subscriber.error(error);
-        if (head?.formatError) {
-          body.push(head.formatError(error));
-          body.push(null);
-        } else {
-          // No way to say "error" inside this stream: cutting it is what the client can see.
-          target.raw.destroy();
-          body.destroy();
-        }
-      },
-      complete() {
-        stopListening();
-        if (body) body.push(null);
-        else if (!subscriber.closed) {
-          // A stream that ended before its first chunk: answer with an empty stream.
-          if (head) {
-            target.setHeaders(streamHeaders(head.head));
-            subscriber.next(new StreamableFile(Readable.from([]), { type: head.head.contentType }));
-          }
-          subscriber.complete();
-        }
-      },
-    });
-
-    return () => {
-      stopListening();
-      // Once the stream is handed to Nest, the subscription lives as long as the body.
-      if (!body) subscription?.unsubscribe();
-    };
+    const sink = new NestResponseSink<T>(subscriber, target);
+    sink.listen(events);
+    return sink;
   });
+}
+
+/** Answers through the Observable Nest's interceptor returns: one value (the answer, or a stream), then complete. */
+class NestResponseSink<T> extends NodeResponseSink<T> implements Unsubscribable {
+  constructor(
+    private readonly subscriber: Subscriber<unknown>,
+    private readonly target: DeliveryTarget,
+  ) {
+    super(target.raw);
+  }
+
+  /** Nest is done with the answer (or gave up on it). */
+  unsubscribe(): void {
+    this.stopWatching();
+    // Once the stream is handed to Nest, the subscription lives as long as the body.
+    if (!this.body) this.events?.unsubscribe();
+  }
+
+  protected answer(answer: T): void {
+    this.stopWatching();
+    const { value, headers } = unwrapAnswer(answer);
+    if (headers) this.target.setHeaders(headers);
+    this.subscriber.next(isRawResponse(value) ? rawBody(value, this.target) : value);
+    this.subscriber.complete();
+  }
+
+  protected sendStream(body: Readable, head: StreamHead, headers: Record<string, string>): void {
+    this.target.setHeaders(headers);
+    this.subscriber.next(new StreamableFile(body, { type: head.contentType }));
+    this.subscriber.complete();
+  }
+
+  protected fail(error: unknown): void {
+    this.stopWatching();
+    this.subscriber.error(error);
+  }
+
+  protected override completedEmpty(): void {
+    this.stopWatching();
+    this.subscriber.complete();
+  }
 }
 
 /** The bytes of a `RawResponse` as the platform sends them unchanged. */
@@ -107,8 +82,4 @@ function rawBody(response: RawResponse, target: DeliveryTarget): unknown {
   );
   if (target.platform === 'fastify') return response.body;
   return new StreamableFile(response.body, { type: response.contentType, length: response.body.length });
-}
-
-function streamHeaders(head: StreamHead): Record<string, string> {
-  return { 'cache-control': 'no-cache', 'x-accel-buffering': 'no', ...head.headers };
 }

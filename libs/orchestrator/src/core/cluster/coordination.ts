@@ -1,12 +1,12 @@
 import type { Observable } from 'rxjs';
 import type { BreakerState } from '../breaker/circuit-breaker.js';
 import { OrchestratorError, isOrchestratorError, type OrchestratorErrorCode } from '../errors.js';
-import { ChunkEvent, RawResponse, isRawResponse, type CallEvent, type StreamHead } from '../events.js';
+import type { CallEvent } from '../events.js';
 
 /**
  * How replicas of one app share what would otherwise be per process: one
  * upstream call for identical requests across the fleet, and one breaker
- * state. An implementation over Redis is in `redis-coordinator.ts`; without
+ * state. One protocol relays a call from its leader to its followers (`relay.ts`), over Redis or IPC; without
  * a coordinator everything works per replica.
  */
 
@@ -185,91 +185,4 @@ function codeOf(error: unknown): string | undefined {
     cause = (cause as { cause?: unknown }).cause;
   }
   return undefined;
-}
-
-/** One event as it crosses the wire. */
-export type WireEvent =
-  | { k: 'v'; v: unknown }
-  | { k: 'b'; b: string; ct: string; h?: Record<string, string>; s?: number }
-  /** `x`: what the leader's own callers would be sent if it were lost mid-stream (its `formatError`, applied here). */
-  | { k: 'h'; h: StreamHead; x?: string }
-  /** `b`: `c` is bytes in base64 (a relayed stream's raw chunk), else text. */
-  | { k: 'c'; c: string; b?: 1 }
-  | { k: 'end' }
-  /** `f`: the last chunk the leader's callers got for this error (a stream's error event), for followers to send alike. */
-  | { k: 'err'; e: Record<string, unknown>; f?: string };
-
-export function toWire<T>(event: CallEvent<T>): WireEvent {
-  switch (event.kind) {
-    case 'value': {
-      const value = event.value;
-      if (!isRawResponse(value)) return { k: 'v', v: value };
-      return { k: 'b', b: value.body.toString('base64'), ct: value.contentType, h: value.headers, s: value.status };
-    }
-    case 'head':
-      return event.formatError
-        ? { k: 'h', h: event.head, x: event.formatError(leaderLost()) }
-        : { k: 'h', h: event.head };
-    case 'chunk':
-      return typeof event.chunk === 'string'
-        ? { k: 'c', c: event.chunk }
-        : { k: 'c', c: event.chunk.toString('base64'), b: 1 };
-  }
-}
-
-/** The error a follower's callers get when the replica making the call goes away in the middle of its answer. */
-export function leaderLost(
-  message = 'The replica making this call went away in the middle of its answer.',
-): RemoteCallError {
-  return new RemoteCallError(message, 502, 'leader_lost');
-}
-
-/**
- * A followed call's events and errors as the leader's callers saw them: a
- * stream's head gets an error formatter (functions do not cross the wire)
- * that writes, for an error from the leader, the very chunk the leader's
- * callers got, and for a lost leader, the leader's own formatting of that.
- */
-export class WireReader {
-  private readonly texts = new WeakMap<object, string>();
-  constructor(private readonly codec: ErrorCodec) {}
-
-  event<T>(wire: Exclude<WireEvent, { k: 'end' } | { k: 'err' }>): CallEvent<T> {
-    if (wire.k !== 'h' || wire.x === undefined) return fromWire<T>(wire);
-    const lost = wire.x;
-    return {
-      kind: 'head',
-      head: wire.h,
-      formatError: (error) => (typeof error === 'object' && error !== null ? this.texts.get(error) : undefined) ?? lost,
-    };
-  }
-
-  error(wire: Extract<WireEvent, { k: 'err' }>): Error {
-    const error = this.codec.decode(wire.e);
-    if (wire.f !== undefined) this.texts.set(error, wire.f);
-    return error;
-  }
-}
-
-/** What a leader publishes when its call fails: the error, and the chunk its callers got for it (if a stream said so). */
-export function errorToWire(
-  codec: ErrorCodec,
-  error: unknown,
-  formatError: ((error: unknown) => string) | undefined,
-): Extract<WireEvent, { k: 'err' }> {
-  const e = codec.encode(error);
-  return formatError ? { k: 'err', e, f: formatError(error) } : { k: 'err', e };
-}
-
-export function fromWire<T>(wire: Exclude<WireEvent, { k: 'end' } | { k: 'err' }>): CallEvent<T> {
-  switch (wire.k) {
-    case 'v':
-      return { kind: 'value', value: wire.v as T };
-    case 'b':
-      return { kind: 'value', value: new RawResponse(Buffer.from(wire.b, 'base64'), wire.ct, wire.h, wire.s) as T };
-    case 'h':
-      return { kind: 'head', head: wire.h };
-    case 'c':
-      return new ChunkEvent(wire.b ? Buffer.from(wire.c, 'base64') : wire.c);
-  }
 }

@@ -1,6 +1,5 @@
 import {
   Observable,
-  ReplaySubject,
   Subject,
   type Observer,
   type Subscriber,
@@ -62,10 +61,10 @@ export interface FlightInfo {
 type Linker = (leader: string | undefined) => void;
 
 /**
- * Singleflight over RxJS: one shared call per key, multicast through a
- * ReplaySubject (as `share` with a ReplaySubject connector would, see
- * `Flight`), so that a caller who joins late still receives every event from
- * the first one, then the live tail.
+ * Singleflight over RxJS: one shared call per key, multicast with a replay
+ * (as `share` with a ReplaySubject connector would, see `Flight`), so that a
+ * caller who joins late still receives every event from the first one, then
+ * the live tail.
  *
  * Invariants: a key maps to at most one flight; a flight's entry is removed when
  * its call ends (success, error or cancellation), and only if the map still holds
@@ -210,7 +209,7 @@ class Flight<T> implements Observer<CallEvent<T>> {
     if (this.replay?.dropped) return subscriber.error(new FlightOutgrownError());
     this.subscribers++;
     const replay = (this.replay ??= new FlightReplay<CallEvent<T>>());
-    const caller = new FlightCaller<T>(this, replay.subscribe(new BatchedDelivery(this.flights.batches, subscriber)));
+    const caller = new FlightCaller<T>(this, replay.join(new BatchedDelivery(this.flights.batches, subscriber)));
     if (!this.connected) {
       this.connected = true;
       const source = this.call.subscribe(this);
@@ -309,22 +308,32 @@ export class FlightOutgrownError extends Error {
 }
 
 /**
- * A flight's ReplaySubject whose replay can be let go once nobody can join any more (the flight is forgotten
- * first): subscribers already there go on receiving the live events.
+ * A flight's events for its callers: every event so far, then the live ones (or the end, once there was one), as a
+ * ReplaySubject gives them. The events so far are kept here rather than in a ReplaySubject so that they can be let
+ * go once nobody can join any more (the flight is forgotten first): callers already there go on receiving the live
+ * events.
  */
-class FlightReplay<E> extends ReplaySubject<E> {
+class FlightReplay<E> extends Subject<E> {
   dropped = false;
+  private kept: E[] = [];
 
+  /** Subscribes `observer` from the first event on (`subscribe` alone gives the live ones only). */
+  join(observer: Observer<E>): Subscription {
+    const kept = this.kept;
+    for (let i = 0; i < kept.length; i++) observer.next(kept[i]);
+    // A Subject that ended tells a new subscriber so at once: after the events kept, as a ReplaySubject does.
+    return this.subscribe(observer);
+  }
+
+  /** Lets the events kept go, and keeps no more. */
   drop(): void {
     this.dropped = true;
-    // RxJS 7 keeps the replay in `_buffer`, which it does not expose: emptying it is what lets the events go.
-    (this as unknown as { _buffer: unknown[] })._buffer.length = 0;
+    this.kept = [];
   }
 
   override next(value: E): void {
-    // Once dropped, events only pass through (ReplaySubject.next would keep each one again).
-    if (this.dropped) Subject.prototype.next.call(this, value);
-    else super.next(value);
+    if (!this.dropped) this.kept.push(value);
+    super.next(value);
   }
 }
 

@@ -52,7 +52,8 @@ export abstract class ResponseSink<T> implements Observer<CallEvent<T>> {
       this.headArrived(event);
     } else {
       this.startStreamOnce();
-      this.writeChunk(event.chunk);
+      // A chunk without a head has no stream to go to.
+      if (this.streaming) this.writeChunk(event.chunk);
     }
   }
 

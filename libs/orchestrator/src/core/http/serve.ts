@@ -1,10 +1,10 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
-import { Readable } from 'node:stream';
-import { from, map, type Observable, type Subscription } from 'rxjs';
+import type { Readable } from 'node:stream';
+import { from, map, type Observable } from 'rxjs';
 import { toCallEvents, type CallWork } from '../call.js';
 import type { DedupRequest } from '../dedup/dedup.options.js';
-import { ClientClosedError, isOrchestratorError } from '../errors.js';
-import { isRawResponse, type CallEvent } from '../events.js';
+import { isOrchestratorError } from '../errors.js';
+import { isRawResponse, type CallEvent, type StreamHead } from '../events.js';
 import type { CallRequest, Orchestrator } from '../orchestrator.js';
 import {
   DEDUP_HEADER,
@@ -15,6 +15,7 @@ import {
 } from './answer-headers.js';
 import { reuseOf } from './cache-control.js';
 import { errorBody, errorHeaders, type ErrorShape } from './errors.js';
+import { NodeResponseSink } from './node-response-sink.js';
 import type { HttpRoute } from './route.js';
 
 /** One request and its response, as a server framework's adapter hands them over. */
@@ -103,65 +104,43 @@ function sendValue(exchange: Exchange, answer: unknown): void {
  */
 function deliver(events: Observable<CallEvent<unknown>>, exchange: Exchange): Promise<void> {
   return new Promise<void>((resolve, reject) => {
-    let head: Extract<CallEvent<unknown>, { kind: 'head' }> | undefined;
-    let body: Readable | undefined;
-    let subscription: Subscription | undefined;
-    const onClientGone = () => {
-      if (exchange.raw.writableFinished) return;
-      subscription?.unsubscribe();
-      body?.destroy();
-      reject(new ClientClosedError());
-    };
-    exchange.raw.once('close', onClientGone);
-    const stopListening = () => exchange.raw.removeListener('close', onClientGone);
-    const startStream = () => {
-      stopListening();
-      body = new Readable({ read() {} });
-      body.once('close', () => subscription?.unsubscribe());
-      for (const [name, value] of Object.entries({
-        'cache-control': 'no-cache',
-        'x-accel-buffering': 'no',
-        ...head!.head.headers,
-      })) {
-        exchange.setHeader(name, value);
-      }
-      exchange.stream(body, head!.head.contentType);
-      resolve();
-    };
-    subscription = events.subscribe({
-      next(event) {
-        if (event.kind === 'value') {
-          stopListening();
-          try {
-            sendValue(exchange, event.value);
-            resolve();
-          } catch (error) {
-            reject(error);
-          }
-        } else if (event.kind === 'head') {
-          head = event;
-        } else {
-          if (!body && head) startStream();
-          body?.push(event.chunk);
-        }
-      },
-      error(error: unknown) {
-        stopListening();
-        if (!body) return reject(error);
-        if (head?.formatError) {
-          body.push(head.formatError(error));
-          body.push(null);
-        } else {
-          exchange.raw.destroy();
-          body.destroy();
-        }
-      },
-      complete() {
-        stopListening();
-        if (!body && head) startStream();
-        body?.push(null);
-        resolve();
-      },
-    });
+    new ExchangeSink(exchange, resolve, reject).listen(events);
   });
+}
+
+/** Answers through a server framework's `Exchange`, settling `serve`'s promise once the answer is handed over. */
+class ExchangeSink extends NodeResponseSink<unknown> {
+  constructor(
+    private readonly exchange: Exchange,
+    private readonly resolve: () => void,
+    private readonly reject: (error: unknown) => void,
+  ) {
+    super(exchange.raw);
+  }
+
+  protected answer(value: unknown): void {
+    this.stopWatching();
+    try {
+      sendValue(this.exchange, value);
+      this.resolve();
+    } catch (error) {
+      this.reject(error);
+    }
+  }
+
+  protected sendStream(body: Readable, head: StreamHead, headers: Record<string, string>): void {
+    for (const [name, value] of Object.entries(headers)) this.exchange.setHeader(name, value);
+    this.exchange.stream(body, head.contentType);
+    this.resolve();
+  }
+
+  protected fail(error: unknown): void {
+    this.stopWatching();
+    this.reject(error);
+  }
+
+  protected override completedEmpty(): void {
+    this.stopWatching();
+    this.resolve();
+  }
 }

@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { inspect } from 'node:util';
-import { ConfigError, helpText, parseGatewayConfig } from '../config/gateway-config.js';
+import { ConfigError, helpText, parseGatewayConfig } from './gateway-config.js';
 import { UpstreamsFileError, parseUpstreamsFile, readUpstreamsFile, type UpstreamsFile } from './upstreams-file.js';
 
 // Keys of no provider's shape: only the gateway's own care keeps them out of what it says.

@@ -1,4 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
+import { UpstreamStreamError } from '../apis/errors.js';
+import type { StreamFormat } from '../apis/formats.js';
 import { SseScan } from './sse-scan.js';
 
 const openaiChunk = (content: string, usage: 'null' | 'absent' = 'absent') =>
@@ -230,5 +232,41 @@ describe('SseScan: whole lines for redaction', () => {
     expect(out.reduce((sum, piece) => sum + piece.length, 0)).toBe(0);
     out.push(...[scan.feed(pieces[pieces.length - 1])].flat());
     expect(Buffer.concat(out).toString()).toBe(line);
+  });
+});
+
+/** Feeds the chunks as they are; what came through, and how the stream ended (see `SseScan.failure`). */
+function ended(chunks: string[], format: StreamFormat): { out: string; error?: UpstreamStreamError } {
+  const scan = new SseScan(format, false, false);
+  const out = chunks.map((chunk) => [scan.feed(Buffer.from(chunk))].flat()).flat();
+  const rest = scan.end();
+  if (rest) out.push(rest);
+  return { out: Buffer.concat(out).toString(), error: scan.failure(true) };
+}
+
+const event = (name: string, data: object) => `event: ${name}\ndata: ${JSON.stringify({ type: name, ...data })}\n\n`;
+
+describe('SseScan: how a stream ends', () => {
+  it('a Responses API stream ends with response.completed (or response.incomplete); no [DONE] follows', () => {
+    const head = [event('response.created', {}), event('response.output_text.delta', { delta: 'hi' })];
+    expect(ended([...head, event('response.completed', {})], 'responses').error).toBeUndefined();
+    expect(ended([...head, event('response.incomplete', {})], 'responses').error).toBeUndefined();
+    const cut = ended(head, 'responses');
+    expect(cut.error).toBeInstanceOf(UpstreamStreamError);
+    expect(cut.error!.delivered).toBe(false);
+    const failed = ended([...head, event('response.failed', {})], 'responses');
+    expect(failed.error!.delivered).toBe(true);
+  });
+
+  it('passes the bytes through unchanged, and keeps the error event it saw', () => {
+    const chunks = [
+      'data: {"index":0,"content":"a","stop":false}\n\n',
+      'data: {"error":{"code":400,"message":"too long","type":"exceed_context_size_error"}}\n\n',
+    ];
+    const { out, error } = ended(chunks, 'llama');
+    expect(out).toBe(chunks.join(''));
+    expect(error).toBeInstanceOf(UpstreamStreamError);
+    expect(error!.delivered).toBe(true);
+    expect(error!.event).toEqual({ error: { code: 400, message: 'too long', type: 'exceed_context_size_error' } });
   });
 });

@@ -1,7 +1,8 @@
 import { ConfigError } from '../common/config-error.js';
-import { PriceTable, parsePrice, type ModelPrice } from './prices.js';
+import type { FlagSpec } from './flag-values.js';
+import { checkKeys } from './keys-file.js';
+import { parsePrice, readPricesFile, type ModelPrice } from './prices-file.js';
 import { parseSpendCap, type SpendCap } from './spend-cap.js';
-import { VirtualKeys } from './virtual-keys.js';
 
 /** Virtual keys, rate limits, spend caps and the request log, from flags and environment. */
 export interface BudgetConfig {
@@ -14,8 +15,10 @@ export interface BudgetConfig {
   /** Provider tokens one key may use per rate window (same default rule). */
   tokensPerWindow?: number;
   rateWindowMs: number;
-  /** The operator's prices, on top of the catalogue. */
+  /** The operator's prices file, on top of the catalogue. */
   pricesFile?: string;
+  /** Its table, read at start. */
+  prices?: Readonly<Record<string, ModelPrice>>;
   /** The price of a model neither the prices file nor the catalogue knows (undefined: such a model has none). */
   defaultPrice?: ModelPrice;
   /** Output tokens reserved under a spend cap for a request that does not bound its answer. */
@@ -29,13 +32,6 @@ export interface BudgetConfig {
   requestLog?: string;
   requestLogMaxBytes: number;
   requestLogFiles: number;
-}
-
-interface FlagSpec {
-  env?: string;
-  help: string;
-  value?: string;
-  boolean?: boolean;
 }
 
 /** The budget flags, listed in `--help` with the gateway's others. */
@@ -132,14 +128,15 @@ export function parseBudgetConfig(
   const defaultPriceText = raw('default-price');
   // Checked now so that a bad file stops start-up with a line naming the problem.
   try {
-    if (keysFile !== undefined || keysJson !== undefined) VirtualKeys.check({ file: keysFile, json: keysJson });
+    if (keysFile !== undefined || keysJson !== undefined) checkKeys({ file: keysFile, json: keysJson });
   } catch (error) {
     throw new ConfigError(
       `${keysFile === undefined ? 'ORCHESTRATOR_KEYS' : '--keys-file'}: ${(error as Error).message}`,
     );
   }
+  let prices: Record<string, ModelPrice> | undefined;
   try {
-    if (pricesFile !== undefined) PriceTable.readFile(pricesFile);
+    prices = pricesFile === undefined ? undefined : readPricesFile(pricesFile);
   } catch (error) {
     throw new ConfigError((error as Error).message);
   }
@@ -156,6 +153,7 @@ export function parseBudgetConfig(
     tokensPerWindow: count('tokens-per-minute', undefined, 1),
     rateWindowMs: Math.round(window * 1000),
     pricesFile,
+    prices,
     defaultPrice,
     reserveOutputTokens: count('reserve-output-tokens', 4096, 1)!,
     maxSpend: maxSpend === undefined ? undefined : parseSpendCap(maxSpend, '--max-spend'),

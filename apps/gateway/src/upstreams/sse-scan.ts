@@ -1,11 +1,13 @@
+import { UpstreamStreamError } from '../apis/errors.js';
+import { API_FORMATS, ERROR_MARKERS, type ApiFormat, type StreamFormat } from '../apis/formats.js';
+import { isUsageChunk, mergeUsage, usageOfEvent } from '../apis/usage.js';
 import type { Usage } from '../budgets/prices.js';
-import { isUsageChunk, mergeUsage, usageOfEvent } from '../budgets/usage.js';
-import type { StreamFormat } from '../upstreams/stream-end.js';
 
 /**
  * Reads a relayed SSE stream as bytes, on its way to the clients: whether it
  * ended with its API's end marker, whether the provider sent an error event in
- * it, and the usage it reports. Almost every chunk of a long stream holds none
+ * it, and the usage it reports, as the API's table says them (`API_FORMATS`).
+ * Almost every chunk of a long stream holds none
  * of these: it is recognised as such by one search and passed on as the very
  * Buffer that arrived, never decoded, split or re-encoded. Only a line that
  * holds a marker is decoded, and only its JSON is parsed.
@@ -36,8 +38,12 @@ export class SseScan {
   private partial: Buffer[] | undefined;
   private partialBytes = 0;
   private eventName: string | undefined;
+  /** The format's table (undefined: a format the route does not fix, only relayed). */
+  private readonly api: ApiFormat | undefined;
   /** What may hold something to read: any marker of the format, an error, a usage object (see `markedFrom`). */
   private readonly markers: RegExp | undefined;
+  /** The format's markers a data line may hold (its end and error types), searched before parsing the line. */
+  private readonly dataMarkers: readonly Buffer[];
   // llama.cpp's native streams: each prompt (`index`) ends with `"stop":true`.
   private readonly unfinished = new Set<number>();
   private llamaStopped = false;
@@ -55,7 +61,20 @@ export class SseScan {
     wholeLines = false,
   ) {
     this.whole = stripUsage || wholeLines;
+    this.api = format === false ? undefined : API_FORMATS[format];
     this.markers = format === false ? undefined : MARKER_PATTERNS[format][readUsage ? 1 : 0];
+    this.dataMarkers = format === false ? [] : DATA_MARKERS[format];
+  }
+
+  /**
+   * How the stream failed, once it ended (`ended`) or while it runs: an error event came, or it ended before its end
+   * marker; undefined while it is sound (or when its format is not checked).
+   */
+  failure(ended: boolean): UpstreamStreamError | undefined {
+    if (this.verdict === 'error')
+      return new UpstreamStreamError('The provider sent an error in the stream.', true, this.errorEvent);
+    if (!ended || this.format === false || this.verdict === 'end') return undefined;
+    return new UpstreamStreamError('The provider ended the stream before its end marker.', false);
   }
 
   /**
@@ -163,9 +182,10 @@ export class SseScan {
    */
   private markedFrom(data: Buffer): number {
     // An error event's name came: the rest of that event is read, whatever it holds.
-    if (this.format === 'llama' || (this.verdict === 'error' && !this.errorRead)) return 0;
+    const api = this.api!;
+    if (api.stopPerPrompt || (this.verdict === 'error' && !this.errorRead)) return 0;
     let from = 0;
-    if (this.format === 'openai') {
+    if (api.saysAllAtEnd) {
       from = startOfLastLines(data, TAIL_LINES);
       if (data.indexOf(DONE, Math.max(from, data.length - DONE_TAIL)) >= 0) return from;
     }
@@ -184,20 +204,16 @@ export class SseScan {
       const name = data.toString('utf8', start + EVENT.length, end).trim();
       this.eventName = name;
       // An `event: error` is an error whatever its data says (an OpenAI chat stream has no other named events).
-      if (name === 'error') this.verdict = 'error';
-      if (this.format === 'anthropic') {
-        if (name === 'error') this.verdict = 'error';
-        else if (name === 'message_stop') this.verdict ??= 'end';
-      } else if (this.format === 'responses') {
-        if (name === 'error' || name === 'response.failed') this.verdict = 'error';
-        else if (name === 'response.completed' || name === 'response.incomplete') this.verdict ??= 'end';
-      }
+      const api = this.api!;
+      if (name === 'error' || api.errorEvents.includes(name)) this.verdict = 'error';
+      else if (api.endEvents.includes(name)) this.verdict ??= 'end';
       return true;
     }
     if (!startsWith(data, start, DATA)) return true;
     let from = start + DATA.length;
     if (data[from] === 0x20) from++;
-    if (this.format === 'openai' && end - from === DONE.length && startsWith(data, from, DONE)) {
+    const api = this.api!;
+    if (api.endData !== undefined && end - from === DONE.length && startsWith(data, from, DONE)) {
       this.verdict ??= 'end';
       return true;
     }
@@ -206,11 +222,8 @@ export class SseScan {
     const payload = data.subarray(from, end);
     const errorLike = payload.indexOf(ERROR) >= 0;
     const usageLike = this.readUsage && USAGE.some((marker) => payload.indexOf(marker) >= 0);
-    const endLike =
-      this.format !== 'openai' &&
-      this.format !== false &&
-      END_MARKERS[this.format].some((marker) => payload.indexOf(marker) >= 0);
-    if (!errorLike && !usageLike && !endLike && this.format !== 'llama') return true;
+    const endLike = this.dataMarkers.some((marker) => payload.indexOf(marker) >= 0);
+    if (!errorLike && !usageLike && !endLike && !api.stopPerPrompt) return true;
     let json: unknown;
     try {
       json = JSON.parse(payload.toString('utf8'));
@@ -226,14 +239,14 @@ export class SseScan {
       this.errorEvent = json;
       return true;
     }
-    if (this.format === 'responses') {
-      if (event.type === 'error' || event.type === 'response.failed') {
+    if (typeof event.type === 'string') {
+      if (api.errorTypes.includes(event.type)) {
         this.verdict = 'error';
         this.errorRead = true;
         this.errorEvent = json;
-      } else if (event.type === 'response.completed' || event.type === 'response.incomplete') this.verdict ??= 'end';
-    } else if (this.format === 'anthropic' && event.type === 'message_stop') this.verdict ??= 'end';
-    else if (this.format === 'llama') this.llamaChunk(event);
+      } else if (api.endTypes.includes(event.type)) this.verdict ??= 'end';
+    }
+    if (api.stopPerPrompt) this.promptChunk(event);
     if (this.readUsage) {
       const found = usageOfEvent(json);
       if (found) this.usage = mergeUsage(this.usage, found);
@@ -241,7 +254,7 @@ export class SseScan {
     return !(this.stripUsage && isUsageChunk(json));
   }
 
-  private llamaChunk(chunk: { index?: unknown; stop?: unknown }): void {
+  private promptChunk(chunk: { index?: unknown; stop?: unknown }): void {
     const index = typeof chunk.index === 'number' ? chunk.index : 0;
     if (chunk.stop === true) {
       this.unfinished.delete(index);
@@ -257,8 +270,9 @@ const EMPTY = Buffer.alloc(0);
 const CR = 0x0d;
 const EVENT = Buffer.from('event:');
 const DATA = Buffer.from('data:');
-const DONE = Buffer.from('[DONE]');
-const ERROR = Buffer.from('"error"');
+// The one `data:` end marker of the tables (OpenAI's), searched for in a chunk's tail (see `markedFrom`).
+const DONE = Buffer.from(API_FORMATS.openai.endData!);
+const ERROR = Buffer.from(ERROR_MARKERS[0]);
 /**
  * A line held for its end longer than this is passed on in pieces (a model's output, not an error event, is that
  * long): what a stream holds stays bounded.
@@ -273,16 +287,23 @@ const DONE_TAIL = 24;
  * more) with their blank lines, and a line cut at the chunk's end.
  */
 const TAIL_LINES = 7;
-const END_MARKERS: Record<StreamFormat, readonly Buffer[]> = {
-  // OpenAI's end marker is looked for in the tail only (see `markedFrom`).
-  openai: [],
-  responses: [Buffer.from('response.completed'), Buffer.from('response.incomplete'), Buffer.from('response.failed')],
-  anthropic: [Buffer.from('message_stop'), Buffer.from('event: error'), Buffer.from('event:error')],
-  llama: [],
+/**
+ * The names of each format's end and error events and types, as a line may hold them (a bare `error` is found as
+ * `"error"` or `event: error` instead). OpenAI's end marker is looked for in the tail only (see `markedFrom`).
+ */
+const DATA_MARKERS: Record<StreamFormat, readonly Buffer[]> = {
+  openai: dataMarkers('openai'),
+  responses: dataMarkers('responses'),
+  anthropic: dataMarkers('anthropic'),
+  llama: dataMarkers('llama'),
 };
 
-// Any format's `event: error` line (its data need not say "error").
-const EVENT_ERROR = [Buffer.from('event: error'), Buffer.from('event:error')];
+function dataMarkers(format: StreamFormat): readonly Buffer[] {
+  const { endEvents, errorEvents, endTypes, errorTypes } = API_FORMATS[format];
+  const names = new Set([...endEvents, ...errorEvents, ...endTypes, ...errorTypes]);
+  names.delete('error');
+  return [...names].map((name) => Buffer.from(name));
+}
 
 function startsWith(data: Buffer, at: number, prefix: Buffer): boolean {
   if (data.length - at < prefix.length) return false;
@@ -317,8 +338,8 @@ function markerPatterns(format: StreamFormat): readonly [RegExp, RegExp] {
 }
 
 function markerPattern(format: StreamFormat, readUsage: boolean): RegExp {
-  const literal = [...END_MARKERS[format], ERROR, ...EVENT_ERROR].map((marker) =>
-    marker.toString('latin1').replace(/[.*+?^${}()|[\]\\]/g, '\\$&'),
+  const literal = [...DATA_MARKERS[format].map((marker) => marker.toString('latin1')), ...ERROR_MARKERS].map((marker) =>
+    marker.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'),
   );
   if (readUsage) literal.push('"usage": ?\\{');
   return new RegExp(literal.join('|'));

@@ -1,21 +1,24 @@
 import { RawResponse } from 'nest-prompt-orchestrator';
 import { ChunkEvent, type CallEvent, type FlowControl } from 'nest-prompt-orchestrator/internal';
+import { TextDecoder } from 'node:util';
 import type { Subscriber } from 'rxjs';
 import type { Dispatcher } from 'undici';
-import type { Usage } from '../budgets/prices.js';
-import { usageOfJson } from '../budgets/usage.js';
-import { redactor } from '../common/redaction.js';
-import type { ClientApi } from '../providers/provider.js';
-import { UpstreamStreamError, type StreamFormat } from '../upstreams/stream-end.js';
 import {
   MAX_ERROR_BODY,
   UpstreamHttpError,
   UpstreamProtocolError,
   looksLikeJson,
   startsWithErrorField,
-} from '../upstreams/upstream-client.js';
+} from '../apis/errors.js';
+import { mayHoldError, type StreamFormat } from '../apis/formats.js';
+import { usageOfJson } from '../apis/usage.js';
+import type { Usage } from '../budgets/prices.js';
+import type { ClientApi } from '../common/apis.js';
+import { Interned } from '../common/interned.js';
+import { redactor } from '../common/redaction.js';
+import type { Translation } from '../providers/provider.js';
+import { StreamTranslation, type SseTranslator } from '../translate/sse.js';
 import { SseScan } from './sse-scan.js';
-import { Interned } from './interned.js';
 
 // A stream is read ahead of its fastest caller by at most about this much (plus one socket read).
 const HIGH_WATER = 256 * 1024;
@@ -25,7 +28,7 @@ const EVENT_STREAM = /^text\/event-stream\b/i;
 const CONTENT_TYPES = new Interned(64);
 const SSE_TYPE = 'text/event-stream; charset=utf-8';
 
-/** What one pass-through upstream call needs to know beyond its request. */
+/** What one upstream call needs to know beyond its request. */
 export interface ExchangeOptions {
   /** The API the provider answers in on this route: the format of its errors. */
   api: ClientApi;
@@ -41,6 +44,10 @@ export interface ExchangeOptions {
   presentedKey: string | undefined;
   /** The last event a stream that broke after it started sends its callers (see `StreamedResponse.formatError`). */
   formatError: (error: unknown) => string;
+  /** The route's client API is not the provider's: the answer (or each event of a stream) is translated back. */
+  translation?: Translation;
+  /** The client's request, as a translated stream's translator reads it (e.g. whether it asked for usage). */
+  clientBody?: Record<string, unknown>;
 }
 
 /** What the request that made an exchange is told of it (the request implements these: nothing is made per call). */
@@ -61,13 +68,18 @@ export interface ExchangeHooks {
 }
 
 /**
- * One pass-through call to the provider, as an undici dispatch handler: the
- * response's bytes go straight from undici's socket reads into call events,
- * with no Readable, no promise and no text decoding in between. A JSON answer
- * becomes one `RawResponse` (its status and Content-Type kept); an event
- * stream becomes a head and the very Buffers that arrived, read on the way by
- * `SseScan`. The head carries the call's flow control: the callers' writers
- * pause the upstream socket while every one of them is slow to read.
+ * One call to the provider, passed through or translated, as an undici
+ * dispatch handler: the response's bytes go straight from undici's socket
+ * reads into call events, with no Readable, no promise and no text decoding in
+ * between. A JSON answer becomes one `RawResponse` (its status and
+ * Content-Type kept); an event stream becomes a head and the very Buffers that
+ * arrived, read on the way by `SseScan`. The head carries the call's flow
+ * control: the callers' writers pause the upstream socket while every one of
+ * them is slow to read.
+ *
+ * A translated route's answer is read the same way (its errors, its usage), then
+ * translated: a JSON answer whole, a stream event by event as its text arrives
+ * (the translator decides how it ends).
  */
 export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl {
   private controller?: Dispatcher.DispatchController;
@@ -78,6 +90,9 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
   private parts: Buffer[] = [];
   private size = 0;
   private scan?: SseScan;
+  /** A translated stream's translator and decoder (its events are text to it). */
+  private translating?: StreamTranslation;
+  private decoder?: TextDecoder;
   private cancelled = false;
   private unsent: Buffer[] = [];
   private unsentBytes = 0;
@@ -128,6 +143,8 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
   cancel(): void {
     if (this.mode === 'done' || this.cancelled) return;
     this.cancelled = true;
+    // A translated stream counts what it used so far when its callers leave.
+    if (this.mode === 'stream' && this.translating) void this.hooks.onUpstreamUsage(this.scan!.usage);
     this.controller?.abort(ABORTED);
   }
 
@@ -154,7 +171,8 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     }
     if (this.contentType !== undefined && EVENT_STREAM.test(this.contentType)) {
       this.mode = 'stream';
-      const { streamEnd, readUsage, stripUsage } = this.options;
+      const { streamEnd, readUsage, stripUsage, translation } = this.options;
+      if (translation?.stream) return this.startTranslation(translation.stream(this.options.clientBody ?? {}));
       // Whole lines: a key the provider quotes is never cut across two pieces, each searched on its own.
       this.scan = new SseScan(streamEnd, readUsage, stripUsage, true);
       this.subscriber.next({
@@ -210,6 +228,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     // A 2xx whose body is an error object (llama-server sends some failures so) is relayed as the error it is.
     if (startsWithErrorField(bytes))
       return this.subscriber.error(new UpstreamHttpError(status, bytes, this.contentType, this.options.api));
+    if (this.options.translation) return this.translateAnswer(bytes, this.options.translation);
     this.hooks.onUpstreamBody(bytes);
     const answer = new RawResponse(
       bytes,
@@ -225,6 +244,47 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
   private answer(answer: RawResponse): void {
     this.subscriber.next({ kind: 'value', value: answer });
     this.subscriber.complete();
+  }
+
+  /**
+   * A translated route's JSON answer: its usage counted (an error status is no answer to count: the hold is let go
+   * when the call ends), then translated for the client.
+   */
+  private translateAnswer(bytes: Buffer, translation: Translation): void {
+    const counted =
+      this.status < 300
+        ? this.hooks.onUpstreamUsage(this.options.readUsage ? usageOfJson(bytes) : undefined)
+        : undefined;
+    const translate = () => {
+      let answer: RawResponse;
+      try {
+        let json: unknown;
+        try {
+          json = JSON.parse(bytes.toString('utf8'));
+        } catch {
+          json = undefined;
+        }
+        if (typeof json !== 'object' || json === null)
+          throw new UpstreamProtocolError('The provider sent a body that is not a JSON object.');
+        // The provider's own answer, before translation (e.g. its id and model on the call's span).
+        this.hooks.onUpstreamBody(bytes);
+        answer = new RawResponse(Buffer.from(JSON.stringify(translation.response(json as Record<string, unknown>))));
+      } catch (error) {
+        return this.subscriber.error(error);
+      }
+      this.answer(answer);
+    };
+    if (counted) void counted.then(translate);
+    else translate();
+  }
+
+  /** A translated stream: its head is the client's event stream; the translator's text goes on as it comes. */
+  private startTranslation(translator: SseTranslator): void {
+    this.translating = new StreamTranslation(translator);
+    this.decoder = new TextDecoder();
+    // Read for its usage only: how a translated stream ends is the translator's to say.
+    this.scan = new SseScan(this.options.api, this.options.readUsage, false);
+    this.subscriber.next({ kind: 'head', head: { contentType: SSE_TYPE }, formatError: this.options.formatError });
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
@@ -247,6 +307,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
   };
 
   private streamed(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.translating) return this.translateChunk(controller, chunk, this.translating);
     const scan = this.scan!;
     const out = scan.feed(chunk);
     if (Array.isArray(out)) for (const piece of out) this.pass(piece);
@@ -258,10 +319,37 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
       void this.hooks.onUpstreamUsage(scan.usage);
       this.cancelled = true;
       controller.abort(ABORTED);
-      this.subscriber.error(
-        new UpstreamStreamError('The provider sent an error in the stream.', true, scan.errorEvent),
-      );
+      this.subscriber.error(scan.failure(false));
     }
+  }
+
+  /** A read of a translated stream: its usage read, its text translated and passed on. */
+  private translateChunk(controller: Dispatcher.DispatchController, chunk: Buffer, translating: StreamTranslation) {
+    const scan = this.scan!;
+    scan.feed(chunk);
+    let text: string;
+    try {
+      text = translating.feed(this.decoder!.decode(chunk, { stream: true }));
+    } catch (error) {
+      this.mode = 'done';
+      void this.hooks.onUpstreamUsage(scan.usage);
+      this.cancelled = true;
+      controller.abort(ABORTED);
+      return this.subscriber.error(error);
+    }
+    this.passText(text);
+  }
+
+  /**
+   * Translated text, on to the callers. An error event (the translator relays the provider's) may quote a key as an
+   * error body does: it is redacted; ordinary text only of the provider's keys (see `pass`).
+   */
+  private passText(text: string): void {
+    if (text.length === 0) return;
+    const presented = this.options.presentedKey;
+    if (mayHoldError(text)) text = redactor.json(text, [presented]);
+    else if (redactor.mayQuote(text, presented)) text = redactor.json(text, [presented], false);
+    this.subscriber.next(new ChunkEvent(text));
   }
 
   /** Bytes of the stream, on to the callers. */
@@ -281,14 +369,26 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     this.mode = 'done';
     const scan = this.scan!;
     const rest = scan.end();
+    if (this.translating) return this.finishTranslation(this.translating);
     if (rest && rest.length > 0) this.pass(rest);
     void this.hooks.onUpstreamUsage(scan.usage);
-    if (this.options.streamEnd === false || scan.verdict === 'end') return this.subscriber.complete();
-    if (scan.verdict === 'error')
-      return this.subscriber.error(
-        new UpstreamStreamError('The provider sent an error in the stream.', true, scan.errorEvent),
-      );
-    this.subscriber.error(new UpstreamStreamError('The provider ended the stream before its end marker.', false));
+    const failure = scan.failure(true);
+    if (failure) this.subscriber.error(failure);
+    else this.subscriber.complete();
+  }
+
+  /** A translated stream ended: its translator says whether it was whole (an error if not) and what comes last. */
+  private finishTranslation(translating: StreamTranslation): void {
+    void this.hooks.onUpstreamUsage(this.scan!.usage);
+    try {
+      this.passText(translating.feed(this.decoder!.decode()));
+    } catch (error) {
+      return this.subscriber.error(error);
+    }
+    const end = translating.end();
+    if (end instanceof Error) return this.subscriber.error(end);
+    this.passText(end);
+    this.subscriber.complete();
   }
 
   private finishError(): void {
@@ -307,7 +407,8 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
    */
   private flow(): void {
     const controller = this.controller;
-    if (!controller || this.mode !== 'stream') return;
+    // A translated stream's text is not the bytes its callers count: it is not held back (nor was it ever).
+    if (!controller || this.mode !== 'stream' || this.translating) return;
     const behind = this.emitted - this.fastest;
     if (this.readers > 0 && behind > HIGH_WATER) {
       if (!controller.paused) controller.pause();
