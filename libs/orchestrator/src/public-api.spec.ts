@@ -246,7 +246,6 @@ describe('the public API', () => {
     for (const leaked of [
       'dedupKey',
       'hashIdentity',
-      'DEFAULT_ERROR_CODEC',
       'openAIErrorBody',
       'startLocalCall',
       'startCall',
