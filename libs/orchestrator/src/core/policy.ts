@@ -9,8 +9,7 @@ import { RETRY_FIELDS, type RetryOptions } from './retry/retry.options.js';
 import type { RetryPolicy } from './retry/retry.policy.js';
 import { TIMEOUT_FIELDS, type TimeoutOptions } from './timeout/timeout.options.js';
 import type { TimeLimits } from './timeout/time-limits.js';
-import type { FailoverPlan } from './upstreams/failover-call.js';
-import type { Upstream } from './upstreams/upstream-pool.js';
+import type { Upstream, UpstreamPool } from './upstreams/upstream-pool.js';
 
 /** What one route, class or `run` call asks for; `false` turns a capability off. */
 export interface OrchestrateOptions {
@@ -60,6 +59,33 @@ export interface RoutePolicy {
   readonly upstream?: Upstream;
   /** Several upstreams: each call goes to one of them, failing over before its first byte (breaker and limiter are theirs). */
   readonly failover?: FailoverPlan;
+}
+
+/**
+ * How a policy spreads its calls over a pool of upstreams: the pool, and the policy of an attempt on each member,
+ * made when a call first goes there (members may come and go: see `UpstreamPool.add`).
+ */
+export interface FailoverPlan {
+  readonly pool: UpstreamPool;
+  /** What each member's policy is made of: the route's settings, the retries a sole member keeps, a slot or not. */
+  readonly template: MemberTemplate;
+  /** The policy of an attempt on `upstream`; `sole`: the only member the call can go to in this pool. */
+  policyOf(upstream: Upstream, sole: boolean): RoutePolicy;
+  /**
+   * Other pools, tried in turn once every upstream of this one failed before its first byte with an error its pool
+   * fails over on (see `withFallbacks`). Their own `fallbacks` are not followed: the chain is this one list.
+   */
+  readonly fallbacks?: readonly FailoverPlan[];
+}
+
+/** A route's settings as an attempt on any member of a pool takes them. */
+export interface MemberTemplate {
+  /** Everything but where the call goes (no breaker, limiter, upstream, retries or plan of its own). */
+  readonly base: RoutePolicy;
+  /** Whether an attempt takes a slot of its member's limiter. */
+  readonly limited: boolean;
+  /** The retries of an attempt on the only member the call can go to (failing over is the retry otherwise). */
+  readonly retry?: RoutePolicy['retry'];
 }
 
 type Shorthand<O> = boolean | number | string | O | undefined;

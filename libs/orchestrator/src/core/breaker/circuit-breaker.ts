@@ -6,8 +6,9 @@ import type { BreakerCoordinator, SharedBreakerState } from '../cluster/coordina
 import { FailureAttribution, type CallSource } from './failure-attribution.js';
 import { COUNTED_EVENTS, IdleRotation } from './idle-rotation.js';
 import type { BREAKER_FIELDS, BreakerOptions, FAILURE_RATE_FIELDS, FailureRateOptions } from './breaker.options.js';
+import type { BreakerState } from './breaker-state.js';
 
-export type BreakerState = 'closed' | 'open' | 'half_open';
+export type { BreakerState } from './breaker-state.js';
 
 /** A breaker's settings with every default applied (see `BreakerOptions` for each field). */
 export type CircuitBreakerOptions = Omit<

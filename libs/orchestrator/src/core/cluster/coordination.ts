@@ -1,5 +1,5 @@
 import type { Observable } from 'rxjs';
-import type { BreakerState } from '../breaker/circuit-breaker.js';
+import type { BreakerState } from '../breaker/breaker-state.js';
 import { OrchestratorError, isOrchestratorError, type OrchestratorErrorCode } from '../errors.js';
 import type { CallEvent } from '../events.js';
 

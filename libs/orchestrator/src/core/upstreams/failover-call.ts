@@ -3,35 +3,11 @@ import { guardedCall, type CallWork, type GuardedCallOptions } from '../call.js'
 import { CircuitOpenError, NoUpstreamAvailableError } from '../errors.js';
 import type { CallEvent } from '../events.js';
 import type { ObserverHub } from '../observer.js';
-import type { RoutePolicy } from '../policy.js';
+import type { FailoverPlan, MemberTemplate, RoutePolicy } from '../policy.js';
 import type { Upstream, UpstreamPool } from './upstream-pool.js';
 
-/**
- * How a policy spreads its calls over a pool of upstreams: the pool, and the policy of an attempt on each member,
- * made when a call first goes there (members may come and go: see `UpstreamPool.add`).
- */
-export interface FailoverPlan {
-  readonly pool: UpstreamPool;
-  /** What each member's policy is made of: the route's settings, the retries a sole member keeps, a slot or not. */
-  readonly template: MemberTemplate;
-  /** The policy of an attempt on `upstream`; `sole`: the only member the call can go to in this pool. */
-  policyOf(upstream: Upstream, sole: boolean): RoutePolicy;
-  /**
-   * Other pools, tried in turn once every upstream of this one failed before its first byte with an error its pool
-   * fails over on (see `withFallbacks`). Their own `fallbacks` are not followed: the chain is this one list.
-   */
-  readonly fallbacks?: readonly FailoverPlan[];
-}
-
-/** A route's settings as an attempt on any member of a pool takes them. */
-export interface MemberTemplate {
-  /** Everything but where the call goes (no breaker, limiter, upstream, retries or plan of its own). */
-  readonly base: RoutePolicy;
-  /** Whether an attempt takes a slot of its member's limiter. */
-  readonly limited: boolean;
-  /** The retries of an attempt on the only member the call can go to (failing over is the retry otherwise). */
-  readonly retry?: RoutePolicy['retry'];
-}
+// The plan types live beside `RoutePolicy` (they refer to each other), so the policy need not import this module.
+export type { FailoverPlan, MemberTemplate } from '../policy.js';
 
 /** The plan of a policy over `pool`: each member's policy made once, on the first call that goes there. */
 export function planOver(pool: UpstreamPool, template: MemberTemplate): FailoverPlan {
