@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,6 +10,7 @@ import { sseData, uniquePrompt } from '../support/gateway-harness.js';
 import { ensureBuilt, startGatewayProcess, type AppProcess } from '../support/gateway-process.js';
 import { parseMetrics, valueOf } from '../support/metrics-text.js';
 import { GatedUpstream } from '../support/gated-upstream.js';
+import { isRunning } from '../support/children.js';
 import { Gate } from '../support/platforms.js';
 import { redisServerMissing, startOwnedRedis, type OwnedRedis } from '../support/redis-server.js';
 import { createClient } from '@keyv/redis';
@@ -181,16 +182,6 @@ function alive(pid: number): boolean {
   }
 }
 
-/** Whether `pid` is a process still running (not gone, nor a zombie waiting to be reaped). */
-function running(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
-  } catch {
-    return false;
-  }
-}
-
 describe('--workers: what crosses between the workers and their primary', () => {
   it("the leader's span goes with its claim: a worker that follows it is told, so its requests link to the leader", () => {
     const inbox = (id: number) => {
@@ -300,7 +291,7 @@ describe('--workers 2 without --redis: one gateway on one port', () => {
     await Promise.all(gateways.splice(0).map((gateway) => gateway.stop()));
     await until(
       'the workers to exit after their primary',
-      async () => workers.filter(running),
+      async () => workers.filter(isRunning),
       (left) => left.length === 0,
       60_000,
     );

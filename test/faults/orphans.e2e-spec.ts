@@ -2,7 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { execFileOwned } from '../support/children.js';
+import { execFileOwned, isRunning } from '../support/children.js';
 import { ROOT } from '../support/gateway-process.js';
 
 /**
@@ -10,16 +10,6 @@ import { ROOT } from '../support/gateway-process.js';
  * own (as `npm test` runs Jest, with --forceExit), starts a Redis server, a gateway process and a gateway that never
  * says it listens, then times out. Once that Jest has exited, none of the three runs.
  */
-
-/** Running, as opposed to gone or a zombie waiting to be reaped. */
-function running(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
-  } catch {
-    return false;
-  }
-}
 
 describe('processes started by a suite that times out', () => {
   it('are all killed', async () => {
@@ -51,7 +41,7 @@ describe('processes started by a suite that times out', () => {
       expect(run.output).toMatch(/Exceeded timeout of 1000 ms/);
       const pids = JSON.parse(readFileSync(pidFile, 'utf8')) as Record<'gateway' | 'redis' | 'starting', number>;
       expect(Object.values(pids).every((pid) => Number.isInteger(pid) && pid > 0)).toBe(true);
-      const left = Object.entries(pids).filter(([, pid]) => running(pid));
+      const left = Object.entries(pids).filter(([, pid]) => isRunning(pid));
       expect(left).toEqual([]);
     } finally {
       rmSync(dir, { recursive: true, force: true });

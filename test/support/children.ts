@@ -1,4 +1,5 @@
 import { execFile, type ChildProcess, type ExecFileOptions } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 
 /**
@@ -48,4 +49,14 @@ export function execFileOwned(
   const pending = promisify(execFile)(file, args, { ...options, encoding: 'utf8' });
   ownChild(pending.child, file);
   return pending;
+}
+
+/** Whether `pid` is a process still running (Linux /proc): not gone, nor a zombie waiting to be reaped. */
+export function isRunning(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return false;
+  }
 }
