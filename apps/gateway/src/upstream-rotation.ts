@@ -13,7 +13,7 @@ import {
   urlFor,
   type UpstreamTarget,
 } from './upstreams/upstream-set.js';
-import type { UpstreamsFile } from './upstreams/upstreams-file.js';
+import type { UpstreamsFile } from './config/upstreams-file.js';
 
 /**
  * The gateway's pool of upstreams, kept in rotation by health checks where the

@@ -1,5 +1,5 @@
 import { ApiError, invalidRequest } from '../common/api-error.js';
-import { Interned } from './interned.js';
+import { Interned } from '../common/interned.js';
 import { JsonSyntaxError, JsonTooDeepError, scanJson, type JsonSkeleton } from './json-skeleton.js';
 import type { ProxiedCall } from './proxied-call.js';
 

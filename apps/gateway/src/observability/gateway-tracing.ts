@@ -10,7 +10,7 @@ import type { Registry } from 'prom-client';
 import type { GatewayConfig, ProviderKind } from '../config/gateway-config.js';
 import type { GatewayRoute } from '../providers/provider.js';
 import { everyMember } from '../upstreams/upstream-set.js';
-import type { UpstreamsFile } from '../upstreams/upstreams-file.js';
+import type { UpstreamsFile } from '../config/upstreams-file.js';
 
 /** `gen_ai.provider.name` of each provider kind (the OpenTelemetry GenAI conventions' names where they have one). */
 const GEN_AI_PROVIDER: Record<ProviderKind, string> = { openai: 'openai', anthropic: 'anthropic', llama: 'llama.cpp' };

@@ -11,7 +11,7 @@ import {
   type UpstreamChanges,
   type UpstreamTarget,
 } from './upstream-set.js';
-import type { UpstreamsFile } from './upstreams-file.js';
+import type { UpstreamsFile } from '../config/upstreams-file.js';
 
 export interface LiveUpstreamsOptions {
   /** The orchestrator's pools, dynamic: members are added and removed there. */

@@ -6,7 +6,7 @@ import type { JsonSkeleton } from '../data-plane/json-skeleton.js';
 import type { RequestContext } from '../observability/request-context.js';
 import type { GatewayRoute } from '../providers/provider.js';
 import { UPSTREAM_POOL, attemptsNeedUpstream } from './upstream-set.js';
-import type { FallbackStep, UpstreamsFile } from './upstreams-file.js';
+import type { FallbackStep, UpstreamsFile } from '../config/upstreams-file.js';
 
 /**
  * The routes a fallback chain serves: OpenAI-compatible model calls whose body names its model at the top level, so

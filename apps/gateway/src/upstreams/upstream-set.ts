@@ -17,7 +17,7 @@ import {
   type UpstreamEntry,
   type UpstreamKey,
   type UpstreamsFile,
-} from './upstreams-file.js';
+} from '../config/upstreams-file.js';
 
 /** What the pool asks of the provider (a `Provider`): whether an error is the upstream's failure. */
 interface FailureJudge {

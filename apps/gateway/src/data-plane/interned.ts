@@ -1,2 +1,0 @@
-// Moved to common/ (the upstream exchange keeps content types with it too).
-export { Interned } from '../common/interned.js';
