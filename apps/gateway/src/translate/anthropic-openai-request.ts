@@ -66,7 +66,7 @@ export function anthropicRequestToOpenAI(body: Json): Json {
   return request;
 }
 
-/** Text of a string or of text blocks (Anthropic `system`, tool results). */
+/** Text of a string or of text blocks or parts (Anthropic `system`, tool results; OpenAI content). */
 function anthropicText(content: unknown, where: string): string {
   if (typeof content === 'string') return content;
   return requireArray(content, where)
@@ -304,18 +304,9 @@ export function openAIRequestToAnthropic(body: Json): Json {
   return request;
 }
 
+/** Text of an OpenAI message's content: a string, text parts, or nothing. */
 function openAIText(content: unknown, where: string): string {
-  if (typeof content === 'string') return content;
-  if (absent(content)) return '';
-  return requireArray(content, where)
-    .map((part, i) => {
-      if (isObject(part) && part.type === 'text' && typeof part.text === 'string') return part.text;
-      return untranslatable(
-        `${where}[${i}]`,
-        `of type "${String((part as Json | null)?.type)}" cannot be translated here; only text can.`,
-      );
-    })
-    .join('');
+  return absent(content) ? '' : anthropicText(content, where);
 }
 
 function openAIUserBlocks(content: unknown, where: string): Json[] {

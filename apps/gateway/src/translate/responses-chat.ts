@@ -1,6 +1,6 @@
 import type { EventSourceMessage } from 'eventsource-parser';
 import { API_FORMATS } from '../apis/formats.js';
-import { invalidRequest } from '../common/api-error.js';
+import { absent, isObject, untranslatable as refuse } from './anthropic-openai-common.js';
 import { sseEvent, type SseTranslator } from './sse.js';
 
 /**
@@ -15,18 +15,6 @@ import { sseEvent, type SseTranslator } from './sse.js';
  */
 
 type Json = Record<string, unknown>;
-
-function isObject(value: unknown): value is Json {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
-function absent(value: unknown): boolean {
-  return value === undefined || value === null;
-}
-
-function refuse(field: string, why: string): never {
-  throw invalidRequest(field, `${field} ${why}`);
-}
 
 const REQUEST_FIELDS = new Set([
   'model',
