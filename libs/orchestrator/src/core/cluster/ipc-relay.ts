@@ -207,9 +207,12 @@ export class IpcRelayHub<W extends { readonly id: number }> {
     }
     if (!flight.events) return { role: 'alone' };
     flight.followers.push({ worker, follower });
+    // A copy: node:cluster queues a message sent while a connection's handle is in flight by reference, and
+    // serializes it later; the live array would by then hold events that also follow as `event` messages.
+    const events = flight.events.slice();
     return flight.trace
-      ? { role: 'follow', flight: flight.id, events: flight.events, trace: flight.trace }
-      : { role: 'follow', flight: flight.id, events: flight.events };
+      ? { role: 'follow', flight: flight.id, events, trace: flight.trace }
+      : { role: 'follow', flight: flight.id, events };
   }
 
   receive(worker: W, message: ToHub): void {
