@@ -3,6 +3,7 @@ import { ResponseSink, type StartedCall, type StreamHeadEvent } from 'nest-promp
 import type { Subscription } from 'rxjs';
 import { usageOfJson } from '../budgets/usage.js';
 import { ApiError } from '../common/api-error.js';
+import { ownBytes } from '../common/buffers.js';
 import { drainBound, drainRequest, errorReply } from '../http/error-reply.js';
 import { serverTiming } from '../observability/request-context.js';
 import { learnUsage, noteOutcome, streamedUsage, unknownUsage } from './accounting.js';
@@ -21,8 +22,6 @@ const MAX_BEHIND_BYTES = 4 * 1024 * 1024;
 const MAX_BEHIND_UNHELD_BYTES = 32 * 1024 * 1024;
 /** The last chunks of a reused stream kept to read its usage from: the usage event, the end marker, and a line split across them. */
 const KEPT_LAST_CHUNKS = 3;
-/** A chunk that leaves no more than this unused of the memory it is a view of is queued as it is (see `writeChunk`). */
-const SPARSE_SLACK = 8 * 1024;
 /** How long a cut reader may take to read its error event before its socket is closed. */
 const CUT_GRACE_MS = 5_000;
 
@@ -155,12 +154,7 @@ export class Delivery extends ResponseSink<RawResponse> implements PendingReply 
     // is a view of the socket read it came in (64 KiB, however few bytes of it the chunk is): waiting, it would hold
     // all of that read, so what a slow reader holds would depend on how the provider's bytes were cut, not on how far
     // behind it is. It waits as a copy of its own size instead.
-    if (
-      response.writableLength > 0 &&
-      typeof chunk !== 'string' &&
-      chunk.buffer.byteLength > 2 * chunk.length + SPARSE_SLACK
-    )
-      chunk = Buffer.from(chunk);
+    if (response.writableLength > 0 && typeof chunk !== 'string') chunk = ownBytes(chunk);
     const ok = response.write(chunk);
     flow?.progress(this.received - response.writableLength);
     if (!ok && !this.slow) {

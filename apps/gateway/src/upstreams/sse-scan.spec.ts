@@ -270,3 +270,89 @@ describe('SseScan: how a stream ends', () => {
     expect(error!.event).toEqual({ error: { code: 400, message: 'too long', type: 'exceed_context_size_error' } });
   });
 });
+
+/** What a scan keeps of the line under way: the line's pieces while it is held, or the two ends of a long one. */
+function heldBytes(scan: SseScan): number {
+  const state = scan as unknown as { partial?: Buffer[]; long?: { headBytes: number; tailBytes: number } };
+  const partial = (state.partial ?? []).reduce((sum, piece) => sum + piece.length, 0);
+  return partial + (state.long ? state.long.headBytes + state.long.tailBytes : 0);
+}
+
+/** Feeds `text` in 64 KiB reads; the most the scan kept at once, and what it passed on. */
+function fedInReads(text: string, scan: SseScan): { most: number; out: string } {
+  const bytes = Buffer.from(text);
+  let most = 0;
+  const out: Buffer[] = [];
+  for (let at = 0; at < bytes.length; at += 64 * 1024) {
+    out.push(...[scan.feed(bytes.subarray(at, at + 64 * 1024))].flat());
+    most = Math.max(most, heldBytes(scan));
+  }
+  const rest = scan.end();
+  if (rest) out.push(rest);
+  return { most, out: Buffer.concat(out).toString() };
+}
+
+describe('SseScan: events longer than a line it holds', () => {
+  const MiB = 1024 * 1024;
+  // Escapes of every length where the long text is cut, and text that looks like JSON.
+  const text = (bytes: number) => 'é "quoted" \\ back\\slash \u2028 {"usage":{"fake":1}} \n'.repeat(bytes / 50);
+  const usage = '"usage":{"prompt_tokens":7,"completion_tokens":5,"total_tokens":12}';
+
+  it('an OpenAI event of 4 MB with its usage at the end: passed on as it came, usage read, at most ~400 KiB kept', () => {
+    for (const whole of [false, true]) {
+      const line = `data: {"id":"c","choices":[{"index":0,"delta":{"content":${JSON.stringify(text(4 * MiB))}}}],${usage}}\n\n`;
+      const scan = new SseScan('openai', true, false, whole);
+      const { most, out } = fedInReads(line + 'data: [DONE]\n\n', scan);
+      expect(out).toBe(line + 'data: [DONE]\n\n');
+      expect(scan.usage).toEqual({ input: 7, output: 5, cached: 0 });
+      expect(scan.verdict).toBe('end');
+      expect(most).toBeLessThan(400 * 1024);
+    }
+  });
+
+  it('the kept ends do not grow with the event: 16 MB keeps what 1 MB does', () => {
+    const kept = [1, 16].map((mb) => {
+      const line = `data: {"choices":[{"delta":{"content":"${'x'.repeat(mb * MiB)}"}}]}\n\n`;
+      return fedInReads(line, new SseScan('openai', true, false)).most;
+    });
+    expect(kept[1]).toBe(kept[0]);
+  });
+
+  it('a Responses API response.completed carrying 2 MB of output: the stream ends, and its usage is read', () => {
+    const completed = JSON.stringify({
+      type: 'response.completed',
+      response: {
+        id: 'r',
+        output: [{ type: 'message', content: [{ type: 'output_text', text: text(2 * MiB) }] }],
+        usage: { input_tokens: 3, output_tokens: 4 },
+      },
+    });
+    const scan = new SseScan('responses', true, false);
+    fedInReads(`event: response.completed\ndata: ${completed}\n\n`, scan);
+    expect(scan.verdict).toBe('end');
+    expect(scan.usage).toEqual({ input: 3, output: 4, cached: 0 });
+  });
+
+  it('llama.cpp: a last chunk of 1 MB still says stop and its token counts', () => {
+    const chunk = `data: {"index":0,"content":${JSON.stringify(text(MiB))},"stop":true,"tokens_evaluated":4,"tokens_predicted":6}\n\n`;
+    const scan = new SseScan('llama', true, false);
+    fedInReads(chunk, scan);
+    expect(scan.verdict).toBe('end');
+    expect(scan.usage).toEqual({ input: 4, output: 6, cached: 0 });
+  });
+
+  it('an error event longer than a line it holds is still an error, read to its end', () => {
+    const scan = new SseScan('openai', false, false);
+    fedInReads(`data: {"error":{"message":${JSON.stringify(text(MiB))},"code":500}}\n\n`, scan);
+    expect(scan.verdict).toBe('error');
+    expect(scan.errorRead).toBe(true);
+    expect(scan.errorEvent).toMatchObject({ error: { code: 500 } });
+  });
+
+  it('a stream that ends inside a long event is read by its ends too, and judged unfinished', () => {
+    const scan = new SseScan('openai', true, false);
+    fedInReads(`data: {"choices":[{"delta":{"content":"${'y'.repeat(MiB)}"}}],${usage}}`, scan);
+    expect(scan.usage).toEqual({ input: 7, output: 5, cached: 0 });
+    expect(scan.failure(true)?.message).toMatch(/before its end marker/);
+  });
+});

@@ -2,6 +2,7 @@ import { UpstreamStreamError } from '../apis/errors.js';
 import { API_FORMATS, ERROR_MARKERS, type ApiFormat, type StreamFormat } from '../apis/formats.js';
 import { isUsageChunk, mergeUsage, usageOfEvent } from '../apis/usage.js';
 import type { Usage } from '../budgets/prices.js';
+import { ownBytes } from '../common/buffers.js';
 
 /**
  * Reads a relayed SSE stream as bytes, on its way to the clients: whether it
@@ -49,8 +50,8 @@ export class SseScan {
   private llamaStopped = false;
   /** Lines are passed on whole (a line cut across chunks waits for its end): stripping, or redacting line by line. */
   private readonly whole: boolean;
-  /** Passing on the rest of a line too long to hold (see `MAX_HELD_LINE`). */
-  private overlong = false;
+  /** A line too long to hold (see `MAX_HELD_LINE`), passed on as it comes: its two ends, to read it by at its end. */
+  private long: LongLine | undefined;
 
   constructor(
     /** How the stream ends (`false`: a format the route does not fix, only relayed). */
@@ -84,30 +85,38 @@ export class SseScan {
    */
   feed(chunk: Buffer): Buffer | Buffer[] {
     if (this.format === false) return chunk;
-    if (this.overlong) {
-      // The rest of a line too long to hold is passed on as it comes; reading starts again after it.
+    const long = this.long;
+    if (long) {
+      // The rest of a line too long to hold is passed on as it comes, and the line read by its ends once it ends.
       const nl = chunk.indexOf(NL);
-      if (nl < 0) return chunk;
-      this.overlong = false;
+      if (nl < 0) {
+        long.add(chunk);
+        return chunk;
+      }
+      this.long = undefined;
+      const end = chunk.subarray(0, nl + 1);
+      long.add(end);
+      this.readLong(long);
       const rest = this.read(chunk.subarray(nl + 1));
-      return rest.length === 0 ? chunk.subarray(0, nl + 1) : [chunk.subarray(0, nl + 1), rest];
+      if (!this.whole) return chunk;
+      return rest.length === 0 ? end : [end, rest];
     }
     const partial = this.partial;
     if (partial === undefined) return this.read(chunk);
     const nl = chunk.indexOf(NL);
     if (nl < 0) {
       // Still the same line (longer than a socket read): kept until it ends, up to a bound (memory stays bounded).
-      // Each piece is kept as a copy of its own size: a line that comes in many small reads is neither joined again
-      // with every read nor kept as views that each hold a whole read.
+      // Its pieces are joined once, at its end, and none is kept as a small view that holds a whole read.
       const held = this.partialBytes + chunk.length;
-      if (this.whole && held > MAX_HELD_LINE) {
+      if (held > MAX_HELD_LINE) {
         this.partial = undefined;
         this.partialBytes = 0;
-        this.overlong = true;
+        this.long = new LongLine(partial, chunk);
+        if (!this.whole) return chunk;
         partial.push(chunk);
         return Buffer.concat(partial, held);
       }
-      partial.push(Buffer.from(chunk));
+      partial.push(ownBytes(chunk));
       this.partialBytes = held;
       return this.whole ? EMPTY : chunk;
     }
@@ -120,6 +129,11 @@ export class SseScan {
     const rest = this.read(chunk.subarray(nl + 1));
     if (!this.whole) return chunk;
     return first.length === 0 ? rest : rest.length === 0 ? first : [first, rest];
+  }
+
+  private readLong(long: LongLine): void {
+    const line = long.line();
+    this.line(line, 0, line.length);
   }
 
   /** Reads bytes that start at a line's start; returns what to pass on of them (the bytes themselves unless stripping). */
@@ -154,14 +168,18 @@ export class SseScan {
     return kept.length === 1 ? kept[0] : Buffer.concat(kept);
   }
 
-  /** Keeps the start of a line not yet ended (copied: it must not keep a large chunk alive). */
+  /** Keeps the start of a line not yet ended (it must not keep a large chunk alive). */
   private hold(start: Buffer): void {
-    this.partial = [Buffer.from(start)];
+    this.partial = [ownBytes(start)];
     this.partialBytes = start.length;
   }
 
   /** The stream ended: what is left of a last line without its newline (to pass on when stripping), and the verdict. */
   end(): Buffer | undefined {
+    const long = this.long;
+    this.long = undefined;
+    // Passed on already: only read.
+    if (long) return void this.readLong(long);
     const pieces = this.partial;
     this.partial = undefined;
     if (!pieces) return undefined;
@@ -275,9 +293,79 @@ const DONE = Buffer.from(API_FORMATS.openai.endData!);
 const ERROR = Buffer.from(ERROR_MARKERS[0]);
 /**
  * A line held for its end longer than this is passed on in pieces (a model's output, not an error event, is that
- * long): what a stream holds stays bounded.
+ * long) and read by its ends (see `LongLine`): what a stream holds stays bounded, whatever the size of its events.
  */
 const MAX_HELD_LINE = 256 * 1024;
+/** What is kept of each end of a line too long to hold. */
+const LONG_LINE_EDGE = 64 * 1024;
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const U = 0x75;
+
+/**
+ * A line too long to hold, as it passes: its first and last `LONG_LINE_EDGE` bytes. What a long event says beside
+ * its long text (its type, an error, the usage at its end, as a Responses API `response.completed` carries the whole
+ * output and then the usage) is in those ends, so it is read as the two joined inside a string (see
+ * `joinedInString`): the event with the middle of its text left out.
+ */
+class LongLine {
+  private readonly head = Buffer.allocUnsafe(LONG_LINE_EDGE);
+  private headBytes = 0;
+  private tail: Buffer[] = [];
+  private tailBytes = 0;
+
+  constructor(start: readonly Buffer[], next: Buffer) {
+    for (const piece of start) this.add(piece);
+    this.add(next);
+  }
+
+  add(piece: Buffer): void {
+    if (this.headBytes < LONG_LINE_EDGE) this.headBytes += piece.copy(this.head, this.headBytes);
+    this.tail.push(ownBytes(piece));
+    this.tailBytes += piece.length;
+    while (this.tailBytes - this.tail[0].length >= LONG_LINE_EDGE) this.tailBytes -= this.tail.shift()!.length;
+  }
+
+  /** The line to read, without its newline: its ends joined inside a string, or its start alone. */
+  line(): Buffer {
+    const head = this.head.subarray(0, this.headBytes);
+    let tail = Buffer.concat(this.tail, this.tailBytes);
+    if (tail.at(-1) === NL) tail = tail.subarray(0, -1);
+    return joinedInString(head, tail.subarray(Math.max(0, tail.length - LONG_LINE_EDGE))) ?? head;
+  }
+}
+
+/**
+ * The start and the end of one JSON text joined where each is inside a string and outside an escape: the text with
+ * the middle of its string (or of its strings at one depth) left out, and still JSON then. The tail is taken to start
+ * inside a string; when it does not, the joined text is not JSON and is read as such (nothing in it counts).
+ */
+function joinedInString(head: Buffer, tail: Buffer): Buffer | undefined {
+  let inString = false;
+  let cut = -1;
+  for (let i = 0; i < head.length; i++) {
+    const c = head[i];
+    if (!inString) {
+      if (c === QUOTE) inString = true;
+      continue;
+    }
+    if (c === BACKSLASH) {
+      // `\uXXXX` or a two-character escape: never cut inside one.
+      i += head[i + 1] === U ? 5 : 1;
+      continue;
+    }
+    cut = i;
+    if (c === QUOTE) inString = false;
+  }
+  if (cut < 0) return undefined;
+  // Past six bytes without a backslash, no escape is under way (the longest is six bytes).
+  let clean = 0;
+  for (let at = 0; at < tail.length; at++) {
+    if (clean >= 6) return Buffer.concat([head.subarray(0, cut), tail.subarray(at)]);
+    clean = tail[at] === BACKSLASH ? 0 : clean + 1;
+  }
+  return undefined;
+}
 // Chunks before OpenAI's usage event say `"usage":null`: only an object is worth reading.
 const USAGE = [Buffer.from('"usage":{'), Buffer.from('"usage": {'), Buffer.from('"tokens_predicted"')];
 // `data: [DONE]` and the blank lines after it, with room for a CR before each newline.
