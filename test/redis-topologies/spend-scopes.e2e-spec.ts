@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { createClient } from '@keyv/redis';
-import { SpendLedger, periodKey, type ScopedCap } from '../../apps/gateway/src/budgets/spend-ledger.js';
+import { SpendLedger, type ScopedCap } from '../../apps/gateway/src/budgets/spend-ledger.js';
+import { periodKey } from '../../apps/gateway/src/budgets/spend-periods.js';
 import { redisServerMissing, startOwnedRedis, type OwnedRedis } from '../support/redis-server.js';
 
 /**

@@ -8,7 +8,8 @@ import { parseSpendCap } from '../config/spend-cap.js';
 import { parsePrice, parsePrices } from '../config/prices-file.js';
 import { PriceTable } from './prices.js';
 import { RequestLog, type RequestLogEntry } from './request-log.js';
-import { SpendLedger, periodKey } from './spend-ledger.js';
+import { SpendLedger } from './spend-ledger.js';
+import { periodKey } from './spend-periods.js';
 import { tapUsage, usageOfJson, withStreamUsage } from './usage.js';
 import { KeysFileError, parseKeys } from '../config/keys-file.js';
 

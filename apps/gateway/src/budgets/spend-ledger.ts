@@ -1,7 +1,8 @@
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
 import { KeyTable } from 'nest-prompt-orchestrator/low-level';
 import type { SpendCap } from '../config/spend-cap.js';
+import { readSpendFile, writeSpendFile } from './spend-file.js';
+import { EXPIRE_SECONDS, PERIODS, groupBy, periodKey, periodKeys, periodOf, scopeOf } from './spend-periods.js';
+import { RESERVE, SETTLE } from './spend-scripts.js';
 
 /** What the ledger needs of Redis: commands (node-redis's `sendCommand`). */
 export interface LedgerRedis {
@@ -38,96 +39,6 @@ export interface Refusal {
   spentNano: number;
   heldNano: number;
 }
-
-// Checks every cap, then holds the amount against all of them, in one step: replicas never both take the last room.
-// Holds are `id -> "amount:expiresAt"` in a hash per cap; those of a replica that died expire.
-const RESERVE = `
-local now = tonumber(ARGV[1])
-local n = #KEYS / 2
-for i = 1, n do
-  local spent = tonumber(redis.call('GET', KEYS[2 * i - 1]) or '0')
-  local held = 0
-  local holds = redis.call('HGETALL', KEYS[2 * i])
-  for j = 1, #holds, 2 do
-    local sep = string.find(holds[j + 1], ':', 1, true)
-    if sep == nil or tonumber(string.sub(holds[j + 1], sep + 1)) <= now then
-      redis.call('HDEL', KEYS[2 * i], holds[j])
-    else
-      held = held + tonumber(string.sub(holds[j + 1], 1, sep - 1))
-    end
-  end
-  if spent + held >= tonumber(ARGV[5 + i]) then return {i, spent, held} end
-end
-for i = 1, n do
-  redis.call('HSET', KEYS[2 * i], ARGV[2], ARGV[3] .. ':' .. ARGV[4])
-  redis.call('EXPIRE', KEYS[2 * i], ARGV[5])
-end
-return {0}
-`;
-
-// Adds a request's cost to its totals and drops its hold, in one step: the cap never counts both or neither.
-const SETTLE = `
-local m = tonumber(ARGV[1])
-for i = 1, m do
-  if ARGV[2] ~= '0' then
-    redis.call('INCRBY', KEYS[i], ARGV[2])
-    redis.call('EXPIRE', KEYS[i], ARGV[3 + i])
-  end
-end
-for i = m + 1, #KEYS do redis.call('HDEL', KEYS[i], ARGV[3]) end
-return 1
-`;
-
-/** `day:2026-11-30` of `day:2026-11-30:<scope>` (the scope may hold `:`). */
-function periodOf(id: string): string {
-  return id.slice(0, id.indexOf(':', id.indexOf(':') + 1));
-}
-
-/** The scope of `day:2026-11-30:<scope>`. */
-function scopeOf(id: string): string {
-  return id.slice(periodOf(id).length + 1);
-}
-
-function groupBy<T>(items: T[], by: (item: T) => string): T[][] {
-  const groups = new Map<string, T[]>();
-  for (const item of items) {
-    const key = by(item);
-    const group = groups.get(key);
-    if (group) group.push(item);
-    else groups.set(key, [item]);
-  }
-  return [...groups.values()];
-}
-
-/** `day:2026-11-30` or `month:2026-11` (UTC). */
-export function periodKey(period: SpendCap['period'], now: number): string {
-  return periodKeys(now).keys[period];
-}
-
-// Every answer is counted under both periods, and under each period's `*`: the day's keys are made once a day, not
-// per answer (a herd's joiners each record what they saved).
-function periodKeys(now: number): typeof periodCache {
-  const day = Math.floor(now / 86_400_000);
-  if (day !== periodCache.day) {
-    const iso = new Date(day * 86_400_000).toISOString();
-    const keys = { day: `day:${iso.slice(0, 10)}`, month: `month:${iso.slice(0, 7)}` };
-    periodCache.day = day;
-    periodCache.keys = keys;
-    periodCache.all = { day: `${keys.day}:*`, month: `${keys.month}:*` };
-  }
-  return periodCache;
-}
-
-const periodCache: { day: number; keys: Record<SpendCap['period'], string>; all: Record<SpendCap['period'], string> } =
-  {
-    day: Number.NaN,
-    keys: { day: '', month: '' },
-    all: { day: '', month: '' },
-  };
-
-const PERIODS: SpendCap['period'][] = ['day', 'month'];
-// Long enough to read last period's figures, short enough that Redis forgets them.
-const EXPIRE_SECONDS = { day: 3 * 86_400, month: 62 * 86_400 };
 
 /**
  * Spend and money saved per key and in all, per UTC day and month. Kept in
@@ -168,7 +79,7 @@ export class SpendLedger {
       onState?: (state: 'ok' | 'degraded', error?: unknown) => void;
     } = {},
   ) {
-    if (options.file) this.load(options.file);
+    if (options.file) for (const [id, totals] of readSpendFile(options.file, options.log)) this.totals.set(id, totals);
   }
 
   private get now(): number {
@@ -458,37 +369,6 @@ export class SpendLedger {
     }
   }
 
-  private load(file: string): void {
-    let text: string;
-    try {
-      text = readFileSync(file, 'utf8');
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return;
-      throw new Error(`--spend-file ${file}: cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'})`, {
-        cause: error,
-      });
-    }
-    let data: unknown;
-    try {
-      data = JSON.parse(text);
-    } catch {
-      this.options.log?.(`--spend-file ${file}: not valid JSON; starting from zero`);
-      return;
-    }
-    const totals = (data as { totals?: unknown } | null)?.totals;
-    if (typeof totals !== 'object' || totals === null) return;
-    for (const [id, value] of Object.entries(totals)) {
-      const v = value as Partial<SpendTotals> | null;
-      if (
-        /^(day|month):[\d-]+:.{1,64}$/.test(id) &&
-        Number.isSafeInteger(v?.spentNano) &&
-        Number.isSafeInteger(v?.savedNano)
-      ) {
-        this.totals.set(id, { spentNano: v!.spentNano!, savedNano: v!.savedNano! });
-      }
-    }
-  }
-
   private scheduleFlush(): void {
     if (!this.options.file || this.flushTimer) return;
     this.flushTimer = setTimeout(() => {
@@ -498,17 +378,7 @@ export class SpendLedger {
     this.flushTimer.unref();
   }
 
-  /** Atomic: a crash mid-write leaves the previous file, never half of one. */
   private flush(): void {
-    const file = this.options.file;
-    if (!file) return;
-    try {
-      mkdirSync(dirname(file), { recursive: true });
-      const temporary = `${file}.${process.pid}.tmp`;
-      writeFileSync(temporary, JSON.stringify({ version: 1, totals: this.snapshot() }));
-      renameSync(temporary, file);
-    } catch (error) {
-      this.options.log?.(`--spend-file ${file}: not written (${(error as NodeJS.ErrnoException).code ?? 'error'})`);
-    }
+    if (this.options.file) writeSpendFile(this.options.file, this.snapshot(), this.options.log);
   }
 }
