@@ -16,6 +16,7 @@ import { FleetHeartbeat } from './fleet-heartbeat.js';
 import { HourHistory } from './hour-history.js';
 import { MAX_ERRORS, OUTCOMES, TOP_ROWS, mergeSnapshots } from './snapshot-merge.js';
 import { SpendTable } from './spend-table.js';
+import { StatusWatchers } from './status-watchers.js';
 
 const HISTORY_SECONDS = 60;
 const MAX_TRANSITIONS = 50;
@@ -61,18 +62,6 @@ export type StatusSnapshot = ReturnType<StatusBoard['snapshot']> & {
   workers?: Array<{ pid: number; state: 'ok' | 'silent' }>;
 };
 
-/** Bounds of the status page's event streams (docs/operations.md, "The status page"). */
-export const STREAM_LIMITS = {
-  /** Streams open at once, for everybody. */
-  total: 32,
-  /** Streams open at once from one client address (a few tabs). */
-  perClient: 4,
-  /** A stream ends after this long; the page's EventSource reconnects by itself (and is checked again). */
-  maxSeconds: 600,
-  /** Snapshots a watcher may leave unread before it is cut. */
-  unreadBytes: 1024 * 1024,
-};
-
 /**
  * The live status page's data: counts kept as requests finish and as the
  * orchestrator reports, folded into per-second history as each second ends
@@ -108,18 +97,21 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
   private readonly byKey = new SpendTable(MAX_KEYS);
   /** Per upstream: the last 60 seconds of queue waits, and the second being counted. */
   private readonly waits = new Map<string, { seconds: WaitSecond[]; current: WaitSecond }>();
-  private readonly clients = new Set<ServerResponse>();
-  private readonly streamsByPeer = new Map<string, number>();
-  /** Wakes the board once a second, only while a page is open (the seconds are otherwise folded when next read). */
-  private timer?: ReturnType<typeof setTimeout>;
+  /** The open pages: sent a snapshot once a second while any is open (the seconds are otherwise folded when next read). */
+  private readonly watchers = new StatusWatchers({
+    snapshotText: () =>
+      this.workers.channel ? this.portSnapshot().then((s) => JSON.stringify(s)) : JSON.stringify(this.snapshot()),
+    untilNextSecond: () => {
+      this.catchUp();
+      return this.origin + (this.folded + 1) * 1000 - performance.now();
+    },
+    draining: () => this.lifecycle.isDraining,
+  });
   private stopObserving?: () => void;
   /** When the seconds are counted from (monotonic and wall clock), and how many of them are folded into history. */
   private origin = performance.now();
   private originWall = Date.now();
   private folded = 0;
-  /** A broadcast is gathering the workers' boards; another asked meanwhile is sent once it is done. */
-  private broadcasting = false;
-  private broadcastAgain = false;
 
   constructor(
     @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
@@ -161,7 +153,7 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
       breakerTransition: (name: string, from: BreakerState, to: BreakerState, at: number) => {
         this.transitions.push({ at, name, from, to });
         if (this.transitions.length > MAX_TRANSITIONS) this.transitions.shift();
-        this.broadcast();
+        this.watchers.broadcast();
       },
     });
     this.origin = performance.now();
@@ -170,11 +162,8 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
   }
 
   onModuleDestroy(): void {
-    clearTimeout(this.timer);
-    this.timer = undefined;
     this.stopObserving?.();
-    for (const client of this.clients) client.end();
-    this.clients.clear();
+    this.watchers.close();
   }
 
   record(request: FinishedRequest): void {
@@ -235,38 +224,14 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
     }
   }
 
-  /**
-   * Whether one more event stream may open for `peer`, and why not: the
-   * streams are few and bounded (an operator's page, not a public feed), so
-   * that idle or never-reading watchers cannot take the gateway's connections
-   * or memory from its callers.
-   */
+  /** Why one more event stream may not open for `peer` (see `StatusWatchers`), or undefined. */
   refuseStream(peer: string): string | undefined {
-    if (this.clients.size >= STREAM_LIMITS.total)
-      return `the status page already has ${STREAM_LIMITS.total} event streams open`;
-    if ((this.streamsByPeer.get(peer) ?? 0) >= STREAM_LIMITS.perClient)
-      return `this client already has ${STREAM_LIMITS.perClient} event streams open`;
-    return undefined;
+    return this.watchers.refuse(peer);
   }
 
   /** Keeps `response` (an SSE stream) up to date until it closes, or its time is up (the browser then reconnects). */
   subscribe(response: ServerResponse, peer = 'unknown'): void {
-    this.clients.add(response);
-    this.startTicking();
-    this.streamsByPeer.set(peer, (this.streamsByPeer.get(peer) ?? 0) + 1);
-    const timeUp = setTimeout(() => response.end(), STREAM_LIMITS.maxSeconds * 1000);
-    timeUp.unref();
-    response.once('close', () => {
-      clearTimeout(timeUp);
-      this.clients.delete(response);
-      const left = (this.streamsByPeer.get(peer) ?? 1) - 1;
-      if (left > 0) this.streamsByPeer.set(peer, left);
-      else this.streamsByPeer.delete(peer);
-    });
-    if (!this.workers.channel) return this.send(response, JSON.stringify(this.snapshot()));
-    void this.portSnapshot().then((snapshot) => {
-      if (this.clients.has(response)) this.send(response, JSON.stringify(snapshot));
-    });
+    this.watchers.add(response, peer);
   }
 
   /** The snapshot of the whole port: this board's alone, or under `--workers` every worker's added up. */
@@ -391,58 +356,5 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
         waits.current = { count: 0, sumMs: 0, maxMs: 0 };
       }
     }
-  }
-
-  /** Once a second while a page is open, at the end of each second: fold it, and send the page the new snapshot. */
-  private startTicking(): void {
-    if (this.timer !== undefined || this.clients.size === 0) return;
-    this.catchUp();
-    const next = this.origin + (this.folded + 1) * 1000 - performance.now();
-    this.timer = setTimeout(() => this.tick(), Math.max(0, next));
-    this.timer.unref();
-  }
-
-  private tick(): void {
-    this.timer = undefined;
-    this.catchUp();
-    // A page kept open must not hold a graceful shutdown for its whole grace period.
-    if (this.lifecycle.isDraining) {
-      for (const client of this.clients) client.end();
-      this.clients.clear();
-      return;
-    }
-    this.broadcast();
-    this.startTicking();
-  }
-
-  private broadcast(): void {
-    if (this.clients.size === 0) return;
-    if (!this.workers.channel) {
-      const data = JSON.stringify(this.snapshot());
-      for (const client of this.clients) this.send(client, data);
-      return;
-    }
-    if (this.broadcasting) {
-      this.broadcastAgain = true;
-      return;
-    }
-    this.broadcasting = true;
-    void this.portSnapshot()
-      .then((snapshot) => {
-        const data = JSON.stringify(snapshot);
-        for (const client of this.clients) this.send(client, data);
-      })
-      .finally(() => {
-        this.broadcasting = false;
-        if (!this.broadcastAgain) return;
-        this.broadcastAgain = false;
-        this.broadcast();
-      });
-  }
-
-  private send(client: ServerResponse, data: string): void {
-    // A watcher that does not read: cut, rather than buffer a snapshot a second for it without end.
-    if (client.writableLength > STREAM_LIMITS.unreadBytes) return void client.destroy();
-    client.write(`event: snapshot\ndata: ${data}\n\n`);
   }
 }
