@@ -263,6 +263,13 @@ describe('the status page as an operator reads it, in headless Chromium', () => 
       );
       const rows = await page.locator('#fleet tr').allTextContents();
       expect(rows.some((row) => row.includes(`:${port(b)}`) && row.includes('unknown (store unreachable)'))).toBe(true);
+      // The longer state still fits a 1280 px page: the fleet table does not need its scroll region.
+      await page.setViewportSize({ width: 1280, height: 900 });
+      const fleetRegion = await page.evaluate(() => {
+        const region = document.getElementById('fleet')!.closest('.scroll')!;
+        return { scroll: region.scrollWidth, client: region.clientWidth };
+      });
+      expect(fleetRegion.scroll).toBeLessThanOrEqual(fleetRegion.client);
       // Long past the time a member turns silent: still unknown, never silent (its silence says nothing now).
       await page.waitForTimeout(4_000);
       const states = await page.locator('#fleet tr td:nth-child(2)').allTextContents();

@@ -18,7 +18,7 @@ section{background:var(--card);border-radius:8px;padding:12px 16px;min-width:0}h
 .scroll{overflow-x:auto;max-width:100%}.scroll:focus-visible{outline:2px solid var(--miss);outline-offset:2px}
 table{width:100%;border-collapse:collapse}td,th{text-align:left;padding:3px 6px;border-bottom:1px solid #30363d;font-variant-numeric:tabular-nums;white-space:nowrap}th{color:var(--dim);font-weight:500;white-space:normal;vertical-align:bottom}td.wrap{white-space:normal;overflow-wrap:anywhere;min-width:9em}
 ul{margin:0;padding-left:18px}.legend span{margin-right:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px}
-svg{width:100%;height:90px;display:block}section.wide{grid-column:span 2}@media (max-width:760px){section.wide{grid-column:auto}}#draining:empty,#workers:empty,#fleet-calls:empty{display:none}
+svg{width:100%;height:90px;display:block}section.wide{grid-column:span 2}section.full{grid-column:1/-1}@media (max-width:760px){section.wide{grid-column:auto}}#draining:empty,#workers:empty,#fleet-calls:empty{display:none}
 .store{margin:0 0 8px;padding:6px 10px;border-radius:6px;background:#8b949e22}.store.ok{background:#23863622}.store.unreachable{background:#f8514933;color:var(--fg);font-weight:600}
 #stale{position:sticky;top:0;z-index:1;margin:0;padding:10px 20px;background:#ff6a61;color:#0f1419;font-weight:700;font-size:16px}#stale[hidden]{display:none}
 body.stale main{filter:grayscale(1);opacity:.55}body.stale main .big,body.stale main td,body.stale main b{text-decoration:line-through}`;
@@ -59,7 +59,7 @@ export function statusPageHtml(): string {
 <header><h1>Gateway status</h1><span class="dim">provider <b id="provider">-</b></span><span class="dim">up <b id="uptime">-</b></span>
 <span class="dim" id="workers"></span><span class="dim" id="conn">connecting…</span><span class="badge open" id="draining"></span></header>
 <main>
-<section class="wide" aria-labelledby="h-fleet"><h2 id="h-fleet">Fleet</h2><p class="dim" id="fleet-size">-</p><p class="store" id="store">-</p><p class="dim" id="fleet-calls"></p>
+<section class="full" aria-labelledby="h-fleet"><h2 id="h-fleet">Fleet</h2><p class="dim" id="fleet-size">-</p><p class="store" id="store">-</p><p class="dim" id="fleet-calls"></p>
 ${table('Fleet', ['process', 'state', 'breaker', 'calls here (callers)', 'upstream calls / concurrency limit', 'queued', 'req/s', 'saved', 'heard'], 'fleet')}</section>
 <section aria-labelledby="h-upstreams"><h2 id="h-upstreams">Upstreams</h2><div id="upstreams"></div></section>
 <section class="wide" aria-labelledby="h-flights"><h2 id="h-flights">Calls in flight</h2><p class="dim"><b id="callers-waiting">0</b> callers waiting on the busiest calls (each call made once)</p>
