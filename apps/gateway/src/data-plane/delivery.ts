@@ -8,13 +8,13 @@ import { drainBound, drainRequest, errorReply } from '../http/error-reply.js';
 import { serverTiming } from '../observability/request-context.js';
 import { learnUsage, noteOutcome, streamedUsage, unknownUsage } from './accounting.js';
 import type { ProxiedCall } from './proxied-call.js';
+import type { PendingReply } from './reply-batch.js';
+import { UpstreamExchange } from '../upstreams/upstream-exchange.js';
 
 /** An answer as the window holds it (a body, or a stream's head and chunks). */
 type Stored = NonNullable<StartedCall<RawResponse>['stored']>;
 /** A piece of a stream: bytes as they came, or text. */
 type Chunk = string | Buffer;
-import type { PendingReply } from './reply-batch.js';
-import { UpstreamExchange } from '../upstreams/upstream-exchange.js';
 
 /** A stream reader this far behind the stream (beyond what it was replayed on joining) is cut: memory stays bounded. */
 const MAX_BEHIND_BYTES = 4 * 1024 * 1024;

@@ -1,19 +1,16 @@
-import type { IncomingMessage } from 'node:http';
 import type { RawResponse, RoutePolicy, Upstream } from 'nest-prompt-orchestrator';
 import type { CallEvent, CallWork, StartedCall } from 'nest-prompt-orchestrator/low-level';
 import { Observable } from 'rxjs';
 import { parseJson, streamErrorEvent } from '../upstreams/upstream-replies.js';
 import { requireObject } from '../http/request-validation.js';
 import type { UpstreamTarget } from '../upstreams/upstream-set.js';
-import type { GatewayRoute, RouteInfo, UpstreamPlan } from '../providers/provider.js';
+import type { UpstreamPlan } from '../providers/provider.js';
 import type { Usage } from '../budgets/prices.js';
 import { needsStreamUsage, withStreamUsage } from '../budgets/usage.js';
-import type { RequestContext } from '../observability/request-context.js';
 import { GatewayTracing, StreamFacts } from '../observability/gateway-tracing.js';
 import type { JsonSkeleton } from './json-skeleton.js';
 import { UpstreamExchange, type ExchangeHooks } from '../upstreams/upstream-exchange.js';
 import { countUpstreamUsage } from './accounting.js';
-import type { DataPlane } from './data-plane.js';
 import type { ProxiedCall } from './proxied-call.js';
 
 const INCLUDE_USAGE = Buffer.from('"stream_options":{"include_usage":true},');
@@ -59,30 +56,13 @@ export function startFlight(
  * is its `ExchangeHooks`): how the call is made (pass-through or translated), and what its answer tells the gateway.
  */
 export class UpstreamCall implements ExchangeHooks {
-  private readonly plane: DataPlane;
-  private readonly context: RequestContext;
-  private readonly info: RouteInfo;
-  private readonly request: IncomingMessage;
-  private readonly presented: string | undefined;
-  private readonly route: GatewayRoute;
-  private readonly params: Record<string, string>;
-  private readonly query: string;
   /** The latest call this request made to the provider itself, which counts it as a reader from the start. */
   leading?: UpstreamExchange;
   /** With a recorded span, what the attempt's event stream says of its answer (see `ExchangeHooks.streamReader`). */
   private streamFacts?: StreamFacts;
   streamReader?: (bytes: Buffer) => void;
 
-  constructor(private readonly proxied: ProxiedCall) {
-    this.plane = proxied.plane;
-    this.context = proxied.context;
-    this.info = proxied.info;
-    this.request = proxied.request;
-    this.presented = proxied.presented;
-    this.route = proxied.route;
-    this.params = proxied.params;
-    this.query = proxied.query;
-  }
+  constructor(private readonly proxied: ProxiedCall) {}
 
   /** The request's bytes, until the stream's head lets them go (see `Delivery.headArrived`). */
   private get body(): Buffer | undefined {
@@ -92,10 +72,11 @@ export class UpstreamCall implements ExchangeHooks {
   /** The upstream call this request leads (only the leader's runs: joined and cached requests never call it). */
   work(plan: UpstreamPlan, skeleton: JsonSkeleton | undefined): CallWork<RawResponse> {
     if (plan.translation)
-      return (signal, upstream) => this.plane.attempts.label(this.translated(signal, upstream), upstream);
+      return (signal, upstream) => this.proxied.plane.attempts.label(this.translated(signal, upstream), upstream);
     // One upstream: the work takes no parameter (so no AbortController is made for it: unsubscribing stops it).
-    if (!this.plane.pooled) return () => this.passThrough(plan, skeleton, undefined);
-    return (_signal, upstream) => this.plane.attempts.label(this.passThrough(plan, skeleton, upstream), upstream);
+    if (!this.proxied.plane.pooled) return () => this.passThrough(plan, skeleton, undefined);
+    return (_signal, upstream) =>
+      this.proxied.plane.attempts.label(this.passThrough(plan, skeleton, upstream), upstream);
   }
 
   /** The client's bytes to the provider (the pool's `upstream` of this attempt), its bytes back as call events. */
@@ -105,10 +86,9 @@ export class UpstreamCall implements ExchangeHooks {
     upstream: Upstream | undefined,
   ): Observable<CallEvent<RawResponse>> {
     return new Observable<CallEvent<RawResponse>>((subscriber) => {
-      const { parts } = this.plane;
-      const { budgets, gateway } = parts;
-      const context = this.context;
-      const upload = this.info.body === 'multipart';
+      const { plane, context, info, request, presented, params, query } = this.proxied;
+      const { budgets, gateway } = plane.parts;
+      const upload = info.body === 'multipart';
       // A translated route: the request translated for the provider (a translation reads the body, so it needs one:
       // what it cannot translate is a 400 naming the field); the exchange translates the answer back.
       const translation = plan.translation;
@@ -118,7 +98,7 @@ export class UpstreamCall implements ExchangeHooks {
           : undefined;
       const added = !translation && this.addsStreamUsage(skeleton);
       const sent = !translation
-        ? this.plane.attempts.bodyFor(context, upstream, this.body, skeleton)
+        ? plane.attempts.bodyFor(context, upstream, this.body, skeleton)
         : translation.request
           ? Buffer.from(JSON.stringify(translation.request(requireObject(clientBody))))
           : clientBody === undefined
@@ -127,17 +107,16 @@ export class UpstreamCall implements ExchangeHooks {
       const body = added ? withIncludeUsage(sent!, skeleton!) : sent;
       const provider = gateway.provider;
       const headers: Record<string, string> = { 'x-request-id': context.id };
-      if (body !== undefined)
-        headers['content-type'] = upload ? this.request.headers['content-type']! : 'application/json';
+      if (body !== undefined) headers['content-type'] = upload ? request.headers['content-type']! : 'application/json';
       // After the credentials: the client's own answer-changing headers (an API version) override a default.
       Object.assign(
         headers,
         provider.authHeaders({
-          clientKey: this.presented,
-          headers: this.request.headers,
+          clientKey: presented,
+          headers: request.headers,
           upstream: upstream?.target as UpstreamTarget | undefined,
         }),
-        provider.forwardedHeaders(this.request.headers),
+        provider.forwardedHeaders(request.headers),
       );
       // The provider sees this attempt's client span as its caller (W3C trace context).
       if (context.span?.recording && !translation) {
@@ -149,11 +128,11 @@ export class UpstreamCall implements ExchangeHooks {
         subscriber,
         {
           api: plan.api,
-          anyAnswer: this.info.answer === 'any',
-          streamEnd: this.info.streamEnd ?? plan.api,
+          anyAnswer: info.answer === 'any',
+          streamEnd: info.streamEnd ?? plan.api,
           readUsage: true,
           stripUsage: added,
-          presentedKey: this.presented,
+          presentedKey: presented,
           formatError: streamErrorEvent(context.api),
           translation,
           clientBody: clientBody as Record<string, unknown> | undefined,
@@ -163,7 +142,7 @@ export class UpstreamCall implements ExchangeHooks {
       // An earlier attempt's call is over (it failed, or it is let go): this request reads only the latest.
       this.leading?.removeReader();
       this.leading = exchange;
-      const { origin, path } = this.plane.target(plan, this.params, this.query, upstream);
+      const { origin, path } = plane.target(plan, params, query, upstream);
       const dispatch = () => {
         context.upstreamStartedAt = performance.now();
         if (upstream !== undefined) context.upstream = upstream.name;
@@ -188,32 +167,32 @@ export class UpstreamCall implements ExchangeHooks {
 
   /** See `ExchangeHooks`: this request's own call to the provider. */
   onUpstreamAnswered(): void {
-    this.context.upstreamAnsweredAt = performance.now();
+    this.proxied.context.upstreamAnsweredAt = performance.now();
   }
 
   onUpstreamUsage(found: Usage | undefined): Promise<void> | undefined {
-    return countUpstreamUsage(this.plane, this.context, found, this.streamFacts);
+    return countUpstreamUsage(this.proxied.plane, this.proxied.context, found, this.streamFacts);
   }
 
   onUpstreamBody(bytes: Buffer): void {
-    if (this.route === 'props') this.plane.parts.gateway.identity.observe(parseJson(bytes));
+    if (this.proxied.route === 'props') this.proxied.plane.parts.gateway.identity.observe(parseJson(bytes));
     // Read only for a span that is recorded: tracing off, the answer is never parsed here.
-    else if (this.context.span?.recording)
-      this.context.span.setUpstreamAttributes(GatewayTracing.responseAttributes(parseJson(bytes)));
+    else if (this.proxied.context.span?.recording)
+      this.proxied.context.span.setUpstreamAttributes(GatewayTracing.responseAttributes(parseJson(bytes)));
   }
 
   onUpstreamConnectionLost(): void {
     // A lost connection may be a restart: the model behind the URL may have changed.
-    const { gateway } = this.plane.parts;
+    const { gateway } = this.proxied.plane.parts;
     void gateway.identity.check(
-      gateway.provider.authHeaders({ clientKey: this.presented, headers: this.request.headers }),
+      gateway.provider.authHeaders({ clientKey: this.proxied.presented, headers: this.proxied.request.headers }),
     );
   }
 
   /** A route whose client API is not the provider's: the same upstream call, its request and answer translated. */
   private translated(_signal: AbortSignal, upstream: Upstream | undefined): Observable<CallEvent<RawResponse>> {
-    if (upstream !== undefined) this.context.upstream = upstream.name;
-    return this.passThrough(this.plane.parts.gateway.provider.plan(this.route), undefined, upstream);
+    if (upstream !== undefined) this.proxied.context.upstream = upstream.name;
+    return this.passThrough(this.proxied.plane.parts.gateway.provider.plan(this.proxied.route), undefined, upstream);
   }
 
   /**
@@ -222,9 +201,9 @@ export class UpstreamCall implements ExchangeHooks {
    * chunk (hiding it would lose them), and its final chunk counts tokens anyway.
    */
   private addsStreamUsage(skeleton: JsonSkeleton | undefined): boolean {
-    const { gateway, budgets } = this.plane.parts;
+    const { gateway, budgets } = this.proxied.plane.parts;
     if (!skeleton || gateway.provider.kind !== 'openai' || !budgets.streamUsage) return false;
-    if (this.route !== 'chat' && this.route !== 'completions') return false;
+    if (this.proxied.route !== 'chat' && this.proxied.route !== 'completions') return false;
     return needsStreamUsage({ stream: skeleton.field('stream'), stream_options: skeleton.field('stream_options') });
   }
 }
