@@ -34,35 +34,13 @@ export {
 // The framework-free engine and its types, as `nest-prompt-orchestrator/core` has them.
 export * from './core/index.js';
 
-// Tracing: OpenTelemetry spans of requests and upstream calls (needs @opentelemetry/api, an optional peer).
-export {
-  RequestTracing,
-  TRACE_ATTRIBUTES,
-  attachRequestSpan,
-  type RequestTracingOptions,
-  type RequestSpan,
-  type UpstreamSpan,
-  type SpanAttributes,
-  type SpanAttributeValue,
-  type TraceHeaders,
-} from './core/tracing/request-tracing.js';
-/** Reads a W3C `traceparent` (e.g. `RequestSpan.traceparent`) into its trace and span ids, for log lines. */
-export { parseTraceParent } from './core/tracing/traceparent.js';
-
-// Observability: metrics (prom-client), event logs (pino-shaped), terminus-style health. Optional peers, loaded on use.
+// Observability in Nest: metrics at a route, event logs and terminus-style health (the metrics and event logs
+// themselves are the core's, above).
 export {
   OrchestratorObservabilityModule,
   type OrchestratorObservabilityOptions,
   type OrchestratorHealthOptions,
 } from './nest/observability/observability.module.js';
-export {
-  OrchestratorMetrics,
-  type OrchestratorMetricsOptions,
-  type MetricsRegistry,
-} from './nest/observability/orchestrator-metrics.js';
-/** prom-client metrics counted on every request without its per-call label hashing (what `OrchestratorMetrics` uses). */
-export { TalliedCounter, BatchedHistogram, type Tally, type BucketTally } from './core/metrics/batched-metrics.js';
-export { logOrchestratorEvents, type StructuredLogger } from './nest/observability/orchestrator-event-log.js';
 export {
   livenessReport,
   readinessReport,

@@ -77,3 +77,28 @@ export {
   type RedisCommands,
   type RedisSubscriber,
 } from './cluster/redis-coordinator.js';
+
+// Tracing: OpenTelemetry spans of requests and upstream calls (needs @opentelemetry/api, an optional peer).
+export {
+  RequestTracing,
+  TRACE_ATTRIBUTES,
+  attachRequestSpan,
+  type RequestTracingOptions,
+  type RequestSpan,
+  type UpstreamSpan,
+  type SpanAttributes,
+  type SpanAttributeValue,
+  type TraceHeaders,
+} from './tracing/request-tracing.js';
+/** Reads a W3C `traceparent` (e.g. `RequestSpan.traceparent`) into its trace and span ids, for log lines. */
+export { parseTraceParent } from './tracing/traceparent.js';
+
+// Observability: metrics (prom-client) and event logs (pino-shaped). Optional peers, loaded on use.
+export {
+  OrchestratorMetrics,
+  type OrchestratorMetricsOptions,
+  type MetricsRegistry,
+} from './metrics/orchestrator-metrics.js';
+/** prom-client metrics counted on every request without its per-call label hashing (what `OrchestratorMetrics` uses). */
+export { TalliedCounter, BatchedHistogram, type Tally, type BucketTally } from './metrics/batched-metrics.js';
+export { logOrchestratorEvents, type StructuredLogger } from './metrics/orchestrator-event-log.js';

@@ -1,5 +1,5 @@
 import type { OrchestratorError } from '../../core/errors.js';
-import { loadOptional } from '../observability/optional-dependency.js';
+import { loadOptional } from '../../core/optional-dependency.js';
 
 /**
  * What a microservice, WebSocket or GraphQL caller gets for an orchestrator

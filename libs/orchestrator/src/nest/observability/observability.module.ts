@@ -12,10 +12,10 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { OrchestratorService } from '../orchestrator.service.js';
-import { logOrchestratorEvents, type StructuredLogger } from './orchestrator-event-log.js';
+import { logOrchestratorEvents, type StructuredLogger } from '../../core/metrics/orchestrator-event-log.js';
 import { livenessReport, readinessReport, type HealthReport, type ReadinessOptions } from './orchestrator-health.js';
-import { OrchestratorMetrics, type OrchestratorMetricsOptions } from './orchestrator-metrics.js';
-import { loadOptional } from './optional-dependency.js';
+import { OrchestratorMetrics, type OrchestratorMetricsOptions } from '../../core/metrics/orchestrator-metrics.js';
+import { loadOptional } from '../../core/optional-dependency.js';
 
 export interface OrchestratorHealthOptions extends ReadinessOptions {
   /** Base route: `<path>/live` and `<path>/ready`. Default `/health`. */

@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { Keyv } from 'keyv';
 import * as prom from 'prom-client';
-import { Orchestrator } from '../../core/orchestrator.js';
+import { Orchestrator } from '../orchestrator.js';
 import { OrchestratorMetrics } from './orchestrator-metrics.js';
 
 /** The store gauge exists only where there is a store: an alert on `store_up == 0` must not fire without one. */

@@ -1,6 +1,6 @@
-import type { BreakerState } from '../../core/breaker/circuit-breaker.js';
-import type { StoreState } from '../../core/dedup/answer-window.js';
-import type { Orchestrator } from '../../core/orchestrator.js';
+import type { BreakerState } from '../breaker/circuit-breaker.js';
+import type { StoreState } from '../dedup/answer-window.js';
+import type { Orchestrator } from '../orchestrator.js';
 
 /** A structured logger with pino's call shape (`logger.warn({ fields }, 'message')`): pino itself, or a child of it. */
 export interface StructuredLogger {

@@ -1,10 +1,10 @@
 import type * as PromClient from 'prom-client';
-import type { BreakerState } from '../../core/breaker/circuit-breaker.js';
-import type { HoldOutcome, RefusalReason, RequestOutcome, UpstreamResult } from '../../core/observer.js';
-import type { LimiterSnapshot } from '../../core/concurrency/concurrency.registry.js';
-import type { Orchestrator } from '../../core/orchestrator.js';
-import { loadOptional } from './optional-dependency.js';
-import { BatchedHistogram, TalliedCounter } from '../../core/metrics/batched-metrics.js';
+import type { BreakerState } from '../breaker/circuit-breaker.js';
+import type { HoldOutcome, RefusalReason, RequestOutcome, UpstreamResult } from '../observer.js';
+import type { LimiterSnapshot } from '../concurrency/concurrency.registry.js';
+import type { Orchestrator } from '../orchestrator.js';
+import { loadOptional } from '../optional-dependency.js';
+import { BatchedHistogram, TalliedCounter } from './batched-metrics.js';
 
 /** A prom-client `Registry`, as far as this package uses it (its own types stay out of the public API). */
 export interface MetricsRegistry {

@@ -1,4 +1,4 @@
-import { OrchestratorConfigError } from '../../core/options.js';
+import { OrchestratorConfigError } from './options.js';
 
 /**
  * Loads an optional peer dependency (prom-client, pino) when the feature that
