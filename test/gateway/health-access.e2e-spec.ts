@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { OrchestratorService } from 'nest-prompt-orchestrator';
+import { Orchestrator } from 'nest-prompt-orchestrator/core';
 import { send, startGateway, type GatewayUnderTest } from '../support/gateway-harness.js';
 import { PLATFORMS } from '../support/platforms.js';
 
@@ -65,7 +65,7 @@ describe.each(PLATFORMS)('probes without a key (%s)', (platform) => {
       expect(health.json.upstream).toMatchObject({ provider: 'openai' });
 
       // Not ready (shutting down): the code says so, and the body still says nothing more.
-      gateway.app.get(OrchestratorService).drain();
+      gateway.app.get(Orchestrator).drain();
       const draining = await send(`${base}/health/ready`);
       expect(draining.status).toBe(503);
       expect(draining.json).toEqual({ status: 'error' });

@@ -258,8 +258,8 @@ describe('health', () => {
     await g.close();
 
     g = await startGateway();
-    const { OrchestratorService } = await import('nest-prompt-orchestrator');
-    g.app.get(OrchestratorService).drain();
+    const { Orchestrator } = await import('nest-prompt-orchestrator/core');
+    g.app.get(Orchestrator).drain();
     const draining = await fetch(`${g.gatewayUrl}/health/ready`);
     expect(draining.status).toBe(503);
     expect(await draining.json()).toMatchObject({ status: 'error', error: { orchestrator: { status: 'down' } } });

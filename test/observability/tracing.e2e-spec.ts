@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { OrchestratorService } from 'nest-prompt-orchestrator';
+import { Orchestrator } from 'nest-prompt-orchestrator/core';
 import { startMockProvider } from '../../apps/mock-provider/src/index.js';
 import { GatewayTracing } from '../../apps/gateway/src/observability/gateway-tracing.js';
 import { PLATFORMS, waitFor } from '../support/platforms.js';
@@ -107,7 +107,7 @@ describe.each(PLATFORMS)('OpenTelemetry traces from the gateway on %s', (platfor
         traceparent: `00-${c.traceId}-${c.spanId}-01`,
       }),
     );
-    const orchestrator = g.app.get(OrchestratorService);
+    const orchestrator = g.app.get(Orchestrator);
     await waitFor(() => orchestrator.health().dedup.joined === 9, 10_000, '9 requests joined to the first');
     const answers = await Promise.all(herd);
     expect(answers.map((a) => a.status)).toEqual(Array(10).fill(200));

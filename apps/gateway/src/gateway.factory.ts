@@ -1,25 +1,18 @@
+import 'reflect-metadata';
 import type { INestApplication, LoggerService, LogLevel } from '@nestjs/common';
 import { HttpAdapterHost, NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
-import type { RequestListener, Server } from 'node:http';
+import { createServer, type RequestListener, type Server } from 'node:http';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import type { GatewayConfig } from './config/gateway-config.js';
+import { GatewayCore } from './gateway-core.js';
 import { GatewayModule } from './gateway.module.js';
 import { GatewayExceptionFilter } from './http/gateway-exception.filter.js';
 import { createGatewayServer, gatewayExpressAdapter, serveAhead } from './http/http-server.js';
 import { corsOptions } from './http/cors.js';
-import { DataPlane } from './data-plane/data-plane.js';
-import { GatewayService } from './gateway.service.js';
-import { Budgets } from './budgets/budgets.service.js';
-import { UsageLedger } from './observability/usage-ledger.js';
-import { GatewayTelemetry } from './observability/gateway-telemetry.js';
-import { OrchestratorService } from 'nest-prompt-orchestrator';
-import { Lifecycle } from './common/lifecycle.js';
-import { unroutedApi } from './http/request-context.middleware.js';
+import { unroutedApi } from './http/error-reply.js';
+import { SILENT_LINES, type LineSink } from './common/context-log.js';
 import { createLogger, nestLoggerOf } from './observability/logger.js';
-import { redactor } from './common/redaction.js';
-import { upstreamKeys } from './upstreams/upstream-set.js';
-import { UpstreamRotation } from './upstream-rotation.js';
 
 export interface CreateGatewayOptions {
   logger?: false | LogLevel[] | LoggerService;
@@ -27,24 +20,64 @@ export interface CreateGatewayOptions {
 
 const MULTIPART = 'multipart/form-data';
 
-/** Builds the gateway app on the configured platform (not yet listening). */
+/**
+ * Builds the whole gateway as one Nest app (not yet listening): its core, with the data plane ahead of Nest's router
+ * on the app's HTTP server. Closing the app stops the core. (`npm start` listens with the core alone and makes the
+ * Nest app when a control route is first asked for: see main.ts.)
+ */
 export async function createGateway(
   config: GatewayConfig,
   options: CreateGatewayOptions = {},
 ): Promise<INestApplication> {
-  redactor.add(config.gatewayKeys);
-  // Provider keys are also looked for in a stream's ordinary events (a provider quoting one outside an error).
-  redactor.watch([config.providerKey, ...upstreamKeys(config)]);
   const log = createLogger(config.observability);
-  const module = GatewayModule.forRoot(config, log);
-  // Nest's own warnings and errors go through the same logger: one format on stdout.
-  const logger = options.logger ?? nestLoggerOf(log);
-  if (config.allowedHosts === '*') {
-    log.warn(
-      { context: 'Gateway' },
-      '--allowed-hosts * answers any Host: a DNS-rebinding web page can reach this gateway and spend its provider key (docs/security.md)',
-    );
+  // Nest's own warnings and errors, and the services' lines, go through the same logger: one format on stdout.
+  const logger =
+    options.logger === undefined
+      ? nestLoggerOf(log)
+      : Array.isArray(options.logger)
+        ? nestLoggerOf(log, options.logger)
+        : options.logger;
+  const core = await GatewayCore.create(config, { log, lines: logger === false ? SILENT_LINES : asLineSink(logger) });
+  try {
+    const app = await createControlApp(core, { logger, onServer: 'own' });
+    core.server = app.getHttpServer() as Server;
+    serveAhead(core.server, core.plane.handle);
+    return app;
+  } catch (error) {
+    await core.close();
+    throw error;
   }
+}
+
+/**
+ * The control routes as a Nest app over `core`, behind a server that is already listening: the request listener to
+ * hand the requests the data plane leaves. Nest and its platform are loaded only now.
+ */
+export async function createControlPlane(
+  core: GatewayCore,
+  logger: false | LoggerService,
+): Promise<{ app: INestApplication; handle: RequestListener }> {
+  let handle: RequestListener | undefined;
+  const app = await createControlApp(core, { logger, onServer: (listener) => (handle = listener) });
+  await app.init();
+  if (core.config.platform === 'fastify')
+    await (app.getHttpAdapter().getInstance() as { ready(): Promise<unknown> }).ready();
+  else handle = app.getHttpAdapter().getInstance() as RequestListener;
+  if (!handle) throw new Error('the control plane has no request listener');
+  return { app, handle };
+}
+
+/**
+ * `own`: the app's HTTP server is the gateway's (made by `createGatewayServer`; the app listens). Otherwise the app
+ * gets a server that never listens, and its request listener is handed to `onServer`.
+ */
+async function createControlApp(
+  core: GatewayCore,
+  options: { logger: false | LoggerService; onServer: 'own' | ((listener: RequestListener) => void) },
+): Promise<INestApplication> {
+  const { config } = core;
+  const { logger, onServer } = options;
+  const module = GatewayModule.forRoot(core, onServer === 'own');
   let app: INestApplication;
   if (config.platform === 'fastify') {
     const fastify = await NestFactory.create<NestFastifyApplication>(
@@ -55,7 +88,11 @@ export async function createGateway(
         multipart: false,
         // request.ip, .hostname and .protocol believe X-Forwarded-* only with --trust-proxy (as the gateway's own reads do).
         trustProxy: config.trustProxy,
-        serverFactory: (handler: RequestListener) => createGatewayServer(config, handler),
+        serverFactory: (handler: RequestListener) => {
+          if (onServer === 'own') return createGatewayServer(config, handler);
+          onServer(handler);
+          return createServer();
+        },
       } as ConstructorParameters<typeof FastifyAdapter>[0]),
       // The body's bytes are kept and relayed unchanged where nothing is translated.
       { logger, rawBody: true },
@@ -71,11 +108,11 @@ export async function createGateway(
       });
     app = fastify;
   } else {
-    const express = await NestFactory.create<NestExpressApplication>(module, await gatewayExpressAdapter(config), {
-      bodyParser: false,
-      rawBody: true,
-      logger,
-    });
+    const express = await NestFactory.create<NestExpressApplication>(
+      module,
+      await gatewayExpressAdapter(config, onServer === 'own'),
+      { bodyParser: false, rawBody: true, logger },
+    );
     // Before the body parser, so that its refusals (invalid JSON, too large) carry the CORS headers too.
     if (config.corsOrigins) express.enableCors(corsOptions(config.corsOrigins));
     express.useBodyParser('json', { limit: config.maxBodyBytes, type: ['application/json', 'application/*+json'] });
@@ -88,34 +125,28 @@ export async function createGateway(
     app = express;
   }
   app.useGlobalFilters(new GatewayExceptionFilter(app.get(HttpAdapterHost), config, unroutedApi(config)));
-  // The proxied routes run on the data plane, ahead of the platform's router; Nest serves the control routes.
-  const plane = new DataPlane({
-    config,
-    gateway: app.get(GatewayService),
-    budgets: app.get(Budgets),
-    usage: app.get(UsageLedger),
-    telemetry: app.get(GatewayTelemetry),
-    lifecycle: app.get(Lifecycle),
-    orchestrator: app.get(OrchestratorService),
-    warn: (line) => log.warn({ context: 'Gateway' }, line),
-  });
-  // A reloaded upstreams file brings other fallback chains (and groups) to the attempts.
-  app.get(UpstreamRotation).live?.onChange((file) => plane.attempts.update(file));
-  serveAhead(app.getHttpServer() as Server, plane.handle);
   return app;
 }
 
+/** A Nest logger as the services' line sink (Nest's `LoggerService` takes the context after the message). */
+function asLineSink(logger: LoggerService): LineSink {
+  return {
+    log: (message, context) => void logger.log(message, context),
+    warn: (message, context) => void logger.warn(message, context),
+    error: (message, context) => void logger.error(message, context),
+  };
+}
+
 /**
- * The graceful stop `npm start` does on SIGTERM or SIGINT: stop accepting,
- * let requests and streams in flight finish within `--shutdown-grace`, answer
- * late arrivals with a retryable 503, then close the app (breakers, stores,
+ * The graceful stop of a gateway made by `createGateway`: stop accepting, let requests and streams in flight finish
+ * within `--shutdown-grace`, answer late arrivals with a retryable 503, then close the app (breakers, stores,
  * upstream connections). Resolves with what happened.
  */
 export async function stopGateway(
   app: INestApplication,
   config: GatewayConfig,
 ): Promise<{ finished: boolean; cut: number }> {
-  const outcome = await app.get(Lifecycle).drain(app.getHttpServer() as Server, config.shutdownGraceMs);
+  const outcome = await app.get(GatewayCore).lifecycle.drain(app.getHttpServer() as Server, config.shutdownGraceMs);
   await app.close();
   return outcome;
 }

@@ -1,7 +1,5 @@
-import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { GatewayConfig } from './config/gateway-config.js';
-import { GATEWAY_CONFIG } from './common/gateway.tokens.js';
 import { clientKey } from './common/credentials.js';
 import { createProvider } from './providers/provider.factory.js';
 import type { Provider } from './providers/provider.js';
@@ -15,14 +13,13 @@ import { upstreamMembers, urlFor, type UpstreamTarget } from './upstreams/upstre
  * the calls, passed through or translated: see `UpstreamExchange`). The
  * upstream address comes from configuration only: no request can change it.
  */
-@Injectable()
-export class GatewayService implements OnModuleInit, OnModuleDestroy {
+export class GatewayService {
   readonly upstream: UpstreamClient;
   readonly provider: Provider;
   /** Who answers behind the upstream URL; part of every dedup key. */
   readonly identity: UpstreamIdentity;
 
-  constructor(@Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig) {
+  constructor(private readonly config: GatewayConfig) {
     this.upstream = new UpstreamClient(config.timeoutMs);
     this.provider = createProvider(config, upstreamMembers(config)[0].target);
     const identityUrl = this.provider.identityUrl();
@@ -37,7 +34,7 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     );
   }
 
-  onModuleInit(): void {
+  start(): void {
     // Learned in the background: start-up never waits on the provider.
     void this.identity.check(this.provider.authHeaders({ headers: {} }));
   }
@@ -65,7 +62,7 @@ export class GatewayService implements OnModuleInit, OnModuleDestroy {
     return this.identity.fresh(this.provider.authHeaders({ clientKey: clientKey(headers), headers })).then(scoped);
   }
 
-  onModuleDestroy(): Promise<void> {
+  close(): Promise<void> {
     return this.upstream.close();
   }
 }

@@ -1,8 +1,8 @@
 import { Controller, Get, Header, Inject, Req, Res, SetMetadata } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { IncomingMessage } from 'node:http';
+import { Orchestrator } from 'nest-prompt-orchestrator/core';
 import {
-  OrchestratorService,
   livenessReport,
   readinessReport,
   type DedupOutcome,
@@ -60,7 +60,7 @@ export class HealthController {
   private readonly keys: ControlKeys;
 
   constructor(
-    private readonly orchestrator: OrchestratorService,
+    private readonly orchestrator: Orchestrator,
     @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
     private readonly budgets: Budgets,
     private readonly workers: WorkerCoordination,

@@ -1,9 +1,9 @@
-import 'reflect-metadata';
 import cluster from 'node:cluster';
 import { randomBytes } from 'node:crypto';
-import type { Server } from 'node:http';
 import { ConfigError, helpText, parseGatewayConfig, type GatewayConfig } from './config/gateway-config.js';
-import { createGateway, stopGateway } from './gateway.factory.js';
+import { GatewayCore } from './gateway-core.js';
+import { LazyControlPlane } from './control-plane.js';
+import { createGatewayServer, serveAhead } from './http/http-server.js';
 import { PrimaryHub } from './cluster/primary-hub.js';
 import { WORKER_SESSION_SECRET_ENV } from './status/session-secret.js';
 
@@ -43,14 +43,24 @@ async function serve(config: GatewayConfig): Promise<void> {
     process.on('SIGINT', () => undefined);
     process.on('SIGHUP', () => undefined);
   }
-  const app = await createGateway(config);
-  // Fastify's adapter takes its listen options as one object; Express's passes its arguments on to `server.listen`.
-  const listen = app.listen.bind(app) as (...args: unknown[]) => Promise<unknown>;
-  if (config.platform === 'fastify') await listen({ port: config.port, host: config.host, backlog: LISTEN_BACKLOG });
-  else await listen(config.port, config.host, LISTEN_BACKLOG);
+  const core = await GatewayCore.create(config);
+  // The proxied routes are served by the core's data plane; the control routes' Nest app is made when first needed.
+  const control = new LazyControlPlane(core);
+  const server = createGatewayServer(config, control.handle);
+  serveAhead(server, core.plane.handle);
+  core.server = server;
+  // A worker of --workers answers its siblings' questions for /health from its control routes: they exist before it
+  // takes connections.
+  if (config.workers > 1) await control.ready();
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen({ port: config.port, host: config.host, backlog: LISTEN_BACKLOG }, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
   // A worker of --workers: the supervisor says where the port listens.
-  if (cluster.isPrimary)
-    console.log(listeningLine(config, boundPort((app.getHttpServer() as Server).address(), config.port)));
+  if (cluster.isPrimary) console.log(listeningLine(config, boundPort(server.address(), config.port)));
 
   let stopping = false;
   const stop = (signal: NodeJS.Signals) => {
@@ -59,7 +69,7 @@ async function serve(config: GatewayConfig): Promise<void> {
     console.log(
       `gateway: ${signal}: no new connections; draining requests in flight (at most ${config.shutdownGraceMs / 1000} s)`,
     );
-    stopGateway(app, config).then(
+    stopServing(core, control).then(
       ({ finished, cut }) => {
         console.log(
           finished ? 'gateway: drained; stopped' : `gateway: grace period over, ${cut} request(s) cut; stopped`,
@@ -142,6 +152,19 @@ function supervise(config: GatewayConfig): void {
     console.log(`gateway: SIGHUP: ${alive.size} worker(s) reload ${files.join(' and ')}`);
     for (const worker of Object.values(cluster.workers ?? {})) worker?.process.kill('SIGHUP');
   });
+}
+
+/**
+ * The graceful stop `npm start` does on SIGTERM or SIGINT: stop accepting, let requests and streams in flight finish
+ * within `--shutdown-grace`, answer late arrivals with a retryable 503, then close the control routes and the core
+ * (breakers, stores, upstream connections). Resolves with what happened.
+ */
+async function stopServing(core: GatewayCore, control: LazyControlPlane): Promise<{ finished: boolean; cut: number }> {
+  const outcome = await core.lifecycle.drain(core.server!, core.config.shutdownGraceMs);
+  core.quiesce();
+  await control.close();
+  await core.close();
+  return outcome;
 }
 
 function boundPort(address: unknown, fallback: number): number {

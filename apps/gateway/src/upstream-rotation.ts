@@ -1,9 +1,8 @@
-import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
-import { OrchestratorService, type UpstreamPool } from 'nest-prompt-orchestrator';
+import type { Orchestrator, UpstreamPool } from 'nest-prompt-orchestrator/core';
 import type { GatewayConfig } from './config/gateway-config.js';
-import { GatewayService } from './gateway.service.js';
-import { GATEWAY_CONFIG } from './common/gateway.tokens.js';
-import { GatewayTracing } from './observability/gateway-tracing.js';
+import type { GatewayService } from './gateway.service.js';
+import type { ContextLog } from './common/context-log.js';
+import type { GatewayTracing } from './observability/gateway-tracing.js';
 import { FirstCheck, HealthPoller, type MemberChecks } from './upstreams/health-poller.js';
 import { LiveUpstreams } from './upstreams/live-upstreams.js';
 import {
@@ -24,20 +23,19 @@ import type { UpstreamsFile } from './config/upstreams-file.js';
  * (see `FirstCheck`). With `--upstreams-file`, the file is reloaded when it
  * changes and on SIGHUP (see `LiveUpstreams`).
  */
-@Injectable()
-export class UpstreamRotation implements OnApplicationBootstrap, OnModuleDestroy {
+export class UpstreamRotation {
   readonly pool: UpstreamPool;
   /** The upstreams file in force, reloaded while the gateway runs (absent without `--upstreams-file`). */
   readonly live?: LiveUpstreams;
-  private readonly logger = new Logger('Upstreams');
   private readonly checks?: MemberChecks;
   private poller?: HealthPoller;
 
   constructor(
-    orchestrator: OrchestratorService,
+    orchestrator: Orchestrator,
     private readonly gateway: GatewayService,
-    @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
+    private readonly config: GatewayConfig,
     tracing: GatewayTracing,
+    private readonly logger: ContextLog,
   ) {
     this.pool = orchestrator.upstreams.get(UPSTREAM_POOL)!;
     const headers = (target: UpstreamTarget) => gateway.provider.authHeaders({ headers: {}, upstream: target });
@@ -68,13 +66,13 @@ export class UpstreamRotation implements OnApplicationBootstrap, OnModuleDestroy
     return this.live?.current ?? this.config.upstreamsFile;
   }
 
-  onApplicationBootstrap(): void {
+  start(): void {
     this.live?.watch();
     // In the background: start-up never waits on the upstreams.
     if (this.poller) void this.poller.start();
   }
 
-  async onModuleDestroy(): Promise<void> {
+  async close(): Promise<void> {
     this.live?.close();
     await this.checks?.stop();
   }

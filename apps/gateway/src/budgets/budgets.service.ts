@@ -1,16 +1,15 @@
-import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
 import {
   CountersUnavailableError,
   MemoryWindowCounters,
   RedisThrottlerStorage,
   type WindowCounters,
 } from 'nest-prompt-orchestrator/throttler';
-import { parseTraceParent } from 'nest-prompt-orchestrator';
+import { parseTraceParent } from 'nest-prompt-orchestrator/core';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
+import type { ContextLog } from '../common/context-log.js';
 import { ApiError } from '../common/api-error.js';
 import type { RequestContext, Settled } from '../observability/request-context.js';
-import { SharedState } from '../shared-state/shared-state.js';
+import type { SharedState } from '../shared-state/shared-state.js';
 import type { SpendCap } from '../config/spend-cap.js';
 import { ROUTES } from '../providers/provider.js';
 import { PriceTable, type Usage } from './prices.js';
@@ -24,8 +23,7 @@ import { VirtualKeys, type VirtualKey } from './virtual-keys.js';
  * or in Redis so that replicas share them), how much they may spend (priced
  * from the usage providers report), and the request log.
  */
-@Injectable()
-export class Budgets implements OnApplicationShutdown {
+export class Budgets {
   readonly keys?: VirtualKeys;
   readonly prices: PriceTable;
   readonly ledger: SpendLedger;
@@ -35,13 +33,16 @@ export class Budgets implements OnApplicationShutdown {
   private readonly withoutRedis: GatewayConfig['limitsWithoutRedis'];
   private readonly shared: SharedState;
   private readonly requestLog?: RequestLog;
-  private readonly logger = new Logger('Gateway');
   private readonly window: number;
   private readonly settings: GatewayConfig['budgets'];
   // Long enough for any answer the gateway waits for; a replica that dies leaves its holds this long at most.
   private readonly holdMs: number;
 
-  constructor(@Inject(GATEWAY_CONFIG) config: GatewayConfig, shared: SharedState) {
+  constructor(
+    config: GatewayConfig,
+    shared: SharedState,
+    private readonly logger: ContextLog,
+  ) {
     const budgets = config.budgets;
     this.settings = budgets;
     this.window = budgets.rateWindowMs;
@@ -303,7 +304,7 @@ export class Budgets implements OnApplicationShutdown {
     };
   }
 
-  async onApplicationShutdown(): Promise<void> {
+  async close(): Promise<void> {
     this.keys?.close();
     this.ledger.close();
     await this.requestLog?.close();

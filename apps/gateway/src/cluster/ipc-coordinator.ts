@@ -1,4 +1,4 @@
-import type { BreakerCoordinator, ErrorCodec, SharedBreakerState } from 'nest-prompt-orchestrator';
+import type { BreakerCoordinator, ErrorCodec, SharedBreakerState } from 'nest-prompt-orchestrator/core';
 import { RelayCoordinator, ipcRelay } from 'nest-prompt-orchestrator/low-level';
 import type { WorkerChannel } from './worker-channel.js';
 

@@ -1,5 +1,5 @@
 import type { ipcRelay } from 'nest-prompt-orchestrator/low-level';
-import type { SharedBreakerState } from 'nest-prompt-orchestrator';
+import type { SharedBreakerState } from 'nest-prompt-orchestrator/core';
 
 /**
  * What the workers of `--workers N` and their primary say to each other over

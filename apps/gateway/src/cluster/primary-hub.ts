@@ -1,6 +1,6 @@
 import cluster from 'node:cluster';
 import { ipcRelay } from 'nest-prompt-orchestrator/low-level';
-import type { SharedBreakerState } from 'nest-prompt-orchestrator';
+import type { SharedBreakerState } from 'nest-prompt-orchestrator/core';
 import { AggregatorRegistry, Gauge } from 'prom-client';
 import { capPortLabels } from '../common/label-bounds.js';
 import {

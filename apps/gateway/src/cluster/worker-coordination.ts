@@ -1,7 +1,5 @@
-import { Inject, Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import { Registry } from 'prom-client';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import { GATEWAY_ERROR_CODEC } from '../shared-state/shared-state.js';
 import { IpcCoordinator } from './ipc-coordinator.js';
 import type { Gathered, GatherReply } from './messages.js';
@@ -24,12 +22,11 @@ export interface PortView<T> {
  * status page, so that whichever worker answers describes the whole port.
  * In a single process (or outside node:cluster) it holds nothing.
  */
-@Injectable()
-export class WorkerCoordination implements OnApplicationShutdown {
+export class WorkerCoordination {
   readonly channel?: WorkerChannel;
   readonly coordinator?: IpcCoordinator;
 
-  constructor(@Inject(GATEWAY_CONFIG) config: GatewayConfig) {
+  constructor(config: GatewayConfig) {
     if (config.workers <= 1) return;
     this.channel = WorkerChannel.get();
     if (this.channel && !config.redisUrl)
@@ -44,7 +41,7 @@ export class WorkerCoordination implements OnApplicationShutdown {
     return { parts: reply.parts as PortView<T>['parts'], silent: reply.silent };
   }
 
-  onApplicationShutdown(): void {
+  close(): void {
     this.coordinator?.close();
   }
 }

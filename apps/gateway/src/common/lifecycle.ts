@@ -1,4 +1,3 @@
-import { Injectable } from '@nestjs/common';
 import type { Server, ServerResponse } from 'node:http';
 import { SlotList } from 'nest-prompt-orchestrator/low-level';
 
@@ -9,7 +8,6 @@ import { SlotList } from 'nest-prompt-orchestrator/low-level';
  * retryable 503, and requests and streams in flight get the grace period to
  * finish.
  */
-@Injectable()
 export class Lifecycle {
   /**
    * Responses not yet over: on drain, those that have not sent their headers yet say `Connection: close`. Not a Set:

@@ -1,4 +1,4 @@
-import type { RawResponse } from 'nest-prompt-orchestrator';
+import type { RawResponse } from 'nest-prompt-orchestrator/core';
 import type { StartedCall } from 'nest-prompt-orchestrator/low-level';
 import { modelOf } from '../budgets/budgets.service.js';
 import type { Usage } from '../budgets/prices.js';

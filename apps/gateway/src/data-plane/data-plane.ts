@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { LRUCache } from 'lru-cache';
-import type { Orchestrator, RoutePolicy, Upstream } from 'nest-prompt-orchestrator';
+import type { Orchestrator, RoutePolicy, Upstream } from 'nest-prompt-orchestrator/core';
 import { lowLevelCalls, type LowLevelCalls } from 'nest-prompt-orchestrator/low-level';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import type { GatewayService } from '../gateway.service.js';

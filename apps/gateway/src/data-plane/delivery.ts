@@ -1,4 +1,4 @@
-import type { RawResponse } from 'nest-prompt-orchestrator';
+import type { RawResponse } from 'nest-prompt-orchestrator/core';
 import { ResponseSink, type StartedCall, type StreamHeadEvent } from 'nest-prompt-orchestrator/low-level';
 import type { Subscription } from 'rxjs';
 import { usageOfJson } from '../budgets/usage.js';

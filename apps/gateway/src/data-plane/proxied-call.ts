@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { ShuttingDownError, type RawResponse } from 'nest-prompt-orchestrator';
+import { ShuttingDownError, type RawResponse } from 'nest-prompt-orchestrator/core';
 import type { VirtualKey } from '../budgets/virtual-keys.js';
 import { clientKey } from '../common/credentials.js';
 import { GatewayTracing } from '../observability/gateway-tracing.js';

@@ -1,4 +1,4 @@
-import type { RawResponse, RoutePolicy, Upstream } from 'nest-prompt-orchestrator';
+import type { RawResponse, RoutePolicy, Upstream } from 'nest-prompt-orchestrator/core';
 import type { CallEvent, CallWork, StartedCall } from 'nest-prompt-orchestrator/low-level';
 import { Observable } from 'rxjs';
 import { parseJson, streamErrorEvent } from '../upstreams/upstream-replies.js';

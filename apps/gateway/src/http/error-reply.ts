@@ -1,7 +1,7 @@
-import { HttpException } from '@nestjs/common';
-import { FlightOutgrownError, isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrator';
+import { FlightOutgrownError, isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrator/core';
 import type { IncomingMessage } from 'node:http';
 import type { ClientApi } from '../providers/provider.js';
+import type { GatewayConfig } from '../config/gateway-config.js';
 import { UpstreamHttpError, UpstreamProtocolError, upstreamMessage } from '../apis/errors.js';
 import { ApiError } from '../common/api-error.js';
 import { redactor } from '../common/redaction.js';
@@ -117,7 +117,7 @@ export function errorReply(exception: unknown, target: ErrorTarget, logger: { wa
   if (
     info.status >= 500 &&
     !(exception instanceof ApiError) &&
-    !(exception instanceof HttpException) &&
+    !isFrameworkHttpError(exception) &&
     !isOrchestratorError(exception)
   ) {
     const name = (exception as Error | undefined)?.name ?? 'Error';
@@ -246,7 +246,7 @@ function describe(exception: unknown, request: Pick<ErrorTarget, 'method' | 'url
       retryAfter: '1',
     };
   }
-  if (exception instanceof HttpException) {
+  if (isFrameworkHttpError(exception)) {
     const status = exception.getStatus();
     if (status === 404) {
       const url = (request.url ?? '').split('?')[0].slice(0, 200);
@@ -313,4 +313,23 @@ function fromFrameworkError(error: unknown, status: number, fallback: string): E
     param: null,
     code: null,
   };
+}
+
+/** The API of a request no route serves (a 404): llama.cpp's in front of a llama.cpp server, else OpenAI's. */
+export function unroutedApi(config: GatewayConfig): ClientApi {
+  return config.provider === 'llama' ? 'llama' : 'openai';
+}
+
+/** Nest's `HttpException` (a control route's refusal), told by its shape: the data plane answers without loading Nest. */
+interface FrameworkHttpError extends Error {
+  getStatus(): number;
+  getResponse(): unknown;
+}
+
+function isFrameworkHttpError(exception: unknown): exception is FrameworkHttpError {
+  return (
+    exception instanceof Error &&
+    typeof (exception as Partial<FrameworkHttpError>).getStatus === 'function' &&
+    typeof (exception as Partial<FrameworkHttpError>).getResponse === 'function'
+  );
 }

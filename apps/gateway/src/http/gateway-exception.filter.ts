@@ -1,6 +1,6 @@
 import { Catch, Logger, type ArgumentsHost, type ExceptionFilter } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { isOrchestratorError } from 'nest-prompt-orchestrator';
+import { isOrchestratorError } from 'nest-prompt-orchestrator/core';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
 import type { GatewayConfig } from '../config/gateway-config.js';

@@ -12,7 +12,7 @@ import { ROUTES, routeAt } from '../providers/provider.js';
 import { hostCheckOf } from '../config/allowed-hosts.js';
 import { ApiError } from '../common/api-error.js';
 import { errorReply } from './error-reply.js';
-import { unroutedApi } from './request-context.middleware.js';
+import { unroutedApi } from './error-reply.js';
 import { guardConnectionTable } from './slow-clients.js';
 
 /**
@@ -88,14 +88,15 @@ export function serveAhead(server: Server, front: FrontHandler): void {
 }
 
 /**
- * Nest's Express adapter, on a server made by `createGatewayServer` (Nest's own takes no server options). Express and
- * its adapter are loaded only for `--platform express`.
+ * Nest's Express adapter, on a server made by `createGatewayServer` (Nest's own takes no server options), or with
+ * `ownServer` false on one that never listens (the app's requests are handed to it by a server already listening).
+ * Express and its adapter are loaded only for `--platform express`.
  */
-export async function gatewayExpressAdapter(config: GatewayConfig): Promise<ExpressAdapter> {
+export async function gatewayExpressAdapter(config: GatewayConfig, ownServer = true): Promise<ExpressAdapter> {
   const { ExpressAdapter } = await import('@nestjs/platform-express');
   class GatewayExpressAdapter extends ExpressAdapter {
     override initHttpServer(): void {
-      this.httpServer = createGatewayServer(config, this.getInstance());
+      this.httpServer = ownServer ? createGatewayServer(config, this.getInstance()) : createServer();
     }
   }
   return new GatewayExpressAdapter();

@@ -1,9 +1,10 @@
 import { Inject, Injectable, type NestMiddleware } from '@nestjs/common';
-import { ShuttingDownError, attachRequestSpan } from 'nest-prompt-orchestrator';
+import { ShuttingDownError, attachRequestSpan } from 'nest-prompt-orchestrator/core';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
+import { unroutedApi } from './error-reply.js';
 import { Lifecycle } from '../common/lifecycle.js';
 import { GatewayTelemetry } from '../observability/gateway-telemetry.js';
 import { GatewayTracing } from '../observability/gateway-tracing.js';
@@ -68,9 +69,4 @@ export class RequestContextMiddleware implements NestMiddleware {
     if (this.telemetry.enabled) this.telemetry.track(request, response, context);
     next();
   }
-}
-
-/** The API of a request no route serves (a 404): llama.cpp's in front of a llama.cpp server, else OpenAI's. */
-export function unroutedApi(config: GatewayConfig): ClientApi {
-  return config.provider === 'llama' ? 'llama' : 'openai';
 }

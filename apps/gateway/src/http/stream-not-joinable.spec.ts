@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { FlightOutgrownError } from 'nest-prompt-orchestrator';
+import { FlightOutgrownError } from 'nest-prompt-orchestrator/core';
 import { errorReply } from './error-reply.js';
 
 /**

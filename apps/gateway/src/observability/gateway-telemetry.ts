@@ -1,8 +1,7 @@
-import { Inject, Injectable, Optional } from '@nestjs/common';
 import {
   BatchedHistogram,
-  OrchestratorMetrics,
-  OrchestratorService,
+  type Orchestrator,
+  type OrchestratorMetrics,
   TRACE_ATTRIBUTES,
   TalliedCounter,
   parseTraceParent,
@@ -10,20 +9,19 @@ import {
   type RequestOutcome,
   type Tally,
   type UpstreamPool,
-} from 'nest-prompt-orchestrator';
+} from 'nest-prompt-orchestrator/core';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import * as promClient from 'prom-client';
 import type { Registry } from 'prom-client';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG, GATEWAY_LOGGER } from '../common/gateway.tokens.js';
 import { pathOfUrl, type RequestContext } from './request-context.js';
 import { UPSTREAM } from '../providers/shaping.js';
 import { UPSTREAM_POOL } from '../upstreams/upstream-set.js';
-import { StatusBoard } from '../status/status-board.js';
-import { Budgets } from '../budgets/budgets.service.js';
+import type { StatusBoard } from '../status/status-board.js';
+import type { Budgets } from '../budgets/budgets.service.js';
 import { ROUTES, type GatewayRoute } from '../providers/provider.js';
-import { GatewayTracing } from './gateway-tracing.js';
+import type { GatewayTracing } from './gateway-tracing.js';
 import { CappedLabels, MAX_MODEL_LABELS as MAX_MODELS, MAX_TENANT_LABELS } from '../common/label-bounds.js';
 import { RequestLines } from './request-line.js';
 
@@ -88,7 +86,6 @@ interface ClientMetrics {
  * the response's `close`, after the client has its answer. Never logs a key,
  * and logs a prompt only with --log-prompts.
  */
-@Injectable()
 export class GatewayTelemetry {
   /** Whether a request needs watching at all (else the middleware adds no listener). */
   readonly enabled: boolean;
@@ -113,13 +110,13 @@ export class GatewayTelemetry {
   private readonly controlPaths: string[];
 
   constructor(
-    @Inject(GATEWAY_CONFIG) config: GatewayConfig,
-    @Inject(GATEWAY_LOGGER) logger: Logger,
-    private readonly orchestrator: OrchestratorService,
+    config: GatewayConfig,
+    logger: Logger,
+    private readonly orchestrator: Orchestrator,
     private readonly budgets: Budgets,
     private readonly board: StatusBoard,
-    @Optional() @Inject(OrchestratorMetrics) metrics: OrchestratorMetrics | null,
-    @Optional() tracing?: GatewayTracing,
+    metrics: OrchestratorMetrics | undefined,
+    tracing?: GatewayTracing,
   ) {
     const o = config.observability;
     this.pool = orchestrator.upstreams.get(UPSTREAM_POOL);

@@ -1,6 +1,5 @@
-import type { OnApplicationShutdown } from '@nestjs/common';
 import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
-import { RequestTracing, TRACE_ATTRIBUTES, type RequestSpan, type SpanAttributes } from 'nest-prompt-orchestrator';
+import { RequestTracing, TRACE_ATTRIBUTES, type RequestSpan, type SpanAttributes } from 'nest-prompt-orchestrator/core';
 import type { Usage } from '../budgets/prices.js';
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -33,7 +32,7 @@ const OPERATION: Partial<Record<GatewayRoute, string>> = {
  * OTLP/HTTP collector, and the plugin's `RequestTracing` on it. Off by default:
  * then the SDK is never loaded and `tracing` is undefined.
  */
-export class GatewayTracing implements OnApplicationShutdown {
+export class GatewayTracing {
   private constructor(
     /** What request paths start their spans with (undefined: tracing off). */
     readonly tracing: RequestTracing | undefined,
@@ -169,7 +168,7 @@ export class GatewayTracing implements OnApplicationShutdown {
   }
 
   /** The spans of the last requests go out before the process ends. */
-  async onApplicationShutdown(): Promise<void> {
+  async close(): Promise<void> {
     await this.provider?.shutdown().catch(() => undefined);
   }
 }
@@ -226,8 +225,13 @@ export class ExportWatch {
 
 /** The gateway's version (`service.version`): its package's, read once when tracing starts. */
 function gatewayVersion(): string {
-  // The package file sits a few folders up from this module, in the sources as in the build.
-  for (const up of ['../../../package.json', '../../../../package.json', '../../../../../package.json']) {
+  // The package file sits a few folders up from this module, in the sources as in the build and its bundle.
+  for (const up of [
+    '../../../package.json',
+    '../../../../package.json',
+    '../../../../../package.json',
+    '../../package.json',
+  ]) {
     try {
       const manifest = JSON.parse(readFileSync(new URL(up, import.meta.url), 'utf8')) as {
         name?: unknown;

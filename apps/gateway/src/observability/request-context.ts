@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
-import type { DedupOutcome, RequestSpan } from 'nest-prompt-orchestrator';
+import type { DedupOutcome, RequestSpan } from 'nest-prompt-orchestrator/core';
 import type { ClientApi, GatewayRoute } from '../providers/provider.js';
 import type { Usage } from '../budgets/prices.js';
 import type { Hold, ScopedCap } from '../budgets/spend-ledger.js';

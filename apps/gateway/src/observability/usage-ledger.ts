@@ -1,6 +1,4 @@
-import { Inject, Injectable } from '@nestjs/common';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
 import type { RequestContext } from './request-context.js';
 import type { Usage } from '../budgets/prices.js';
 
@@ -10,12 +8,11 @@ import type { Usage } from '../budgets/prices.js';
  * What a joined or cached request saved travels with the answer it reused
  * (its `CallTag`), not here.
  */
-@Injectable()
 export class UsageLedger {
   /** Whether anybody reads usage (metrics, request log or status page): otherwise nothing is parsed. */
   readonly enabled: boolean;
 
-  constructor(@Inject(GATEWAY_CONFIG) config: GatewayConfig) {
+  constructor(config: GatewayConfig) {
     const o = config.observability;
     this.enabled =
       o.metricsPath !== undefined || o.statusPath !== undefined || (o.requestLog && o.logLevel !== 'silent');

@@ -1,5 +1,5 @@
 import type { IncomingHttpHeaders } from 'node:http';
-import { isUpstreamFailure, isTransientFailure } from 'nest-prompt-orchestrator';
+import { isUpstreamFailure, isTransientFailure } from 'nest-prompt-orchestrator/core';
 import type { GatewayConfig, ProviderKind } from '../config/gateway-config.js';
 import { notSupported } from '../common/api-error.js';
 import type { StreamFormat } from '../apis/formats.js';

@@ -1,4 +1,4 @@
-import type { OrchestrateOptions } from 'nest-prompt-orchestrator';
+import type { OrchestrateOptions } from 'nest-prompt-orchestrator/core';
 import type { RouteKind } from './provider.js';
 
 /** The breaker and concurrency limiter every model route shares: there is one upstream. */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { CircuitOpenError, QueueTimeoutError, UpstreamTimeoutError } from 'nest-prompt-orchestrator';
+import { CircuitOpenError, QueueTimeoutError, UpstreamTimeoutError } from 'nest-prompt-orchestrator/core';
 import { ApiError } from '../common/api-error.js';
 import { errorReply, type ErrorReply } from '../http/error-reply.js';
 import { redactor } from '../common/redaction.js';

@@ -1,10 +1,7 @@
 import { isIP } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
-import type { RedisCommands, RedisSubscriber } from 'nest-prompt-orchestrator';
+import type { RedisCommands, RedisSubscriber } from 'nest-prompt-orchestrator/core';
 import { parseSentinelUrl, type SentinelTarget } from '../config/redis-flags.js';
-
-/** Injection token of the gateway's Redis connection (`RedisLink`), opened before anything that shares through it. */
-export const REDIS_LINK = Symbol('REDIS_LINK');
 
 export type RedisTopology = 'single' | 'cluster' | 'sentinel';
 

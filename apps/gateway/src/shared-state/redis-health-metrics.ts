@@ -1,8 +1,7 @@
-import { Injectable, Optional, Inject } from '@nestjs/common';
-import { OrchestratorMetrics } from 'nest-prompt-orchestrator';
+import type { OrchestratorMetrics } from 'nest-prompt-orchestrator/core';
 import * as promClient from 'prom-client';
 import type { Registry } from 'prom-client';
-import { SharedState } from './shared-state.js';
+import type { SharedState } from './shared-state.js';
 
 /**
  * Whether the fleet is one fleet, for Prometheus (with --redis and metrics on):
@@ -11,9 +10,8 @@ import { SharedState } from './shared-state.js';
  * is 1 when Redis's `maxmemory-policy` may evict the fleet's keys (absent when
  * unknown). Read at scrape time from `RedisHealth`.
  */
-@Injectable()
 export class RedisHealthMetrics {
-  constructor(shared: SharedState, @Optional() @Inject(OrchestratorMetrics) metrics: OrchestratorMetrics | null) {
+  constructor(shared: SharedState, metrics: OrchestratorMetrics | undefined) {
     const health = shared.health;
     if (!health || !metrics) return;
     const registers = [metrics.registry as Registry];

@@ -1,17 +1,8 @@
-import {
-  Inject,
-  Injectable,
-  Optional,
-  Logger,
-  type BeforeApplicationShutdown,
-  type OnApplicationShutdown,
-  type OnModuleInit,
-} from '@nestjs/common';
 import { Keyv } from 'keyv';
-import { DEFAULT_ERROR_CODEC, RedisCoordinator, type ErrorCodec } from 'nest-prompt-orchestrator';
+import { DEFAULT_ERROR_CODEC, RedisCoordinator, type ErrorCodec } from 'nest-prompt-orchestrator/core';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
-import { REDIS_LINK, redisModuleOfLinks, type RedisLink, type RedisTopology } from './redis-connection.js';
+import type { ContextLog } from '../common/context-log.js';
+import { redisModuleOfLinks, type RedisLink, type RedisTopology } from './redis-connection.js';
 import { ApiError } from '../common/api-error.js';
 import { redactor } from '../common/redaction.js';
 import type { ClientApi } from '../providers/provider.js';
@@ -26,8 +17,7 @@ import { MAX_ERROR_BODY, UpstreamHttpError, UpstreamProtocolError } from '../api
  * while Redis is away each replica acts alone (said once in the log, shown in
  * /health), then shares again once it is back.
  */
-@Injectable()
-export class SharedState implements OnModuleInit, BeforeApplicationShutdown, OnApplicationShutdown {
+export class SharedState {
   readonly windowStore?: Keyv;
   readonly coordinator?: RedisCoordinator;
   /** The commands connection, for other shared counts (rate limits, spend): fails at once while Redis is known down. */
@@ -38,14 +28,12 @@ export class SharedState implements OnModuleInit, BeforeApplicationShutdown, OnA
   readonly health?: RedisHealth;
   private readonly link?: RedisLink;
   private readonly connecting?: Promise<unknown>;
-  private readonly logger = new Logger('Gateway');
 
-  constructor(@Inject(GATEWAY_CONFIG) config: GatewayConfig, @Optional() @Inject(REDIS_LINK) link?: RedisLink | null) {
+  constructor(config: GatewayConfig, link: RedisLink | null, logger: ContextLog) {
     if (!config.redisUrl || !link) return;
     this.link = link;
     this.topology = link.topology;
     this.connecting = link.connecting;
-    const logger = this.logger;
     this.health = new RedisHealth({
       client: link.commands,
       prefix: config.redisPrefix,
@@ -80,7 +68,7 @@ export class SharedState implements OnModuleInit, BeforeApplicationShutdown, OnA
    * client queues nothing while disconnected, so the first requests would
    * otherwise miss the shared state and report an outage that is not one.
    */
-  async onModuleInit(): Promise<void> {
+  async start(): Promise<void> {
     await this.connected();
   }
 
@@ -90,12 +78,12 @@ export class SharedState implements OnModuleInit, BeforeApplicationShutdown, OnA
   }
 
   /** Before the window's store closes the shared client: the calls still finishing are not an outage to report. */
-  beforeApplicationShutdown(): void {
+  stopSharing(): void {
     this.health?.close();
     this.coordinator?.close();
   }
 
-  async onApplicationShutdown(): Promise<void> {
+  async close(): Promise<void> {
     await this.link?.close();
   }
 }

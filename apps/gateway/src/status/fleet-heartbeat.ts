@@ -1,14 +1,11 @@
-import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
-import { HttpAdapterHost } from '@nestjs/core';
-import { OrchestratorService, type FlightSnapshot, type OrchestratorHealth } from 'nest-prompt-orchestrator';
+import { type Orchestrator, type FlightSnapshot, type OrchestratorHealth } from 'nest-prompt-orchestrator/core';
 import { randomUUID } from 'node:crypto';
-import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { hostname } from 'node:os';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
-import { Lifecycle } from '../common/lifecycle.js';
+import type { Lifecycle } from '../common/lifecycle.js';
 import { fleetKey } from '../shared-state/redis-connection.js';
-import { SharedState } from '../shared-state/shared-state.js';
+import type { SharedState } from '../shared-state/shared-state.js';
 import { poolState } from '../upstreams/upstream-set.js';
 
 /** How often each process says it is alive, and when a silent one is shown as such, then dropped. */
@@ -78,8 +75,7 @@ export interface FleetStore {
  * primary). Every Redis operation is bounded; a missing beat shows the member
  * `silent`, never holds a request up.
  */
-@Injectable()
-export class FleetHeartbeat implements OnModuleInit, OnApplicationShutdown {
+export class FleetHeartbeat {
   readonly enabled: boolean;
   readonly id = randomUUID();
   private readonly startedAt = Date.now();
@@ -91,24 +87,25 @@ export class FleetHeartbeat implements OnModuleInit, OnApplicationShutdown {
   private storeState: FleetStore = { state: 'ok', since: Date.now() };
 
   constructor(
-    @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
+    private readonly config: GatewayConfig,
     private readonly shared: SharedState,
-    private readonly orchestrator: OrchestratorService,
+    private readonly orchestrator: Orchestrator,
     private readonly lifecycle: Lifecycle,
-    private readonly adapterHost: HttpAdapterHost,
+    /** Where this process listens (its port in the fleet's table), once it does. */
+    private readonly address: () => AddressInfo | string | null | undefined,
   ) {
     this.enabled = shared.redis !== undefined;
     this.key = fleetKey(config.redisPrefix);
   }
 
-  onModuleInit(): void {
+  start(): void {
     if (!this.enabled) return;
     this.timer = setInterval(() => void this.beat(), BEAT_MS);
     this.timer.unref();
     void this.beat();
   }
 
-  async onApplicationShutdown(): Promise<void> {
+  async close(): Promise<void> {
     clearInterval(this.timer);
     // Gone, rather than silent: a stopped process says so on its way out.
     if (this.enabled) await this.command(['HDEL', this.key, this.id]).catch(() => undefined);
@@ -146,7 +143,7 @@ export class FleetHeartbeat implements OnModuleInit, OnApplicationShutdown {
   /** This process's heartbeat now. */
   own(health: OrchestratorHealth = this.orchestrator.health()): Heartbeat {
     const pool = poolState(health);
-    const address = (this.adapterHost.httpAdapter?.getHttpServer() as Server | undefined)?.address?.();
+    const address = this.address();
     return {
       id: this.id,
       host: hostname(),

@@ -1,4 +1,4 @@
-import type { RequestOutcome } from 'nest-prompt-orchestrator';
+import type { RequestOutcome } from 'nest-prompt-orchestrator/core';
 
 const MINUTES = 60;
 /** Latency buckets: 1 ms to about 2 minutes, each 25% wider than the last (a percentile is off by at most that). */

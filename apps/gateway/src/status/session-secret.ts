@@ -1,8 +1,7 @@
-import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
-import { SharedState } from '../shared-state/shared-state.js';
+import type { ContextLog } from '../common/context-log.js';
+import type { SharedState } from '../shared-state/shared-state.js';
 
 /**
  * Set by the primary of `--workers` for its workers: one random secret for the whole port, made before forking, so
@@ -16,14 +15,13 @@ export const WORKER_SESSION_SECRET_ENV = 'NPO_WORKER_SESSION_SECRET';
  * `--workers`), which with `--redis` becomes the fleet's (the first replica's, stored with SET NX), so that any replica
  * accepts a session another one issued. Without Redis at start, the process's own (said once in the log).
  */
-@Injectable()
-export class SessionSecret implements OnModuleInit {
+export class SessionSecret {
   private secret: Buffer;
-  private readonly logger = new Logger('Gateway');
 
   constructor(
-    @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
+    private readonly config: GatewayConfig,
     private readonly shared: SharedState,
+    private readonly logger: ContextLog,
   ) {
     const handed = process.env[WORKER_SESSION_SECRET_ENV];
     this.secret =
@@ -38,7 +36,8 @@ export class SessionSecret implements OnModuleInit {
     return this.secret;
   }
 
-  async onModuleInit(): Promise<void> {
+  /** With --redis, takes the fleet's secret (or makes this one the fleet's). */
+  async start(): Promise<void> {
     const redis = this.shared.redis;
     if (this.config.sessionSecret !== undefined || !redis) return;
     await this.shared.connected();

@@ -1,4 +1,4 @@
-import type { FlightSnapshot } from 'nest-prompt-orchestrator';
+import type { FlightSnapshot } from 'nest-prompt-orchestrator/core';
 import type { ErrorCause } from './error-causes.js';
 import type { HourHistory } from './hour-history.js';
 import type { SpendRow } from './spend-table.js';

@@ -1,18 +1,16 @@
-import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
 import {
-  OrchestratorService,
+  type Orchestrator,
   type BreakerState,
   type RefusalReason,
   type RequestOutcome,
   type UpstreamResult,
-} from 'nest-prompt-orchestrator';
+} from 'nest-prompt-orchestrator/core';
 import type { ServerResponse } from 'node:http';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { GATEWAY_CONFIG } from '../common/gateway.tokens.js';
-import { Lifecycle } from '../common/lifecycle.js';
-import { WorkerCoordination } from '../cluster/worker-coordination.js';
+import type { Lifecycle } from '../common/lifecycle.js';
+import type { WorkerCoordination } from '../cluster/worker-coordination.js';
 import { ErrorCauses } from './error-causes.js';
-import { FleetHeartbeat } from './fleet-heartbeat.js';
+import type { FleetHeartbeat } from './fleet-heartbeat.js';
 import { HourHistory } from './hour-history.js';
 import { MAX_ERRORS, OUTCOMES, TOP_ROWS, mergeSnapshots } from './snapshot-merge.js';
 import { SpendTable } from './spend-table.js';
@@ -71,8 +69,7 @@ export type StatusSnapshot = ReturnType<StatusBoard['snapshot']> & {
  * and at most 500 tenants (hashed; later ones are counted as "other").
  * Under `--workers`, a page is sent the sum of every worker's board.
  */
-@Injectable()
-export class StatusBoard implements OnModuleInit, OnModuleDestroy {
+export class StatusBoard {
   readonly enabled: boolean;
   private readonly startedAt = Date.now();
   private readonly totals: Record<(typeof OUTCOMES)[number], number> = { miss: 0, joined: 0, cached: 0, none: 0 };
@@ -114,8 +111,8 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
   private folded = 0;
 
   constructor(
-    @Inject(GATEWAY_CONFIG) private readonly config: GatewayConfig,
-    private readonly orchestrator: OrchestratorService,
+    private readonly config: GatewayConfig,
+    private readonly orchestrator: Orchestrator,
     private readonly lifecycle: Lifecycle,
     private readonly workers: WorkerCoordination,
     private readonly fleet: FleetHeartbeat,
@@ -123,7 +120,7 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
     this.enabled = config.observability.statusPath !== undefined;
   }
 
-  onModuleInit(): void {
+  start(): void {
     if (!this.enabled) return;
     this.workers.channel?.provide('status', () => this.snapshot());
     this.fleet.provideFigures(() => {
@@ -161,7 +158,7 @@ export class StatusBoard implements OnModuleInit, OnModuleDestroy {
     this.folded = 0;
   }
 
-  onModuleDestroy(): void {
+  close(): void {
     this.stopObserving?.();
     this.watchers.close();
   }

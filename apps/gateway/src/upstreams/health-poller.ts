@@ -1,4 +1,4 @@
-import type { Upstream, UpstreamPool } from 'nest-prompt-orchestrator';
+import type { Upstream, UpstreamPool } from 'nest-prompt-orchestrator/core';
 import { Agent, request } from 'undici';
 import type { UpstreamTarget } from './upstream-set.js';
 

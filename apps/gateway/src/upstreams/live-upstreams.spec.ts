@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from '@jest/globals';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Orchestrator, type Upstream } from 'nest-prompt-orchestrator';
+import { Orchestrator, type Upstream } from 'nest-prompt-orchestrator/core';
 import { redactor } from '../common/redaction.js';
 import type { MemberChecks } from './health-poller.js';
 import { LiveUpstreams } from './live-upstreams.js';

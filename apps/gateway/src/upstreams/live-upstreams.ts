@@ -1,4 +1,4 @@
-import type { BreakerOptions, ConcurrencyOptions, UpstreamRegistry } from 'nest-prompt-orchestrator';
+import type { BreakerOptions, ConcurrencyOptions, UpstreamRegistry } from 'nest-prompt-orchestrator/core';
 import { FileReloader } from '../common/file-reloader.js';
 import { redactor } from '../common/redaction.js';
 import type { MemberChecks } from './health-poller.js';

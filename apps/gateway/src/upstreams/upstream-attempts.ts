@@ -1,4 +1,4 @@
-import { RawResponse, type Orchestrator, type RoutePolicy, type Upstream } from 'nest-prompt-orchestrator';
+import { RawResponse, type Orchestrator, type RoutePolicy, type Upstream } from 'nest-prompt-orchestrator/core';
 import { lowLevelCalls, type CallEvent } from 'nest-prompt-orchestrator/low-level';
 import { map, type Observable } from 'rxjs';
 import type { GatewayConfig } from '../config/gateway-config.js';

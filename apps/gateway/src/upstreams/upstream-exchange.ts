@@ -1,4 +1,4 @@
-import { RawResponse } from 'nest-prompt-orchestrator';
+import { RawResponse } from 'nest-prompt-orchestrator/core';
 import { ChunkEvent, type CallEvent, type FlowControl } from 'nest-prompt-orchestrator/low-level';
 import { TextDecoder } from 'node:util';
 import type { Subscriber } from 'rxjs';

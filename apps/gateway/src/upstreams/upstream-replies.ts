@@ -1,4 +1,4 @@
-import { RemoteCallError, isOrchestratorError } from 'nest-prompt-orchestrator';
+import { RemoteCallError, isOrchestratorError } from 'nest-prompt-orchestrator/core';
 import { UpstreamStreamError } from '../apis/errors.js';
 import { API_FORMATS } from '../apis/formats.js';
 import type { ClientApi, UpstreamPlan } from '../providers/provider.js';

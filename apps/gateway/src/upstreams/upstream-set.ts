@@ -6,7 +6,7 @@ import {
   type OrchestratorHealth,
   type Upstream,
   type UpstreamMemberOptions,
-} from 'nest-prompt-orchestrator';
+} from 'nest-prompt-orchestrator/core';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { ApiError } from '../common/api-error.js';
 import { UpstreamHttpError } from '../apis/errors.js';
