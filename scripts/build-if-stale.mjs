@@ -17,6 +17,7 @@ const SOURCES = [
 ];
 const BUILT = [
   'dist/apps/gateway/src/main.js',
+  'dist/gateway/main.js',
   'dist/apps/gateway/src/status/page/status-page.js',
   'libs/orchestrator/dist/esm/index.js',
 ].map((file) => join(ROOT, file));

@@ -65,7 +65,7 @@ Options:
   --perf-profile        overhead: the same profile taken with perf (CPU time of every thread, the
                         kernel's included; needs perf and the right to record the gateway)
   --before FILE         overhead: a JSON result of an earlier run, shown as the "before" column
-  --against DIR         overhead: the gateway of another built checkout (DIR/dist/apps/gateway/src/main.js, e.g. a
+  --against DIR         overhead: the gateway of another built checkout (DIR/dist/gateway/main.js, e.g. a
                         worktree of the previous commit) measured as a third side in the same rounds (A/B column)
   --loaded              cluster: the fleet's promises with two busy processes taking the cores (herds of 300 over 4
                         replicas, Redis frozen under a herd, a leader killed mid-stream); overhead: the same rows
@@ -99,8 +99,11 @@ interface Cli {
 
 /** The gateway entry of another built checkout (`--against DIR`). */
 function againstEntry(dir: string): string {
-  const entry = resolve(dir, 'dist/apps/gateway/src/main.js');
-  if (!existsSync(entry)) throw new UsageError(`--against: no built gateway at ${entry} (run npm run build there)`);
+  // A checkout from before the gateway was bundled runs tsc's output.
+  const entry = [resolve(dir, 'dist/gateway/main.js'), resolve(dir, 'dist/apps/gateway/src/main.js')].find((file) =>
+    existsSync(file),
+  );
+  if (!entry) throw new UsageError(`--against: no built gateway in ${dir}/dist (run npm run build there)`);
   return entry;
 }
 

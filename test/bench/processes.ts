@@ -24,7 +24,7 @@ export function repoRoot(): string {
 /** Compiled entry points the harness starts as child processes. */
 export const ENTRY = {
   mockProvider: 'dist/apps/mock-provider/src/main.js',
-  gateway: 'dist/apps/gateway/src/main.js',
+  gateway: 'dist/gateway/main.js',
   minimalProxy: 'dist/test/bench/minimal-proxy.js',
   windowMemory: 'dist/test/bench/window-memory.js',
   loopDelay: 'dist/test/bench/loop-delay.js',

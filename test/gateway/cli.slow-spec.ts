@@ -13,7 +13,7 @@ import { ownChild } from '../support/children.js';
 
 /**
  * The gateway's command line: the parser directly for most cases, and the
- * built binary (`node dist/apps/gateway/src/main.js`) for what only a real
+ * built bundle (`node dist/gateway/main.js`, as `npm start`) for what only a real
  * process shows: --help output, exit code 2 with a message on bad input, and
  * a real start.
  */

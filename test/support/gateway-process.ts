@@ -5,12 +5,12 @@ import { ownChild } from './children.js';
 import { join } from 'node:path';
 
 /**
- * The gateway as its users run it: the built binary (`node dist/apps/gateway/src/main.js`) in a process of its
+ * The gateway as its users run it: the built bundle (`node dist/gateway/main.js`, as `npm start`) in a process of its
  * own, for what only a real process shows (exit codes, signals, its own memory).
  */
 
 export const ROOT = process.cwd();
-export const GATEWAY_MAIN = join(ROOT, 'dist/apps/gateway/src/main.js');
+export const GATEWAY_MAIN = join(ROOT, 'dist/gateway/main.js');
 
 /**
  * Checks that the build is there and not older than a source (scripts/build-if-stale.mjs --check). Jest's global

@@ -7,6 +7,6 @@ describe('the V8 flags the gateway runs with', () => {
     const manifest = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as {
       scripts: Record<string, string>;
     };
-    expect(manifest.scripts.start).toBe(`node ${GATEWAY_NODE_FLAGS.join(' ')} dist/apps/gateway/src/main.js`);
+    expect(manifest.scripts.start).toBe(`node ${GATEWAY_NODE_FLAGS.join(' ')} dist/gateway/main.js`);
   });
 });

@@ -1,6 +1,6 @@
 /**
  * The V8 flags the gateway runs with (`npm start` passes them; start
- * `dist/apps/gateway/src/main.js` with them when you run it yourself): a young
+ * `dist/gateway/main.js` with them when you run it yourself): a young
  * generation fixed at 16 MiB per semi-space. V8 otherwise starts it small and
  * resizes it as it goes; under the gateway's load (every request a few dozen
  * short-lived objects, every distinct answer kept in the window) its
