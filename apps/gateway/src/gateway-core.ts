@@ -11,7 +11,7 @@ import { contextLog, type LineSink } from './common/context-log.js';
 import { Lifecycle } from './common/lifecycle.js';
 import { redactor } from './common/redaction.js';
 import { GatewayService } from './gateway.service.js';
-import { openRedisLink, type RedisLink } from './shared-state/redis-connection.js';
+import { openRedisLink } from './shared-state/redis-connection.js';
 import { SharedState } from './shared-state/shared-state.js';
 import { RedisHealthMetrics } from './shared-state/redis-health-metrics.js';
 import { WorkerCoordination, metricsRegistry } from './cluster/worker-coordination.js';
@@ -50,38 +50,55 @@ export interface GatewayCoreOptions {
  * app receives the same instances (see `GatewayModule`).
  */
 export class GatewayCore {
+  /** The HTTP server the gateway listens on (the fleet's table shows its port). */
+  server?: Server;
+  readonly lifecycle = new Lifecycle();
+  readonly usage: UsageLedger;
+  readonly budgets: Budgets;
+  readonly sessionSecret: SessionSecret;
+  readonly fleet: FleetHeartbeat;
+  readonly board: StatusBoard;
+  readonly telemetry: GatewayTelemetry;
+  readonly rotation: UpstreamRotation;
+  readonly plane: DataPlane;
+  private readonly stopEventLog: () => void;
   private quiet = false;
   private closed?: Promise<void>;
 
+  /** What the rest is made of, made first (some of it asynchronously: see `create`). */
   private constructor(
-    private readonly listening: { server?: Server },
     readonly config: GatewayConfig,
     readonly log: Logger,
-    readonly lifecycle: Lifecycle,
+    lines: LineSink,
     readonly gateway: GatewayService,
     readonly shared: SharedState,
     readonly workers: WorkerCoordination,
-    readonly usage: UsageLedger,
-    readonly budgets: Budgets,
-    readonly sessionSecret: SessionSecret,
     readonly tracing: GatewayTracing,
     readonly orchestrator: Orchestrator,
     readonly metrics: OrchestratorMetrics | undefined,
-    private readonly stopEventLog: () => void,
-    readonly fleet: FleetHeartbeat,
-    readonly board: StatusBoard,
-    readonly telemetry: GatewayTelemetry,
-    readonly rotation: UpstreamRotation,
-    readonly plane: DataPlane,
-  ) {}
-
-  /** The HTTP server the gateway listens on (the fleet's table shows its port). */
-  get server(): Server | undefined {
-    return this.listening.server;
-  }
-
-  set server(server: Server | undefined) {
-    this.listening.server = server;
+  ) {
+    const said = contextLog(lines, 'Gateway');
+    this.usage = new UsageLedger(config);
+    this.budgets = new Budgets(config, shared, said);
+    this.sessionSecret = new SessionSecret(config, shared, said);
+    this.stopEventLog = logOrchestratorEvents(orchestrator, log);
+    this.fleet = new FleetHeartbeat(config, shared, orchestrator, this.lifecycle, () => this.server?.address());
+    this.board = new StatusBoard(config, orchestrator, this.lifecycle, workers, this.fleet);
+    this.telemetry = new GatewayTelemetry(config, log, orchestrator, this.budgets, this.board, metrics, tracing);
+    this.rotation = new UpstreamRotation(orchestrator, gateway, config, tracing, contextLog(lines, 'Upstreams'));
+    new RedisHealthMetrics(shared, metrics);
+    this.plane = new DataPlane({
+      config,
+      gateway,
+      budgets: this.budgets,
+      usage: this.usage,
+      telemetry: this.telemetry,
+      lifecycle: this.lifecycle,
+      orchestrator,
+      warn: (line) => said.warn(line),
+    });
+    // A reloaded upstreams file brings other fallback chains (and groups) to the attempts.
+    this.rotation.live?.onChange((file) => this.plane.attempts.update(file));
   }
 
   /**
@@ -94,23 +111,18 @@ export class GatewayCore {
     redactor.add(config.gatewayKeys);
     // Provider keys are also looked for in a stream's ordinary events (a provider quoting one outside an error).
     redactor.watch([config.providerKey, ...upstreamKeys(config)]);
-    const said = contextLog(lines, 'Gateway');
     if (config.allowedHosts === '*') {
       log.warn(
         { context: 'Gateway' },
         '--allowed-hosts * answers any Host: a DNS-rebinding web page can reach this gateway and spend its provider key (docs/security.md)',
       );
     }
-    const lifecycle = new Lifecycle();
     const gateway = new GatewayService(config);
-    const link: RedisLink | null = config.redisUrl
-      ? await openRedisLink({ url: config.redisUrl, tls: config.redisTls }, said)
+    const link = config.redisUrl
+      ? await openRedisLink({ url: config.redisUrl, tls: config.redisTls }, contextLog(lines, 'Gateway'))
       : null;
-    const shared = new SharedState(config, link, said);
+    const shared = new SharedState(config, link, contextLog(lines, 'Gateway'));
     const workers = new WorkerCoordination(config);
-    const usage = new UsageLedger(config);
-    const budgets = new Budgets(config, shared, said);
-    const sessionSecret = new SessionSecret(config, shared, said);
     const tracing = await GatewayTracing.create(config, log);
     const orchestrator = new Orchestrator(orchestratorOptions(config, gateway, shared, workers, tracing), {
       // Once per outage and once on recovery: a dead store must not flood the log.
@@ -129,53 +141,14 @@ export class GatewayCore {
       metricsPath === undefined
         ? undefined
         : await OrchestratorMetrics.create(orchestrator, { path: metricsPath, registry: metricsRegistry(config) });
-    const stopEventLog = logOrchestratorEvents(orchestrator, log);
-    const listening: { server?: Server } = {};
-    const fleet = new FleetHeartbeat(config, shared, orchestrator, lifecycle, () => listening.server?.address());
-    const board = new StatusBoard(config, orchestrator, lifecycle, workers, fleet);
-    const telemetry = new GatewayTelemetry(config, log, orchestrator, budgets, board, metrics, tracing);
-    const rotation = new UpstreamRotation(orchestrator, gateway, config, tracing, contextLog(lines, 'Upstreams'));
-    new RedisHealthMetrics(shared, metrics);
-    const plane = new DataPlane({
-      config,
-      gateway,
-      budgets,
-      usage,
-      telemetry,
-      lifecycle,
-      orchestrator,
-      warn: (line) => said.warn(line),
-    });
-    // A reloaded upstreams file brings other fallback chains (and groups) to the attempts.
-    rotation.live?.onChange((file) => plane.attempts.update(file));
-
+    const core = new GatewayCore(config, log, lines, gateway, shared, workers, tracing, orchestrator, metrics);
     gateway.start();
     await shared.start();
-    await sessionSecret.start();
-    fleet.start();
-    board.start();
-    rotation.start();
-    return new GatewayCore(
-      listening,
-      config,
-      log,
-      lifecycle,
-      gateway,
-      shared,
-      workers,
-      usage,
-      budgets,
-      sessionSecret,
-      tracing,
-      orchestrator,
-      metrics,
-      stopEventLog,
-      fleet,
-      board,
-      telemetry,
-      rotation,
-      plane,
-    );
+    await core.sessionSecret.start();
+    core.fleet.start();
+    core.board.start();
+    core.rotation.start();
+    return core;
   }
 
   /**
