@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { ensureBuilt, startGatewayProcess, startMockProcess, type AppProcess } from '../support/gateway-process.js';
@@ -85,6 +86,33 @@ describe('a gateway started with `npm start`', () => {
       expect(again.choices[0].message.content).toEqual(expect.any(String));
     },
   );
+
+  /** The raw bytes a connection answers to `request` (the gateway closes it after its error). */
+  function rawAnswer(url: string, request: string): Promise<string> {
+    const { hostname, port } = new URL(url);
+    return new Promise((resolve, reject) => {
+      const socket = connect(Number(port), hostname, () => socket.end(request));
+      let answer = '';
+      socket.on('data', (bytes: Buffer) => (answer += bytes.toString('latin1')));
+      socket.on('error', reject);
+      socket.on('close', () => resolve(answer));
+    });
+  }
+
+  it('answers a request its HTTP parser refuses with a JSON error that names the problem', async () => {
+    const { gateway } = await start();
+    const garbage = await rawAnswer(gateway.url, 'NOT HTTP AT ALL\r\n\r\n');
+    expect(garbage).toMatch(/^HTTP\/1\.1 400 Bad Request\r\n/);
+    expect(JSON.parse(garbage.split('\r\n\r\n')[1])).toMatchObject({ error: { code: 'malformed_request' } });
+    const huge = await rawAnswer(
+      gateway.url,
+      `GET /health/live HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: ${'a'.repeat(40_000)}\r\n\r\n`,
+    );
+    expect(huge).toMatch(/^HTTP\/1\.1 431 /);
+    expect(JSON.parse(huge.split('\r\n\r\n')[1])).toMatchObject({ error: { code: 'headers_too_large' } });
+    // Still serving.
+    expect((await fetch(`${gateway.url}/health/live`)).status).toBe(200);
+  });
 
   it.each([['before'], ['after']])('stops gracefully on SIGTERM %s the control routes are loaded', async (when) => {
     const { gateway, imported } = await start();

@@ -46,7 +46,7 @@ async function serve(config: GatewayConfig): Promise<void> {
   const core = await GatewayCore.create(config);
   // The proxied routes are served by the core's data plane; the control routes' Nest app is made when first needed.
   const control = new LazyControlPlane(core);
-  const server = createGatewayServer(config, control.handle);
+  const server = createGatewayServer(config, control.handle, { answerClientErrors: true });
   serveAhead(server, core.plane.handle);
   core.server = server;
   // A worker of --workers answers its siblings' questions for /health from its control routes: they exist before it

@@ -1,5 +1,6 @@
 import type { ExpressAdapter } from '@nestjs/platform-express';
 import {
+  STATUS_CODES,
   createServer,
   type IncomingMessage,
   type RequestListener,
@@ -14,6 +15,7 @@ import { ApiError } from '../common/api-error.js';
 import { errorReply } from './error-reply.js';
 import { unroutedApi } from './error-reply.js';
 import { guardConnectionTable } from './slow-clients.js';
+import type { Duplex } from 'node:stream';
 
 /**
  * Node's own limits on what a client may take, set on the HTTP server of
@@ -46,7 +48,11 @@ const FRONTS = new WeakMap<Server, (front: FrontHandler) => void>();
  * of either platform; then it goes to the front handler given by `serveAhead` (the data plane), then to the
  * platform's.
  */
-export function createGatewayServer(config: GatewayConfig, handler?: RequestListener): Server {
+export function createGatewayServer(
+  config: GatewayConfig,
+  handler?: RequestListener,
+  options: { answerClientErrors?: boolean } = {},
+): Server {
   let front: FrontHandler | undefined;
   const hosts = hostCheckOf(config);
   const handle = (request: IncomingMessage, response: ServerResponse) => {
@@ -58,7 +64,31 @@ export function createGatewayServer(config: GatewayConfig, handler?: RequestList
   FRONTS.set(server, (next) => (front = next));
   server.maxConnections = config.maxConnections;
   guardConnectionTable(server, config, handle);
+  if (options.answerClientErrors) server.on('clientError', answerClientError);
   return server;
+}
+
+/**
+ * A request Node's parser refuses (not HTTP, headers too large, or not in by --request-timeout): a JSON error that
+ * names the problem, as Fastify's server answers it, where Node's own answer has a status line only. Like Node's,
+ * written only while no answer on the connection has begun, then the connection is closed.
+ */
+function answerClientError(error: NodeJS.ErrnoException, socket: Duplex): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  const [status, message, code] =
+    error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? [408, 'The request did not arrive in time (--request-timeout).', 'request_timeout']
+      : error.code === 'HPE_HEADER_OVERFLOW'
+        ? [431, 'The request headers are larger than this gateway accepts.', 'headers_too_large']
+        : [400, 'The request is not valid HTTP.', 'malformed_request'];
+  const answering = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+  if (socket.writable && !answering?.headersSent) {
+    const body = JSON.stringify({ error: { message, type: 'invalid_request_error', param: null, code } });
+    socket.write(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy();
 }
 
 /**
