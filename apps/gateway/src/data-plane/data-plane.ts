@@ -20,7 +20,7 @@ import { ByteArena } from './byte-arena.js';
 import { ReplyBatch } from './reply-batch.js';
 import { ProxiedCall } from './proxied-call.js';
 
-/** What the data plane is made of: the gateway's services, built once by Nest, called here directly. */
+/** What the data plane is made of: the gateway's services, made once by `GatewayCore`, called here directly. */
 export interface DataPlaneParts {
   config: GatewayConfig;
   gateway: GatewayService;
