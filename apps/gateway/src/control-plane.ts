@@ -1,6 +1,8 @@
 import type { INestApplication } from '@nestjs/common';
 import type { IncomingMessage, RequestListener, ServerResponse } from 'node:http';
 import type { GatewayCore } from './gateway-core.js';
+import { ApiError } from './common/api-error.js';
+import { errorReply, unroutedApi } from './http/error-reply.js';
 import { nestLoggerOf } from './observability/logger.js';
 
 /**
@@ -35,17 +37,17 @@ export class LazyControlPlane {
           `the control routes failed to start: ${(error as Error)?.message ?? String(error)}`,
         );
         if (response.headersSent) return void response.destroy();
-        response.writeHead(503, { 'content-type': 'application/json', 'retry-after': '1', connection: 'close' });
-        response.end(
-          JSON.stringify({
-            error: {
-              message: "The gateway's control routes failed to start; try again.",
-              type: 'server_error',
-              param: null,
-              code: 'control_routes_unavailable',
-            },
-          }),
+        const unavailable = new ApiError(
+          503,
+          "The gateway's control routes failed to start; try again.",
+          'control_routes_unavailable',
+          null,
+          'server_error',
         );
+        unavailable.retryAfter = '1';
+        const reply = errorReply(unavailable, { api: unroutedApi(this.core.config) }, { warn: () => undefined });
+        response.writeHead(reply.status, { ...reply.headers, connection: 'close' });
+        response.end(reply.body);
       },
     );
   };

@@ -117,11 +117,10 @@ export class GatewayCore {
         '--allowed-hosts * answers any Host: a DNS-rebinding web page can reach this gateway and spend its provider key (docs/security.md)',
       );
     }
+    const said = contextLog(lines, 'Gateway');
     const gateway = new GatewayService(config);
-    const link = config.redisUrl
-      ? await openRedisLink({ url: config.redisUrl, tls: config.redisTls }, contextLog(lines, 'Gateway'))
-      : null;
-    const shared = new SharedState(config, link, contextLog(lines, 'Gateway'));
+    const link = config.redisUrl ? await openRedisLink({ url: config.redisUrl, tls: config.redisTls }, said) : null;
+    const shared = new SharedState(config, link, said);
     const workers = new WorkerCoordination(config);
     const tracing = await GatewayTracing.create(config, log);
     const orchestrator = new Orchestrator(orchestratorOptions(config, gateway, shared, workers, tracing), {

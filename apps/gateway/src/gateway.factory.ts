@@ -11,7 +11,7 @@ import { GatewayExceptionFilter } from './http/gateway-exception.filter.js';
 import { createGatewayServer, gatewayExpressAdapter, serveAhead } from './http/http-server.js';
 import { corsOptions } from './http/cors.js';
 import { unroutedApi } from './http/error-reply.js';
-import { SILENT_LINES, type LineSink } from './common/context-log.js';
+import { SILENT_LINES } from './common/context-log.js';
 import { createLogger, nestLoggerOf } from './observability/logger.js';
 
 export interface CreateGatewayOptions {
@@ -37,7 +37,8 @@ export async function createGateway(
       : Array.isArray(options.logger)
         ? nestLoggerOf(log, options.logger)
         : options.logger;
-  const core = await GatewayCore.create(config, { log, lines: logger === false ? SILENT_LINES : asLineSink(logger) });
+  // Nest's LoggerService takes the context after the message, as the services' lines are written.
+  const core = await GatewayCore.create(config, { log, lines: logger === false ? SILENT_LINES : logger });
   try {
     const app = await createControlApp(core, { logger, onServer: 'own' });
     core.server = app.getHttpServer() as Server;
@@ -126,15 +127,6 @@ async function createControlApp(
   }
   app.useGlobalFilters(new GatewayExceptionFilter(app.get(HttpAdapterHost), config, unroutedApi(config)));
   return app;
-}
-
-/** A Nest logger as the services' line sink (Nest's `LoggerService` takes the context after the message). */
-function asLineSink(logger: LoggerService): LineSink {
-  return {
-    log: (message, context) => void logger.log(message, context),
-    warn: (message, context) => void logger.warn(message, context),
-    error: (message, context) => void logger.error(message, context),
-  };
 }
 
 /**

@@ -8,14 +8,13 @@ import {
   type ServerOptions,
   type ServerResponse,
 } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { ROUTES, routeAt } from '../providers/provider.js';
 import { hostCheckOf } from '../config/allowed-hosts.js';
 import { ApiError } from '../common/api-error.js';
-import { errorReply } from './error-reply.js';
-import { unroutedApi } from './error-reply.js';
+import { errorReply, unroutedApi } from './error-reply.js';
 import { guardConnectionTable } from './slow-clients.js';
-import type { Duplex } from 'node:stream';
 
 /**
  * Node's own limits on what a client may take, set on the HTTP server of
@@ -64,7 +63,7 @@ export function createGatewayServer(
   FRONTS.set(server, (next) => (front = next));
   server.maxConnections = config.maxConnections;
   guardConnectionTable(server, config, handle);
-  if (options.answerClientErrors) server.on('clientError', answerClientError);
+  if (options.answerClientErrors) server.on('clientError', clientErrorAnswer(config));
   return server;
 }
 
@@ -73,22 +72,27 @@ export function createGatewayServer(
  * names the problem, as Fastify's server answers it, where Node's own answer has a status line only. Like Node's,
  * written only while no answer on the connection has begun, then the connection is closed.
  */
-function answerClientError(error: NodeJS.ErrnoException, socket: Duplex): void {
-  if (error.code === 'ECONNRESET' || socket.destroyed) return;
-  const [status, message, code] =
-    error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-      ? [408, 'The request did not arrive in time (--request-timeout).', 'request_timeout']
-      : error.code === 'HPE_HEADER_OVERFLOW'
-        ? [431, 'The request headers are larger than this gateway accepts.', 'headers_too_large']
-        : [400, 'The request is not valid HTTP.', 'malformed_request'];
-  const answering = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
-  if (socket.writable && !answering?.headersSent) {
-    const body = JSON.stringify({ error: { message, type: 'invalid_request_error', param: null, code } });
-    socket.write(
-      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-    );
-  }
-  socket.destroy();
+function clientErrorAnswer(config: GatewayConfig): (error: NodeJS.ErrnoException, socket: Duplex) => void {
+  const api = unroutedApi(config);
+  return (error, socket) => {
+    if (error.code === 'ECONNRESET' || socket.destroyed) return;
+    const [status, message, code] =
+      error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'The request did not arrive in time (--request-timeout).', 'request_timeout']
+        : error.code === 'HPE_HEADER_OVERFLOW'
+          ? [431, 'The request headers are larger than this gateway accepts.', 'headers_too_large']
+          : [400, 'The request is not valid HTTP.', 'malformed_request'];
+    const refusal = new ApiError(status, message, code, null, 'invalid_request_error');
+    const answering = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+    if (socket.writable && !answering?.headersSent) {
+      const reply = errorReply(refusal, { api }, { warn: () => undefined });
+      const headers = { ...reply.headers, 'content-length': String(reply.body.length), connection: 'close' };
+      const head = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`);
+      socket.write(`HTTP/1.1 ${reply.status} ${STATUS_CODES[reply.status]}\r\n${head.join('')}\r\n`);
+      socket.write(reply.body);
+    }
+    socket.destroy();
+  };
 }
 
 /**
