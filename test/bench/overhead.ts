@@ -74,6 +74,13 @@ interface LoadRow {
   against?: 'nginx';
   /** The provider's streams spaced in time (see `SPACED_STREAM_FLAGS`) instead of written in one go. */
   provider?: 'spaced';
+  /**
+   * Seconds one request of the row lasts: its measured stretch is then a count of whole requests (about the stretch's
+   * length of them) instead of a length of time. A stretch cut by time ends with a connection's stream half sent, whose
+   * CPU counts but whose request does not: with streams of half a second in a stretch of 3 s, that swung a round's CPU
+   * per request by up to a fifth, on either side.
+   */
+  requestSec?: number;
 }
 
 /**
@@ -118,6 +125,7 @@ async function startTraceSink(): Promise<{ url: string; spans: () => number; clo
 /** The spaced-stream row's provider: 8 events (about 1.9 KB) a write, every 2 ms: a stream of 2000 events takes about half a second. */
 const SPACED_INTERVAL_MS = 2;
 const SPACED_EVENTS_PER_WRITE = 8;
+const SPACED_STREAM_SEC = 0.5;
 const SPACED_STREAM_FLAGS = [
   '--fixed-answers',
   '2000',
@@ -247,6 +255,7 @@ export const ROWS: readonly LoadRow[] = [
     body: 'stream-distinct',
     limit: 1.3,
     provider: 'spaced',
+    requestSec: SPACED_STREAM_SEC,
   },
   // The same hits against nginx's proxy_cache doing the same job (its key the URI and the body): the ratio is gateway / nginx.
   {
@@ -461,6 +470,13 @@ function blast(url: string, row: LoadRow, durationSec: number, spec: autocannon.
   return autocannon({ url, connections: row.connections, duration: durationSec, timeout: 20, requests: [spec] });
 }
 
+/** A measured stretch: `durationSec` of load, or as many whole requests as fill it on a row of long requests. */
+function measuredBlast(url: string, row: LoadRow, durationSec: number, spec: autocannon.RequestSpec) {
+  if (row.requestSec === undefined) return blast(url, row, durationSec, spec);
+  const amount = row.connections * Math.max(2, Math.round(durationSec / row.requestSec));
+  return autocannon({ url, connections: row.connections, amount, timeout: 20, requests: [spec] });
+}
+
 /**
  * The gateway's per-request overhead against the leanest Node proxy (`minimal-proxy.ts`), row by row. One mock
  * provider (latency 0) serves every row; in each round every row runs its floor and its gateway back to back (the
@@ -563,7 +579,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
           const warmUpSec = options.warmUpSec ?? WARM_UP_SEC;
           if (warmUpSec > 0) await blast(server.url, row, warmUpSec, specs.get(row.id)!);
           const before = server.cpuMs();
-          const result = await blast(server.url, row, options.durationSec, specs.get(row.id)!);
+          const result = await measuredBlast(server.url, row, options.durationSec, specs.get(row.id)!);
           const cpuMs = server.cpuMs() - before;
           const ok = result['2xx'];
           const stretch: Stretch = {

@@ -13,6 +13,14 @@ function streamOf(size: number, seed: number, chunk = 65_536): Buffer[] {
 
 const MB = 1024 * 1024;
 
+/** Which slab a chunk lies in: slabs are views of larger blocks, each at a multiple of the slab size. */
+const ids = new Map<ArrayBufferLike, number>();
+function slabOf(chunk: Buffer): string {
+  if (!ids.has(chunk.buffer)) ids.set(chunk.buffer, ids.size);
+  const block = ids.get(chunk.buffer)!;
+  return `${block}:${Math.floor(chunk.byteOffset / SLAB_BYTES)}`;
+}
+
 describe('ByteArena', () => {
   it('keeps a stream byte for byte, in slabs, and leaves a short one as it came', () => {
     const arena = new ByteArena(8 * MB);
@@ -57,10 +65,10 @@ describe('ByteArena', () => {
     unhold(); // once only
     await nextTurn();
     // The held stream's slabs are free again: the next stream takes them rather than new ones.
-    const heldSlabs = new Set(kept.chunks.map((chunk) => chunk.buffer));
+    const heldSlabs = new Set(kept.chunks.map(slabOf));
     const next = arena.keep(streamOf(300_000, 8), 300_000)!;
     expect(arena.slabs).toBe(slabs);
-    expect(next.chunks.every((chunk) => heldSlabs.has(chunk.buffer))).toBe(true);
+    expect(next.chunks.every((chunk) => heldSlabs.has(slabOf(chunk)))).toBe(true);
   });
 
   it('a caller that holds a stream after it was let go, in the same turn, holds it until it is done', async () => {
@@ -73,6 +81,21 @@ describe('ByteArena', () => {
     for (let i = 0; i < 20; i++) arena.keep(streamOf(300_000, 50 + i), 300_000)?.release();
     expect(Buffer.concat(kept.chunks).equals(original)).toBe(true);
     unhold();
+  });
+
+  it('makes its slabs in blocks of 64, never past its bytes', () => {
+    const arena = new ByteArena(100 * SLAB_BYTES);
+    const kept = [arena.keep(streamOf(70 * SLAB_BYTES, 1), 70 * SLAB_BYTES)!];
+    // One block of 64 and one of the 36 left: two allocations for 70 slabs.
+    expect(new Set(kept[0].chunks.map((chunk) => chunk.buffer)).size).toBe(2);
+    expect(arena.bytes).toBe(100 * SLAB_BYTES);
+    kept.push(arena.keep(streamOf(30 * SLAB_BYTES, 2), 30 * SLAB_BYTES)!);
+    expect(kept[1]).toBeDefined();
+    expect(arena.keep(streamOf(5 * SLAB_BYTES, 3), 5 * SLAB_BYTES)).toBeUndefined();
+    expect(arena.bytes).toBe(100 * SLAB_BYTES);
+    // No two slabs overlap: every byte of both streams is still its own.
+    expect(Buffer.concat(kept[0].chunks).equals(Buffer.concat(streamOf(70 * SLAB_BYTES, 1)))).toBe(true);
+    expect(Buffer.concat(kept[1].chunks).equals(Buffer.concat(streamOf(30 * SLAB_BYTES, 2)))).toBe(true);
   });
 
   it('keeps streams as they came once its bytes are taken, and refuses to serve slabs used again', async () => {

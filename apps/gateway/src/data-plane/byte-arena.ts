@@ -2,6 +2,8 @@ import type { ByteKeeper } from 'nest-prompt-orchestrator/low-level';
 
 /** Bytes per slab: the most a kept stream wastes at its end. */
 export const SLAB_BYTES = 16 * 1024;
+/** Slabs are made this many at a time, as views of one allocation (see `make`). */
+const SLABS_PER_BLOCK = 64;
 /** A stream shorter than this is kept as it came: a slab would hold more waste than it saves. */
 const MIN_STREAM_BYTES = 4 * SLAB_BYTES;
 
@@ -31,11 +33,15 @@ class Kept {
  */
 export class ByteArena implements ByteKeeper {
   private readonly free: Buffer[] = [];
+  /** Slabs of the last block made that nothing has taken yet. */
+  private unused: Buffer[] = [];
   private readonly kept = new WeakMap<readonly Buffer[], Kept>();
   private pending: Kept[] = [];
   private flushScheduled = false;
-  /** Slabs made so far (never more than `maxBytes` of them). */
+  /** Slabs handed out so far (never more than `maxBytes` of them). */
   slabs = 0;
+  /** Slabs allocated so far, in blocks (never more than `maxBytes` of them). */
+  private made = 0;
 
   constructor(private readonly maxBytes: number) {}
 
@@ -84,14 +90,25 @@ export class ByteArena implements ByteKeeper {
     };
   }
 
-  /** Bytes of the slabs made (what the arena holds, in use or free). */
+  /** Bytes of the slabs allocated (what the arena holds, in use, free or not yet handed out). */
   get bytes(): number {
-    return this.slabs * SLAB_BYTES;
+    return this.made * SLAB_BYTES;
   }
 
+  /**
+   * A new slab, cut from a block of up to 64 made at once (1 MiB, within `maxBytes`): a malloc per 16 KiB slab
+   * fragmented the heap the socket reads come from while the window filled, and made every allocation dearer
+   * (docs/benchmarks/2026-12-07-window-fill-and-spaced-streams.md). A block is one mapping and one backing store.
+   */
   private make(): Buffer {
+    if (this.unused.length === 0) {
+      const count = Math.min(SLABS_PER_BLOCK, Math.floor(this.maxBytes / SLAB_BYTES) - this.made);
+      const block = Buffer.allocUnsafeSlow(count * SLAB_BYTES);
+      for (let i = count - 1; i >= 0; i--) this.unused.push(block.subarray(i * SLAB_BYTES, (i + 1) * SLAB_BYTES));
+      this.made += count;
+    }
     this.slabs++;
-    return Buffer.allocUnsafeSlow(SLAB_BYTES);
+    return this.unused.pop()!;
   }
 
   private release(kept: Kept): void {

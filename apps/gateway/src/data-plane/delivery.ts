@@ -153,8 +153,10 @@ export class Delivery extends ResponseSink<RawResponse> implements PendingReply 
     // Behind a reader that is not keeping up, a chunk waits in its socket's buffer until the client reads it. A chunk
     // is a view of the socket read it came in (64 KiB, however few bytes of it the chunk is): waiting, it would hold
     // all of that read, so what a slow reader holds would depend on how the provider's bytes were cut, not on how far
-    // behind it is. It waits as a copy of its own size instead.
-    if (response.writableLength > 0 && typeof chunk !== 'string') chunk = ownBytes(chunk);
+    // behind it is. It waits as a copy of its own size instead; a slab of the arena's is held until this response
+    // closes whatever it waits in (`hold`), so it waits as it is.
+    if (response.writableLength > 0 && typeof chunk !== 'string' && this.bytesHeld === undefined)
+      chunk = ownBytes(chunk);
     const ok = response.write(chunk);
     flow?.progress(this.received - response.writableLength);
     if (!ok && !this.slow) {
