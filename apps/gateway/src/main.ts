@@ -59,9 +59,6 @@ async function serve(config: GatewayConfig): Promise<void> {
       resolve();
     });
   });
-  // A worker of --workers: the supervisor says where the port listens.
-  if (cluster.isPrimary) console.log(listeningLine(config, boundPort(server.address(), config.port)));
-
   let stopping = false;
   const stop = (signal: NodeJS.Signals) => {
     if (stopping) return;
@@ -84,6 +81,10 @@ async function serve(config: GatewayConfig): Promise<void> {
   };
   process.once('SIGTERM', stop);
   if (cluster.isPrimary) process.once('SIGINT', stop);
+  // Said once the signals are handled: whoever reads the line may stop the gateway at once (a SIGTERM between the
+  // line and the handler ended the process as the signal's default does, not with a drain).
+  // A worker of --workers: the supervisor says where the port listens.
+  if (cluster.isPrimary) console.log(listeningLine(config, boundPort(server.address(), config.port)));
 }
 
 /**
