@@ -466,15 +466,13 @@ function requestSpec(kind: BodyKind): autocannon.RequestSpec {
   };
 }
 
-function blast(url: string, row: LoadRow, durationSec: number, spec: autocannon.RequestSpec) {
-  return autocannon({ url, connections: row.connections, duration: durationSec, timeout: 20, requests: [spec] });
-}
-
-/** A measured stretch: `durationSec` of load, or as many whole requests as fill it on a row of long requests. */
-function measuredBlast(url: string, row: LoadRow, durationSec: number, spec: autocannon.RequestSpec) {
-  if (row.requestSec === undefined) return blast(url, row, durationSec, spec);
-  const amount = row.connections * Math.max(2, Math.round(durationSec / row.requestSec));
-  return autocannon({ url, connections: row.connections, amount, timeout: 20, requests: [spec] });
+/** `durationSec` of the row's load; `whole`: as many whole requests as fill it on a row of long ones (`requestSec`). */
+function blast(url: string, row: LoadRow, durationSec: number, spec: autocannon.RequestSpec, whole = false) {
+  const length =
+    whole && row.requestSec !== undefined
+      ? { amount: row.connections * Math.max(2, Math.round(durationSec / row.requestSec)) }
+      : { duration: durationSec };
+  return autocannon({ url, connections: row.connections, ...length, timeout: 20, requests: [spec] });
 }
 
 /**
@@ -579,7 +577,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
           const warmUpSec = options.warmUpSec ?? WARM_UP_SEC;
           if (warmUpSec > 0) await blast(server.url, row, warmUpSec, specs.get(row.id)!);
           const before = server.cpuMs();
-          const result = await measuredBlast(server.url, row, options.durationSec, specs.get(row.id)!);
+          const result = await blast(server.url, row, options.durationSec, specs.get(row.id)!, true);
           const cpuMs = server.cpuMs() - before;
           const ok = result['2xx'];
           const stretch: Stretch = {

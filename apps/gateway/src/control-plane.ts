@@ -2,7 +2,7 @@ import type { INestApplication } from '@nestjs/common';
 import type { IncomingMessage, RequestListener, ServerResponse } from 'node:http';
 import type { GatewayCore } from './gateway-core.js';
 import { ApiError } from './common/api-error.js';
-import { errorReply, unroutedApi } from './http/error-reply.js';
+import { answerAndClose, unroutedApi } from './http/error-reply.js';
 import { nestLoggerOf } from './observability/logger.js';
 
 /**
@@ -45,9 +45,7 @@ export class LazyControlPlane {
           'server_error',
         );
         unavailable.retryAfter = '1';
-        const reply = errorReply(unavailable, { api: unroutedApi(this.core.config) }, { warn: () => undefined });
-        response.writeHead(reply.status, { ...reply.headers, connection: 'close' });
-        response.end(reply.body);
+        answerAndClose(response, unavailable, unroutedApi(this.core.config));
       },
     );
   };

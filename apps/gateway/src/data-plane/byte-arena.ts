@@ -38,8 +38,6 @@ export class ByteArena implements ByteKeeper {
   private readonly kept = new WeakMap<readonly Buffer[], Kept>();
   private pending: Kept[] = [];
   private flushScheduled = false;
-  /** Slabs handed out so far (never more than `maxBytes` of them). */
-  slabs = 0;
   /** Slabs allocated so far, in blocks (never more than `maxBytes` of them). */
   private made = 0;
 
@@ -90,6 +88,11 @@ export class ByteArena implements ByteKeeper {
     };
   }
 
+  /** Slabs handed out so far (in use or free again; never more than `maxBytes` of them). */
+  get slabs(): number {
+    return this.made - this.unused.length;
+  }
+
   /** Bytes of the slabs allocated (what the arena holds, in use, free or not yet handed out). */
   get bytes(): number {
     return this.made * SLAB_BYTES;
@@ -107,7 +110,6 @@ export class ByteArena implements ByteKeeper {
       for (let i = count - 1; i >= 0; i--) this.unused.push(block.subarray(i * SLAB_BYTES, (i + 1) * SLAB_BYTES));
       this.made += count;
     }
-    this.slabs++;
     return this.unused.pop()!;
   }
 

@@ -1,6 +1,6 @@
 import { FlightOutgrownError, isOrchestratorError, isTransientFailure } from 'nest-prompt-orchestrator/core';
-import type { IncomingMessage } from 'node:http';
-import type { ClientApi } from '../providers/provider.js';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
 import type { GatewayConfig } from '../config/gateway-config.js';
 import { UpstreamHttpError, UpstreamProtocolError, upstreamMessage } from '../apis/errors.js';
 import { ApiError } from '../common/api-error.js';
@@ -318,6 +318,29 @@ function fromFrameworkError(error: unknown, status: number, fallback: string): E
 /** The API of a request no route serves (a 404): llama.cpp's in front of a llama.cpp server, else OpenAI's. */
 export function unroutedApi(config: GatewayConfig): ClientApi {
   return config.provider === 'llama' ? 'llama' : 'openai';
+}
+
+/** `errorReply`'s logger for answers made outside any request the gateway serves: none is worth a line of its own. */
+export const UNLOGGED = { warn: (): void => undefined };
+
+/** The API a request speaks by its path alone (before any route ran): its route's, else the unrouted one. */
+export function apiOfUrl(config: GatewayConfig, url: string | undefined): ClientApi {
+  const route = routeAt(url ?? '/');
+  return route ? ROUTES[route].api : unroutedApi(config);
+}
+
+/**
+ * Answers `error` in `api` on a response the gateway refuses before (or without) any route (a host it does not serve,
+ * a client too slow to send its request, the control routes failing to start), and closes the connection after it.
+ */
+export function answerAndClose(response: ServerResponse, error: ApiError, api: ClientApi): void {
+  const reply = errorReply(error, { api }, UNLOGGED);
+  response.writeHead(reply.status, {
+    ...reply.headers,
+    connection: 'close',
+    'content-length': String(reply.body.length),
+  });
+  response.end(reply.body);
 }
 
 /** Nest's `HttpException` (a control route's refusal), told by its shape: the data plane answers without loading Nest. */

@@ -10,10 +10,9 @@ import {
 } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { ROUTES, routeAt } from '../providers/provider.js';
 import { hostCheckOf } from '../config/allowed-hosts.js';
 import { ApiError } from '../common/api-error.js';
-import { errorReply, unroutedApi } from './error-reply.js';
+import { UNLOGGED, answerAndClose, apiOfUrl, errorReply, unroutedApi } from './error-reply.js';
 import { guardConnectionTable } from './slow-clients.js';
 
 /**
@@ -85,7 +84,7 @@ function clientErrorAnswer(config: GatewayConfig): (error: NodeJS.ErrnoException
     const refusal = new ApiError(status, message, code, null, 'invalid_request_error');
     const answering = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
     if (socket.writable && !answering?.headersSent) {
-      const reply = errorReply(refusal, { api }, { warn: () => undefined });
+      const reply = errorReply(refusal, { api }, UNLOGGED);
       const headers = { ...reply.headers, 'content-length': String(reply.body.length), connection: 'close' };
       const head = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`);
       socket.write(`HTTP/1.1 ${reply.status} ${STATUS_CODES[reply.status]}\r\n${head.join('')}\r\n`);
@@ -100,7 +99,6 @@ function clientErrorAnswer(config: GatewayConfig): (error: NodeJS.ErrnoException
  * looked at and nothing reaches the provider. In the proxied route's API, else in the gateway's own JSON.
  */
 function misdirected(config: GatewayConfig, request: IncomingMessage, response: ServerResponse): void {
-  const route = routeAt(request.url ?? '/');
   const error = new ApiError(
     421,
     'This gateway does not serve that host: add it to --allowed-hosts if it is yours (see docs/security.md, "DNS rebinding and the Host header").',
@@ -108,10 +106,8 @@ function misdirected(config: GatewayConfig, request: IncomingMessage, response: 
     null,
     'invalid_request_error',
   );
-  const reply = errorReply(error, { api: route ? ROUTES[route].api : unroutedApi(config) }, { warn: () => undefined });
   // The connection was opened for a host that is not ours: nothing more is taken on it.
-  response.writeHead(reply.status, { ...reply.headers, connection: 'close' });
-  response.end(reply.body);
+  answerAndClose(response, error, apiOfUrl(config, request.url));
 }
 
 /** Puts `front` ahead of the platform on a server made by `createGatewayServer`. */

@@ -1,9 +1,8 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { GatewayConfig } from '../config/gateway-config.js';
-import { ROUTES, routeAt, type ClientApi } from '../providers/provider.js';
 import { ApiError } from '../common/api-error.js';
-import { errorReply } from './error-reply.js';
+import { answerAndClose, apiOfUrl } from './error-reply.js';
 
 /**
  * Guards of the connection table against clients that hold slots without
@@ -114,13 +113,6 @@ function bodyDeadlines(config: GatewayConfig): (request: IncomingMessage, respon
 function refuse(config: GatewayConfig, request: IncomingMessage, response: ServerResponse, error: ApiError): void {
   const socket = request.socket;
   if (response.headersSent || response.destroyed) return void socket.destroy();
-  const route = routeAt(request.url ?? '');
-  const api: ClientApi = route ? ROUTES[route].api : config.provider === 'llama' ? 'llama' : 'openai';
-  const reply = errorReply(error, { api }, { warn: () => undefined });
-  response.writeHead(reply.status, {
-    ...reply.headers,
-    connection: 'close',
-    'content-length': String(reply.body.length),
-  });
-  response.end(reply.body, () => socket.destroy());
+  response.once('finish', () => socket.destroy());
+  answerAndClose(response, error, apiOfUrl(config, request.url));
 }
