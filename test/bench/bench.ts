@@ -56,8 +56,9 @@ Options:
   --rounds N            overhead: interleaved rounds of every row, floor and gateway (default 5, at least 2);
                         herd10k: rounds of 10,000 identical requests on new connections, direct then gateway
   --only IDS            overhead: a comma list of rows (small32, quiet32, traced32, nowindow32, small200, hits, kb10,
-                        kb100, kb1000, big, bighit, stream, express, spaced, nginxhits, herd, limit;
-                        nginxhits and the herd's nginx figures need nginx on the PATH, else skipped)
+                        kb100, kb1000, big, bighit, stream, express, spaced, nginxhits, nodehits, herd, limit;
+                        nginxhits, nodehits (node:http alone, a reference) and the herd's nginx figures
+                        need nginx on the PATH, else skipped)
   --herd N              overhead: requests in the herd row (default 1000)
   --warm-up S           overhead: seconds of unmeasured load before each measured stretch (default 3)
   --profile             overhead: also take a CPU profile of the gateway on the small and 200 KB rows

@@ -13,6 +13,7 @@ import {
   repoRoot,
   runNodeScript,
   startGateway,
+  startFixedAnswerServer,
   startMinimalProxy,
   startMockProvider,
   type ChildHandle,
@@ -66,8 +67,13 @@ interface LoadRow {
   platform: 'fastify' | 'express';
   connections: number;
   body: BodyKind;
-  /** Largest gateway/floor CPU ratio the row aims for. */
-  limit: number;
+  /** Largest gateway/floor CPU ratio the row aims for (none: a reference row, see `subject`). */
+  limit?: number;
+  /**
+   * What is measured in place of the gateway: `node`, node:http alone answering a fixed body (`fixed-answer-server.ts`),
+   * against the same baseline: what Node's HTTP server costs by itself, a reference with no target of its own.
+   */
+  subject?: 'node';
   /** A gateway not as it starts by default (every other row runs it so): see `VARIANT_FLAGS`. */
   variant?: Variant;
   /** What the gateway is measured against instead of the floor proxy: nginx as a caching proxy (see `nginx.ts`). */
@@ -96,6 +102,7 @@ const VARIANT_FLAGS = {
 type Variant = keyof typeof VARIANT_FLAGS;
 
 const gatewayOf = (row: LoadRow) =>
+  row.subject ??
   `${row.variant ? `${row.platform}-${row.variant}` : row.platform}${row.provider ? `-${row.provider}` : ''}`;
 /** The process a row's gateway is measured against: the floor proxy (of the row's provider), or nginx. */
 const baselineOf = (row: LoadRow) => `${row.against ?? 'floor'}${row.provider ? `-${row.provider}` : ''}`;
@@ -267,6 +274,16 @@ export const ROWS: readonly LoadRow[] = [
     limit: 1.5,
     against: 'nginx',
   },
+  // The same load on node:http alone answering a fixed body, against the same nginx: Node's HTTP server's own share.
+  {
+    id: 'nodehits',
+    label: 'node:http alone, a fixed answer, vs nginx proxy_cache hits (reference, no gateway)',
+    platform: 'fastify',
+    connections: 32,
+    body: 'small-same',
+    against: 'nginx',
+    subject: 'node',
+  },
 ];
 
 const HERD_LATENCY_MS = 300;
@@ -333,7 +350,7 @@ export interface HerdShot {
 export interface RowSummary {
   id: string;
   label: string;
-  limit: number;
+  limit?: number;
   ratios: number[];
   ratioMedian: number;
   ratioMin: number;
@@ -517,9 +534,11 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     const upstreamOf = (row: LoadRow) => (row.provider ? baselines.providers[row.provider]!.url : mock.url);
     for (const row of rows) {
       gateways[gatewayOf(row)] ??= await start(
-        startGateway(upstreamOf(row), ['--platform', row.platform, ...flagsOf(row, traces.url)]),
+        row.subject === 'node'
+          ? startFixedAnswerServer()
+          : startGateway(upstreamOf(row), ['--platform', row.platform, ...flagsOf(row, traces.url)]),
       );
-      if (options.againstEntry)
+      if (options.againstEntry && !row.subject)
         againstGateways[gatewayOf(row)] ??= await start(
           startGateway(upstreamOf(row), ['--platform', row.platform, ...flagsOf(row, traces.url)], [], {
             entry: options.againstEntry,
@@ -566,7 +585,8 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     const shots: HerdShot[] = [];
     for (let round = 1; round <= options.rounds; round++) {
       for (const row of rows) {
-        const order: Side[] = options.againstEntry ? ['floor', 'gateway', 'against'] : ['floor', 'gateway'];
+        const order: Side[] =
+          options.againstEntry && !row.subject ? ['floor', 'gateway', 'against'] : ['floor', 'gateway'];
         const sides = round % 2 === 1 ? order : order.reverse();
         for (const side of sides) {
           const server =
@@ -633,7 +653,7 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     const profiles: ProfileSummary[] = [];
     if (options.profile) {
       // The small and 200 KB rows, or whichever of the profiled rows --only names.
-      const named = ROWS.map((r) => r.id).filter((id) => options.only.includes(id));
+      const named = ROWS.filter((r) => !r.subject && options.only.includes(r.id)).map((r) => r.id);
       for (const id of named.length ? named : ['small32', 'big']) {
         const row = ROWS.find((r) => r.id === id)!;
         profiles.push(
@@ -1128,7 +1148,8 @@ async function cpuProfileRow(
 }
 
 function checksOf(rows: RowSummary[], herd: HerdSummary | undefined): TargetCheck[] {
-  const checks: TargetCheck[] = rows.map((row) => ({
+  const targeted = rows.filter((row): row is RowSummary & { limit: number } => row.limit !== undefined);
+  const checks: TargetCheck[] = targeted.map((row) => ({
     scenario: 'overhead',
     run: row.label,
     kind: 'timing',
@@ -1184,6 +1205,12 @@ function herdExtraLimitMs(requests: number): number {
   return requests >= BIG_HERD ? BIG_HERD_EXTRA_LIMIT_MS : HERD_EXTRA_LIMIT_MS;
 }
 
+/** A row's target and whether it was met, as two Markdown cells (a reference row has neither). */
+function targetCells(row: RowSummary): string {
+  if (row.limit === undefined) return 'reference | -';
+  return `<= ${row.limit}x | ${row.ratioMedian <= row.limit ? 'met' : '**not met**'}`;
+}
+
 /** The overhead table as Markdown, optionally with the median ratios of an earlier run (`before`) beside it. */
 export function overheadMarkdown(result: OverheadResult, before?: OverheadResult): string {
   const beforeRow = (id: string) => before?.rows.find((r) => r.id === id);
@@ -1205,8 +1232,7 @@ export function overheadMarkdown(result: OverheadResult, before?: OverheadResult
       `| ${row.label} | ${before ? `${b ? `${b.ratioMedian.toFixed(2)}x` : '-'} | ` : ''}${row.ratioMedian.toFixed(2)}x (${row.ratioMin.toFixed(2)}x) | ` +
         `${ms(row.gateway.cpuMsPerRequest)} (${ms(row.floor.cpuMsPerRequest)}) | ${Math.round(row.gateway.requestsPerSec)} (${Math.round(row.floor.requestsPerSec)})` +
         `${row.providerRequestsPerSec === undefined ? '' : ` [${Math.round(row.providerRequestsPerSec)}]`} | ` +
-        `${row.gateway.latencyP50} / ${row.gateway.latencyP99} (${row.floor.latencyP50} / ${row.floor.latencyP99}) | <= ${row.limit}x | ` +
-        `${row.ratioMedian <= row.limit ? 'met' : '**not met**'} | ${row.disturbedRounds.length ? row.disturbedRounds.join(', ') : '-'} |`,
+        `${row.gateway.latencyP50} / ${row.gateway.latencyP99} (${row.floor.latencyP50} / ${row.floor.latencyP99}) | ${targetCells(row)} | ${row.disturbedRounds.length ? row.disturbedRounds.join(', ') : '-'} |`,
     );
   }
   if (result.herd) {
@@ -1230,7 +1256,7 @@ export function overheadTable(result: OverheadResult): string {
     row.label,
     `${row.ratioMedian.toFixed(2)}x`,
     `${row.ratioMin.toFixed(2)}x`,
-    `<= ${row.limit}x`,
+    row.limit === undefined ? 'reference' : `<= ${row.limit}x`,
     ms(row.gateway.cpuMsPerRequest),
     ms(row.floor.cpuMsPerRequest),
     String(Math.round(row.gateway.requestsPerSec)),

@@ -1,5 +1,5 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -26,6 +26,7 @@ export const ENTRY = {
   mockProvider: 'dist/apps/mock-provider/src/main.js',
   gateway: 'dist/gateway/main.js',
   minimalProxy: 'dist/test/bench/minimal-proxy.js',
+  fixedAnswerServer: 'dist/test/bench/fixed-answer-server.js',
   windowMemory: 'dist/test/bench/window-memory.js',
   loopDelay: 'dist/test/bench/loop-delay.js',
   healthProbe: 'dist/test/bench/health-probe.js',
@@ -257,8 +258,30 @@ function ticksPerSecond(): number {
   return clockTicks;
 }
 
-/** utime + stime of a process from /proc/<pid>/stat, in ms (Linux). */
+/**
+ * CPU time of a process in ms (Linux): the time each of its threads spent on a core, in nanoseconds, from
+ * /proc/<pid>/task/<tid>/schedstat. /proc/<pid>/stat counts in clock ticks (10 ms): a herd of 1,000 answers costs a
+ * few of them, so one tick more or less moved its ratio by a third. A thread that has exited is no longer counted
+ * (Node's and nginx's threads live as long as the process); where schedstat is missing, the ticks are used.
+ */
 export function processCpuMs(pid: number): number {
+  if (!hasSchedstat) return processTicksMs(pid);
+  let ns = 0;
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+    } catch (error) {
+      // A thread that ended since the listing.
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+    }
+  }
+  return ns / 1e6;
+}
+
+const hasSchedstat = existsSync('/proc/self/schedstat');
+
+/** utime + stime of a process from /proc/<pid>/stat, in ms. */
+function processTicksMs(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   // The command name (field 2) may contain spaces; fields after it are plain numbers.
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
@@ -315,6 +338,11 @@ export async function startGateway(
     }
   }
   throw lastError;
+}
+
+/** node:http alone answering a fixed body (see `fixed-answer-server.ts`). */
+export function startFixedAnswerServer(): Promise<ChildHandle> {
+  return startNodeChild('fixed-answer', ENTRY.fixedAnswerServer, [], /listening on (http:\/\/\S+)/);
 }
 
 export function startMinimalProxy(upstream: string, connections = 256): Promise<ChildHandle> {
