@@ -1,7 +1,9 @@
-import { describe, expect, it } from '@jest/globals';
+import { describe, expect, it, jest } from '@jest/globals';
 import { Keyv } from 'keyv';
+import perfHooks from 'node:perf_hooks';
 import * as prom from 'prom-client';
 import { Orchestrator } from '../orchestrator.js';
+import { REST_AFTER_MS } from './default-metrics.js';
 import { OrchestratorMetrics } from './orchestrator-metrics.js';
 
 /** The store gauge exists only where there is a store: an alert on `store_up == 0` must not fire without one. */
@@ -49,5 +51,61 @@ describe('series present from the start', () => {
     expect(text).not.toMatch(/^nodejs_active_\w+_total/m);
     expect(text).toMatch(/^# TYPE nodejs_active_handles gauge$/m);
     await orchestrator.close();
+  });
+});
+
+describe("prom-client's event-loop monitor (nodejs_eventloop_lag_*)", () => {
+  /** Every monitor made while `run` runs, and whether each is enabled now (its enable/disable calls followed). */
+  const watchMonitors = async <T>(run: () => Promise<T>) => {
+    const hooks = perfHooks as unknown as { monitorEventLoopDelay: typeof perfHooks.monitorEventLoopDelay };
+    const original = hooks.monitorEventLoopDelay;
+    const monitors: Array<{ enabled: boolean }> = [];
+    hooks.monitorEventLoopDelay = (options) => {
+      const monitor = original(options);
+      const state = { enabled: false };
+      monitors.push(state);
+      const enable = monitor.enable.bind(monitor);
+      const disable = monitor.disable.bind(monitor);
+      monitor.enable = () => ((state.enabled = true), enable());
+      monitor.disable = () => ((state.enabled = false), disable());
+      return monitor;
+    };
+    try {
+      return { result: await run(), monitors };
+    } finally {
+      hooks.monitorEventLoopDelay = original;
+    }
+  };
+
+  it('samples while requests come and stops once they have not for REST_AFTER_MS; at rest a scrape reads 0', async () => {
+    jest.useFakeTimers({ doNotFake: ['nextTick', 'setImmediate', 'queueMicrotask', 'performance', 'hrtime'] });
+    const orchestrator = new Orchestrator();
+    try {
+      const { result: metrics, monitors } = await watchMonitors(
+        async () => new OrchestratorMetrics(prom, orchestrator),
+      );
+      expect(monitors).toHaveLength(1);
+      const [monitor] = monitors;
+      expect(monitor.enabled).toBe(false);
+      const atRest = await metrics.text();
+      expect(atRest).toMatch(/^nodejs_eventloop_lag_min_seconds 0$/m);
+      expect(atRest).toMatch(/^nodejs_eventloop_lag_mean_seconds 0$/m);
+
+      const policy = orchestrator.policy({}, 'chat');
+      await orchestrator.run(policy, async () => 'answer');
+      expect(monitor.enabled).toBe(true);
+      // Requests keep coming: it keeps sampling.
+      jest.advanceTimersByTime(REST_AFTER_MS);
+      await orchestrator.run(policy, async () => 'answer');
+      jest.advanceTimersByTime(REST_AFTER_MS);
+      expect(monitor.enabled).toBe(true);
+      // None for REST_AFTER_MS: it stops.
+      jest.advanceTimersByTime(REST_AFTER_MS);
+      expect(monitor.enabled).toBe(false);
+      metrics.close();
+    } finally {
+      jest.useRealTimers();
+      await orchestrator.close();
+    }
   });
 });

@@ -5,6 +5,7 @@ import type { LimiterSnapshot } from '../concurrency/concurrency.registry.js';
 import type { Orchestrator } from '../orchestrator.js';
 import { loadOptional } from '../optional-dependency.js';
 import { BatchedHistogram, TalliedCounter } from './batched-metrics.js';
+import { DefaultMetrics } from './default-metrics.js';
 
 /** A prom-client `Registry`, as far as this package uses it (its own types stay out of the public API). */
 export interface MetricsRegistry {
@@ -116,6 +117,7 @@ export class OrchestratorMetrics {
   /** The registry scraped at the metrics route; register the app's own metrics in it too. */
   readonly registry: MetricsRegistry;
   private readonly unsubscribe: () => void;
+  private readonly defaults?: DefaultMetrics;
 
   /** Loads prom-client (an optional peer dependency of this package) and starts observing `orchestrator`. */
   static async create(
@@ -133,11 +135,11 @@ export class OrchestratorMetrics {
     const p = options.prefix ?? 'orchestrator_';
     const registers = [registry];
     if (options.defaultMetrics ?? true) {
-      // Event-loop lag sampled every 100 ms instead of prom-client's 10 ms: the sampler's timer would otherwise wake an
-      // idle process 100 times a second, most of what it costs at rest; lag worth alerting on is far coarser than that.
-      prom.collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: 100 });
+      // Its event-loop monitor samples while requests come, not at rest (see `DefaultMetrics`).
+      this.defaults = new DefaultMetrics(prom, registry);
       for (const name of MISNAMED_DEFAULT_METRICS) registry.removeSingleMetric(name);
     }
+    const defaults = this.defaults;
     // The upstreams known now (breakers, limiters, pools): their counters start at 0 (see `BREAKER_TRANSITIONS`).
     const knownUpstreams = () => {
       const health = orchestrator.health();
@@ -302,6 +304,7 @@ export class OrchestratorMetrics {
 
     this.unsubscribe = orchestrator.observe({
       request(route: string, upstream: string, outcome: RequestOutcome) {
+        defaults?.busy();
         requestChildren.get(route, upstream, outcome).inc();
         if (outcome === 'joined' || outcome === 'cached') savedChildren.get(upstream).inc();
       },
@@ -340,8 +343,9 @@ export class OrchestratorMetrics {
     return this.registry.metrics();
   }
 
-  /** Stops observing the orchestrator. */
+  /** Stops observing the orchestrator (and sampling its event loop). */
   close(): void {
     this.unsubscribe();
+    this.defaults?.close();
   }
 }
