@@ -18,7 +18,7 @@ export function nginxBinary(): string | undefined {
  * nginx as a caching reverse proxy in front of `upstream`, the way one would put it in front of an LLM API to
  * answer repeated requests from memory: POST answers cached under the URI and the body, and `proxy_cache_lock` so
  * that a herd of identical requests makes one upstream call. One process (`master_process off`, not a daemon), so
- * that its CPU is one /proc/<pid>/stat; its own prefix, config, cache and logs in a temp dir; a loopback port.
+ * that its CPU is one process's; its own prefix, config, cache and logs in a temp dir; a loopback port.
  */
 function config(dir: string, port: number, upstream: URL, connections: number): string {
   return `daemon off;

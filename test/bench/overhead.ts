@@ -496,7 +496,7 @@ function blast(url: string, row: LoadRow, durationSec: number, spec: autocannon.
  * The gateway's per-request overhead against the leanest Node proxy (`minimal-proxy.ts`), row by row. One mock
  * provider (latency 0) serves every row; in each round every row runs its floor and its gateway back to back (the
  * order alternating between rounds), and each round gives a ratio of CPU per request. CPU is the proxy process's own
- * user + system time from /proc/<pid>/stat.
+ * time on a core (`processCpuMs`).
  */
 export async function runOverhead(options: OverheadOptions): Promise<OverheadResult> {
   const log = options.log ?? (() => undefined);

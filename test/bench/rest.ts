@@ -11,7 +11,7 @@ import type { TargetCheck } from './targets.js';
  * runs it), measured in the same rounds against one mock provider:
  *  - spawn to first proxied answer: from spawning the process to the end of the first chat completion through it;
  *  - idle RSS: resident memory once it has started and answered one request, after the rest below;
- *  - idle CPU: utime + stime (/proc/<pid>/stat) per second of a window that starts REST_MS after its last request.
+ *  - idle CPU: CPU time (`processCpuMs`) per second of a window that starts REST_MS after its last request.
  * With `--loaded`, the same beside two busy processes that take every core of a 2-core machine.
  */
 
