@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { REDACTED, Redactor } from './redaction.js';
+import { REDACTED, Redactor, keyPrefixOf } from './redaction.js';
 
 const KEY = 'sk-proj-Unit7-key-a1b2-c3d4-e5f6';
 const dashes = (key: string) => key.replace(/-/g, '\\u002d');
@@ -59,6 +59,17 @@ describe('Redactor: keys in JSON, whatever its escaping', () => {
     expect(redactor.mayQuote(Buffer.from(`data: {"x":"${KEY}"}`))).toBe(true);
     expect(redactor.mayQuote('data: {"content":"hello there"}')).toBe(false);
     expect(redactor.mayQuote('data: {"content":"tok-abc"}', 'tok-presented-123')).toBe(true);
+  });
+
+  it("mayQuote with the presented key's prefix made once (a stream's chunks): the same answers as with the key", () => {
+    const prefix = keyPrefixOf('tok-presented-123');
+    expect(prefix?.text).toBe('tok');
+    expect(redactor.mayQuote(Buffer.from('data: {"content":"tok-abc"}\n\n'), prefix)).toBe(true);
+    expect(redactor.mayQuote('data: {"content":"tok-abc"}', prefix)).toBe(true);
+    expect(redactor.mayQuote(Buffer.from('data: {"content":"hello there"}\n\n'), prefix)).toBe(false);
+    // A key too short to be told from ordinary text is not searched for.
+    expect(keyPrefixOf('tok-12')).toBeUndefined();
+    expect(keyPrefixOf(undefined)).toBeUndefined();
   });
 
   it('leaves JSON without a key byte for byte (the very Buffer)', () => {

@@ -15,7 +15,7 @@ import { usageOfJson } from '../apis/usage.js';
 import type { Usage } from '../budgets/prices.js';
 import type { ClientApi } from '../common/apis.js';
 import { Interned } from '../common/interned.js';
-import { redactor } from '../common/redaction.js';
+import { keyPrefixOf, redactor, type KeyPrefix } from '../common/redaction.js';
 import type { Translation } from '../providers/provider.js';
 import { StreamTranslation, type SseTranslator } from '../translate/sse.js';
 import { SseScan } from './sse-scan.js';
@@ -97,6 +97,8 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
   private unsent: Buffer[] = [];
   private unsentBytes = 0;
   private flushScheduled = false;
+  /** See `presentedPrefix` (null: not made yet). */
+  private keyPrefix: KeyPrefix | undefined | null = null;
   /**
    * Callers writing this stream; the upstream is paused while even the fastest of them is behind. The request that
    * made the exchange counts from the start (until it leaves): its first chunks may wait for their turn to be
@@ -348,7 +350,7 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     if (text.length === 0) return;
     const presented = this.options.presentedKey;
     if (mayHoldError(text)) text = redactor.json(text, [presented]);
-    else if (redactor.mayQuote(text, presented)) text = redactor.json(text, [presented], false);
+    else if (redactor.mayQuote(text, this.presentedPrefix())) text = redactor.json(text, [presented], false);
     this.subscriber.next(new ChunkEvent(text));
   }
 
@@ -358,11 +360,17 @@ export class UpstreamExchange implements Dispatcher.DispatchHandler, FlowControl
     // to look. An ordinary chunk is only searched for the provider's keys (and an escape), and only those keys go.
     const presented = this.options.presentedKey;
     if (this.scan!.verdict === 'error') bytes = redactor.jsonBytes(bytes, [presented]);
-    else if (redactor.mayQuote(bytes, presented)) bytes = redactor.jsonBytes(bytes, [presented], false);
+    else if (redactor.mayQuote(bytes, this.presentedPrefix())) bytes = redactor.jsonBytes(bytes, [presented], false);
     if (bytes.length === 0) return;
     this.hooks.streamReader?.(bytes);
     this.emitted += bytes.length;
     this.subscriber.next(new ChunkEvent(bytes));
+  }
+
+  /** The presented key's prefix, searched for in every chunk of the stream: made once, at its first chunk. */
+  private presentedPrefix(): KeyPrefix | undefined {
+    if (this.keyPrefix === null) this.keyPrefix = keyPrefixOf(this.options.presentedKey);
+    return this.keyPrefix;
   }
 
   private finishStream(): void {
