@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import { parseArgs } from 'node:util';
+import { FixedAnswers } from '../../apps/mock-provider/src/fixed-answers.js';
 
 /*
  * node:http alone, answering every request with one fixed chat completion once its body is read: what Node's HTTP
@@ -10,24 +11,8 @@ import { parseArgs } from 'node:util';
  */
 const { values } = parseArgs({ options: { port: { type: 'string', default: '0' } } });
 
-const ANSWER = Buffer.from(
-  JSON.stringify({
-    id: 'chatcmpl-mock-fixed',
-    object: 'chat.completion',
-    created: 1_796_642_228,
-    model: 'mock-model',
-    system_fingerprint: 'fp_mock',
-    choices: [
-      {
-        index: 0,
-        message: { role: 'assistant', content: 'A fixed answer.', refusal: null },
-        logprobs: null,
-        finish_reason: 'stop',
-      },
-    ],
-    usage: { prompt_tokens: 10, completion_tokens: 3, total_tokens: 13 },
-  }),
-);
+// The mock provider's own fixed answer: the bytes a window hit on the `nginxhits` row answers.
+const ANSWER = new FixedAnswers(1, 'mock-model').json;
 const LENGTH = String(ANSWER.length);
 
 const server = createServer((request, response) => {

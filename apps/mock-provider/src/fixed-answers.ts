@@ -17,7 +17,8 @@ export interface FixedSpacing {
  * write some ms apart, as a provider sends the events it is generating: each write a view of the prepared stream.
  */
 export class FixedAnswers {
-  private readonly json: Buffer;
+  /** The chat completion every non-streaming request is answered with. */
+  readonly json: Buffer;
   private readonly stream: Buffer;
   /** The stream cut at event boundaries, `eventsPerWrite` events a piece (spaced streams only). */
   private readonly pieces: Buffer[] = [];
