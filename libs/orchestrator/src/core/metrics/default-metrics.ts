@@ -13,7 +13,7 @@ const hooks = perfHooks as unknown as { monitorEventLoopDelay: MonitorEventLoopD
 
 /**
  * prom-client's default metrics, with their event-loop-delay monitor (`nodejs_eventloop_lag_*`) sampling only while
- * requests come (`busy`), and still at rest. prom-client enables that monitor for as long as its registry lives: a
+ * requests come (`busy`), not at rest. prom-client enables that monitor for as long as its registry lives: a
  * libuv timer that wakes an idle process ten times a second, which was most of what a gateway at rest cost. At rest
  * there is no lag to see; a scrape then reads 0 (prom-client would read an empty monitor's minimum as 2^63 ns).
  * Hand-written: prom-client has no option to pause its monitor, so the monitor is caught as prom-client makes it.
@@ -55,19 +55,17 @@ export class DefaultMetrics {
     this.check.unref();
   }
 
-  /** Stops sampling for good. */
+  /** Stops sampling (until the next request, if any comes). */
   close(): void {
     clearInterval(this.check);
     this.monitor?.disable();
     this.sampling = false;
   }
 
+  /** Every REST_AFTER_MS while sampling: none came since the last check, the process is at rest. */
   private readonly rest = (): void => {
-    if (this.requested) {
-      this.requested = false;
-      return;
-    }
-    this.close();
+    if (this.requested) this.requested = false;
+    else this.close();
   };
 }
 
