@@ -261,8 +261,9 @@ function ticksPerSecond(): number {
 /**
  * CPU time of a process in ms (Linux): the time each of its threads spent on a core, in nanoseconds, from
  * /proc/<pid>/task/<tid>/schedstat. /proc/<pid>/stat counts in clock ticks (10 ms): a herd of 1,000 answers costs a
- * few of them, so one tick more or less moved its ratio by a sixth to a quarter. A thread that has exited is no longer counted
- * (Node's and nginx's threads live as long as the process); where schedstat is missing, the ticks are used.
+ * few of them, so one tick more or less moved its ratio by a sixth to a quarter. A thread that has exited is no
+ * longer counted (Node's and nginx's threads live as long as the process); where schedstat is missing, the ticks are
+ * used.
  */
 export function processCpuMs(pid: number): number {
   if (!hasSchedstat) return processTicksMs(pid);
