@@ -258,6 +258,8 @@ function ticksPerSecond(): number {
   return clockTicks;
 }
 
+const hasSchedstat = existsSync('/proc/self/schedstat');
+
 /**
  * CPU time of a process in ms (Linux): the time each of its threads spent on a core, in nanoseconds, from
  * /proc/<pid>/task/<tid>/schedstat. /proc/<pid>/stat counts in clock ticks (10 ms): a herd of 1,000 answers costs a
@@ -278,8 +280,6 @@ export function processCpuMs(pid: number): number {
   }
   return ns / 1e6;
 }
-
-const hasSchedstat = existsSync('/proc/self/schedstat');
 
 /** utime + stime of a process from /proc/<pid>/stat, in ms. */
 function processTicksMs(pid: number): number {

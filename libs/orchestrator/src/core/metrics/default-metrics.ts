@@ -71,8 +71,8 @@ export class DefaultMetrics {
 
 /** An empty monitor's minimum, mean and deviation read 0 (no lag seen), not 2^63 ns and NaN. */
 function readsZeroWhenEmpty(monitor: IntervalHistogram): void {
+  const prototype = Object.getPrototypeOf(monitor) as object;
   for (const name of ['min', 'mean', 'stddev'] as const) {
-    const prototype = Object.getPrototypeOf(monitor) as object;
     Object.defineProperty(monitor, name, {
       get: () => (monitor.count > 0 ? (Reflect.get(prototype, name, monitor) as number) : 0),
     });
